@@ -1,0 +1,19 @@
+//! The commands: each resolves its arguments, calls into the library and renders a report.
+
+pub mod delta;
+pub mod lock;
+pub mod manifest;
+
+use crate::cli::{Cli, Command};
+use crate::context::Ctx;
+use crate::error::Result;
+
+/// Runs one command and returns its exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    let ctx = Ctx::new(&cli.global)?;
+    match cli.command {
+        Command::Manifest(args) => manifest::run(&ctx, &args),
+        Command::Lock(args) => lock::run(&ctx, &args),
+        Command::Delta(args) => delta::run(&ctx, &args),
+    }
+}

@@ -1,0 +1,128 @@
+//! `fixgate delta BASE [HEAD]`: the fixture files that changed between two snapshots.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::cli::DeltaArgs;
+use crate::config::Config;
+use crate::context::Ctx;
+use crate::delta::{self, Delta};
+use crate::error::Result;
+use crate::exit;
+use crate::snapshot::Snapshot;
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema: u32,
+    base: Side,
+    head: Side,
+    #[serde(flatten)]
+    delta: &'a Delta,
+}
+
+#[derive(Serialize)]
+struct Side {
+    rev: String,
+    commit: Option<String>,
+}
+
+impl Side {
+    fn of(s: &Snapshot) -> Side {
+        Side {
+            rev: s.rev_label(),
+            commit: s.commit().map(|c| c.to_string()),
+        }
+    }
+}
+
+pub fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
+    let base = ctx.repo.snapshot(Some(&args.base))?;
+    let head = ctx.repo.snapshot(args.head.as_deref())?;
+    let config = pair_config(ctx, &base, &head)?;
+    let d = delta::between(
+        &ctx.manifest(&base, &config)?,
+        &ctx.manifest(&head, &config)?,
+    );
+    let report = Report {
+        schema: 1,
+        base: Side::of(&base),
+        head: Side::of(&head),
+        delta: &d,
+    };
+    ctx.emit_report(&report, || render(&d))?;
+    Ok(exit::PASS)
+}
+
+/// The fixture groups both sides are read with. A patch must not be able to hide a change by
+/// redefining the groups, so the base's explicit groups win; default groups are derived from
+/// both sides' paths, so a new fixture directory in the head is still seen.
+pub fn pair_config(ctx: &Ctx, base: &Snapshot, head: &Snapshot) -> Result<Config> {
+    let base_config = ctx.config(base)?;
+    let head_config = ctx.config(head)?;
+    if base_config.groups.source() != crate::config::ConfigSource::Default {
+        if head_config
+            .groups
+            .groups()
+            .iter()
+            .map(|g| (&g.name, &g.globs))
+            .ne(base_config
+                .groups
+                .groups()
+                .iter()
+                .map(|g| (&g.name, &g.globs)))
+        {
+            ctx.warn("the head redefines the fixture groups; the delta uses the base's groups");
+        }
+        return Ok(base_config);
+    }
+    if head_config.groups.source() != crate::config::ConfigSource::Default {
+        return Ok(head_config);
+    }
+    let mut paths = base.paths();
+    paths.extend(head.paths());
+    paths.sort();
+    paths.dedup();
+    Ok(crate::config::load(&crate::config::ConfigInputs {
+        manifest_file: None,
+        pyproject: None,
+        paths: &paths,
+    })?)
+}
+
+fn render(d: &Delta) -> String {
+    if d.is_empty() {
+        return "no fixture changes\n".into();
+    }
+    let mut out = format!(
+        "{} fixture file{} changed: {} added, {} removed, {} modified\n",
+        d.changed.len(),
+        if d.changed.len() == 1 { "" } else { "s" },
+        d.count(delta::Change::Added),
+        d.count(delta::Change::Removed),
+        d.count(delta::Change::Modified),
+    );
+    for c in &d.changed {
+        let _ = writeln!(
+            out,
+            "  {:<8}  {}  [{}]{}",
+            c.change.as_str(),
+            c.path,
+            c.group,
+            c.renamed_from
+                .as_ref()
+                .map(|p| format!("  (renamed from {p})"))
+                .unwrap_or_default()
+        );
+    }
+    out.push_str("groups changed: ");
+    out.push_str(
+        &d.groups_changed
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    out.push('\n');
+    out
+}

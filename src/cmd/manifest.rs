@@ -1,0 +1,69 @@
+//! `fixgate manifest`: print the fixture manifest of the working tree or a revision.
+
+use std::fmt::Write;
+
+use crate::cli::ManifestArgs;
+use crate::context::Ctx;
+use crate::error::Result;
+use crate::exit;
+use crate::manifest::Manifest;
+
+pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
+    let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
+    let config = ctx.config(&snapshot)?;
+    let manifest = ctx.manifest(&snapshot, &config)?;
+    ctx.emit_report(&manifest, || render(&manifest))?;
+    Ok(exit::PASS)
+}
+
+pub fn render(m: &Manifest) -> String {
+    let mut out = String::new();
+    if m.groups.is_empty() {
+        out.push_str(
+            "no fixture groups: declare them in fixtures.manifest (`name: glob` per line) or \
+             [tool.fixgate.groups] in pyproject.toml, or keep fixtures under tests/fixtures/ \
+             or tests/data/\n",
+        );
+        return out;
+    }
+    let name_w = m
+        .groups
+        .iter()
+        .map(|g| g.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let _ = writeln!(
+        out,
+        "{:<name_w$}  {:>6}  {:>12}  {:<12}  globs",
+        "group", "files", "bytes", "digest"
+    );
+    for g in &m.groups {
+        let _ = writeln!(
+            out,
+            "{:<name_w$}  {:>6}  {:>12}  {:<12}  {}",
+            g.name,
+            g.files,
+            g.bytes,
+            &g.digest[..12],
+            g.globs.join(" ")
+        );
+    }
+    out.push('\n');
+    for f in &m.files {
+        let _ = writeln!(
+            out,
+            "{}  {:<name_w$}  {:>12}  {}{}",
+            &f.blake3[..12],
+            f.group,
+            f.size,
+            f.path,
+            if f.kind == crate::manifest::FileKind::Link {
+                " (symlink)"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}

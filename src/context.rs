@@ -1,0 +1,139 @@
+//! What every command shares: the repository, the output settings, the cache directory, and the
+//! steps that load a snapshot's configuration and manifest.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::cli::{Format, GlobalArgs};
+use crate::config::{self, Config};
+use crate::error::{Error, Result};
+use crate::manifest::{self, Hashing, Manifest};
+use crate::snapshot::{Repo, Snapshot};
+use crate::statcache::StatCache;
+
+pub struct Ctx {
+    pub repo: Repo,
+    pub format: Format,
+    pub output: Option<PathBuf>,
+    pub cache_dir: PathBuf,
+    pub quiet: bool,
+}
+
+impl Ctx {
+    pub fn new(args: &GlobalArgs) -> Result<Ctx> {
+        Ok(Ctx {
+            repo: Repo::open(args.repo.as_deref())?,
+            format: args.format,
+            output: args.output.clone(),
+            cache_dir: resolve_cache_dir(args.cache_dir.as_deref()),
+            quiet: args.quiet,
+        })
+    }
+
+    pub fn warn(&self, message: &str) {
+        if !self.quiet {
+            eprintln!("fixgate: warning: {message}");
+        }
+    }
+
+    /// Writes a report to `--output` or standard output. A closed pipe (`fixgate ... | head`)
+    /// is not an error.
+    pub fn emit(&self, text: &str) -> Result<()> {
+        match &self.output {
+            Some(path) => std::fs::write(path, text).map_err(|e| Error::io("write", path, e)),
+            None => {
+                let mut out = std::io::stdout().lock();
+                match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                        Err(Error::io("write", "standard output", e))
+                    }
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Emits `value` as sorted, pretty JSON, or `human` rendered by the caller.
+    pub fn emit_report<T: Serialize>(
+        &self,
+        value: &T,
+        human: impl FnOnce() -> String,
+    ) -> Result<()> {
+        match self.format {
+            Format::Json => self.emit(&to_json(value)),
+            Format::Human => self.emit(&human()),
+        }
+    }
+
+    /// The configuration of a snapshot, with its warnings printed.
+    pub fn config(&self, snapshot: &Snapshot) -> Result<Config> {
+        let manifest_file = snapshot.read_path("fixtures.manifest")?;
+        let pyproject = snapshot.read_path("pyproject.toml")?;
+        let paths = snapshot.paths();
+        let config = config::load(&config::ConfigInputs {
+            manifest_file: manifest_file.as_deref(),
+            pyproject: pyproject.as_deref(),
+            paths: &paths,
+        })?;
+        for w in &config.warnings {
+            self.warn(w);
+        }
+        Ok(config)
+    }
+
+    /// The manifest of a snapshot; the working tree's reuses the stat cache.
+    pub fn manifest(&self, snapshot: &Snapshot, config: &Config) -> Result<Manifest> {
+        if snapshot.commit().is_some() {
+            return manifest::build(snapshot, &config.groups, Hashing { stat_cache: None });
+        }
+        let mut cache = StatCache::load(&self.cache_dir, &snapshot.root);
+        let m = manifest::build(
+            snapshot,
+            &config.groups,
+            Hashing {
+                stat_cache: Some(&mut cache),
+            },
+        )?;
+        if let Err(e) = cache.save() {
+            self.warn(&format!(
+                "failed to save the stat cache under {}: {e}; the next manifest will rehash",
+                self.cache_dir.display()
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// Sorted keys, two-space indentation, a trailing newline: byte-identical for equal values.
+pub fn to_json<T: Serialize>(value: &T) -> String {
+    // Going through `Value` sorts every object's keys (serde_json's map is a BTreeMap).
+    let value = serde_json::to_value(value).expect("reports always serialize");
+    let mut s = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
+    s.push('\n');
+    s
+}
+
+/// `--cache-dir`, else `$FIXGATE_CACHE_DIR`, else `$XDG_CACHE_HOME/fixgate`, else
+/// `~/.cache/fixgate`, else a folder in the system temporary directory.
+fn resolve_cache_dir(flag: Option<&Path>) -> PathBuf {
+    if let Some(dir) = flag {
+        return dir.to_path_buf();
+    }
+    let env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(dir) = env("FIXGATE_CACHE_DIR") {
+        return dir;
+    }
+    if let Some(dir) = env("XDG_CACHE_HOME") {
+        return dir.join("fixgate");
+    }
+    if let Some(home) = env("HOME") {
+        return home.join(".cache").join("fixgate");
+    }
+    std::env::temp_dir().join("fixgate-cache")
+}

@@ -1,0 +1,49 @@
+//! The binary's one error type. Every variant is "nothing was judged" and maps to exit 2;
+//! verdicts (drift, reject, ...) are results, not errors, and never travel through here.
+
+use std::path::PathBuf;
+
+use crate::exit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The command line or an input named on it is unusable. The message says how to fix it.
+    #[error("{0}")]
+    Usage(String),
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Git(String),
+    /// Something around the run broke (an interpreter, a sandbox, a child process).
+    #[error("{0}")]
+    Infra(String),
+}
+
+impl Error {
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        exit::ERROR
+    }
+}
+
+impl From<git2::Error> for Error {
+    fn from(e: git2::Error) -> Error {
+        Error::Git(format!("git: {}", e.message()))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,16 @@
+//! fixgate: audits a patch to a Python repository's pytest suite and says whether its green is real.
+//!
+//! The binary (`src/main.rs`) parses the command line and dispatches into these modules.
+
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod context;
+pub mod delta;
+pub mod error;
+pub mod exit;
+pub mod lock;
+pub mod manifest;
+pub mod repo_path;
+pub mod snapshot;
+pub mod statcache;

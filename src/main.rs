@@ -1,0 +1,15 @@
+//! The `fixgate` binary: parse the command line, dispatch, map the outcome to an exit code.
+
+use clap::Parser;
+
+fn main() {
+    let cli = fixgate::cli::Cli::parse();
+    let code = match fixgate::cmd::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("fixgate: error: {err}");
+            err.exit_code()
+        }
+    };
+    std::process::exit(code);
+}

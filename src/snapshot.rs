@@ -1,0 +1,339 @@
+//! Snapshots: the files of the repository at a revision, read from git objects or from the
+//! working tree, never by checking anything out.
+
+use std::path::{Path, PathBuf};
+
+use git2::{ObjectType, Oid, Repository, Status, StatusOptions, TreeWalkMode, TreeWalkResult};
+
+use crate::error::{Error, Result};
+use crate::repo_path::RepoPath;
+
+/// Which revision a snapshot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The working tree: tracked files plus untracked files git does not ignore (or every file,
+    /// when the directory is not a git repository).
+    Worktree,
+    /// A commit, read from git objects. `rev` is what the user typed.
+    Commit { rev: String, commit: Oid },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EntryKind {
+    File,
+    Executable,
+    /// A symbolic link, recorded as its target string and never followed.
+    Symlink,
+}
+
+/// One file of a snapshot.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub path: RepoPath,
+    pub kind: EntryKind,
+    /// The blob id, for commit snapshots.
+    pub blob: Option<Oid>,
+}
+
+/// The set of files of the repository at one revision, sorted by path bytes.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The repository's root directory (the working directory for a git repository).
+    pub root: PathBuf,
+    pub source: Source,
+    pub entries: Vec<Entry>,
+    /// The git directory, when the root is a git repository.
+    git_dir: Option<PathBuf>,
+}
+
+/// The repository fixgate works on: its root and, when it is one, the git repository.
+pub struct Repo {
+    pub root: PathBuf,
+    git: Option<Repository>,
+}
+
+impl Repo {
+    /// Opens `dir` (or discovers the git root above the current directory when `None`).
+    pub fn open(dir: Option<&Path>) -> Result<Repo> {
+        match dir {
+            Some(dir) => {
+                let root = dir.canonicalize().map_err(|e| {
+                    Error::Usage(format!(
+                        "--repo {}: {e}; pass a directory that exists",
+                        dir.display()
+                    ))
+                })?;
+                if !root.is_dir() {
+                    return Err(Error::Usage(format!(
+                        "--repo {}: not a directory",
+                        dir.display()
+                    )));
+                }
+                // Only a repository whose work tree is exactly this directory counts: a plain
+                // folder inside some other repository is audited as a plain folder.
+                let git = Repository::open(&root).ok().filter(|r| {
+                    r.workdir()
+                        .and_then(|w| w.canonicalize().ok())
+                        .is_some_and(|w| w == root)
+                });
+                Ok(Repo { root, git })
+            }
+            None => {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| Error::io("read the current directory", ".", e))?;
+                match Repository::discover(&cwd) {
+                    Ok(repo) => {
+                        let root = repo
+                            .workdir()
+                            .ok_or_else(|| {
+                                Error::Usage(
+                                    "the git repository above the current directory is bare; \
+                                     pass --repo DIR with a working tree"
+                                        .into(),
+                                )
+                            })?
+                            .canonicalize()
+                            .map_err(|e| Error::io("resolve", &cwd, e))?;
+                        Ok(Repo {
+                            root,
+                            git: Some(repo),
+                        })
+                    }
+                    Err(_) => Ok(Repo {
+                        root: cwd
+                            .canonicalize()
+                            .map_err(|e| Error::io("resolve", &cwd, e))?,
+                        git: None,
+                    }),
+                }
+            }
+        }
+    }
+
+    pub fn is_git(&self) -> bool {
+        self.git.is_some()
+    }
+
+    fn git(&self, what: &str) -> Result<&Repository> {
+        self.git.as_ref().ok_or_else(|| {
+            Error::Usage(format!(
+                "{} is not a git repository, so {what} cannot be read; run `git init` there \
+                 and commit, or pass --repo with a git working tree",
+                self.root.display()
+            ))
+        })
+    }
+
+    /// Resolves anything git accepts (`HEAD~1`, a tag, a sha) to a commit id.
+    pub fn resolve(&self, rev: &str) -> Result<Oid> {
+        let git = self.git(&format!("revision {rev:?}"))?;
+        let obj = git.revparse_single(rev).map_err(|e| {
+            Error::Usage(format!(
+                "unknown revision {rev:?}: {}; pass a commit, tag or branch that `git rev-parse` accepts",
+                e.message()
+            ))
+        })?;
+        let commit = obj
+            .peel_to_commit()
+            .map_err(|_| Error::Usage(format!("revision {rev:?} does not name a commit")))?;
+        Ok(commit.id())
+    }
+
+    /// Takes the snapshot of `rev`, or of the working tree when `None`.
+    pub fn snapshot(&self, rev: Option<&str>) -> Result<Snapshot> {
+        match rev {
+            None => self.worktree_snapshot(),
+            Some(rev) => self.commit_snapshot(rev),
+        }
+    }
+
+    fn commit_snapshot(&self, rev: &str) -> Result<Snapshot> {
+        let oid = self.resolve(rev)?;
+        let git = self.git("a revision")?;
+        let tree = git.find_commit(oid)?.tree()?;
+        let mut entries = Vec::new();
+        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() != Some(ObjectType::Blob) {
+                return TreeWalkResult::Ok;
+            }
+            let kind = match entry.filemode() {
+                0o120000 => EntryKind::Symlink,
+                0o100755 => EntryKind::Executable,
+                _ => EntryKind::File,
+            };
+            let mut path = dir.as_bytes().to_vec();
+            path.extend_from_slice(entry.name_bytes());
+            entries.push(Entry {
+                path: RepoPath::from_bytes(path),
+                kind,
+                blob: Some(entry.id()),
+            });
+            TreeWalkResult::Ok
+        })?;
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(Snapshot {
+            root: self.root.clone(),
+            source: Source::Commit {
+                rev: rev.to_owned(),
+                commit: oid,
+            },
+            entries,
+            git_dir: Some(git.path().to_path_buf()),
+        })
+    }
+
+    fn worktree_snapshot(&self) -> Result<Snapshot> {
+        let paths = match &self.git {
+            Some(git) => git_worktree_paths(git)?,
+            None => walk_plain_dir(&self.root)?,
+        };
+        let mut entries = Vec::with_capacity(paths.len());
+        for path in paths {
+            let full = self.root.join(path.to_os_path());
+            // A tracked file deleted from the work tree, or a path that vanished while we
+            // listed, is simply not part of the snapshot.
+            let Ok(meta) = std::fs::symlink_metadata(&full) else {
+                continue;
+            };
+            let kind = if meta.file_type().is_symlink() {
+                EntryKind::Symlink
+            } else if meta.is_file() {
+                use std::os::unix::fs::PermissionsExt;
+                if meta.permissions().mode() & 0o111 != 0 {
+                    EntryKind::Executable
+                } else {
+                    EntryKind::File
+                }
+            } else {
+                continue;
+            };
+            entries.push(Entry {
+                path,
+                kind,
+                blob: None,
+            });
+        }
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        entries.dedup_by(|a, b| a.path == b.path);
+        Ok(Snapshot {
+            root: self.root.clone(),
+            source: Source::Worktree,
+            entries,
+            git_dir: self.git.as_ref().map(|g| g.path().to_path_buf()),
+        })
+    }
+}
+
+/// Tracked files (from the index) plus untracked files that are not ignored.
+fn git_worktree_paths(git: &Repository) -> Result<Vec<RepoPath>> {
+    let index = git.index()?;
+    let mut paths: Vec<RepoPath> = index
+        .iter()
+        .filter(|e| (e.mode & 0o170000) != 0o160000) // gitlinks (submodules) are not files here
+        .map(|e| RepoPath::from_bytes(e.path))
+        .collect();
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = git.statuses(Some(&mut opts))?;
+    for s in statuses.iter() {
+        if s.status().contains(Status::WT_NEW) {
+            paths.push(RepoPath::from_bytes(s.path_bytes()));
+        }
+    }
+    Ok(paths)
+}
+
+/// Every file under `root` except `.git`, for a directory that is not a git repository.
+fn walk_plain_dir(root: &Path) -> Result<Vec<RepoPath>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
+            let ft = entry
+                .file_type()
+                .map_err(|e| Error::io("stat", entry.path(), e))?;
+            if ft.is_dir() {
+                if entry.file_name() != ".git" {
+                    stack.push(entry.path());
+                }
+            } else if let Some(p) = RepoPath::relative_to(&entry.path(), root) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Snapshot {
+    /// The snapshot's commit, when it is one.
+    pub fn commit(&self) -> Option<Oid> {
+        match &self.source {
+            Source::Commit { commit, .. } => Some(*commit),
+            Source::Worktree => None,
+        }
+    }
+
+    /// How the user named this snapshot: the rev they typed, or `worktree`.
+    pub fn rev_label(&self) -> String {
+        match &self.source {
+            Source::Commit { rev, .. } => rev.clone(),
+            Source::Worktree => "worktree".into(),
+        }
+    }
+
+    pub fn paths(&self) -> Vec<RepoPath> {
+        self.entries.iter().map(|e| e.path.clone()).collect()
+    }
+
+    pub fn find(&self, path: &RepoPath) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|e| e.path.cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// Opens the git repository for a reader thread (git2 handles are not shared across threads).
+    pub fn open_git(&self) -> Result<Option<Repository>> {
+        match &self.git_dir {
+            Some(dir) => Ok(Some(Repository::open(dir)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of an entry: file content, or a symlink's target string. `git` is a handle
+    /// from [`Snapshot::open_git`], needed for commit snapshots.
+    pub fn read(&self, entry: &Entry, git: Option<&Repository>) -> Result<Vec<u8>> {
+        match (entry.blob, git) {
+            (Some(oid), Some(git)) => Ok(git.find_blob(oid)?.content().to_vec()),
+            (Some(_), None) => Err(Error::Infra(format!(
+                "bug: reading {} from a commit snapshot without a git handle",
+                entry.path
+            ))),
+            (None, _) => {
+                let full = self.root.join(entry.path.to_os_path());
+                if entry.kind == EntryKind::Symlink {
+                    use std::os::unix::ffi::OsStrExt;
+                    let target =
+                        std::fs::read_link(&full).map_err(|e| Error::io("read link", &full, e))?;
+                    Ok(target.as_os_str().as_bytes().to_vec())
+                } else {
+                    std::fs::read(&full).map_err(|e| Error::io("read", &full, e))
+                }
+            }
+        }
+    }
+
+    /// Reads one file by path, `None` when the snapshot does not have it.
+    pub fn read_path(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let Some(entry) = self.find(&RepoPath::from(path)) else {
+            return Ok(None);
+        };
+        let git = self.open_git()?;
+        self.read(entry, git.as_ref()).map(Some)
+    }
+}
