@@ -40,6 +40,13 @@ pub struct GlobalArgs {
     /// No progress and no warnings on standard error
     #[arg(long, short, global = true)]
     pub quiet: bool,
+    /// The Python interpreter [default: $VIRTUAL_ENV/bin/python, else .venv/bin/python in the
+    /// repository, else python3 on PATH]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// How many pytest processes may run at once [default: the number of cores]
+    #[arg(long, global = true, value_name = "N")]
+    pub jobs: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -56,6 +63,51 @@ pub enum Command {
     Lock(LockArgs),
     /// List fixture files added, removed and modified between two snapshots
     Delta(DeltaArgs),
+    /// Run the suite once, in one order, in a sandbox; print every test's outcome
+    Run(RunArgs),
+    /// Run the suite once and show which tests read and wrote which fixture files, and every
+    /// lease violation
+    Trace(TraceArgs),
+}
+
+/// How a pytest process is set up.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Pass this environment variable into the runs (repeatable); everything outside a small
+    /// allowlist (PATH, LANG, LC_*) is scrubbed
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// Kill a test (and its process group) that runs longer than this, record it as timeout,
+    /// and go on with the rest of the order
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub test_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The order: 0 is file (collection) order, any other seed a shuffle of the non-serial tests
+    #[arg(long, value_name = "N", conflicts_with = "order", default_value_t = 0)]
+    pub seed: u64,
+    /// Run exactly these node ids, one per line, in this order
+    #[arg(long, value_name = "FILE")]
+    pub order: Option<PathBuf>,
+    /// Run the tests of this revision [default: the working tree]
+    #[arg(long, value_name = "REV")]
+    pub rev: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Trace the tests of this revision [default: the working tree]
+    #[arg(long, value_name = "REV")]
+    pub rev: Option<String>,
+    /// The order to trace in (0: file order)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]

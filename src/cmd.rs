@@ -3,6 +3,8 @@
 pub mod delta;
 pub mod lock;
 pub mod manifest;
+pub mod run;
+pub mod trace;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;
@@ -15,5 +17,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),
         Command::Delta(args) => delta::run(&ctx, &args),
+        Command::Run(args) => run::run(&ctx, &args),
+        Command::Trace(args) => trace::run(&ctx, &args),
     }
 }

@@ -6,7 +6,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::cli::{Format, GlobalArgs};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{Format, GlobalArgs, SandboxArgs};
+use crate::pytest::driver::Runner;
+use crate::pytest::{interpreter, plugin};
 use crate::config::{self, Config};
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
@@ -19,6 +27,10 @@ pub struct Ctx {
     pub output: Option<PathBuf>,
     pub cache_dir: PathBuf,
     pub quiet: bool,
+    pub python: Option<PathBuf>,
+    pub jobs: usize,
+    /// Set by Ctrl-C or SIGTERM; long work checks it, kills its children and cleans up.
+    pub interrupted: Arc<AtomicBool>,
 }
 
 impl Ctx {
@@ -29,7 +41,49 @@ impl Ctx {
             output: args.output.clone(),
             cache_dir: resolve_cache_dir(args.cache_dir.as_deref()),
             quiet: args.quiet,
+            python: args.python.clone(),
+            jobs: match args.jobs {
+                Some(0) => return Err(Error::Usage("--jobs must be at least 1".into())),
+                Some(n) => n,
+                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
+            interrupted: interrupt_flag()?,
         })
+    }
+
+    /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
+    /// the environment policy. Also removes sandboxes a killed fixgate left behind.
+    pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
+        let removed = crate::sandbox::remove_stale();
+        if removed > 0 {
+            self.warn(&format!("removed {removed} sandbox(es) left by a fixgate that was killed"));
+        }
+        let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
+        let interpreter = interpreter::probe(&path)?;
+        Ok(Runner {
+            interpreter,
+            plugin_dir: plugin::install(&self.cache_dir)?,
+            pass_env: args.pass_env.clone(),
+            test_timeout: Duration::from_secs(args.test_timeout.max(1)),
+            origin_root: self.repo.root.clone(),
+            interrupted: self.interrupted.clone(),
+        })
+    }
+
+    /// A progress bar on standard error, or none with `--quiet` (indicatif hides it by itself
+    /// when standard error is not a terminal).
+    pub fn progress(&self, len: u64, prefix: &str) -> Option<ProgressBar> {
+        if self.quiet {
+            return None;
+        }
+        let pb = ProgressBar::new(len);
+        pb.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:25}] {pos}/{len} {elapsed} {wide_msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        pb.set_prefix(prefix.to_owned());
+        Some(pb)
     }
 
     pub fn warn(&self, message: &str) {
@@ -136,4 +190,15 @@ fn resolve_cache_dir(flag: Option<&Path>) -> PathBuf {
         return home.join(".cache").join("fixgate");
     }
     std::env::temp_dir().join("fixgate-cache")
+}
+
+/// Ctrl-C and SIGTERM set a flag instead of killing fixgate at once, so that running children are
+/// killed and sandboxes removed on the way out.
+fn interrupt_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone())
+            .map_err(|e| Error::Infra(format!("failed to install a signal handler: {e}")))?;
+    }
+    Ok(flag)
 }

@@ -24,6 +24,9 @@ pub enum Error {
     /// Something around the run broke (an interpreter, a sandbox, a child process).
     #[error("{0}")]
     Infra(String),
+    /// Ctrl-C or SIGTERM: the children were killed and the sandboxes removed.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl Error {
@@ -36,7 +39,10 @@ impl Error {
     }
 
     pub fn exit_code(&self) -> i32 {
-        exit::ERROR
+        match self {
+            Error::Interrupted => exit::INTERRUPTED,
+            _ => exit::ERROR,
+        }
     }
 }
 

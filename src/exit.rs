@@ -12,3 +12,5 @@ pub const DRIFT: i32 = 3;
 pub const UNVERIFIED: i32 = 4;
 /// A freeze entry is past its date.
 pub const EXPIRED_FREEZE: i32 = 5;
+/// Interrupted by Ctrl-C or SIGTERM (the shell's convention, 128 + SIGINT); nothing was judged.
+pub const INTERRUPTED: i32 = 130;

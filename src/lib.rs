@@ -14,3 +14,5 @@ pub mod manifest;
 pub mod repo_path;
 pub mod snapshot;
 pub mod statcache;
+pub mod pytest;
+pub mod sandbox;

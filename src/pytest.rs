@@ -1,0 +1,7 @@
+//! Running pytest: the interpreter, the embedded plugin, orders, and the driver.
+
+pub mod driver;
+pub mod events;
+pub mod interpreter;
+pub mod order;
+pub mod plugin;

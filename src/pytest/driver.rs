@@ -1,0 +1,517 @@
+//! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
+//! that kill or hang the interpreter, and builds typed results.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+
+use crate::config::FixtureGroups;
+use crate::error::{Error, Result};
+use crate::pytest::events::{
+    ChangedPath, CollectedItem, Event, Outcome, TestEvent, TestResult, Trace, Violation,
+};
+use crate::pytest::interpreter::Interpreter;
+use crate::repo_path::RepoPath;
+use crate::sandbox::{Overlay, Sandbox};
+use crate::snapshot::Snapshot;
+
+/// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
+pub const HASH_SEED: &str = "0";
+
+/// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
+/// that holds credentials: tokens, keys and cloud settings stay out.
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME", "LC_COLLATE"];
+
+/// How runs are made: shared by every run of one fixgate invocation.
+#[derive(Clone)]
+pub struct Runner {
+    pub interpreter: Interpreter,
+    pub plugin_dir: PathBuf,
+    /// Extra variable names passed through (`--pass-env`).
+    pub pass_env: Vec<String>,
+    pub test_timeout: Duration,
+    /// The user's repository root, to spot imports of project code from outside the sandbox.
+    pub origin_root: PathBuf,
+    /// Set by Ctrl-C: stop, kill the child, clean up.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// One ordered run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    /// The requested order.
+    pub order: Vec<String>,
+    /// The order that executed, as the plugin recorded it.
+    pub executed: Vec<String>,
+    pub tests: Vec<TestResult>,
+    /// How many pytest processes the run took (more than one after a crash or a timeout).
+    pub processes: u32,
+    /// File accesses outside any test (collection, session fixtures).
+    pub session_trace: Trace,
+    pub warnings: Vec<String>,
+}
+
+impl RunResult {
+    pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
+        self.tests.iter().find(|t| t.nodeid == nodeid).map(|t| t.outcome)
+    }
+}
+
+struct Process {
+    child: Child,
+    events: PathBuf,
+    log: PathBuf,
+}
+
+impl Runner {
+    /// The environment of a run: the allowlist, then the sandbox's own settings.
+    fn command(&self, sandbox: &Sandbox, args: &[String]) -> Command {
+        let tree = sandbox.tree();
+        let mut cmd = Command::new(&self.interpreter.path);
+        cmd.arg("-m").arg("pytest").args(args);
+        cmd.current_dir(&tree).env_clear();
+        for name in ENV_ALLOWLIST.iter().copied().chain(self.pass_env.iter().map(String::as_str)) {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        let mut pythonpath = vec![tree.clone()];
+        if is_src_layout(&tree) {
+            pythonpath.push(tree.join("src"));
+        }
+        pythonpath.push(self.plugin_dir.clone());
+        cmd.env("PYTHONPATH", std::env::join_paths(pythonpath).unwrap_or_default())
+            .env("HOME", sandbox.home())
+            .env("TMPDIR", sandbox.tmp())
+            .env("TEMP", sandbox.tmp())
+            .env("TMP", sandbox.tmp())
+            .env("PYTHONHASHSEED", HASH_SEED)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            .env("TZ", "UTC")
+            .env("NO_COLOR", "1");
+        if let Some(base) = &self.interpreter.user_base {
+            // HOME moved into the sandbox; keep packages installed with `pip install --user`.
+            cmd.env("PYTHONUSERBASE", base);
+        }
+        cmd.stdin(Stdio::null());
+        // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
+        // the terminal reaches fixgate, which then cleans up.
+        cmd.process_group(0);
+        cmd
+    }
+
+    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "-p", crate::pytest::plugin::MODULE,
+            "-p", "no:randomly",
+            "-p", "no:random_order",
+            "-p", "no:cacheprovider",
+            "--maxfail=2147483647",
+            "-q",
+            "-rN",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("--fixgate-events={}", events.display()));
+        args.push(format!("--fixgate-root={}", sandbox.tree().display()));
+        args
+    }
+
+    fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process> {
+        let events = sandbox.dir().join(format!("events-{k}.jsonl"));
+        let log = sandbox.dir().join(format!("pytest-{k}.log"));
+        std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
+        let mut args = self.base_args(sandbox, &events);
+        args.extend_from_slice(extra);
+        let log_file = std::fs::File::create(&log).map_err(|e| Error::io("create", &log, e))?;
+        let log_err = log_file.try_clone().map_err(|e| Error::io("open", &log, e))?;
+        let child = self
+            .command(sandbox, &args)
+            .stdout(log_file)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| {
+                Error::Infra(format!(
+                    "failed to start {}: {e}",
+                    self.interpreter.path.display()
+                ))
+            })?;
+        Ok(Process { child, events, log })
+    }
+
+    /// Collects the snapshot's tests: node ids, files, lines and markers.
+    pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
+        let sandbox = Sandbox::create(snapshot, &Overlay::new())?;
+        let mut p = self.spawn(&sandbox, 0, &["--collect-only".into(), "--fixgate-collect".into()])?;
+        let status = wait_interruptibly(&mut p.child, &self.interrupted)?;
+        let mut items = None;
+        let mut errors = Vec::new();
+        let mut problems = Vec::new();
+        for ev in read_events(&p.events)? {
+            match ev {
+                Event::Collected { items: i } => items = Some(i),
+                Event::CollectError { nodeid, message } => errors.push((nodeid, message)),
+                Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
+                _ => {}
+            }
+        }
+        if !errors.is_empty() {
+            let mut msg = format!(
+                "pytest could not collect {} file{} of {}:\n",
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" },
+                snapshot.rev_label()
+            );
+            for (nodeid, message) in &errors {
+                msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
+            }
+            msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
+            return Err(Error::Infra(msg));
+        }
+        match items {
+            Some(items) => Ok(items),
+            None => Err(Error::Infra(format!(
+                "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
+                snapshot.rev_label(),
+                status.code(),
+                if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) },
+                log_tail(&p.log)
+            ))),
+        }
+    }
+
+    /// Runs `order` in a fresh sandbox of `snapshot` (with `overlay`), continuing in a new
+    /// process after a crash or a timeout.
+    pub fn run(
+        &self,
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+        order: &[String],
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let sandbox = Sandbox::create(snapshot, overlay)?;
+        let watch = sandbox.dir().join("watch.json");
+        let roots = serde_json::json!({ "roots": groups.watch_roots() });
+        std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        let order_file = sandbox.dir().join("order.txt");
+
+        let mut result = RunResult {
+            order: order.to_vec(),
+            executed: Vec::new(),
+            tests: Vec::new(),
+            processes: 0,
+            session_trace: Trace::default(),
+            warnings: Vec::new(),
+        };
+        let mut remaining: Vec<String> = order.to_vec();
+        while !remaining.is_empty() {
+            let mut text = remaining.join("\n");
+            text.push('\n');
+            std::fs::write(&order_file, text).map_err(|e| Error::io("write", &order_file, e))?;
+            let extra = vec![
+                format!("--fixgate-order={}", order_file.display()),
+                format!("--fixgate-watch={}", watch.display()),
+            ];
+            let k = result.processes;
+            result.processes += 1;
+            let before = result.tests.len();
+            let p = self.spawn(&sandbox, k, &extra)?;
+            let outcome = self.follow(p, &mut result, progress)?;
+            if result.tests.len() == before {
+                return Err(Error::Infra(format!(
+                    "pytest ran none of the {} requested tests in a sandbox of {} (exit {:?}){}\n{}",
+                    remaining.len(),
+                    snapshot.rev_label(),
+                    outcome.status,
+                    outcome
+                        .problems
+                        .iter()
+                        .map(|p| format!("\n  {p}"))
+                        .collect::<String>(),
+                    outcome.log_tail
+                )));
+            }
+            let done: HashSet<&str> = result.tests.iter().map(|t| t.nodeid.as_str()).collect();
+            remaining.retain(|id| !done.contains(id.as_str()));
+        }
+        // Results in the requested order, whatever order the processes reported them in.
+        let position: std::collections::HashMap<&str, usize> =
+            order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        result
+            .tests
+            .sort_by_key(|t| position.get(t.nodeid.as_str()).copied().unwrap_or(usize::MAX));
+        for t in &mut result.tests {
+            t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
+        }
+        result.warnings.extend(self.editable_install_warnings(&result));
+        Ok(result)
+    }
+
+    /// Follows one process until it exits; records results, crashes and timeouts.
+    fn follow(
+        &self,
+        mut p: Process,
+        result: &mut RunResult,
+        progress: Option<&ProgressBar>,
+    ) -> Result<ProcessOutcome> {
+        let mut reader = EventReader::open(&p.events)?;
+        let mut current: Option<(String, Instant, f64)> = None;
+        let mut problems = Vec::new();
+        let mut timed_out = false;
+        let status = loop {
+            let exited = p.child.try_wait().map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?;
+            for ev in reader.read_new()? {
+                match ev {
+                    Event::TestStart { nodeid } => {
+                        if let Some(pb) = progress {
+                            pb.set_message(nodeid.clone());
+                        }
+                        current = Some((nodeid, Instant::now(), now_secs()));
+                    }
+                    Event::Test(t) => {
+                        current = None;
+                        result.executed.push(t.nodeid.clone());
+                        result.tests.push(to_result(*t));
+                        if let Some(pb) = progress {
+                            pb.inc(1);
+                        }
+                    }
+                    Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
+                    Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
+                    _ => {}
+                }
+            }
+            if let Some(status) = exited {
+                break status;
+            }
+            if self.interrupted.load(Ordering::SeqCst) {
+                kill_group(&mut p.child);
+                return Err(Error::Interrupted);
+            }
+            if let Some((_, started, _)) = &current {
+                if started.elapsed() > self.test_timeout {
+                    kill_group(&mut p.child);
+                    timed_out = true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(15));
+        };
+        // A test that started and never reported: it killed the interpreter, or we did.
+        if let Some((nodeid, _, start)) = current {
+            let (outcome, message) = if timed_out {
+                (
+                    Outcome::Timeout,
+                    format!("killed after --test-timeout {}s", self.test_timeout.as_secs()),
+                )
+            } else {
+                (Outcome::Crashed, describe_exit(&status))
+            };
+            result.executed.push(nodeid.clone());
+            result.tests.push(TestResult::missing(&nodeid, outcome, message, start, now_secs()));
+            if let Some(pb) = progress {
+                pb.inc(1);
+            }
+        }
+        Ok(ProcessOutcome {
+            status: status.code(),
+            problems,
+            log_tail: log_tail(&p.log),
+        })
+    }
+
+    /// Imports of project code from the user's repository instead of the sandbox (an editable
+    /// install): the run would test the user's tree, not the snapshot.
+    fn editable_install_warnings(&self, result: &RunResult) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        for t in &result.tests {
+            for o in t.trace.outside.iter().filter(|o| o.op == "import") {
+                if Path::new(&o.path).starts_with(&self.origin_root) {
+                    seen.insert(o.path.clone());
+                }
+            }
+        }
+        seen.into_iter()
+            .map(|p| {
+                format!(
+                    "a test imported {p} from the original repository, not the sandbox (an \
+                     editable install?); the run may test the working tree instead of the snapshot"
+                )
+            })
+            .collect()
+    }
+}
+
+struct ProcessOutcome {
+    status: Option<i32>,
+    problems: Vec<String>,
+    log_tail: String,
+}
+
+/// A group changed by a test that does not hold its lease.
+pub fn lease_violations(changed: &[ChangedPath], writes: &[String], groups: &FixtureGroups) -> Vec<Violation> {
+    let mut out: Vec<Violation> = Vec::new();
+    for c in changed {
+        let Some(group) = groups.group_of(&RepoPath::parse_lossless(&c.path)) else {
+            continue;
+        };
+        if writes.iter().any(|w| w == group) {
+            continue;
+        }
+        match out.iter_mut().find(|v| v.group == group) {
+            Some(v) => v.files.push(c.clone()),
+            None => out.push(Violation {
+                group: group.to_owned(),
+                files: vec![c.clone()],
+            }),
+        }
+    }
+    out.sort_by(|a, b| a.group.cmp(&b.group));
+    out
+}
+
+fn to_result(t: TestEvent) -> TestResult {
+    TestResult {
+        outcome: Outcome::parse(&t.outcome),
+        nodeid: t.nodeid,
+        phases: t.phases,
+        message: t.message,
+        skip_reason: t.skip_reason,
+        reruns: t.reruns,
+        writes_marker: t.writes_marker,
+        start: t.start,
+        end: t.end,
+        trace: t.trace,
+        changed: t.changed,
+        violations: Vec::new(),
+    }
+}
+
+fn merge_trace(into: &mut Trace, from: Trace) {
+    into.read.extend(from.read);
+    into.write.extend(from.write);
+    into.list.extend(from.list);
+    into.import.extend(from.import);
+    into.sqlite.extend(from.sqlite);
+    into.outside.extend(from.outside);
+    into.unknown.extend(from.unknown);
+}
+
+fn describe_exit(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("the interpreter exited with status {c} during the test"),
+        (None, Some(s)) => format!("the interpreter died of signal {s} during the test"),
+        _ => "the interpreter died during the test".into(),
+    }
+}
+
+fn kill_group(child: &mut Child) {
+    let pgid = child.id() as i32;
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn wait_interruptibly(child: &mut Child, interrupted: &AtomicBool) -> Result<std::process::ExitStatus> {
+    loop {
+        if let Some(s) = child
+            .try_wait()
+            .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?
+        {
+            return Ok(s);
+        }
+        if interrupted.load(Ordering::SeqCst) {
+            kill_group(child);
+            return Err(Error::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    }
+}
+
+fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn is_src_layout(tree: &Path) -> bool {
+    let src = tree.join("src");
+    std::fs::read_dir(&src).is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            let p = e.path();
+            p.join("__init__.py").exists() || p.extension().is_some_and(|x| x == "py")
+        })
+    })
+}
+
+/// The last lines of pytest's own output, for error messages.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(25)..];
+    if tail.is_empty() {
+        return String::new();
+    }
+    format!("pytest said:\n{}", tail.join("\n"))
+}
+
+/// Reads every event of a finished stream.
+fn read_events(path: &Path) -> Result<Vec<Event>> {
+    let mut r = EventReader::open(path)?;
+    r.read_new()
+}
+
+/// Reads complete lines appended to the events file since the last call.
+struct EventReader {
+    file: BufReader<std::fs::File>,
+    partial: String,
+}
+
+impl EventReader {
+    fn open(path: &Path) -> Result<EventReader> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+        Ok(EventReader {
+            file: BufReader::new(file),
+            partial: String::new(),
+        })
+    }
+
+    fn read_new(&mut self) -> Result<Vec<Event>> {
+        let mut out = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = self
+                .file
+                .read_line(&mut line)
+                .map_err(|e| Error::Infra(format!("failed to read the plugin's events: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            if !line.ends_with('\n') {
+                // A line the plugin is still writing: keep it for the next call.
+                self.partial.push_str(&line);
+                break;
+            }
+            let full = std::mem::take(&mut self.partial) + &line;
+            if let Ok(ev) = serde_json::from_str::<Event>(full.trim_end()) {
+                out.push(ev);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,224 @@
+//! The plugin's event stream (JSON lines, see docs/plugin-protocol.md) and the typed results the
+//! driver builds from it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What one line of the stream says. Unknown events are ignored, so the plugin may grow.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Start {
+        #[serde(default)]
+        pytest: String,
+    },
+    Collected {
+        items: Vec<CollectedItem>,
+    },
+    CollectError {
+        #[serde(default)]
+        nodeid: String,
+        #[serde(default)]
+        message: String,
+    },
+    TestStart {
+        nodeid: String,
+    },
+    Test(Box<TestEvent>),
+    SessionTrace {
+        #[serde(default)]
+        trace: Trace,
+    },
+    Finish {
+        #[serde(default)]
+        exitstatus: i32,
+    },
+    Error {
+        #[serde(default)]
+        kind: String,
+        #[serde(default)]
+        message: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct CollectedItem {
+    pub nodeid: String,
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub line: Option<u64>,
+    #[serde(default)]
+    pub markers: Vec<Marker>,
+}
+
+impl CollectedItem {
+    pub fn has_marker(&self, name: &str) -> bool {
+        self.markers.iter().any(|m| m.name == name)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct Marker {
+    pub name: String,
+    #[serde(default)]
+    pub args: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub kwargs: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Trace {
+    pub read: Vec<String>,
+    pub write: Vec<String>,
+    pub list: Vec<String>,
+    pub remove: Vec<String>,
+    pub rename: Vec<(String, String)>,
+    pub mkdir: Vec<String>,
+    pub sqlite: Vec<String>,
+    pub import: Vec<String>,
+    pub outside: Vec<OutsideAccess>,
+    pub unknown: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OutsideAccess {
+    pub path: String,
+    pub op: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Phase {
+    pub outcome: String,
+    #[serde(default)]
+    pub duration: f64,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct ChangedPath {
+    pub path: String,
+    pub change: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TestEvent {
+    pub nodeid: String,
+    pub outcome: String,
+    #[serde(default)]
+    pub phases: BTreeMap<String, Phase>,
+    #[serde(default)]
+    pub skip_reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub reruns: u32,
+    #[serde(default)]
+    pub writes_marker: Vec<String>,
+    #[serde(default)]
+    pub start: f64,
+    #[serde(default)]
+    pub end: f64,
+    #[serde(default)]
+    pub trace: Trace,
+    #[serde(default)]
+    pub changed: Vec<ChangedPath>,
+}
+
+/// The outcome of one test in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Passed,
+    Failed,
+    /// Setup or teardown failed.
+    Error,
+    Skipped,
+    Xfailed,
+    Xpassed,
+    /// The test killed the interpreter.
+    Crashed,
+    /// The test ran past `--test-timeout` and was killed.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn parse(s: &str) -> Outcome {
+        match s {
+            "passed" => Outcome::Passed,
+            "failed" => Outcome::Failed,
+            "skipped" => Outcome::Skipped,
+            "xfailed" => Outcome::Xfailed,
+            "xpassed" => Outcome::Xpassed,
+            _ => Outcome::Error,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "failed",
+            Outcome::Error => "error",
+            Outcome::Skipped => "skipped",
+            Outcome::Xfailed => "xfailed",
+            Outcome::Xpassed => "xpassed",
+            Outcome::Crashed => "crashed",
+            Outcome::Timeout => "timeout",
+        }
+    }
+
+    /// Whether this outcome counts as green for order-dependence purposes.
+    pub fn is_ok(self) -> bool {
+        matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
+    }
+}
+
+/// A fixture group changed by a test that does not hold its lease.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Violation {
+    pub group: String,
+    pub files: Vec<ChangedPath>,
+}
+
+/// One test's result in one run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TestResult {
+    pub nodeid: String,
+    pub outcome: Outcome,
+    pub phases: BTreeMap<String, Phase>,
+    pub message: Option<String>,
+    pub skip_reason: Option<String>,
+    pub reruns: u32,
+    pub writes_marker: Vec<String>,
+    /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
+    pub start: f64,
+    pub end: f64,
+    pub trace: Trace,
+    pub changed: Vec<ChangedPath>,
+    pub violations: Vec<Violation>,
+}
+
+impl TestResult {
+    /// A result for a test whose process died or was killed before it reported.
+    pub fn missing(nodeid: &str, outcome: Outcome, message: String, start: f64, end: f64) -> TestResult {
+        TestResult {
+            nodeid: nodeid.to_owned(),
+            outcome,
+            phases: BTreeMap::new(),
+            message: Some(message),
+            skip_reason: None,
+            reruns: 0,
+            writes_marker: Vec::new(),
+            start,
+            end,
+            trace: Trace::default(),
+            changed: Vec::new(),
+            violations: Vec::new(),
+        }
+    }
+}

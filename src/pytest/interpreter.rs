@@ -1,0 +1,143 @@
+//! The Python interpreter runs happen in: which one, and its fingerprint (a key input of every
+//! run, since an installed package can change any outcome).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub executable: String,
+    pub version: String,
+    pub pytest: String,
+    /// Sorted `(name, version)` of every installed distribution.
+    pub distributions: Vec<(String, String)>,
+}
+
+impl Fingerprint {
+    /// One hash for keys: changes when any field changes.
+    pub fn digest(&self) -> String {
+        let mut h = blake3::Hasher::new_derive_key("fixgate interpreter v1");
+        for part in [&self.executable, &self.version, &self.pytest] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        for (n, v) in &self.distributions {
+            h.update(&(n.len() as u64).to_le_bytes());
+            h.update(n.as_bytes());
+            h.update(&(v.len() as u64).to_le_bytes());
+            h.update(v.as_bytes());
+        }
+        h.finalize().to_hex().to_string()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Interpreter {
+    /// What to execute: the path the user named or the one found.
+    pub path: PathBuf,
+    pub fingerprint: Fingerprint,
+    /// `site.getuserbase()` under the caller's HOME, kept for runs whose HOME moves.
+    pub user_base: Option<String>,
+}
+
+/// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
+/// `python3` on PATH.
+pub fn choose(flag: Option<&Path>, repo_root: &Path) -> PathBuf {
+    if let Some(p) = flag {
+        return p.to_path_buf();
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(venv).join("bin").join("python");
+        if p.exists() {
+            return p;
+        }
+    }
+    let local = repo_root.join(".venv").join("bin").join("python");
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from("python3")
+}
+
+const PROBE: &str = r#"
+import json, sys
+import site
+out = {"user_base": None, "executable": sys.executable, "version": sys.version, "pytest": None, "error": None, "distributions": []}
+try:
+    import pytest
+    out["pytest"] = pytest.__version__
+except Exception as e:
+    out["error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    from importlib import metadata
+    seen = set()
+    for d in metadata.distributions():
+        name = d.metadata["Name"] or ""
+        key = (name.lower().replace("_", "-"), d.version or "")
+        if name and key not in seen:
+            seen.add(key)
+    out["distributions"] = sorted(seen)
+except Exception:
+    pass
+try:
+    out["user_base"] = site.getuserbase()
+except Exception:
+    pass
+print(json.dumps(out))
+"#;
+
+#[derive(Deserialize)]
+struct Probe {
+    executable: String,
+    version: String,
+    pytest: Option<String>,
+    error: Option<String>,
+    distributions: Vec<(String, String)>,
+    user_base: Option<String>,
+}
+
+/// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
+pub fn probe(path: &Path) -> Result<Interpreter> {
+    let out = Command::new(path)
+        .args(["-c", PROBE])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .map_err(|e| {
+            Error::Usage(format!(
+                "failed to start the Python interpreter {}: {e}; pass --python PATH, activate \
+                 a virtualenv, or create .venv in the repository",
+                path.display()
+            ))
+        })?;
+    let probe: Probe = serde_json::from_slice(&out.stdout).map_err(|_| {
+        Error::Usage(format!(
+            "{} did not answer like a Python 3 interpreter (exit {:?}): {}",
+            path.display(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })?;
+    let Some(pytest) = probe.pytest else {
+        return Err(Error::Usage(format!(
+            "pytest cannot be imported by {} ({}); install it with `{} -m pip install pytest`, \
+             or pass --python with an interpreter that has it",
+            path.display(),
+            probe.error.unwrap_or_default(),
+            path.display()
+        )));
+    };
+    Ok(Interpreter {
+        path: path.to_path_buf(),
+        fingerprint: Fingerprint {
+            executable: probe.executable,
+            version: probe.version,
+            pytest,
+            distributions: probe.distributions,
+        },
+        user_base: probe.user_base,
+    })
+}
