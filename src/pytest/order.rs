@@ -108,8 +108,8 @@ mod tests {
         assert_eq!(v, GOLDEN_SEED_42);
     }
 
-    const GOLDEN_SEED_1: [u32; 10] = [0; 10];
-    const GOLDEN_SEED_42: [u32; 10] = [0; 10];
+    const GOLDEN_SEED_1: [u32; 10] = [6, 9, 5, 1, 3, 7, 2, 0, 4, 8];
+    const GOLDEN_SEED_42: [u32; 10] = [4, 8, 5, 1, 7, 2, 6, 3, 9, 0];
 
     #[test]
     fn seed_zero_is_collection_order_and_serial_tests_stay_in_place() {

@@ -147,3 +147,73 @@ pub fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A Python interpreter that can import pytest: `$FIXGATE_TEST_PYTHON`, else `python3` when it
+/// has pytest, else a virtualenv under `target/` made once (under a file lock, since test
+/// binaries may run at once) with `pip install pytest`.
+pub fn python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(find_or_make_python).clone()
+}
+
+fn has_pytest(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import pytest"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn find_or_make_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("FIXGATE_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("test-venv");
+    let venv_python = venv.join("bin").join("python");
+    if has_pytest(&venv_python) {
+        return venv_python;
+    }
+    if has_pytest(Path::new("python3")) {
+        return PathBuf::from("python3");
+    }
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-venv.lock");
+    let lock = std::fs::File::create(&lock_path).unwrap();
+    use std::os::unix::io::AsRawFd;
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    if !has_pytest(&venv_python) {
+        let ok = Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 -m venv failed: the tests need Python 3 with the venv module");
+        let ok = Command::new(&venv_python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pytest>=7.4"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install pytest into {} failed", venv.display());
+    }
+    drop(lock);
+    venv_python
+}
+
+impl TestRepo {
+    /// Runs the binary with the test interpreter (`--python`).
+    pub fn fixgate_py(&self, args: &[&str]) -> Run {
+        let py = python();
+        let mut all: Vec<&str> = args.to_vec();
+        all.push("--python");
+        all.push(py.to_str().unwrap());
+        self.fixgate(&all)
+    }
+}
+
+/// The JSON of `fixgate run`: outcome per node id.
+pub fn outcomes(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["result"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["nodeid"].as_str().unwrap().to_string(), t["outcome"].as_str().unwrap().to_string()))
+        .collect()
+}
