@@ -13,11 +13,11 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{Format, GlobalArgs, SandboxArgs};
-use crate::pytest::driver::Runner;
-use crate::pytest::{interpreter, plugin};
 use crate::config::{self, Config};
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
+use crate::pytest::driver::Runner;
+use crate::pytest::{interpreter, plugin};
 use crate::snapshot::{Repo, Snapshot};
 use crate::statcache::StatCache;
 
@@ -56,7 +56,9 @@ impl Ctx {
     pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
         let removed = crate::sandbox::remove_stale();
         if removed > 0 {
-            self.warn(&format!("removed {removed} sandbox(es) left by a fixgate that was killed"));
+            self.warn(&format!(
+                "removed {removed} sandbox(es) left by a fixgate that was killed"
+            ));
         }
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
         let interpreter = interpreter::probe(&path)?;
@@ -78,9 +80,11 @@ impl Ctx {
         }
         let pb = ProgressBar::new(len);
         pb.set_style(
-            ProgressStyle::with_template("{prefix:>10} [{bar:25}] {pos}/{len} {elapsed} {wide_msg}")
-                .expect("a valid template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:25}] {pos}/{len} {elapsed} {wide_msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
         );
         pb.set_prefix(prefix.to_owned());
         Some(pb)

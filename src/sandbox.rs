@@ -41,8 +41,9 @@ impl Sandbox {
         let sandbox = Sandbox { dir, keep: false };
         for sub in ["tree", "home", "tmp"] {
             let p = sandbox.dir.join(sub);
-            std::fs::create_dir_all(&p)
-                .map_err(|e| Error::Infra(format!("failed to create sandbox {}: {e}", p.display())))?;
+            std::fs::create_dir_all(&p).map_err(|e| {
+                Error::Infra(format!("failed to create sandbox {}: {e}", p.display()))
+            })?;
         }
         sandbox.materialize(snapshot)?;
         for (path, bytes) in overlay {
@@ -65,7 +66,11 @@ impl Sandbox {
         let mut dirs: Vec<PathBuf> = snapshot
             .entries
             .iter()
-            .filter_map(|e| tree.join(e.path.to_os_path()).parent().map(Path::to_path_buf))
+            .filter_map(|e| {
+                tree.join(e.path.to_os_path())
+                    .parent()
+                    .map(Path::to_path_buf)
+            })
             .collect();
         dirs.sort();
         dirs.dedup();
@@ -96,11 +101,15 @@ impl Sandbox {
                                 .map_err(|e| Error::io("create link", &dest, e))
                         }
                         EntryKind::File | EntryKind::Executable => {
-                            std::fs::write(&dest, &bytes).map_err(|e| Error::io("write", &dest, e))?;
+                            std::fs::write(&dest, &bytes)
+                                .map_err(|e| Error::io("write", &dest, e))?;
                             if entry.kind == EntryKind::Executable {
                                 use std::os::unix::fs::PermissionsExt;
-                                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
-                                    .map_err(|e| Error::io("chmod", &dest, e))?;
+                                std::fs::set_permissions(
+                                    &dest,
+                                    std::fs::Permissions::from_mode(0o755),
+                                )
+                                .map_err(|e| Error::io("chmod", &dest, e))?;
                             }
                             Ok(())
                         }

@@ -15,7 +15,10 @@ fn cart_repo() -> TestRepo {
              def test_add_item():\n    add('apple', 3)\n    assert CART['apple'] == 3\n",
         );
     for i in 0..6 {
-        repo.write(&format!("tests/test_other_{i}.py"), format!("def test_other_{i}():\n    assert {i} == {i}\n"));
+        repo.write(
+            &format!("tests/test_other_{i}.py"),
+            format!("def test_other_{i}():\n    assert {i} == {i}\n"),
+        );
     }
     repo.commit("base");
     repo
@@ -34,9 +37,16 @@ fn a_seed_means_one_order_and_a_mutated_module_dict_fails_the_victim_in_some_ord
     let mut failing_seed = None;
     for seed in 1..=12u64 {
         let s = seed.to_string();
-        let a = repo.fixgate_py(&["run", "--seed", &s, "--format", "json"]).json();
-        let b = repo.fixgate_py(&["run", "--seed", &s, "--format", "json"]).json();
-        assert_eq!(a["result"]["order"], b["result"]["order"], "seed {seed} gave two orders");
+        let a = repo
+            .fixgate_py(&["run", "--seed", &s, "--format", "json"])
+            .json();
+        let b = repo
+            .fixgate_py(&["run", "--seed", &s, "--format", "json"])
+            .json();
+        assert_eq!(
+            a["result"]["order"], b["result"]["order"],
+            "seed {seed} gave two orders"
+        );
         assert_eq!(outcomes(&a), outcomes(&b), "seed {seed} gave two outcomes");
         assert_eq!(a["result"]["order"], a["result"]["executed"]);
         let victim = outcomes(&a)
@@ -48,7 +58,10 @@ fn a_seed_means_one_order_and_a_mutated_module_dict_fails_the_victim_in_some_ord
             break;
         }
     }
-    assert!(failing_seed.is_some(), "no seed in 1..=12 put the polluter first");
+    assert!(
+        failing_seed.is_some(),
+        "no seed in 1..=12 put the polluter first"
+    );
     assert_eq!(before, tree_bytes(repo.path()), "the working tree changed");
 }
 
@@ -79,15 +92,38 @@ fn a_sqlite_fixture_written_without_a_lease_is_a_violation_and_with_one_is_not()
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
     let tests = v["result"]["tests"].as_array().unwrap();
-    let by_name = |n: &str| tests.iter().find(|t| t["nodeid"].as_str().unwrap().ends_with(n)).unwrap();
+    let by_name = |n: &str| {
+        tests
+            .iter()
+            .find(|t| t["nodeid"].as_str().unwrap().ends_with(n))
+            .unwrap()
+    };
     let bad = by_name("test_writes_without_lease");
     assert_eq!(bad["violations"][0]["group"], "db", "{bad}");
-    assert_eq!(bad["violations"][0]["files"][0]["path"], "tests/fixtures/db/app.sqlite");
-    assert_eq!(by_name("test_writes_with_lease")["violations"].as_array().unwrap().len(), 0);
-    assert_eq!(by_name("test_reads_only")["violations"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        bad["violations"][0]["files"][0]["path"],
+        "tests/fixtures/db/app.sqlite"
+    );
+    assert_eq!(
+        by_name("test_writes_with_lease")["violations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        by_name("test_reads_only")["violations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
 
     let trace = repo.fixgate_py(&["trace"]);
-    assert!(trace.stdout.contains("LEASE VIOLATION") && trace.stdout.contains("\"db\""), "{trace:?}");
+    assert!(
+        trace.stdout.contains("LEASE VIOLATION") && trace.stdout.contains("\"db\""),
+        "{trace:?}"
+    );
     assert_eq!(before, tree_bytes(repo.path()), "the working tree changed");
 }
 
@@ -110,17 +146,35 @@ fn reads_through_open_pathlib_and_sqlite_are_traced_with_repo_relative_paths() {
     assert_eq!(v.code, 0, "{v:?}");
     let v = v.json();
     let tests = v["tests"].as_array().unwrap();
-    let by_name = |n: &str| tests.iter().find(|t| t["nodeid"].as_str().unwrap().ends_with(n)).unwrap();
+    let by_name = |n: &str| {
+        tests
+            .iter()
+            .find(|t| t["nodeid"].as_str().unwrap().ends_with(n))
+            .unwrap()
+    };
     let paths = |t: &serde_json::Value, k: &str| -> Vec<String> {
-        t[k].as_array().unwrap().iter().map(|a| a["path"].as_str().unwrap().to_string()).collect()
+        t[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["path"].as_str().unwrap().to_string())
+            .collect()
     };
     assert!(paths(by_name("test_open"), "reads").contains(&"tests/fixtures/cfg/a.json".to_string()));
-    assert!(paths(by_name("test_pathlib"), "reads").contains(&"tests/fixtures/cfg/b.json".to_string()));
-    assert_eq!(paths(by_name("test_sqlite"), "sqlite"), ["tests/fixtures/db/app.sqlite"]);
+    assert!(
+        paths(by_name("test_pathlib"), "reads").contains(&"tests/fixtures/cfg/b.json".to_string())
+    );
+    assert_eq!(
+        paths(by_name("test_sqlite"), "sqlite"),
+        ["tests/fixtures/db/app.sqlite"]
+    );
     assert_eq!(by_name("test_open")["reads"][0]["group"], "cfg");
     let outside = by_name("test_outside")["outside"].as_array().unwrap();
     assert!(
-        outside.iter().any(|o| o["path"].as_str().unwrap().starts_with("/tmp/fixgate-outside-") && o["op"] == "write"),
+        outside.iter().any(|o| o["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/tmp/fixgate-outside-")
+            && o["op"] == "write"),
         "{outside:?}"
     );
 }
@@ -139,7 +193,10 @@ fn a_test_that_exits_the_interpreter_is_crashed_and_the_rest_still_runs() {
     assert_eq!(
         outcomes(&v),
         [
-            ("tests/test_crash.py::test_1".to_string(), "passed".to_string()),
+            (
+                "tests/test_crash.py::test_1".to_string(),
+                "passed".to_string()
+            ),
             ("tests/test_crash.py::test_2_exits".into(), "crashed".into()),
             ("tests/test_crash.py::test_3".into(), "passed".into()),
             ("tests/test_crash.py::test_4".into(), "failed".into()),
@@ -163,7 +220,10 @@ fn a_test_that_hangs_past_the_timeout_is_killed_and_the_run_finishes() {
     assert_eq!(
         outcomes(&run.json()),
         [
-            ("tests/test_hang.py::test_before".to_string(), "passed".to_string()),
+            (
+                "tests/test_hang.py::test_before".to_string(),
+                "passed".to_string()
+            ),
             ("tests/test_hang.py::test_hangs".into(), "timeout".into()),
             ("tests/test_hang.py::test_after".into(), "passed".into()),
         ]
@@ -196,37 +256,69 @@ fn a_syntax_error_in_a_test_file_is_a_clear_error_with_pytests_message() {
     let run = repo.fixgate_py(&["run"]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("tests/test_broken.py"), "{run:?}");
-    assert!(run.stderr.contains("SyntaxError") || run.stderr.contains("invalid syntax"), "{run:?}");
+    assert!(
+        run.stderr.contains("SyntaxError") || run.stderr.contains("invalid syntax"),
+        "{run:?}"
+    );
 }
 
 #[test]
 fn an_order_file_runs_exactly_that_order_and_rejects_unknown_ids() {
     let repo = cart_repo();
-    let order = repo.path().join("..").join(format!("order-{}.txt", std::process::id()));
-    std::fs::write(&order, "tests/test_cart.py::test_add_item\ntests/test_cart.py::test_empty_cart_totals_zero\n").unwrap();
-    let run = repo.fixgate_py(&["run", "--order", order.to_str().unwrap(), "--format", "json"]);
+    let order = repo
+        .path()
+        .join("..")
+        .join(format!("order-{}.txt", std::process::id()));
+    std::fs::write(
+        &order,
+        "tests/test_cart.py::test_add_item\ntests/test_cart.py::test_empty_cart_totals_zero\n",
+    )
+    .unwrap();
+    let run = repo.fixgate_py(&[
+        "run",
+        "--order",
+        order.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
     assert_eq!(
         outcomes(&run.json()),
         [
-            ("tests/test_cart.py::test_add_item".to_string(), "passed".to_string()),
-            ("tests/test_cart.py::test_empty_cart_totals_zero".into(), "failed".into()),
+            (
+                "tests/test_cart.py::test_add_item".to_string(),
+                "passed".to_string()
+            ),
+            (
+                "tests/test_cart.py::test_empty_cart_totals_zero".into(),
+                "failed".into()
+            ),
         ]
     );
     std::fs::write(&order, "tests/test_cart.py::test_nope\n").unwrap();
     let bad = repo.fixgate_py(&["run", "--order", order.to_str().unwrap()]);
     std::fs::remove_file(&order).unwrap();
     assert_eq!(bad.code, 2);
-    assert!(bad.stderr.contains("line 1") && bad.stderr.contains("test_nope"), "{bad:?}");
+    assert!(
+        bad.stderr.contains("line 1") && bad.stderr.contains("test_nope"),
+        "{bad:?}"
+    );
 }
 
 #[test]
 fn runs_of_a_revision_use_its_code_not_the_working_tree() {
     let repo = cart_repo();
-    repo.write("tests/test_cart.py", "def test_only_in_worktree():\n    assert False\n");
-    let head = repo.fixgate_py(&["run", "--rev", "HEAD", "--format", "json"]).json();
+    repo.write(
+        "tests/test_cart.py",
+        "def test_only_in_worktree():\n    assert False\n",
+    );
+    let head = repo
+        .fixgate_py(&["run", "--rev", "HEAD", "--format", "json"])
+        .json();
     assert_eq!(outcomes(&head).len(), 8);
     let wt = repo.fixgate_py(&["run", "--format", "json"]).json();
-    assert!(outcomes(&wt).iter().any(|(id, o)| id.ends_with("test_only_in_worktree") && o == "failed"));
+    assert!(outcomes(&wt)
+        .iter()
+        .any(|(id, o)| id.ends_with("test_only_in_worktree") && o == "failed"));
 }
 
 #[test]
@@ -241,7 +333,14 @@ fn the_environment_is_scrubbed_and_home_is_inside_the_sandbox() {
     repo.commit("base");
     let py = common::python();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
-        .args(["run", "--format", "json", "--pass-env", "FIXGATE_PASSED", "--python"])
+        .args([
+            "run",
+            "--format",
+            "json",
+            "--pass-env",
+            "FIXGATE_PASSED",
+            "--python",
+        ])
         .arg(&py)
         .arg("--cache-dir")
         .arg(repo.cache.path())

@@ -40,7 +40,13 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
         None => (order::seeded(&items, args.seed), Some(args.seed)),
     };
     let pb = ctx.progress(order.len() as u64, "run");
-    let result = runner.run(&snapshot, &Default::default(), &order, &config.groups, pb.as_ref());
+    let result = runner.run(
+        &snapshot,
+        &Default::default(),
+        &order,
+        &config.groups,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

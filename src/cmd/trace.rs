@@ -49,7 +49,13 @@ pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let items = runner.collect(&snapshot)?;
     let order = order::seeded(&items, args.seed);
     let pb = ctx.progress(order.len() as u64, "trace");
-    let result = runner.run(&snapshot, &Default::default(), &order, &config.groups, pb.as_ref());
+    let result = runner.run(
+        &snapshot,
+        &Default::default(),
+        &order,
+        &config.groups,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -57,7 +63,11 @@ pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     for w in &result.warnings {
         ctx.warn(w);
     }
-    let tests: Vec<TestTrace> = result.tests.iter().map(|t| trace_of(t, &config.groups)).collect();
+    let tests: Vec<TestTrace> = result
+        .tests
+        .iter()
+        .map(|t| trace_of(t, &config.groups))
+        .collect();
     let report = Report {
         schema: 1,
         rev: snapshot.rev_label(),
@@ -74,7 +84,9 @@ fn accesses(paths: &[String], groups: &FixtureGroups) -> Vec<Access> {
         .iter()
         .map(|p| Access {
             path: p.clone(),
-            group: groups.group_of(&RepoPath::parse_lossless(p)).map(str::to_owned),
+            group: groups
+                .group_of(&RepoPath::parse_lossless(p))
+                .map(str::to_owned),
         })
         .collect()
 }
@@ -98,23 +110,40 @@ fn render(r: &Report) -> String {
     let mut out = String::new();
     for t in &r.tests {
         let fixture = |a: &&Access| a.group.is_some();
-        let lines: Vec<String> = [("reads", &t.reads), ("writes", &t.writes), ("lists", &t.lists), ("sqlite", &t.sqlite)]
-            .iter()
-            .flat_map(|(verb, list)| {
-                list.iter()
-                    .filter(fixture)
-                    .map(move |a| format!("  {verb:<7} {} [{}]", a.path, a.group.as_deref().unwrap_or("")))
-            })
-            .chain(t.outside.iter().map(|o| format!("  outside {} {}", o.op, o.path)))
-            .chain(t.violations.iter().map(|v| {
+        let lines: Vec<String> = [
+            ("reads", &t.reads),
+            ("writes", &t.writes),
+            ("lists", &t.lists),
+            ("sqlite", &t.sqlite),
+        ]
+        .iter()
+        .flat_map(|(verb, list)| {
+            list.iter().filter(fixture).map(move |a| {
                 format!(
-                    "  LEASE VIOLATION: changed group {:?} without @pytest.mark.writes({:?}): {}",
-                    v.group,
-                    v.group,
-                    v.files.iter().map(|f| format!("{} ({})", f.path, f.change)).collect::<Vec<_>>().join(", ")
+                    "  {verb:<7} {} [{}]",
+                    a.path,
+                    a.group.as_deref().unwrap_or("")
                 )
-            }))
-            .collect();
+            })
+        })
+        .chain(
+            t.outside
+                .iter()
+                .map(|o| format!("  outside {} {}", o.op, o.path)),
+        )
+        .chain(t.violations.iter().map(|v| {
+            format!(
+                "  LEASE VIOLATION: changed group {:?} without @pytest.mark.writes({:?}): {}",
+                v.group,
+                v.group,
+                v.files
+                    .iter()
+                    .map(|f| format!("{} ({})", f.path, f.change))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }))
+        .collect();
         if lines.is_empty() {
             continue;
         }
@@ -126,6 +155,11 @@ fn render(r: &Report) -> String {
     if out.is_empty() {
         out.push_str("no test touched a fixture file\n");
     }
-    let _ = writeln!(out, "{} lease violation{}", r.violations, if r.violations == 1 { "" } else { "s" });
+    let _ = writeln!(
+        out,
+        "{} lease violation{}",
+        r.violations,
+        if r.violations == 1 { "" } else { "s" }
+    );
     out
 }

@@ -28,7 +28,17 @@ pub const HASH_SEED: &str = "0";
 
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.
-pub const ENV_ALLOWLIST: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME", "LC_COLLATE"];
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_COLLATE",
+];
 
 /// How runs are made: shared by every run of one fixgate invocation.
 #[derive(Clone)]
@@ -61,7 +71,10 @@ pub struct RunResult {
 
 impl RunResult {
     pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
-        self.tests.iter().find(|t| t.nodeid == nodeid).map(|t| t.outcome)
+        self.tests
+            .iter()
+            .find(|t| t.nodeid == nodeid)
+            .map(|t| t.outcome)
     }
 }
 
@@ -78,7 +91,11 @@ impl Runner {
         let mut cmd = Command::new(&self.interpreter.path);
         cmd.arg("-m").arg("pytest").args(args);
         cmd.current_dir(&tree).env_clear();
-        for name in ENV_ALLOWLIST.iter().copied().chain(self.pass_env.iter().map(String::as_str)) {
+        for name in ENV_ALLOWLIST
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+        {
             if let Some(v) = std::env::var_os(name) {
                 cmd.env(name, v);
             }
@@ -88,16 +105,19 @@ impl Runner {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin_dir.clone());
-        cmd.env("PYTHONPATH", std::env::join_paths(pythonpath).unwrap_or_default())
-            .env("HOME", sandbox.home())
-            .env("TMPDIR", sandbox.tmp())
-            .env("TEMP", sandbox.tmp())
-            .env("TMP", sandbox.tmp())
-            .env("PYTHONHASHSEED", HASH_SEED)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONUNBUFFERED", "1")
-            .env("TZ", "UTC")
-            .env("NO_COLOR", "1");
+        cmd.env(
+            "PYTHONPATH",
+            std::env::join_paths(pythonpath).unwrap_or_default(),
+        )
+        .env("HOME", sandbox.home())
+        .env("TMPDIR", sandbox.tmp())
+        .env("TEMP", sandbox.tmp())
+        .env("TMP", sandbox.tmp())
+        .env("PYTHONHASHSEED", HASH_SEED)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .env("TZ", "UTC")
+        .env("NO_COLOR", "1");
         if let Some(base) = &self.interpreter.user_base {
             // HOME moved into the sandbox; keep packages installed with `pip install --user`.
             cmd.env("PYTHONUSERBASE", base);
@@ -111,10 +131,14 @@ impl Runner {
 
     fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
-            "-p", crate::pytest::plugin::MODULE,
-            "-p", "no:randomly",
-            "-p", "no:random_order",
-            "-p", "no:cacheprovider",
+            "-p",
+            crate::pytest::plugin::MODULE,
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:random_order",
+            "-p",
+            "no:cacheprovider",
             "--maxfail=2147483647",
             "-q",
             "-rN",
@@ -134,7 +158,9 @@ impl Runner {
         let mut args = self.base_args(sandbox, &events);
         args.extend_from_slice(extra);
         let log_file = std::fs::File::create(&log).map_err(|e| Error::io("create", &log, e))?;
-        let log_err = log_file.try_clone().map_err(|e| Error::io("open", &log, e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| Error::io("open", &log, e))?;
         let child = self
             .command(sandbox, &args)
             .stdout(log_file)
@@ -152,7 +178,11 @@ impl Runner {
     /// Collects the snapshot's tests: node ids, files, lines and markers.
     pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
         let sandbox = Sandbox::create(snapshot, &Overlay::new())?;
-        let mut p = self.spawn(&sandbox, 0, &["--collect-only".into(), "--fixgate-collect".into()])?;
+        let mut p = self.spawn(
+            &sandbox,
+            0,
+            &["--collect-only".into(), "--fixgate-collect".into()],
+        )?;
         let status = wait_interruptibly(&mut p.child, &self.interrupted)?;
         let mut items = None;
         let mut errors = Vec::new();
@@ -184,7 +214,11 @@ impl Runner {
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),
                 status.code(),
-                if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) },
+                if problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", problems.join("; "))
+                },
                 log_tail(&p.log)
             ))),
         }
@@ -246,15 +280,23 @@ impl Runner {
             remaining.retain(|id| !done.contains(id.as_str()));
         }
         // Results in the requested order, whatever order the processes reported them in.
-        let position: std::collections::HashMap<&str, usize> =
-            order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
-        result
-            .tests
-            .sort_by_key(|t| position.get(t.nodeid.as_str()).copied().unwrap_or(usize::MAX));
+        let position: std::collections::HashMap<&str, usize> = order
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        result.tests.sort_by_key(|t| {
+            position
+                .get(t.nodeid.as_str())
+                .copied()
+                .unwrap_or(usize::MAX)
+        });
         for t in &mut result.tests {
             t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
         }
-        result.warnings.extend(self.editable_install_warnings(&result));
+        result
+            .warnings
+            .extend(self.editable_install_warnings(&result));
         Ok(result)
     }
 
@@ -270,7 +312,10 @@ impl Runner {
         let mut problems = Vec::new();
         let mut timed_out = false;
         let status = loop {
-            let exited = p.child.try_wait().map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?;
+            let exited = p
+                .child
+                .try_wait()
+                .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?;
             for ev in reader.read_new()? {
                 match ev {
                     Event::TestStart { nodeid } => {
@@ -312,13 +357,22 @@ impl Runner {
             let (outcome, message) = if timed_out {
                 (
                     Outcome::Timeout,
-                    format!("killed after --test-timeout {}s", self.test_timeout.as_secs()),
+                    format!(
+                        "killed after --test-timeout {}s",
+                        self.test_timeout.as_secs()
+                    ),
                 )
             } else {
                 (Outcome::Crashed, describe_exit(&status))
             };
             result.executed.push(nodeid.clone());
-            result.tests.push(TestResult::missing(&nodeid, outcome, message, start, now_secs()));
+            result.tests.push(TestResult::missing(
+                &nodeid,
+                outcome,
+                message,
+                start,
+                now_secs(),
+            ));
             if let Some(pb) = progress {
                 pb.inc(1);
             }
@@ -359,7 +413,11 @@ struct ProcessOutcome {
 }
 
 /// A group changed by a test that does not hold its lease.
-pub fn lease_violations(changed: &[ChangedPath], writes: &[String], groups: &FixtureGroups) -> Vec<Violation> {
+pub fn lease_violations(
+    changed: &[ChangedPath],
+    writes: &[String],
+    groups: &FixtureGroups,
+) -> Vec<Violation> {
     let mut out: Vec<Violation> = Vec::new();
     for c in changed {
         let Some(group) = groups.group_of(&RepoPath::parse_lossless(&c.path)) else {
@@ -425,7 +483,10 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn wait_interruptibly(child: &mut Child, interrupted: &AtomicBool) -> Result<std::process::ExitStatus> {
+fn wait_interruptibly(
+    child: &mut Child,
+    interrupted: &AtomicBool,
+) -> Result<std::process::ExitStatus> {
     loop {
         if let Some(s) = child
             .try_wait()

@@ -205,7 +205,13 @@ pub struct TestResult {
 
 impl TestResult {
     /// A result for a test whose process died or was killed before it reported.
-    pub fn missing(nodeid: &str, outcome: Outcome, message: String, start: f64, end: f64) -> TestResult {
+    pub fn missing(
+        nodeid: &str,
+        outcome: Outcome,
+        message: String,
+        start: f64,
+        end: f64,
+    ) -> TestResult {
         TestResult {
             nodeid: nodeid.to_owned(),
             outcome,

@@ -41,7 +41,9 @@ fn fill(items: &[CollectedItem], movable: Vec<&str>) -> Vec<String> {
             if i.has_marker("serial") {
                 i.nodeid.clone()
             } else {
-                next.next().expect("one movable id per non-serial slot").to_owned()
+                next.next()
+                    .expect("one movable id per non-serial slot")
+                    .to_owned()
             }
         })
         .collect()

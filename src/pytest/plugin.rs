@@ -17,7 +17,10 @@ pub fn digest() -> String {
 pub fn install(cache_dir: &Path) -> Result<PathBuf> {
     let hash = &digest()[..16];
     let mut last_err = None;
-    for base in [cache_dir.join("plugin"), std::env::temp_dir().join("fixgate-plugin")] {
+    for base in [
+        cache_dir.join("plugin"),
+        std::env::temp_dir().join("fixgate-plugin"),
+    ] {
         let dir = base.join(hash);
         let file = dir.join(format!("{MODULE}.py"));
         if std::fs::read(&file).is_ok_and(|b| b == SOURCE.as_bytes()) {

@@ -167,7 +167,9 @@ fn find_or_make_python() -> PathBuf {
     if let Some(p) = std::env::var_os("FIXGATE_TEST_PYTHON") {
         return PathBuf::from(p);
     }
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("test-venv");
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("..")
+        .join("test-venv");
     let venv_python = venv.join("bin").join("python");
     if has_pytest(&venv_python) {
         return venv_python;
@@ -186,9 +188,19 @@ fn find_or_make_python() -> PathBuf {
             .arg(&venv)
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "python3 -m venv failed: the tests need Python 3 with the venv module");
+        assert!(
+            ok,
+            "python3 -m venv failed: the tests need Python 3 with the venv module"
+        );
         let ok = Command::new(&venv_python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pytest>=7.4"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "pytest>=7.4",
+            ])
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "pip install pytest into {} failed", venv.display());
@@ -214,6 +226,11 @@ pub fn outcomes(v: &serde_json::Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["nodeid"].as_str().unwrap().to_string(), t["outcome"].as_str().unwrap().to_string()))
+        .map(|t| {
+            (
+                t["nodeid"].as_str().unwrap().to_string(),
+                t["outcome"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
