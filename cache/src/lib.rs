@@ -1,0 +1,32 @@
+//! fixgate's cache: digests, canonical keys, the action cache and content store, verifying traces.
+//!
+//! - [`Digest`] and [`KeyWriter`]: what keys are and how they are computed.
+//! - [`Store`]: the contract the graph caches through, with three implementations:
+//!   [`DiskStore`] (a cache directory shared by processes), [`MemStore`] (tests) and
+//!   [`NoStore`] (caching off, or the directory was unusable).
+//! - Verifying traces ([`Store::lookup_trace`], [`Store::record_trace`]): a node whose
+//!   dependencies are discovered while it runs is found again by checking its recorded
+//!   dependency sets against the files as they are now.
+//!
+//! Nothing here prints, exits or reads the environment; problems the cache recovers from are
+//! returned as [`Warning`]s.
+
+mod digest;
+mod disk;
+mod envelope;
+mod index;
+mod key;
+mod maintenance;
+mod mem;
+mod store;
+
+pub use digest::{Digest, ParseDigestError};
+pub use disk::{DiskStore, MaintenanceError, OpenError, DEFAULT_INDEX_WAIT};
+pub use key::{KeyWriter, KEY_ENCODING};
+pub use maintenance::{AreaStats, GcReport, Stats, VerifyReport};
+pub use mem::MemStore;
+pub use store::{ActionRecord, Dep, NoStore, Store, TraceEntry, Warning, MAX_TRACE_CANDIDATES};
+
+/// Schema version of a cache directory and of every record in it. Bump it when a stored format
+/// changes; directories of an older schema are cleared on open.
+pub const SCHEMA: u32 = 1;
