@@ -53,6 +53,12 @@ pub struct GlobalArgs {
 pub enum Format {
     Human,
     Json,
+    /// A pull-request comment (audit only)
+    Markdown,
+    /// JUnit XML (audit only)
+    Junit,
+    /// GitHub workflow annotations (audit only)
+    Github,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,10 +74,115 @@ pub enum Command {
     /// Run the suite once and show which tests read and wrote which fixture files, and every
     /// lease violation
     Trace(TraceArgs),
+    /// Audit a patch: is the head's green real? Exit 0 pass, 1 reject, 3 drift, 4 unverified,
+    /// 5 expired freeze entry, 2 error
+    Audit(AuditArgs),
+    /// Print the build graph of the last audit of this repository, with each node's status
+    Graph(GraphArgs),
+    /// Print why each executed node of the last audit ran
+    Explain,
+    /// Inspect and maintain the cache
+    Cache(CacheArgs),
+    /// Audit a built-in example: an agent's patch that "fixes" a test by matching polluted state
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The base revision the patch applies to (anything git accepts)
+    #[arg(long, value_name = "REV")]
+    pub base: String,
+    /// The head revision [default: the working tree]
+    #[arg(long, value_name = "REV")]
+    pub head: Option<String>,
+    /// How many shuffled orders to run after file order and reversed order (seeds 1..N)
+    #[arg(long, value_name = "N", default_value_t = 8, conflicts_with = "seed_list")]
+    pub seeds: u64,
+    /// Exactly these seeds for the shuffled orders, e.g. 3,5,8
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub seed_list: Option<Vec<u64>>,
+    /// Reject pre-existing findings too (findings the base already has)
+    #[arg(long)]
+    pub strict: bool,
+    /// Ignore the cache: run every step
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Re-execute cached seed runs and list every test whose outcome differs (nondeterminism)
+    #[arg(long)]
+    pub check: bool,
+    /// How run dependencies are tracked: traced (what the audit hooks saw) or conservative
+    /// (every fixture file is a dependency of every run) [default: from pyproject.toml]
+    #[arg(long, value_name = "MODE")]
+    pub deps: Option<DepsArg>,
+    /// Budget: the most wall seconds the audit may take
+    #[arg(long, value_name = "N")]
+    pub max_seconds: Option<u64>,
+    /// Budget: the most tests the head may have
+    #[arg(long, value_name = "N")]
+    pub max_tests: Option<u64>,
+    /// Budget: the most frozen tests
+    #[arg(long, value_name = "N")]
+    pub max_frozen: Option<u64>,
+    /// Budget: the most new skip/skipif/xfail markers [default: 0]
+    #[arg(long, value_name = "N")]
+    pub max_new_skips: Option<u64>,
+    /// Budget: the most reruns (pytest-rerunfailures and the like)
+    #[arg(long, value_name = "N")]
+    pub max_reruns: Option<u64>,
+    /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
+    #[arg(long, value_name = "DATE", hide = true)]
+    pub today: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DepsArg {
+    Traced,
+    Conservative,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// Graphviz DOT instead of a table
+    #[arg(long)]
+    pub dot: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub action: CacheAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheAction {
+    /// Entries and bytes per area
+    Stats,
+    /// Check every entry; remove the bad ones
+    Verify,
+    /// Remove least recently used entries beyond a size or an age
+    Gc {
+        /// Keep at most this much, e.g. 500M, 2G
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
+        /// Remove entries unused for this many days
+        #[arg(long, value_name = "DAYS")]
+        max_age: Option<u64>,
+    },
+    /// Remove everything
+    Clear,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep the example repository here instead of a temporary directory
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
 }
 
 /// How a pytest process is set up.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct SandboxArgs {
     /// Pass this environment variable into the runs (repeatable); everything outside a small
     /// allowlist (PATH, LANG, LC_*) is scrubbed

@@ -1,6 +1,10 @@
 //! The commands: each resolves its arguments, calls into the library and renders a report.
 
+pub mod audit;
+pub mod cache;
 pub mod delta;
+pub mod demo;
+pub mod graph;
 pub mod lock;
 pub mod manifest;
 pub mod run;
@@ -19,5 +23,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Delta(args) => delta::run(&ctx, &args),
         Command::Run(args) => run::run(&ctx, &args),
         Command::Trace(args) => trace::run(&ctx, &args),
+        Command::Audit(args) => audit::run(&ctx, &args),
+        Command::Graph(args) => graph::graph(&ctx, &args),
+        Command::Explain => graph::explain(&ctx),
+        Command::Cache(args) => cache::run(&ctx, &args),
+        Command::Demo(args) => demo::run(&ctx, &args),
     }
 }

@@ -122,6 +122,10 @@ impl Ctx {
         match self.format {
             Format::Json => self.emit(&to_json(value)),
             Format::Human => self.emit(&human()),
+            f => Err(Error::Usage(format!(
+                "--format {} is only for `fixgate audit`; use human or json here",
+                format!("{f:?}").to_lowercase()
+            ))),
         }
     }
 

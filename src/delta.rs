@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::manifest::Manifest;
 use crate::repo_path::RepoPath;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Change {
     Added,
@@ -26,7 +26,7 @@ impl Change {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ChangedFile {
     pub path: RepoPath,
     pub group: String,
@@ -38,14 +38,14 @@ pub struct ChangedFile {
     pub renamed_from: Option<RepoPath>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct GroupChange {
     pub name: String,
     pub base_digest: Option<String>,
     pub head_digest: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Delta {
     pub changed: Vec<ChangedFile>,
     pub groups_changed: Vec<GroupChange>,

@@ -2,6 +2,7 @@
 //!
 //! The binary (`src/main.rs`) parses the command line and dispatches into these modules.
 
+pub mod audit;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -13,6 +14,9 @@ pub mod lock;
 pub mod manifest;
 pub mod pytest;
 pub mod repo_path;
+pub mod report;
 pub mod sandbox;
 pub mod snapshot;
 pub mod statcache;
+pub mod testsrc;
+pub mod engine;

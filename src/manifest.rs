@@ -19,7 +19,7 @@ pub const SCHEMA: u32 = 1;
 /// are spread over threads one file each, which is faster for many small files.
 const LARGE_FILE: u64 = 8 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
     File,
@@ -27,7 +27,7 @@ pub enum FileKind {
     Link,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FileEntry {
     pub path: RepoPath,
     pub group: String,
@@ -36,7 +36,7 @@ pub struct FileEntry {
     pub kind: FileKind,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct GroupSummary {
     pub name: String,
     pub globs: Vec<String>,
@@ -46,7 +46,7 @@ pub struct GroupSummary {
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Manifest {
     pub schema: u32,
     pub groups: Vec<GroupSummary>,

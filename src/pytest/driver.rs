@@ -177,6 +177,11 @@ impl Runner {
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
     pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
+        self.collect_traced(snapshot).map(|(items, _)| items)
+    }
+
+    /// Collects, and returns what collection read and imported (its dependencies).
+    pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Vec<CollectedItem>, Trace)> {
         let sandbox = Sandbox::create(snapshot, &Overlay::new())?;
         let mut p = self.spawn(
             &sandbox,
@@ -185,11 +190,13 @@ impl Runner {
         )?;
         let status = wait_interruptibly(&mut p.child, &self.interrupted)?;
         let mut items = None;
+        let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
         for ev in read_events(&p.events)? {
             match ev {
                 Event::Collected { items: i } => items = Some(i),
+                Event::SessionTrace { trace: t } => merge_trace(&mut trace, t),
                 Event::CollectError { nodeid, message } => errors.push((nodeid, message)),
                 Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
                 _ => {}
@@ -209,7 +216,7 @@ impl Runner {
             return Err(Error::Infra(msg));
         }
         match items {
-            Some(items) => Ok(items),
+            Some(items) => Ok((items, trace)),
             None => Err(Error::Infra(format!(
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),

@@ -223,7 +223,8 @@ def _skip_reason(report):
 _TRACE = None  # the set the hook adds to; None: not recording
 _HOOK_INSTALLED = False
 _TLS = threading.local()
-_HOOK_ERRORS = []  # (message) from inside the hook, drained by the plugin
+_HOOK_ERRORS = []  # messages from inside the hook, drained by the plugin
+_HOOK_ERROR_COUNT = 0
 _MMAPPED = set()  # absolute paths of files seen mapped with mmap (checked on every lease pass)
 
 _O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -499,6 +500,7 @@ def _handle(event, args, rec):
 
 
 def _audit_hook(event, args, _events=_EVENTS):
+    global _HOOK_ERROR_COUNT
     if event not in _events:
         return
     rec = _TRACE
@@ -512,7 +514,8 @@ def _audit_hook(event, args, _events=_EVENTS):
         _handle(event, args, rec)
     except Exception:
         try:
-            if len(_HOOK_ERRORS) < 5:
+            _HOOK_ERROR_COUNT += 1
+            if _HOOK_ERROR_COUNT <= 20:
                 _HOOK_ERRORS.append(
                     "audit hook failed on %r: %s" % (event, traceback.format_exc(limit=4))
                 )
@@ -701,6 +704,14 @@ class _Classifier(object):
         return res
 
 
+def _empty_trace():
+    keys = ("read", "write", "list", "remove", "rename", "mkdir", "sqlite", "import")
+    res = dict((k, []) for k in keys)
+    res["outside"] = []
+    res["unknown"] = []
+    return res
+
+
 def _module_file(name):
     try:
         mod = sys.modules.get(name)
@@ -730,7 +741,9 @@ _SKIP_DIRS = frozenset(
 )
 _HASH_FILE_LIMIT = 64 << 20  # larger files are never hashed: any stat move counts as modified
 _HASH_INITIAL_BUDGET = 256 << 20  # bytes hashed up front to know every file's content
-_RACY_NS = 2 * 10**9  # scan mode: a file this recent may change again within one mtime tick
+# A file whose mtime/ctime is this close to a snapshot may be written again within the same
+# timestamp tick (1-10 ms on Linux) without its stat moving: it is hashed at the next pass.
+_RACY_NS = 250 * 10**6
 
 
 def _file_hash(path, st):
@@ -888,6 +901,7 @@ class _Lease(object):
         self.inotify = None
         self.wds = {}  # wd -> (abs dir, rel dir, kind, names) kind "tree" or "anchor"
         self.started = False
+        self.force_full = False
         self.initial_seconds = 0.0
         self.scan_count = 0
 
@@ -896,7 +910,7 @@ class _Lease(object):
     def _rel(self, parent_rel, name):
         return parent_rel + "/" + name if parent_rel else name
 
-    def _scan_tree(self, top_abs, top_rel, out, dirs=None):
+    def _scan_tree(self, top_abs, top_rel, out, on_dir=None):
         # The hot loop of scan mode: keep it lean (one lstat per file, no helper calls).
         skip = _SKIP_DIRS
         exclude_dirs = self.exclude_dirs
@@ -906,8 +920,8 @@ class _Lease(object):
         stack = [(top_abs, top_rel)]
         while stack:
             d, r = stack.pop()
-            if dirs is not None:
-                dirs.append((d, r))
+            if on_dir is not None:
+                on_dir(d, r)  # the inotify watch goes on before the listing: no gap
             prefix = r + "/" if r else ""
             try:
                 it = scandir(d)
@@ -935,7 +949,7 @@ class _Lease(object):
                         st.st_mode & 0o170000,
                     )
 
-    def _scan_all(self, dirs=None):
+    def _scan_all(self, on_dir=None):
         out = {}
         for top_abs, top_rel in self.roots:
             try:
@@ -943,7 +957,7 @@ class _Lease(object):
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                self._scan_tree(top_abs, top_rel, out, dirs)
+                self._scan_tree(top_abs, top_rel, out, on_dir)
             elif top_abs not in self.exclude_files:
                 out[top_rel] = _stat_tuple(st)
         self.scan_count += 1
@@ -959,7 +973,6 @@ class _Lease(object):
         ino = self.inotify
         ino.open()
         self.wds = {}
-        dirs = []
         anchors = []
         for top_abs, top_rel in self.roots:
             try:
@@ -984,10 +997,6 @@ class _Lease(object):
                 child_abs, parent_abs = parent_abs, nxt
             action = "file" if (is_dir is False and child_abs == top_abs) else "rescan"
             anchors.append((parent_abs, os.path.basename(child_abs), action, top_rel))
-        state = self._scan_all(dirs)
-        for d, r in dirs:
-            wd = ino.add(d)
-            self.wds[wd] = (d, r, "tree", None)
         for parent_abs, name, action, top_rel in anchors:
             wd = ino.add(parent_abs)
             info = self.wds.get(wd)
@@ -996,6 +1005,12 @@ class _Lease(object):
                 self.wds[wd] = info
             if info[3] is not None:
                 info[3][name] = (action, top_rel)
+        wds = self.wds
+
+        def on_dir(d, r):
+            wds[ino.add(d)] = (d, r, "tree", None)
+
+        state = self._scan_all(on_dir)
         return state
 
     def _inotify_dirty(self):
@@ -1116,9 +1131,19 @@ class _Lease(object):
         with _Quiet():
             if self.mode == "inotify":
                 dirty, full = self._inotify_dirty()
+                if self.force_full:
+                    full = True
+                    self.force_full = False
                 if full:
                     t_scan = time.time_ns()
-                    new_state = self._watch_all()
+                    try:
+                        new_state = self._watch_all()
+                    except OSError:
+                        # out of watches or instances: go on without inotify
+                        self.inotify.close()
+                        self.inotify = None
+                        self.mode = "scan"
+                        new_state = self._scan_all()
                     # files written within one mtime tick of the rescan cannot be told by stat
                     force = self._racy_of(new_state, t_scan)
                     force.update(dirty)
@@ -1152,6 +1177,8 @@ class _Lease(object):
                         h = _file_hash(self._abs(rel), new_state[rel])
                         if h is not None:
                             self.hashes[rel] = h
+        for c in changed:
+            c["path"] = _path_text(c["path"])
         changed.sort(key=lambda c: c["path"])
         return changed
 
@@ -1278,16 +1305,24 @@ class _FixgatePlugin(object):
         self.classifier = _Classifier(self.root, [p for p in ignored if p])
 
         if watch_roots is not None:
+            root_real = os.path.realpath(self.root)
+
+            def spellings(p):
+                # the lease compares paths spelled from the root: add that spelling too
+                out = set([p, os.path.realpath(p)])
+                real = os.path.realpath(p)
+                if real.startswith(root_real + os.sep):
+                    out.add(os.path.join(self.root, real[len(root_real) + 1 :]))
+                return out
+
             excl_dirs = set()
             tmp = os.environ.get("TMPDIR")
             if tmp:
-                tmp = absolute(tmp)
-                excl_dirs.add(tmp)
-                excl_dirs.add(os.path.realpath(tmp))
+                excl_dirs.update(spellings(absolute(tmp)))
             excl_files = set()
             for p in ignored:
                 if p:
-                    excl_files.add(p)
+                    excl_files.update(spellings(p))
             mode = os.environ.get("FIXGATE_LEASE_MODE", "auto")
             if mode not in ("auto", "scan", "inotify"):
                 mode = "auto"
@@ -1523,6 +1558,8 @@ class _FixgatePlugin(object):
             return None
         if session.config.option.collectonly:
             return None
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            return None  # pytest stops on collection errors: nothing will run
         try:
             self.lease.start()
             self.emit(
@@ -1603,6 +1640,7 @@ class _FixgatePlugin(object):
             try:
                 changed = self.lease.after_test()
             except Exception:
+                self.lease.force_full = True  # resynchronise on the next test
                 self.internal("lease check")
         if self.fd is None:
             return
@@ -1673,7 +1711,7 @@ class _FixgatePlugin(object):
         try:
             trace = self.classifier.render(cur["trace"])
         except Exception:
-            trace = None
+            trace = _empty_trace()
             self.internal("trace rendering")
         self._drain_hook_errors()
         self.emit(
@@ -1739,7 +1777,7 @@ class _FixgatePlugin(object):
                 try:
                     trace = self.classifier.render(self.session_trace)
                 except Exception:
-                    trace = None
+                    trace = _empty_trace()
                     self.internal("session trace")
                 self._drain_hook_errors()
                 self.emit({"event": "session_trace", "trace": trace})

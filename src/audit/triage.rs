@@ -1,0 +1,782 @@
+//! Triage: every test's one primary bucket and its secondary signals, from its outcomes across
+//! the seed orders and the confirmation facts the audit gathered.
+//!
+//! # How outcomes are read
+//!
+//! Each outcome is *green* or *red*. Green: `passed`, `skipped`, `xfailed` (the expected failure
+//! happened). Red: `failed`, `error`, `crashed`, `timeout`, and `xpassed`. An unexpected pass is
+//! red when comparing orders, because an `xfail` test that passes in one order and fails in another
+//! has an order-dependent body, just as a plain test would (a strict xfail already arrives as
+//! `failed`). A test that xpasses in every order, though, is `stable` with the signal `xpassed`:
+//! pytest itself does not fail a non-strict xpass, and a gate that rejected it would reject the
+//! patch that fixed the bug the marker was waiting for. The marker is stale, and the signal says so.
+//!
+//! # Rules
+//!
+//! - Red in some orders and green in others: the confirmation reruns decide. The failing order
+//!   fails again and the passing order passes again: the outcome follows the order,
+//!   *order-dependent*. Anything else: *flaky*. Without confirmation the evidence is still "the
+//!   outcome differs by order", so *order-dependent*, with the signal `unconfirmed`.
+//! - Red in every order: alone green makes it *order-dependent* (signal `victim`: every order had a
+//!   polluter before it); alone red or not run makes it *failing*, or *error* when every red
+//!   outcome is a setup/teardown error.
+//! - Green in some order and red alone: *order-dependent* with the signal `brittle` (it needs a
+//!   state-setter), unless the reruns showed it flaky.
+//! - Green in every order: *skipped* when every outcome is `skipped` or `xfailed` (or it never
+//!   ran), else *stable*. If it needed reruns (pytest-rerunfailures) to be green, it failed and then
+//!   passed in the same order: *flaky*, never folded into a pass.
+//! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
+//!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
+//!
+//! # Precedence of the primary bucket
+//!
+//! `order-dependent > crashed > timeout > polluter > flaky > error > failing > skipped > stable`.
+//!
+//! Order-dependence comes first because it says the test's own green is not real, which is what
+//! fixgate exists to tell; a crash or timeout that follows the order is the order's doing.
+//! Crashed and timeout come next, in any order and even when flaky, because they kill or stall the
+//! run and cost every later test its evidence. Polluter ranks above flaky, error and failing:
+//! its own result may be honest, but it corrupts the evidence of other tests, and it is a code
+//! defect where flaky is an environment one. The lower buckets keep showing as signals, and
+//! [`Triage::finding_kinds`] turns every defect among them into a finding, so nothing that
+//! rejects is hidden by the choice of one bucket.
+
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+use crate::audit::verdict::FindingKind;
+use crate::pytest::events::Outcome;
+
+/// What the audit knows about one test.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// The outcome per order label (`"0"`, `"rev"`, `"1"`…), in the order of the seed list. A
+    /// list rather than a map so that `"10"` does not sort before `"2"`.
+    pub outcomes: Vec<(String, Outcome)>,
+    /// For a test whose outcome differed across orders: the reruns of a failing and a passing
+    /// order.
+    pub confirm: Option<Confirm>,
+    /// The test run by itself (for a test red in every order, or from the polluter search's final
+    /// check).
+    pub alone: Option<Outcome>,
+    /// Fixture groups the test changed without holding their lease.
+    pub dirty_groups: Vec<String>,
+    /// The culprit of a found polluter pair.
+    pub polluter_in_pair: bool,
+    /// The culprit of a found state-setter pair.
+    pub state_setter_in_pair: bool,
+    pub edited_by_patch: bool,
+    /// Reruns by a plugin such as pytest-rerunfailures, summed over the orders.
+    pub reruns: u32,
+}
+
+/// The reruns that tell order-dependent from flaky.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirm {
+    /// The order where the test was red, run again.
+    pub failing_rerun: Outcome,
+    /// An order where the test was green, run again.
+    pub passing_rerun: Outcome,
+}
+
+/// The primary bucket. Every test lands in exactly one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bucket {
+    Stable,
+    OrderDependent,
+    Polluter,
+    Flaky,
+    Failing,
+    Error,
+    Skipped,
+    Crashed,
+    Timeout,
+}
+
+impl Bucket {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Stable => "stable",
+            Bucket::OrderDependent => "order-dependent",
+            Bucket::Polluter => "polluter",
+            Bucket::Flaky => "flaky",
+            Bucket::Failing => "failing",
+            Bucket::Error => "error",
+            Bucket::Skipped => "skipped",
+            Bucket::Crashed => "crashed",
+            Bucket::Timeout => "timeout",
+        }
+    }
+}
+
+impl fmt::Display for Bucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Bucket {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A secondary signal. Signals list everything that was seen, including the fact behind the
+/// primary bucket, so that "polluter and order-dependent" reads as both.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    OrderDependent,
+    /// Red in every order, green alone: something before it breaks it.
+    Victim,
+    /// Green in some order, red alone: it needs a state-setter.
+    Brittle,
+    Polluter,
+    StateSetter,
+    /// Changed this fixture group without its lease.
+    LeaseViolation(String),
+    Flaky,
+    /// Red in some orders, green in others, with no confirmation reruns.
+    Unconfirmed,
+    Crashed,
+    Timeout,
+    /// Red in every order, and not a victim.
+    Failing,
+    /// Setup or teardown errors in every order.
+    Error,
+    /// An unexpected pass of an `xfail` test.
+    Xpassed,
+    /// A plugin reran it.
+    Rerun,
+    EditedByPatch,
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Signal::LeaseViolation(group) => return write!(f, "lease-violation:{group}"),
+            Signal::OrderDependent => "order-dependent",
+            Signal::Victim => "victim",
+            Signal::Brittle => "brittle",
+            Signal::Polluter => "polluter",
+            Signal::StateSetter => "state-setter",
+            Signal::Flaky => "flaky",
+            Signal::Unconfirmed => "unconfirmed",
+            Signal::Crashed => "crashed",
+            Signal::Timeout => "timeout",
+            Signal::Failing => "failing",
+            Signal::Error => "error",
+            Signal::Xpassed => "xpassed",
+            Signal::Rerun => "rerun",
+            Signal::EditedByPatch => "edited-by-patch",
+        };
+        f.write_str(name)
+    }
+}
+
+impl Serialize for Signal {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One test's triage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Triage {
+    pub bucket: Bucket,
+    /// In a fixed order (the order of [`Signal`]'s variants), without duplicates.
+    pub signals: Vec<Signal>,
+}
+
+impl Triage {
+    pub fn has(&self, signal: &Signal) -> bool {
+        self.signals.contains(signal)
+    }
+
+    /// The findings this test contributes to the verdict: its bucket's, plus every code defect
+    /// and flakiness among the signals that the bucket outranked.
+    pub fn finding_kinds(&self) -> Vec<FindingKind> {
+        let mut kinds = Vec::new();
+        let mut add = |k: FindingKind| {
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        };
+        match self.bucket {
+            Bucket::OrderDependent => add(FindingKind::OrderDependent),
+            Bucket::Crashed => add(FindingKind::Crashed),
+            Bucket::Timeout => add(FindingKind::Timeout),
+            Bucket::Flaky => add(FindingKind::Flaky),
+            Bucket::Error => add(FindingKind::ErrorBucket),
+            Bucket::Failing => add(FindingKind::Failing),
+            // A polluter's kinds come from its signals: a pair, a lease violation, or both.
+            Bucket::Polluter | Bucket::Skipped | Bucket::Stable => {}
+        }
+        for signal in &self.signals {
+            match signal {
+                Signal::Polluter => add(FindingKind::Polluter),
+                Signal::LeaseViolation(_) => add(FindingKind::LeaseViolation),
+                Signal::Failing => add(FindingKind::Failing),
+                Signal::Error => add(FindingKind::ErrorBucket),
+                Signal::Flaky => add(FindingKind::Flaky),
+                _ => {}
+            }
+        }
+        kinds
+    }
+}
+
+fn is_green(o: Outcome) -> bool {
+    matches!(o, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
+}
+
+fn is_skip_like(o: Outcome) -> bool {
+    matches!(o, Outcome::Skipped | Outcome::Xfailed)
+}
+
+/// Triage of one test. Pure; see the module documentation for the rules and the precedence.
+pub fn triage(e: &Evidence) -> Triage {
+    let outcomes: Vec<Outcome> = e.outcomes.iter().map(|(_, o)| *o).collect();
+    let some_green = outcomes.iter().any(|o| is_green(*o));
+    let some_red = outcomes.iter().any(|o| !is_green(*o));
+    let alone_green = e.alone.map(is_green);
+
+    let mut order_dependent = false;
+    let mut unconfirmed = false;
+    let mut flaky = false;
+    let mut victim = false;
+    let mut red_everywhere: Option<Bucket> = None;
+    let mut skipped = false;
+
+    if some_green && some_red {
+        match e.confirm {
+            Some(c) if !is_green(c.failing_rerun) && is_green(c.passing_rerun) => {
+                order_dependent = true;
+            }
+            Some(_) => flaky = true,
+            None => {
+                order_dependent = true;
+                unconfirmed = true;
+            }
+        }
+    } else if some_red {
+        if outcomes.iter().all(|o| *o == Outcome::Xpassed) {
+            // Stale xfail marker: see the module documentation.
+        } else if alone_green == Some(true) {
+            order_dependent = true;
+            victim = true;
+        } else {
+            red_everywhere = failing_kind(&outcomes);
+        }
+    } else {
+        skipped = outcomes.iter().all(|o| is_skip_like(*o));
+        if e.reruns > 0 && !outcomes.is_empty() {
+            flaky = true;
+        }
+    }
+    let brittle = some_green && alone_green == Some(false);
+    if brittle && !flaky {
+        order_dependent = true;
+    }
+    if order_dependent && alone_green == Some(true) {
+        victim = true;
+    }
+
+    let observed = outcomes
+        .iter()
+        .copied()
+        .chain(
+            e.confirm
+                .iter()
+                .flat_map(|c| [c.failing_rerun, c.passing_rerun]),
+        )
+        .chain(e.alone);
+    let (mut crashed, mut timeout) = (false, false);
+    for o in observed {
+        crashed |= o == Outcome::Crashed;
+        timeout |= o == Outcome::Timeout;
+    }
+    let polluter = e.polluter_in_pair || !e.dirty_groups.is_empty();
+
+    let bucket = if order_dependent {
+        Bucket::OrderDependent
+    } else if crashed {
+        Bucket::Crashed
+    } else if timeout {
+        Bucket::Timeout
+    } else if polluter {
+        Bucket::Polluter
+    } else if flaky {
+        Bucket::Flaky
+    } else if let Some(b) = red_everywhere {
+        b
+    } else if skipped {
+        Bucket::Skipped
+    } else {
+        Bucket::Stable
+    };
+
+    let mut groups: Vec<&String> = e.dirty_groups.iter().collect();
+    groups.sort();
+    groups.dedup();
+    let mut signals = Vec::new();
+    let mut flag = |on: bool, s: Signal| {
+        if on {
+            signals.push(s);
+        }
+    };
+    flag(order_dependent, Signal::OrderDependent);
+    flag(victim, Signal::Victim);
+    flag(brittle, Signal::Brittle);
+    flag(polluter, Signal::Polluter);
+    flag(e.state_setter_in_pair, Signal::StateSetter);
+    for group in groups {
+        flag(true, Signal::LeaseViolation(group.clone()));
+    }
+    flag(flaky, Signal::Flaky);
+    flag(unconfirmed, Signal::Unconfirmed);
+    flag(crashed, Signal::Crashed);
+    flag(timeout, Signal::Timeout);
+    flag(red_everywhere == Some(Bucket::Failing), Signal::Failing);
+    flag(red_everywhere == Some(Bucket::Error), Signal::Error);
+    flag(outcomes.contains(&Outcome::Xpassed), Signal::Xpassed);
+    flag(e.reruns > 0, Signal::Rerun);
+    flag(e.edited_by_patch, Signal::EditedByPatch);
+    Triage { bucket, signals }
+}
+
+/// Failing or error for a test red in every order; `None` when its only red outcomes are crashes
+/// and timeouts (their own buckets).
+fn failing_kind(outcomes: &[Outcome]) -> Option<Bucket> {
+    let mut reds = outcomes
+        .iter()
+        .filter(|o| !matches!(o, Outcome::Crashed | Outcome::Timeout))
+        .filter(|o| !is_green(**o))
+        .peekable();
+    reds.peek()?;
+    if reds.all(|o| *o == Outcome::Error) {
+        Some(Bucket::Error)
+    } else {
+        Some(Bucket::Failing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Outcome::*;
+
+    const LABELS: [&str; 4] = ["0", "rev", "1", "2"];
+
+    fn ev(outcomes: &[Outcome]) -> Evidence {
+        Evidence {
+            outcomes: LABELS
+                .iter()
+                .zip(outcomes)
+                .map(|(l, o)| ((*l).to_owned(), *o))
+                .collect(),
+            ..Evidence::default()
+        }
+    }
+
+    fn confirmed(outcomes: &[Outcome], failing_rerun: Outcome, passing_rerun: Outcome) -> Evidence {
+        Evidence {
+            confirm: Some(Confirm {
+                failing_rerun,
+                passing_rerun,
+            }),
+            ..ev(outcomes)
+        }
+    }
+
+    fn alone(outcomes: &[Outcome], alone: Outcome) -> Evidence {
+        Evidence {
+            alone: Some(alone),
+            ..ev(outcomes)
+        }
+    }
+
+    fn names(t: &Triage) -> Vec<String> {
+        t.signals.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn check(e: &Evidence, bucket: Bucket, signals: &[&str]) {
+        let t = triage(e);
+        assert_eq!(
+            (t.bucket, names(&t)),
+            (bucket, signals.iter().map(|s| (*s).to_owned()).collect()),
+            "{e:?}"
+        );
+    }
+
+    // --- every bucket ---
+
+    #[test]
+    fn stable() {
+        check(&ev(&[Passed; 4]), Bucket::Stable, &[]);
+        check(
+            &ev(&[Passed, Skipped, Xfailed, Passed]),
+            Bucket::Stable,
+            &[],
+        );
+    }
+
+    #[test]
+    fn order_dependent_when_the_outcome_follows_the_order() {
+        let e = confirmed(&[Passed, Failed, Passed, Failed], Failed, Passed);
+        check(&e, Bucket::OrderDependent, &["order-dependent"]);
+    }
+
+    #[test]
+    fn order_dependent_victim_red_everywhere_green_alone() {
+        check(
+            &alone(&[Failed; 4], Passed),
+            Bucket::OrderDependent,
+            &["order-dependent", "victim"],
+        );
+        // A victim found by the polluter search (whose final check ran it alone).
+        let e = Evidence {
+            alone: Some(Passed),
+            ..confirmed(&[Passed, Failed, Passed, Passed], Failed, Passed)
+        };
+        check(&e, Bucket::OrderDependent, &["order-dependent", "victim"]);
+    }
+
+    #[test]
+    fn order_dependent_brittle_green_in_some_order_red_alone() {
+        let e = Evidence {
+            alone: Some(Failed),
+            ..confirmed(&[Passed, Failed, Passed, Failed], Failed, Passed)
+        };
+        check(&e, Bucket::OrderDependent, &["order-dependent", "brittle"]);
+        // Green in every order but red alone: the state-setter always ran first.
+        check(
+            &alone(&[Passed; 4], Failed),
+            Bucket::OrderDependent,
+            &["order-dependent", "brittle"],
+        );
+    }
+
+    #[test]
+    fn unconfirmed_differences_count_as_order_dependent() {
+        check(
+            &ev(&[Passed, Failed, Passed, Passed]),
+            Bucket::OrderDependent,
+            &["order-dependent", "unconfirmed"],
+        );
+    }
+
+    #[test]
+    fn flaky_when_the_same_order_disagrees() {
+        // The failing order passed on rerun.
+        check(
+            &confirmed(&[Passed, Failed, Passed, Passed], Passed, Passed),
+            Bucket::Flaky,
+            &["flaky"],
+        );
+        // The passing order failed on rerun.
+        check(
+            &confirmed(&[Passed, Failed, Passed, Passed], Failed, Failed),
+            Bucket::Flaky,
+            &["flaky"],
+        );
+        // Brittle-looking but flaky: flaky wins over the alone run.
+        let e = Evidence {
+            alone: Some(Failed),
+            ..confirmed(&[Passed, Failed, Passed, Passed], Passed, Passed)
+        };
+        check(&e, Bucket::Flaky, &["brittle", "flaky"]);
+    }
+
+    #[test]
+    fn reruns_are_never_folded_into_a_pass() {
+        let e = Evidence {
+            reruns: 2,
+            ..ev(&[Passed; 4])
+        };
+        check(&e, Bucket::Flaky, &["flaky", "rerun"]);
+        // Reruns that ended red are just reported.
+        let e = Evidence {
+            reruns: 3,
+            ..ev(&[Failed; 4])
+        };
+        check(&e, Bucket::Failing, &["failing", "rerun"]);
+    }
+
+    #[test]
+    fn failing_everywhere_and_alone() {
+        check(&alone(&[Failed; 4], Failed), Bucket::Failing, &["failing"]);
+        // Not run alone: no evidence of order-dependence.
+        check(
+            &ev(&[Failed, Failed, Error, Failed]),
+            Bucket::Failing,
+            &["failing"],
+        );
+        check(
+            &ev(&[Xpassed, Failed, Failed, Failed]),
+            Bucket::Failing,
+            &["failing", "xpassed"],
+        );
+    }
+
+    #[test]
+    fn error_in_every_order() {
+        check(&alone(&[Error; 4], Error), Bucket::Error, &["error"]);
+    }
+
+    #[test]
+    fn skipped_in_every_order() {
+        check(&ev(&[Skipped; 4]), Bucket::Skipped, &[]);
+        check(
+            &ev(&[Skipped, Xfailed, Xfailed, Skipped]),
+            Bucket::Skipped,
+            &[],
+        );
+        check(&Evidence::default(), Bucket::Skipped, &[]);
+    }
+
+    #[test]
+    fn crashed_in_any_order() {
+        check(&ev(&[Crashed; 4]), Bucket::Crashed, &["crashed"]);
+        check(
+            &alone(&[Crashed, Failed, Failed, Failed], Failed),
+            Bucket::Crashed,
+            &["crashed", "failing"],
+        );
+        // A crash that the same order does not repeat: crashed outranks flaky.
+        check(
+            &confirmed(&[Passed, Crashed, Passed, Passed], Passed, Passed),
+            Bucket::Crashed,
+            &["flaky", "crashed"],
+        );
+    }
+
+    #[test]
+    fn timeout_in_any_order() {
+        check(&ev(&[Timeout; 4]), Bucket::Timeout, &["timeout"]);
+        check(
+            &confirmed(&[Passed, Timeout, Passed, Passed], Passed, Passed),
+            Bucket::Timeout,
+            &["flaky", "timeout"],
+        );
+        // Both: crashed first.
+        check(
+            &ev(&[Timeout, Crashed, Timeout, Timeout]),
+            Bucket::Crashed,
+            &["crashed", "timeout"],
+        );
+    }
+
+    #[test]
+    fn order_dependent_crash_stays_order_dependent() {
+        check(
+            &confirmed(&[Passed, Crashed, Passed, Passed], Crashed, Passed),
+            Bucket::OrderDependent,
+            &["order-dependent", "crashed"],
+        );
+        check(
+            &confirmed(&[Timeout, Passed, Passed, Passed], Timeout, Passed),
+            Bucket::OrderDependent,
+            &["order-dependent", "timeout"],
+        );
+    }
+
+    #[test]
+    fn polluter_from_a_lease_violation_or_a_pair() {
+        let e = Evidence {
+            dirty_groups: vec!["db".into(), "golden".into(), "db".into()],
+            ..ev(&[Passed; 4])
+        };
+        check(
+            &e,
+            Bucket::Polluter,
+            &["polluter", "lease-violation:db", "lease-violation:golden"],
+        );
+        let e = Evidence {
+            polluter_in_pair: true,
+            ..ev(&[Passed; 4])
+        };
+        check(&e, Bucket::Polluter, &["polluter"]);
+    }
+
+    #[test]
+    fn a_state_setter_is_only_a_signal() {
+        let e = Evidence {
+            state_setter_in_pair: true,
+            ..ev(&[Passed; 4])
+        };
+        check(&e, Bucket::Stable, &["state-setter"]);
+    }
+
+    // --- precedence ---
+
+    #[test]
+    fn precedence_order_dependent_over_polluter() {
+        let e = Evidence {
+            dirty_groups: vec!["db".into()],
+            ..confirmed(&[Passed, Failed, Passed, Passed], Failed, Passed)
+        };
+        check(
+            &e,
+            Bucket::OrderDependent,
+            &["order-dependent", "polluter", "lease-violation:db"],
+        );
+    }
+
+    #[test]
+    fn precedence_crashed_and_timeout_over_polluter() {
+        let e = Evidence {
+            polluter_in_pair: true,
+            ..ev(&[Crashed; 4])
+        };
+        check(&e, Bucket::Crashed, &["polluter", "crashed"]);
+        let e = Evidence {
+            polluter_in_pair: true,
+            ..ev(&[Timeout; 4])
+        };
+        check(&e, Bucket::Timeout, &["polluter", "timeout"]);
+    }
+
+    #[test]
+    fn precedence_polluter_over_flaky_error_failing_skipped() {
+        let dirty = |e: Evidence| Evidence {
+            dirty_groups: vec!["db".into()],
+            ..e
+        };
+        let cases = [
+            (
+                dirty(confirmed(&[Passed, Failed, Passed, Passed], Passed, Passed)),
+                "flaky",
+            ),
+            (dirty(alone(&[Error; 4], Error)), "error"),
+            (dirty(alone(&[Failed; 4], Failed)), "failing"),
+            (dirty(ev(&[Skipped; 4])), ""),
+        ];
+        for (e, lower) in cases {
+            let t = triage(&e);
+            assert_eq!(t.bucket, Bucket::Polluter, "{e:?}");
+            if !lower.is_empty() {
+                assert!(names(&t).contains(&lower.to_owned()), "{:?}", t.signals);
+            }
+        }
+    }
+
+    #[test]
+    fn precedence_flaky_over_stable_and_skipped() {
+        let e = Evidence {
+            reruns: 1,
+            ..ev(&[Skipped, Passed, Passed, Passed])
+        };
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+        let e = Evidence {
+            reruns: 1,
+            ..ev(&[Skipped; 4])
+        };
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+    }
+
+    // --- xfail and xpass ---
+
+    #[test]
+    fn xpass_in_every_order_is_a_stale_marker_not_a_failure() {
+        check(&ev(&[Xpassed; 4]), Bucket::Stable, &["xpassed"]);
+        check(&alone(&[Xpassed; 4], Xpassed), Bucket::Stable, &["xpassed"]);
+    }
+
+    #[test]
+    fn xfail_that_xpasses_in_some_orders_is_order_dependent() {
+        check(
+            &confirmed(&[Xfailed, Xpassed, Xfailed, Xfailed], Xpassed, Xfailed),
+            Bucket::OrderDependent,
+            &["order-dependent", "xpassed"],
+        );
+    }
+
+    // --- other signals ---
+
+    #[test]
+    fn edited_by_patch_and_rerun_signals() {
+        let e = Evidence {
+            edited_by_patch: true,
+            alone: Some(Passed),
+            ..confirmed(&[Passed, Failed, Passed, Passed], Failed, Passed)
+        };
+        check(
+            &e,
+            Bucket::OrderDependent,
+            &["order-dependent", "victim", "edited-by-patch"],
+        );
+        let e = Evidence {
+            edited_by_patch: true,
+            ..ev(&[Passed; 4])
+        };
+        check(&e, Bucket::Stable, &["edited-by-patch"]);
+    }
+
+    #[test]
+    fn signals_serialize_as_strings() {
+        let t = triage(&Evidence {
+            dirty_groups: vec!["db".into()],
+            ..ev(&[Passed; 4])
+        });
+        assert_eq!(
+            serde_json::to_string(&t).unwrap_or_default(),
+            r#"{"bucket":"polluter","signals":["polluter","lease-violation:db"]}"#
+        );
+    }
+
+    // --- findings ---
+
+    #[test]
+    fn finding_kinds_keep_every_defect_the_bucket_outranked() {
+        let t = triage(&Evidence {
+            dirty_groups: vec!["db".into()],
+            polluter_in_pair: true,
+            ..alone(&[Failed; 4], Failed)
+        });
+        assert_eq!(t.bucket, Bucket::Polluter);
+        assert_eq!(
+            t.finding_kinds(),
+            [
+                FindingKind::Polluter,
+                FindingKind::LeaseViolation,
+                FindingKind::Failing
+            ]
+        );
+
+        let t = triage(&confirmed(
+            &[Passed, Crashed, Passed, Passed],
+            Passed,
+            Passed,
+        ));
+        assert_eq!(
+            t.finding_kinds(),
+            [FindingKind::Crashed, FindingKind::Flaky]
+        );
+
+        let t = triage(&alone(&[Error; 4], Error));
+        assert_eq!(t.finding_kinds(), [FindingKind::ErrorBucket]);
+
+        let t = triage(&confirmed(
+            &[Passed, Failed, Passed, Passed],
+            Failed,
+            Passed,
+        ));
+        assert_eq!(t.finding_kinds(), [FindingKind::OrderDependent]);
+
+        assert!(triage(&ev(&[Passed; 4])).finding_kinds().is_empty());
+        assert!(triage(&ev(&[Skipped; 4])).finding_kinds().is_empty());
+        let t = triage(&Evidence {
+            state_setter_in_pair: true,
+            ..ev(&[Passed; 4])
+        });
+        assert!(t.finding_kinds().is_empty());
+        assert_eq!(
+            triage(&Evidence {
+                reruns: 1,
+                ..ev(&[Passed; 4])
+            })
+            .finding_kinds(),
+            [FindingKind::Flaky]
+        );
+    }
+}

@@ -1,0 +1,567 @@
+//! The verdict: what every finding means for the patch, and the one answer with its exit code,
+//! following DESIGN.md's triage policy and precedence
+//! (error > drift > expired-freeze > reject > unverified > pass).
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use crate::audit::budget::Breach;
+use crate::exit;
+
+/// The audit's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Reject,
+    Unverified,
+    Drift,
+    ExpiredFreeze,
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Reject => "reject",
+            Verdict::Unverified => "unverified",
+            Verdict::Drift => "drift",
+            Verdict::ExpiredFreeze => "expired-freeze",
+            Verdict::Error => "error",
+        }
+    }
+
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Pass => exit::PASS,
+            Verdict::Reject => exit::REJECT,
+            Verdict::Unverified => exit::UNVERIFIED,
+            Verdict::Drift => exit::DRIFT,
+            Verdict::ExpiredFreeze => exit::EXPIRED_FREEZE,
+            Verdict::Error => exit::ERROR,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// What a finding is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FindingKind {
+    /// A test whose outcome is a function of the order (a victim or a brittle test).
+    OrderDependent,
+    /// The culprit of a found pair: a test that breaks another.
+    Polluter,
+    /// A test that changed a fixture group it holds no lease on.
+    LeaseViolation,
+    /// A coupled test that passes on head fixtures and fails on base fixtures: the patch moved
+    /// the answer key.
+    Redefined,
+    /// Fails in every order (and alone).
+    Failing,
+    Crashed,
+    Timeout,
+    /// Setup or teardown errors in every order (the `error` bucket).
+    ErrorBucket,
+    /// Differs between reruns of the same order: an environment defect, for the ledger.
+    Flaky,
+    /// A fixture change that every coupled test passes on both corpora.
+    Cosmetic,
+    /// A new test that reads only new fixtures.
+    Additive,
+    /// A new skip or xfail marker; the budget judges it, not this finding.
+    NewSkip,
+    /// A freeze entry the patch adds or extends; the ledger is read from the base, so it has no
+    /// effect on this audit.
+    FreezeAdded,
+    /// A change the patch makes to `fixtures.lock`; the lock is read from the base.
+    LockChanged,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::OrderDependent => "order-dependent",
+            FindingKind::Polluter => "polluter",
+            FindingKind::LeaseViolation => "lease-violation",
+            FindingKind::Redefined => "redefined",
+            FindingKind::Failing => "failing",
+            FindingKind::Crashed => "crashed",
+            FindingKind::Timeout => "timeout",
+            FindingKind::ErrorBucket => "error",
+            FindingKind::Flaky => "flaky",
+            FindingKind::Cosmetic => "cosmetic",
+            FindingKind::Additive => "additive",
+            FindingKind::NewSkip => "new-skip",
+            FindingKind::FreezeAdded => "freeze-added",
+            FindingKind::LockChanged => "lock-changed",
+        }
+    }
+
+    /// A code defect: rejects the patch when the patch owns it.
+    pub fn is_defect(self) -> bool {
+        matches!(
+            self,
+            FindingKind::OrderDependent
+                | FindingKind::Polluter
+                | FindingKind::LeaseViolation
+                | FindingKind::Redefined
+                | FindingKind::Failing
+                | FindingKind::Crashed
+                | FindingKind::Timeout
+                | FindingKind::ErrorBucket
+        )
+    }
+}
+
+impl fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FindingKind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// One thing the audit found, as the verdict needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// What it is about, for the reasons: a nodeid, or `"POLLUTER -> VICTIM"` for a pair.
+    pub subject: String,
+    /// The base does not show it (checked on the base snapshot with the same evidence).
+    pub introduced: bool,
+    /// The patch edited a test of the finding (either test of a pair).
+    pub edited_by_patch: bool,
+}
+
+/// What a finding does to the verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Disposition {
+    /// Rejects the patch.
+    Rejects,
+    /// A pre-existing defect: reported as known debt with a suggested freeze entry.
+    KnownDebt,
+    /// Flaky: not the patch's defect; suggest a freeze entry with owner and expiry.
+    Ledger,
+    /// Cosmetic fixture change: passes, flagged for a one-line justification.
+    Justify,
+    /// Additive fixture: passes; the fixture is reviewed as new code.
+    Review,
+    /// Reported only (new skips go through the budget; ledger and lock edits have no effect).
+    Report,
+}
+
+/// Decides one finding. A defect rejects when the patch introduced it, when the patch edited a
+/// test of it (then it is the patch's, even if the base has it too), or under `--strict`.
+/// Flaky never rejects, not even under `--strict`: it is an environment defect.
+pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
+    match finding.kind {
+        kind if kind.is_defect() => {
+            if finding.introduced || finding.edited_by_patch || strict {
+                Disposition::Rejects
+            } else {
+                Disposition::KnownDebt
+            }
+        }
+        FindingKind::Flaky => Disposition::Ledger,
+        FindingKind::Cosmetic => Disposition::Justify,
+        FindingKind::Additive => Disposition::Review,
+        _ => Disposition::Report,
+    }
+}
+
+/// Everything the verdict weighs. Each string is one reason line, ready for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Gates<'a> {
+    /// Infrastructure failures: nothing was judged.
+    pub errors: &'a [String],
+    /// Fixture files that differ from the lock (checked before any test runs).
+    pub drift: &'a [String],
+    /// Expired freeze entries (checked before any test runs).
+    pub expired: &'a [String],
+    pub findings: &'a [Finding],
+    pub breaches: &'a [Breach],
+    pub strict: bool,
+}
+
+/// The verdict, the reasons for it, and each finding's disposition (same order as the input).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// Why this verdict: the lines of its own gate only (empty for pass).
+    pub reasons: Vec<String>,
+    pub dispositions: Vec<Disposition>,
+}
+
+impl Decision {
+    pub fn exit_code(&self) -> i32 {
+        self.verdict.exit_code()
+    }
+}
+
+/// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
+pub fn decide(gates: &Gates) -> Decision {
+    let dispositions: Vec<Disposition> = gates
+        .findings
+        .iter()
+        .map(|f| disposition(f, gates.strict))
+        .collect();
+    let (verdict, reasons) = if !gates.errors.is_empty() {
+        (Verdict::Error, gates.errors.to_vec())
+    } else if !gates.drift.is_empty() {
+        let reasons = gates
+            .drift
+            .iter()
+            .map(|d| format!("fixture differs from fixtures.lock: {d}"))
+            .collect();
+        (Verdict::Drift, reasons)
+    } else if !gates.expired.is_empty() {
+        let reasons = gates
+            .expired
+            .iter()
+            .map(|e| format!("freeze entry expired: {e}"))
+            .collect();
+        (Verdict::ExpiredFreeze, reasons)
+    } else if dispositions.contains(&Disposition::Rejects) {
+        let reasons = gates
+            .findings
+            .iter()
+            .zip(&dispositions)
+            .filter(|(_, d)| **d == Disposition::Rejects)
+            .map(|(f, _)| format!("{} {}: {}", f.kind, f.subject, why_rejects(f)))
+            .collect();
+        (Verdict::Reject, reasons)
+    } else if !gates.breaches.is_empty() {
+        let reasons = gates
+            .breaches
+            .iter()
+            .map(|b| format!("over budget: {b}"))
+            .collect();
+        (Verdict::Unverified, reasons)
+    } else {
+        (Verdict::Pass, Vec::new())
+    };
+    Decision {
+        verdict,
+        reasons,
+        dispositions,
+    }
+}
+
+fn why_rejects(finding: &Finding) -> &'static str {
+    if finding.introduced {
+        "introduced by the patch"
+    } else if finding.edited_by_patch {
+        "the base has it too, but the patch edited its test"
+    } else {
+        "the base has it too; rejected under --strict"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::budget::NewSkip;
+
+    fn finding(kind: FindingKind, introduced: bool, edited: bool) -> Finding {
+        Finding {
+            kind,
+            subject: "tests/t.py::test_x".into(),
+            introduced,
+            edited_by_patch: edited,
+        }
+    }
+
+    fn verdict(findings: &[Finding], strict: bool) -> Verdict {
+        decide(&Gates {
+            findings,
+            strict,
+            ..Gates::default()
+        })
+        .verdict
+    }
+
+    fn new_skip() -> Breach {
+        Breach::NewSkips {
+            skips: vec![NewSkip {
+                nodeid: "tests/t.py::test_s".into(),
+                marker: "skip".into(),
+                reason: None,
+            }],
+            limit: 0,
+        }
+    }
+
+    const DEFECTS: [FindingKind; 8] = [
+        FindingKind::OrderDependent,
+        FindingKind::Polluter,
+        FindingKind::LeaseViolation,
+        FindingKind::Redefined,
+        FindingKind::Failing,
+        FindingKind::Crashed,
+        FindingKind::Timeout,
+        FindingKind::ErrorBucket,
+    ];
+
+    #[test]
+    fn names_and_exit_codes() {
+        let all = [
+            (Verdict::Pass, "pass", 0),
+            (Verdict::Reject, "reject", 1),
+            (Verdict::Error, "error", 2),
+            (Verdict::Drift, "drift", 3),
+            (Verdict::Unverified, "unverified", 4),
+            (Verdict::ExpiredFreeze, "expired-freeze", 5),
+        ];
+        for (v, name, code) in all {
+            assert_eq!((v.as_str(), v.exit_code()), (name, code));
+            assert_eq!(
+                serde_json::to_string(&v).unwrap_or_default(),
+                format!("\"{name}\"")
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_found_passes() {
+        let d = decide(&Gates::default());
+        assert_eq!(
+            (d.verdict, d.reasons.len(), d.exit_code()),
+            (Verdict::Pass, 0, 0)
+        );
+    }
+
+    #[test]
+    fn introduced_defects_reject() {
+        for kind in DEFECTS {
+            assert_eq!(
+                verdict(&[finding(kind, true, false)], false),
+                Verdict::Reject,
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn pre_existing_defects_are_known_debt() {
+        for kind in DEFECTS {
+            let f = [finding(kind, false, false)];
+            assert_eq!(verdict(&f, false), Verdict::Pass, "{kind}");
+            assert_eq!(disposition(&f[0], false), Disposition::KnownDebt);
+        }
+    }
+
+    #[test]
+    fn pre_existing_defects_reject_when_the_patch_edited_the_test() {
+        let f = [finding(FindingKind::OrderDependent, false, true)];
+        let d = decide(&Gates {
+            findings: &f,
+            ..Gates::default()
+        });
+        assert_eq!(d.verdict, Verdict::Reject);
+        assert_eq!(
+            d.reasons,
+            [
+                "order-dependent tests/t.py::test_x: the base has it too, but the patch edited \
+              its test"
+            ]
+        );
+    }
+
+    #[test]
+    fn strict_rejects_pre_existing_defects() {
+        for kind in DEFECTS {
+            let f = [finding(kind, false, false)];
+            let d = decide(&Gates {
+                findings: &f,
+                strict: true,
+                ..Gates::default()
+            });
+            assert_eq!(d.verdict, Verdict::Reject, "{kind}");
+            assert!(
+                d.reasons[0].ends_with("rejected under --strict"),
+                "{:?}",
+                d.reasons
+            );
+        }
+    }
+
+    #[test]
+    fn flaky_never_rejects() {
+        for (introduced, edited, strict) in [
+            (true, true, true),
+            (true, false, false),
+            (false, false, true),
+        ] {
+            let f = [finding(FindingKind::Flaky, introduced, edited)];
+            assert_eq!(verdict(&f, strict), Verdict::Pass);
+            assert_eq!(disposition(&f[0], strict), Disposition::Ledger);
+        }
+    }
+
+    #[test]
+    fn cosmetic_and_additive_pass_with_their_flags() {
+        let f = [
+            finding(FindingKind::Cosmetic, true, false),
+            finding(FindingKind::Additive, true, false),
+            finding(FindingKind::NewSkip, true, false),
+            finding(FindingKind::FreezeAdded, true, false),
+            finding(FindingKind::LockChanged, true, false),
+        ];
+        let d = decide(&Gates {
+            findings: &f,
+            strict: true,
+            ..Gates::default()
+        });
+        assert_eq!(d.verdict, Verdict::Pass);
+        assert_eq!(
+            d.dispositions,
+            [
+                Disposition::Justify,
+                Disposition::Review,
+                Disposition::Report,
+                Disposition::Report,
+                Disposition::Report
+            ]
+        );
+    }
+
+    #[test]
+    fn a_budget_breach_is_unverified() {
+        let breaches = [new_skip()];
+        let d = decide(&Gates {
+            breaches: &breaches,
+            ..Gates::default()
+        });
+        assert_eq!(d.verdict, Verdict::Unverified);
+        assert_eq!(d.exit_code(), 4);
+        assert_eq!(
+            d.reasons,
+            ["over budget: 1 new skip (limit 0): tests/t.py::test_s"]
+        );
+    }
+
+    #[test]
+    fn precedence_error_drift_expired_reject_unverified_pass() {
+        let errors = ["failed to create a sandbox".to_owned()];
+        let drift = ["tests/fixtures/a.json modified".to_owned()];
+        let expired = ["tests/t.py::test_y (owner ana, expired 2024-03-01)".to_owned()];
+        let findings = [
+            finding(FindingKind::Polluter, true, false),
+            finding(FindingKind::Flaky, true, false),
+        ];
+        let breaches = [new_skip()];
+        let mut gates = Gates {
+            errors: &errors,
+            drift: &drift,
+            expired: &expired,
+            findings: &findings,
+            breaches: &breaches,
+            strict: false,
+        };
+        let mut seen = Vec::new();
+        loop {
+            let d = decide(&gates);
+            seen.push((d.verdict, d.reasons.first().cloned().unwrap_or_default()));
+            if !gates.errors.is_empty() {
+                gates.errors = &[];
+            } else if !gates.drift.is_empty() {
+                gates.drift = &[];
+            } else if !gates.expired.is_empty() {
+                gates.expired = &[];
+            } else if !gates.findings.is_empty() {
+                gates.findings = &[];
+            } else if !gates.breaches.is_empty() {
+                gates.breaches = &[];
+            } else {
+                break;
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (Verdict::Error, "failed to create a sandbox".to_owned()),
+                (
+                    Verdict::Drift,
+                    "fixture differs from fixtures.lock: tests/fixtures/a.json modified".to_owned()
+                ),
+                (
+                    Verdict::ExpiredFreeze,
+                    "freeze entry expired: tests/t.py::test_y (owner ana, expired 2024-03-01)"
+                        .to_owned()
+                ),
+                (
+                    Verdict::Reject,
+                    "polluter tests/t.py::test_x: introduced by the patch".to_owned()
+                ),
+                (
+                    Verdict::Unverified,
+                    "over budget: 1 new skip (limit 0): tests/t.py::test_s".to_owned()
+                ),
+                (Verdict::Pass, String::new()),
+            ]
+        );
+    }
+
+    #[test]
+    fn reject_reasons_list_only_the_rejecting_findings() {
+        let findings = [
+            Finding {
+                kind: FindingKind::Redefined,
+                subject: "tests/t.py::test_parse".into(),
+                introduced: true,
+                edited_by_patch: false,
+            },
+            finding(FindingKind::OrderDependent, false, false),
+            finding(FindingKind::Flaky, true, false),
+            finding(FindingKind::Cosmetic, true, false),
+        ];
+        let d = decide(&Gates {
+            findings: &findings,
+            ..Gates::default()
+        });
+        assert_eq!(d.verdict, Verdict::Reject);
+        assert_eq!(
+            d.reasons,
+            ["redefined tests/t.py::test_parse: introduced by the patch"]
+        );
+        assert_eq!(
+            d.dispositions,
+            [
+                Disposition::Rejects,
+                Disposition::KnownDebt,
+                Disposition::Ledger,
+                Disposition::Justify
+            ]
+        );
+    }
+
+    #[test]
+    fn findings_are_disposed_even_when_a_gate_stops_the_audit() {
+        let drift = ["x".to_owned()];
+        let findings = [finding(FindingKind::Failing, true, false)];
+        let d = decide(&Gates {
+            drift: &drift,
+            findings: &findings,
+            ..Gates::default()
+        });
+        assert_eq!(d.verdict, Verdict::Drift);
+        assert_eq!(d.dispositions, [Disposition::Rejects]);
+    }
+}

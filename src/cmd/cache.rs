@@ -1,0 +1,113 @@
+//! `fixgate cache stats|verify|gc|clear`: look after the cache directory.
+
+use std::time::{Duration, SystemTime};
+
+use fixgate_cache::DiskStore;
+
+use crate::cli::{CacheAction, CacheArgs};
+use crate::context::Ctx;
+use crate::error::{Error, Result};
+use crate::exit;
+
+pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
+    let dir = ctx.cache_dir.join("store");
+    let store = DiskStore::open(&dir).map_err(|e| {
+        Error::Usage(format!("cannot open the cache at {}: {e}", dir.display()))
+    })?;
+    let fail = |e: fixgate_cache::MaintenanceError| Error::Infra(e.to_string());
+    match &args.action {
+        CacheAction::Stats => {
+            let s = store.stats().map_err(fail)?;
+            ctx.emit_report(&s, || {
+                format!(
+                    "cache at {}\n  action records  {:>8} entries {:>12} bytes\n  content store   {:>8} entries {:>12} bytes\n  trace index     {:>8} keys    {:>12} bytes\n",
+                    dir.display(),
+                    s.ac.entries,
+                    s.ac.bytes,
+                    s.cas.entries,
+                    s.cas.bytes,
+                    s.index.entries,
+                    s.index.bytes
+                )
+            })?;
+        }
+        CacheAction::Verify => {
+            let r = store.verify().map_err(fail)?;
+            ctx.emit_report(&r, || {
+                let mut out = format!(
+                    "checked {} action records and {} blobs: {} problem{}\n",
+                    r.ac_checked,
+                    r.cas_checked,
+                    r.problems.len(),
+                    if r.problems.len() == 1 { "" } else { "s" }
+                );
+                for p in &r.problems {
+                    out.push_str(&format!("  {p} (removed)\n"));
+                }
+                out
+            })?;
+        }
+        CacheAction::Gc { max_size, max_age } => {
+            if max_size.is_none() && max_age.is_none() {
+                return Err(Error::Usage(
+                    "cache gc needs --max-size SIZE (e.g. 500M) and/or --max-age DAYS".into(),
+                ));
+            }
+            let size = max_size.as_deref().map(parse_size).transpose()?;
+            let age = max_age.map(|d| Duration::from_secs(d * 86_400));
+            let r = store.gc(size, age, SystemTime::now()).map_err(fail)?;
+            ctx.emit_report(&r, || {
+                format!(
+                    "removed {} entries ({} bytes); kept {} entries ({} bytes)\n",
+                    r.removed.entries, r.removed.bytes, r.kept.entries, r.kept.bytes
+                )
+            })?;
+        }
+        CacheAction::Clear => {
+            store.clear().map_err(fail)?;
+            for sub in ["stat", "last-audit"] {
+                let _ = std::fs::remove_dir_all(ctx.cache_dir.join(sub));
+            }
+            ctx.emit_report(&serde_json::json!({"cleared": dir.display().to_string()}), || {
+                format!("cleared {}\n", ctx.cache_dir.display())
+            })?;
+        }
+    }
+    Ok(exit::PASS)
+}
+
+/// `500M`, `2G`, `1.5G`, `800K` or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let mult: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                'B' => 1,
+                _ => 0,
+            };
+            (&t[..i], mult)
+        }
+        _ => (t, 1),
+    };
+    match (num.trim().parse::<f64>(), mult) {
+        (Ok(n), m) if m > 0 && n >= 0.0 => Ok((n * m as f64) as u64),
+        _ => Err(Error::Usage(format!(
+            "--max-size {s:?}: expected a size such as 500M, 2G or 1048576"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("500M").unwrap(), 500 << 20);
+        assert_eq!(super::parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(super::parse_size("1024").unwrap(), 1024);
+        assert!(super::parse_size("lots").is_err());
+    }
+}

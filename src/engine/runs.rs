@@ -1,0 +1,283 @@
+//! pytest runs as traced graph nodes: every run of an audit (seed runs, confirmations, the
+//! polluter search, replays, base checks) goes through [`Engine::run_batch`], so each is cached
+//! with a verifying trace and independent runs execute side by side.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fixgate_cache::{Dep, Digest, KeyWriter, Store};
+use fixgate_graph::{Graph, Mode, Node, NodeError, NodeReport, Output, RunOptions, Status};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use crate::config::{DepsMode, FixtureGroups};
+use crate::engine::digests::TreeDigests;
+use crate::error::{Error, Result};
+use crate::pytest::driver::{RunResult, Runner, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::plugin;
+use crate::sandbox::Overlay;
+
+/// Which snapshot a run executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Base,
+    Head,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Base => "base",
+            Role::Head => "head",
+        }
+    }
+}
+
+/// One pytest run to make (or find in the cache).
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    /// Unique in its batch and stable across audits, e.g. `seed-run(3)`.
+    pub label: String,
+    /// The node kind, e.g. `seed-run`, `bisect-run`.
+    pub kind: &'static str,
+    pub role: Role,
+    pub order: Vec<String>,
+    /// Bytes put over the snapshot's (replay: the base's fixture bytes on head code).
+    pub overlay: Overlay,
+}
+
+/// Everything runs share within one audit.
+pub struct Engine {
+    pub store: Arc<dyn Store>,
+    pub runner: Arc<Runner>,
+    pub groups: FixtureGroups,
+    pub deps_mode: DepsMode,
+    pub base: Arc<TreeDigests>,
+    pub head: Arc<TreeDigests>,
+    pub jobs: usize,
+    pub force: bool,
+    /// Names the repository in the cache's explain records.
+    pub scope: String,
+    pub progress: Option<MultiProgress>,
+    /// Every node report of this audit, in execution order of the batches.
+    pub reports: Mutex<Vec<NodeReport>>,
+    /// pytest processes started (cached runs start none).
+    pub processes: AtomicU32,
+    pub warnings: Mutex<Vec<String>>,
+}
+
+impl Engine {
+    fn side(&self, role: Role) -> &Arc<TreeDigests> {
+        match role {
+            Role::Base => &self.base,
+            Role::Head => &self.head,
+        }
+    }
+
+    /// The parameters every run's key includes: the interpreter, the plugin, the environment,
+    /// the fixture groups (leases depend on them) and how dependencies are tracked.
+    fn common_params(&self) -> Vec<(&'static str, String)> {
+        let mut env = KeyWriter::new("run-env");
+        let mut names: Vec<&str> = ENV_ALLOWLIST.to_vec();
+        names.extend(self.runner.pass_env.iter().map(String::as_str));
+        names.sort_unstable();
+        names.dedup();
+        env.list(&names, |w, n| {
+            w.str(n);
+            match std::env::var_os(n) {
+                Some(v) => w.bytes(v.as_encoded_bytes()),
+                None => w.str("\0unset"),
+            };
+        });
+        let mut groups = KeyWriter::new("groups");
+        groups.list(self.groups.groups(), |w, g| {
+            w.str(&g.name).list(&g.globs, |w, glob| {
+                w.str(glob);
+            });
+        });
+        vec![
+            ("interpreter", self.runner.interpreter.fingerprint.digest()),
+            ("plugin", plugin::digest()),
+            ("env", env.finish().to_string()),
+            ("hash-seed", HASH_SEED.to_string()),
+            ("timeout", self.runner.test_timeout.as_secs().to_string()),
+            ("groups", groups.finish().to_string()),
+            ("deps", format!("{:?}", self.deps_mode)),
+        ]
+    }
+
+    /// Runs (or finds) every request, independent ones in parallel. Returns one result per
+    /// request, in order; a run that failed gives its error message.
+    pub fn run_batch(&self, requests: &[RunRequest]) -> Result<Vec<Result<RunResult, String>>> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut graph = Graph::new(env!("CARGO_PKG_VERSION"));
+        let mut ids = Vec::new();
+        let common = self.common_params();
+        for req in requests {
+            let side = self.side(req.role).clone();
+            let overlay: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
+                req.overlay
+                    .iter()
+                    .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
+                    .collect(),
+            );
+            let mut overlay_key = KeyWriter::new("overlay");
+            overlay_key.list(&overlay.iter().collect::<Vec<_>>(), |w, (p, d)| {
+                w.str(p).opt_digest(d.as_ref());
+            });
+            let mut node = Node::new(req.label.clone(), req.kind, self.compute(req, side.clone(), overlay.clone()))
+                .param("role", req.role.as_str())
+                .param("order", req.order.join("\n"))
+                .param("overlay", overlay_key.finish().to_string())
+                .param("paths", side.paths_digest().to_string());
+            for (name, value) in &common {
+                node = node.param(*name, value.as_str());
+            }
+            for (path, digest) in side.startup_files() {
+                node = node.file(path, digest);
+            }
+            let probe_side = side.clone();
+            node = node.traced(move |path| match overlay.get(path) {
+                Some(d) => *d,
+                None => probe_side.digest(path),
+            });
+            ids.push(graph.add(node, &[]).map_err(|e| Error::Infra(format!("bug: {e}")))?);
+        }
+        let options = RunOptions {
+            jobs: self.jobs,
+            mode: if self.force { Mode::Forced } else { Mode::Normal },
+            scope: self.scope.clone(),
+        };
+        let run = graph
+            .run(self.store.as_ref(), &options)
+            .map_err(|e| Error::Infra(format!("failed to run the audit graph: {e}")))?;
+        if self.runner.interrupted.load(Ordering::SeqCst) {
+            return Err(Error::Interrupted);
+        }
+        let mut out = Vec::new();
+        for id in &ids {
+            let label = graph.node(*id).label().to_string();
+            let report = run.report.node(&label).cloned();
+            let result = match run.output(*id) {
+                Some(bytes) => serde_json::from_slice::<RunResult>(bytes)
+                    .map_err(|e| format!("bug: a cached run of {label} does not decode: {e}")),
+                None => Err(match report.as_ref().map(|r| &r.status) {
+                    Some(Status::Failed { error, .. }) => error.to_string(),
+                    Some(Status::Skipped { because }) => because.clone(),
+                    _ => "the run produced no result".into(),
+                }),
+            };
+            if let (Ok(r), Some(rep)) = (&result, &report) {
+                if matches!(rep.status, Status::Executed { .. }) {
+                    self.processes.fetch_add(r.processes, Ordering::Relaxed);
+                }
+            }
+            out.push(result);
+        }
+        let mut warnings = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        warnings.extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
+        self.reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(run.report.nodes.iter().cloned());
+        Ok(out)
+    }
+
+    /// The node's compute function: one sandboxed pytest run, its result without timings (so
+    /// identical runs give identical bytes) and the files it depended on.
+    fn compute(
+        &self,
+        req: &RunRequest,
+        side: Arc<TreeDigests>,
+        overlay: Arc<BTreeMap<String, Option<Digest>>>,
+    ) -> impl Fn(&[&[u8]]) -> Result<Output, NodeError> + Send + Sync + 'static {
+        let runner = self.runner.clone();
+        let groups = self.groups.clone();
+        let deps_mode = self.deps_mode;
+        let order = req.order.clone();
+        let overlay_bytes = req.overlay.clone();
+        let label = req.label.clone();
+        let progress = self.progress.clone();
+        move |_inputs| {
+            let pb = progress.as_ref().map(|mp| {
+                let pb = mp.add(ProgressBar::new(order.len() as u64));
+                pb.set_style(
+                    ProgressStyle::with_template("{prefix:>18} [{bar:20}] {pos}/{len} {wide_msg}")
+                        .expect("a valid template")
+                        .progress_chars("=> "),
+                );
+                pb.set_prefix(label.clone());
+                pb
+            });
+            let result = runner.run(&side.snapshot, &overlay_bytes, &order, &groups, pb.as_ref());
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            let mut result = result.map_err(|e| NodeError::Infra(e.to_string()))?;
+            strip_timing(&mut result);
+            let deps = dependencies(&result, &side, &overlay, &groups, deps_mode);
+            let bytes = serde_json::to_vec(&result)
+                .map_err(|e| NodeError::Infra(format!("bug: a run result does not encode: {e}")))?;
+            Ok(Output::new(bytes).with_reads(deps))
+        }
+    }
+}
+
+/// Wall-clock fields vary between identical runs; they would defeat early cutoff.
+pub fn strip_timing(r: &mut RunResult) {
+    for t in &mut r.tests {
+        t.start = 0.0;
+        t.end = 0.0;
+        for p in t.phases.values_mut() {
+            p.duration = 0.0;
+        }
+    }
+}
+
+/// What a run depended on: every path it opened, listed, imported or wrote, with its digest in
+/// the snapshot. A run that did something the audit hooks cannot see into (a child process, a
+/// mapped file) depends on the whole tree; with `deps = "conservative"`, every fixture file is
+/// a dependency of every run.
+fn dependencies(
+    r: &RunResult,
+    side: &TreeDigests,
+    overlay: &BTreeMap<String, Option<Digest>>,
+    groups: &FixtureGroups,
+    mode: DepsMode,
+) -> Vec<Dep> {
+    let mut paths: BTreeSet<String> = BTreeSet::new();
+    let mut blind = !r.session_trace.unknown.is_empty();
+    for trace in r.tests.iter().map(|t| &t.trace).chain([&r.session_trace]) {
+        blind |= !trace.unknown.is_empty();
+        for list in [&trace.read, &trace.write, &trace.list, &trace.remove, &trace.mkdir, &trace.sqlite, &trace.import] {
+            paths.extend(list.iter().cloned());
+        }
+        for (a, b) in &trace.rename {
+            paths.insert(a.clone());
+            paths.insert(b.clone());
+        }
+    }
+    for t in &r.tests {
+        paths.extend(t.changed.iter().map(|c| c.path.clone()));
+    }
+    for e in &side.snapshot.entries {
+        if blind || (mode == DepsMode::Conservative && groups.group_of(&e.path).is_some()) {
+            paths.insert(e.path.to_string());
+        }
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let d = match overlay.get(&p) {
+                Some(d) => *d,
+                None => side.digest(&p),
+            };
+            match d {
+                Some(d) => Dep::file(p, d),
+                None => Dep::absent(p),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! The audit report: one typed structure, rendered as JSON (the versioned contract in the
+//! README), human text, markdown, JUnit XML and GitHub workflow annotations.
+
+pub mod github;
+pub mod human;
+pub mod junit;
+pub mod markdown;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub const SCHEMA: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Side {
+    /// What the user named: a revision, or `worktree`.
+    pub rev: String,
+    pub commit: Option<String>,
+}
+
+/// One test of the head, with its outcome in every order and its bucket.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TestReport {
+    pub nodeid: String,
+    /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
+    /// `crashed` or `timeout`.
+    pub bucket: String,
+    pub signals: Vec<String>,
+    /// Order label (`0`, `rev`, `1`, ...) → outcome.
+    pub outcomes: BTreeMap<String, String>,
+    /// Fixture groups this test changed without holding their lease.
+    pub dirty_groups: Vec<String>,
+    pub edited_by_patch: bool,
+    /// Whether the patch introduced this test's finding (false: the base has it too).
+    pub introduced: bool,
+    pub file: Option<String>,
+    pub line: Option<u64>,
+    /// The first failure message seen, if any.
+    pub message: Option<String>,
+}
+
+/// A polluter (or state-setter) and its victim, with a command that reproduces it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PairReport {
+    /// `polluter` or `state-setter`.
+    pub kind: String,
+    /// The responsible test; with several tests responsible together, the first of them.
+    pub polluter: String,
+    pub victim: String,
+    /// Every test of the minimal responsible set, in order (one element in the common case).
+    pub culprits: Vec<String>,
+    pub repro: String,
+    pub introduced: bool,
+    /// pytest processes the search started.
+    pub search_runs: u32,
+    /// Set when the search could not explain the failure: which invariant broke.
+    pub unexplained: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChangedFixture {
+    pub path: String,
+    pub group: String,
+    pub change: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReplayReport {
+    pub nodeid: String,
+    pub head: String,
+    pub base: String,
+    /// `redefined`, `cosmetic` or `additive`.
+    pub reading: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Fixtures {
+    pub changed: Vec<ChangedFixture>,
+    pub coupled: Vec<String>,
+    pub replay: Vec<ReplayReport>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Budget {
+    pub limits: BTreeMap<String, u64>,
+    pub used: BTreeMap<String, u64>,
+    pub breaches: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Freeze {
+    pub active: Vec<String>,
+    pub expired: Vec<String>,
+    pub added_by_patch: Vec<String>,
+    /// Suggested ledger entries for flaky and pre-existing findings.
+    pub suggested: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Drift {
+    pub path: String,
+    pub change: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Lock {
+    pub drift: Vec<Drift>,
+    /// Whether the patch changes fixtures.lock itself.
+    pub changed_by_patch: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct ExecutedNode {
+    pub label: String,
+    pub kind: String,
+    pub key: String,
+    pub reason: String,
+    /// Seconds since the epoch: timing fields.
+    pub start: f64,
+    pub end: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct GraphSummary {
+    pub nodes: usize,
+    pub executed: usize,
+    pub cached: usize,
+    pub executed_nodes: Vec<ExecutedNode>,
+    /// Every node with its status, in the order the audit ran them.
+    pub all_nodes: Vec<NodeStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct NodeStatus {
+    pub label: String,
+    pub kind: String,
+    /// `cached`, `executed: <why>`, `failed: <why>`, ...
+    pub status: String,
+}
+
+/// A finding: something the verdict rests on, with its evidence.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Finding {
+    /// `order-dependent`, `polluter`, `lease-violation`, `redefined`, `cosmetic`, `additive`,
+    /// `failing`, `crashed`, `timeout`, `error`, `flaky`, `new-skip`, `freeze-added`,
+    /// `lock-changed`, `budget`, `drift`, `expired-freeze`, `edited-assertion`, ...
+    pub kind: String,
+    pub tests: Vec<String>,
+    pub message: String,
+    /// A command that reproduces it, when there is one.
+    pub repro: Option<String>,
+    pub introduced: bool,
+    /// Whether this finding counts against the patch (rejects or makes it unverified).
+    pub blocking: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AuditReport {
+    pub schema: u32,
+    pub verdict: String,
+    pub exit_code: i32,
+    pub reasons: Vec<String>,
+    pub base: Side,
+    pub head: Side,
+    pub seeds: Vec<u64>,
+    /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
+    pub orders: Vec<String>,
+    pub tests: Vec<TestReport>,
+    pub pairs: Vec<PairReport>,
+    pub findings: Vec<Finding>,
+    pub fixtures: Fixtures,
+    pub budget: Budget,
+    pub freeze: Freeze,
+    pub lock: Lock,
+    pub graph: GraphSummary,
+    /// pytest processes this audit started (cached runs start none).
+    pub pytest_processes: u32,
+    /// Wall seconds of the audit: a timing field.
+    pub duration_seconds: f64,
+    pub strict: bool,
+    pub interpreter: Option<String>,
+    /// The graph in Graphviz DOT (kept for `fixgate graph --dot`, not part of the JSON).
+    #[serde(skip)]
+    pub graph_dot: String,
+}

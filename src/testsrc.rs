@@ -1,0 +1,87 @@
+//! Test sources: the text of one test function, to tell whether a patch edited it.
+
+/// The file and function a node id names: `tests/test_x.py::TestC::test_f[1-2]` →
+/// (`tests/test_x.py`, `test_f`).
+pub fn split_nodeid(nodeid: &str) -> (&str, &str) {
+    let (file, rest) = nodeid.split_once("::").unwrap_or((nodeid, ""));
+    let func = rest.rsplit("::").next().unwrap_or("");
+    let func = func.split('[').next().unwrap_or(func);
+    (file, func)
+}
+
+/// The source of function `name` in Python `text`: its decorators, `def` line and indented body.
+/// `None` when the file has no such function. Every definition of the name is included, so a
+/// redefinition is part of the text too.
+pub fn function_source(text: &str, name: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let def = trimmed
+            .strip_prefix("async def ")
+            .or_else(|| trimmed.strip_prefix("def "));
+        let is_target = def.is_some_and(|rest| {
+            rest.strip_prefix(name)
+                .is_some_and(|after| after.trim_start().starts_with('('))
+        });
+        if !is_target {
+            i += 1;
+            continue;
+        }
+        // Decorators directly above belong to the test (a new skip marker is an edit).
+        let mut start = i;
+        while start > 0 && lines[start - 1].trim_start().starts_with('@') {
+            start -= 1;
+        }
+        let mut end = i + 1;
+        while end < lines.len() {
+            let l = lines[end];
+            let t = l.trim_start();
+            if !t.is_empty() && (l.len() - t.len()) <= indent && !t.starts_with('#') && !t.starts_with(')') {
+                break;
+            }
+            end += 1;
+        }
+        let next = end;
+        while end > i + 1 && lines[end - 1].trim().is_empty() {
+            end -= 1;
+        }
+        for l in &lines[start..end] {
+            out.push_str(l.trim_end());
+            out.push('\n');
+        }
+        i = next;
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_node_ids() {
+        assert_eq!(split_nodeid("tests/t.py::test_a"), ("tests/t.py", "test_a"));
+        assert_eq!(split_nodeid("tests/t.py::C::test_b[x-1]"), ("tests/t.py", "test_b"));
+    }
+
+    #[test]
+    fn finds_a_function_with_decorators_and_body_only() {
+        let src = "import x\n\n@pytest.mark.skip\ndef test_a():\n    assert 1\n\n    assert 2\n\ndef test_ab():\n    pass\n";
+        assert_eq!(
+            function_source(src, "test_a").unwrap(),
+            "@pytest.mark.skip\ndef test_a():\n    assert 1\n\n    assert 2\n"
+        );
+        assert_eq!(function_source(src, "test_ab").unwrap(), "def test_ab():\n    pass\n");
+        assert!(function_source(src, "test_c").is_none());
+    }
+
+    #[test]
+    fn methods_in_classes_end_at_the_next_method() {
+        let src = "class TestC:\n    def test_m(self):\n        assert 1\n    def test_n(self):\n        pass\n";
+        assert_eq!(function_source(src, "test_m").unwrap(), "    def test_m(self):\n        assert 1\n");
+    }
+}
