@@ -96,7 +96,12 @@ pub struct AuditArgs {
     #[arg(long, value_name = "REV")]
     pub head: Option<String>,
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N)
-    #[arg(long, value_name = "N", default_value_t = 8, conflicts_with = "seed_list")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        conflicts_with = "seed_list"
+    )]
     pub seeds: u64,
     /// Exactly these seeds for the shuffled orders, e.g. 3,5,8
     #[arg(long, value_name = "LIST", value_delimiter = ',')]

@@ -1,9 +1,9 @@
 //! The engine: the audit's steps as nodes of the build graph, run through the cache.
 
-pub mod digests;
-pub mod runs;
-pub mod store;
-pub mod steps;
 pub mod audit;
+pub mod digests;
 pub mod matrix;
+pub mod runs;
 pub mod search;
+pub mod steps;
+pub mod store;

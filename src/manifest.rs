@@ -19,7 +19,9 @@ pub const SCHEMA: u32 = 1;
 /// are spread over threads one file each, which is faster for many small files.
 const LARGE_FILE: u64 = 8 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
     File,

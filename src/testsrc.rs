@@ -40,7 +40,11 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
         while end < lines.len() {
             let l = lines[end];
             let t = l.trim_start();
-            if !t.is_empty() && (l.len() - t.len()) <= indent && !t.starts_with('#') && !t.starts_with(')') {
+            if !t.is_empty()
+                && (l.len() - t.len()) <= indent
+                && !t.starts_with('#')
+                && !t.starts_with(')')
+            {
                 break;
             }
             end += 1;
@@ -65,7 +69,10 @@ mod tests {
     #[test]
     fn splits_node_ids() {
         assert_eq!(split_nodeid("tests/t.py::test_a"), ("tests/t.py", "test_a"));
-        assert_eq!(split_nodeid("tests/t.py::C::test_b[x-1]"), ("tests/t.py", "test_b"));
+        assert_eq!(
+            split_nodeid("tests/t.py::C::test_b[x-1]"),
+            ("tests/t.py", "test_b")
+        );
     }
 
     #[test]
@@ -75,13 +82,19 @@ mod tests {
             function_source(src, "test_a").unwrap(),
             "@pytest.mark.skip\ndef test_a():\n    assert 1\n\n    assert 2\n"
         );
-        assert_eq!(function_source(src, "test_ab").unwrap(), "def test_ab():\n    pass\n");
+        assert_eq!(
+            function_source(src, "test_ab").unwrap(),
+            "def test_ab():\n    pass\n"
+        );
         assert!(function_source(src, "test_c").is_none());
     }
 
     #[test]
     fn methods_in_classes_end_at_the_next_method() {
         let src = "class TestC:\n    def test_m(self):\n        assert 1\n    def test_n(self):\n        pass\n";
-        assert_eq!(function_source(src, "test_m").unwrap(), "    def test_m(self):\n        assert 1\n");
+        assert_eq!(
+            function_source(src, "test_m").unwrap(),
+            "    def test_m(self):\n        assert 1\n"
+        );
     }
 }

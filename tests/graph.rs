@@ -28,7 +28,9 @@ fn suite() -> TestRepo {
 }
 
 fn audit(repo: &TestRepo, extra: &[&str]) -> Value {
-    let mut args = vec!["audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet"];
+    let mut args = vec![
+        "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet",
+    ];
     args.extend_from_slice(extra);
     let run = repo.fixgate_py(&args);
     assert_eq!(run.code, 0, "{run:?}");
@@ -49,7 +51,12 @@ fn outcomes(v: &Value) -> Vec<(String, Value)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["nodeid"].as_str().unwrap().to_string(), t["outcomes"].clone()))
+        .map(|t| {
+            (
+                t["nodeid"].as_str().unwrap().to_string(),
+                t["outcomes"].clone(),
+            )
+        })
         .collect()
 }
 
@@ -91,9 +98,15 @@ fn a_fixture_some_test_reads_reruns_every_seed_run_and_explain_names_it() {
         .lines()
         .find(|l| l.starts_with("seed-run(0)"))
         .unwrap_or_else(|| panic!("{explain:?}"));
-    assert!(line.contains("tests/fixtures/data/a.json changed"), "{line}");
+    assert!(
+        line.contains("tests/fixtures/data/a.json changed"),
+        "{line}"
+    );
     let new = blake3::hash(b"{\"a\": 2}\n").to_hex().to_string();
-    assert!(line.contains(&old[..8]) && line.contains(&new[..8]), "both digests in: {line}");
+    assert!(
+        line.contains(&old[..8]) && line.contains(&new[..8]),
+        "both digests in: {line}"
+    );
 }
 
 #[test]
@@ -123,10 +136,20 @@ fn flipping_a_fixture_and_back_hits_the_cache_the_second_time() {
     assert_eq!(executed_of_kind(&flipped, "seed-run"), 3);
     repo.write("tests/fixtures/data/a.json", "{\"a\": 1}\n");
     let back = audit(&repo, &[]);
-    assert_eq!(executed_of_kind(&back, "seed-run"), 0, "{:#}", back["graph"]);
+    assert_eq!(
+        executed_of_kind(&back, "seed-run"),
+        0,
+        "{:#}",
+        back["graph"]
+    );
     repo.write("tests/fixtures/data/a.json", "{\"a\": 5}\n");
     let again = audit(&repo, &[]);
-    assert_eq!(executed_of_kind(&again, "seed-run"), 0, "{:#}", again["graph"]);
+    assert_eq!(
+        executed_of_kind(&again, "seed-run"),
+        0,
+        "{:#}",
+        again["graph"]
+    );
 }
 
 /// A virtualenv that sees the test interpreter's packages through a `.pth` file, so that a
@@ -134,15 +157,25 @@ fn flipping_a_fixture_and_back_hits_the_cache_the_second_time() {
 fn private_venv(dir: &Path) -> std::path::PathBuf {
     let py = common::python();
     let site = Command::new(&py)
-        .args(["-c", "import os, pytest; print(os.path.dirname(os.path.dirname(pytest.__file__)))"])
+        .args([
+            "-c",
+            "import os, pytest; print(os.path.dirname(os.path.dirname(pytest.__file__)))",
+        ])
         .output()
         .unwrap();
     let site = String::from_utf8(site.stdout).unwrap().trim().to_string();
-    let ok = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(dir).status().unwrap();
+    let ok = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(dir)
+        .status()
+        .unwrap();
     assert!(ok.success());
     let venv_python = dir.join("bin/python");
     let own_site = Command::new(&venv_python)
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .unwrap();
     let own_site = std::path::PathBuf::from(String::from_utf8(own_site.stdout).unwrap().trim());
@@ -157,20 +190,35 @@ fn installing_a_package_into_the_interpreter_reruns_the_seed_runs() {
     let venv = tempfile::tempdir().unwrap();
     let py = private_venv(venv.path());
     let py = py.to_str().unwrap();
-    let args = ["audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet", "--python", py];
+    let args = [
+        "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet", "--python", py,
+    ];
     let first = repo.fixgate(&args);
     assert_eq!(first.code, 0, "{first:?}");
     let again = repo.fixgate(&args).json();
     assert_eq!(executed_of_kind(&again, "seed-run"), 0);
     let purelib = Command::new(py)
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .unwrap();
-    let dist = Path::new(String::from_utf8(purelib.stdout).unwrap().trim()).join("fixgate_extra-1.0.dist-info");
+    let dist = Path::new(String::from_utf8(purelib.stdout).unwrap().trim())
+        .join("fixgate_extra-1.0.dist-info");
     std::fs::create_dir_all(&dist).unwrap();
-    std::fs::write(dist.join("METADATA"), "Metadata-Version: 2.1\nName: fixgate-extra\nVersion: 1.0\n").unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        "Metadata-Version: 2.1\nName: fixgate-extra\nVersion: 1.0\n",
+    )
+    .unwrap();
     let after = repo.fixgate(&args).json();
-    assert_eq!(executed_of_kind(&after, "seed-run"), 3, "{:#}", after["graph"]);
+    assert_eq!(
+        executed_of_kind(&after, "seed-run"),
+        3,
+        "{:#}",
+        after["graph"]
+    );
 }
 
 /// Flips bytes at pseudo-random offsets of every file under `dir`, and truncates some.
@@ -213,7 +261,9 @@ fn a_damaged_cache_is_a_miss_never_a_crash_or_a_wrong_answer() {
     let clean = audit(&repo, &[]);
     for seed in [7u64, 99, 12345] {
         damage(repo.cache.path(), seed);
-        let run = repo.fixgate_py(&["audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet"]);
+        let run = repo.fixgate_py(&[
+            "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet",
+        ]);
         assert_eq!(run.code, 0, "seed {seed}: {run:?}");
         assert_eq!(outcomes(&run.json()), outcomes(&clean), "seed {seed}");
         assert_eq!(run.json()["verdict"], clean["verdict"]);
@@ -227,7 +277,10 @@ fn four_audits_at_once_on_one_cache_all_complete_with_identical_outcomes() {
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_fixgate"))
-                .args(["audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet", "--python"])
+                .args([
+                    "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet",
+                    "--python",
+                ])
                 .arg(&py)
                 .arg("--cache-dir")
                 .arg(repo.cache.path())
@@ -242,7 +295,12 @@ fn four_audits_at_once_on_one_cache_all_complete_with_identical_outcomes() {
         .into_iter()
         .map(|c| {
             let out = c.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             serde_json::from_slice(&out.stdout).unwrap()
         })
         .collect();
@@ -257,7 +315,10 @@ fn four_audits_at_once_on_one_cache_all_complete_with_identical_outcomes() {
 #[test]
 fn two_independent_seed_runs_overlap_in_time_with_two_jobs() {
     let repo = suite();
-    repo.write("tests/test_slow.py", "import time\n\ndef test_slow():\n    time.sleep(1.5)\n");
+    repo.write(
+        "tests/test_slow.py",
+        "import time\n\ndef test_slow():\n    time.sleep(1.5)\n",
+    );
     repo.commit("slow");
     let v = audit(&repo, &["--jobs", "2"]);
     let runs: Vec<(f64, f64)> = v["graph"]["executed_nodes"]
@@ -281,7 +342,10 @@ fn graph_prints_every_node_and_dot_is_graphviz() {
     audit(&repo, &[]);
     let g = repo.fixgate(&["graph"]);
     assert_eq!(g.code, 0, "{g:?}");
-    assert!(g.stdout.contains("seed-run(rev)") && g.stdout.contains("executed"), "{g:?}");
+    assert!(
+        g.stdout.contains("seed-run(rev)") && g.stdout.contains("executed"),
+        "{g:?}"
+    );
     let dot = repo.fixgate(&["graph", "--dot"]);
     assert!(dot.stdout.starts_with("digraph"), "{dot:?}");
     assert!(dot.stdout.contains("manifest(head)"));
@@ -299,7 +363,10 @@ fn no_cache_runs_everything_and_check_compares_with_the_cache() {
         .unwrap()
         .iter()
         .all(|f| f["kind"] != "nondeterministic"));
-    assert!(checked["pytest_processes"].as_u64().unwrap() >= 3, "--check re-executes cached seed runs");
+    assert!(
+        checked["pytest_processes"].as_u64().unwrap() >= 3,
+        "--check re-executes cached seed runs"
+    );
 }
 
 #[test]

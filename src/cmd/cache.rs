@@ -11,9 +11,8 @@ use crate::exit;
 
 pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
     let dir = ctx.cache_dir.join("store");
-    let store = DiskStore::open(&dir).map_err(|e| {
-        Error::Usage(format!("cannot open the cache at {}: {e}", dir.display()))
-    })?;
+    let store = DiskStore::open(&dir)
+        .map_err(|e| Error::Usage(format!("cannot open the cache at {}: {e}", dir.display())))?;
     let fail = |e: fixgate_cache::MaintenanceError| Error::Infra(e.to_string());
     match &args.action {
         CacheAction::Stats => {
@@ -68,9 +67,10 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
             for sub in ["stat", "last-audit"] {
                 let _ = std::fs::remove_dir_all(ctx.cache_dir.join(sub));
             }
-            ctx.emit_report(&serde_json::json!({"cleared": dir.display().to_string()}), || {
-                format!("cleared {}\n", ctx.cache_dir.display())
-            })?;
+            ctx.emit_report(
+                &serde_json::json!({"cleared": dir.display().to_string()}),
+                || format!("cleared {}\n", ctx.cache_dir.display()),
+            )?;
         }
     }
     Ok(exit::PASS)

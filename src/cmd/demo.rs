@@ -59,7 +59,10 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     let dir: PathBuf = match &args.keep {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
-            if std::fs::read_dir(d).map(|mut r| r.next().is_some()).unwrap_or(false) {
+            if std::fs::read_dir(d)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(false)
+            {
                 return Err(Error::Usage(format!(
                     "--keep {}: the directory is not empty; name a new or empty one",
                     d.display()
@@ -71,7 +74,9 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             tmp = tempfile::Builder::new()
                 .prefix("fixgate-demo-")
                 .tempdir()
-                .map_err(|e| Error::io("create a temporary directory in", std::env::temp_dir(), e))?;
+                .map_err(|e| {
+                    Error::io("create a temporary directory in", std::env::temp_dir(), e)
+                })?;
             tmp.path().to_path_buf()
         }
     };
@@ -142,7 +147,10 @@ fn write_repo(dir: &Path) -> Result<()> {
     write("README.md", "A tiny pricing module (fixgate's demo).\n")?;
     git(dir, &["init", "-q", "-b", "main"])?;
     git(dir, &["add", "-A"])?;
-    git(dir, &["commit", "-q", "-m", "pricing: cart, tax and discount"])?;
+    git(
+        dir,
+        &["commit", "-q", "-m", "pricing: cart, tax and discount"],
+    )?;
     write(
         "tests/test_pricing.py",
         &TESTS_BASE.replace(
@@ -193,19 +201,33 @@ fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
             venv.display()
         );
     }
-    let base = if ctx.python.is_some() { chosen.clone() } else { PathBuf::from("python3") };
+    let base = if ctx.python.is_some() {
+        chosen.clone()
+    } else {
+        PathBuf::from("python3")
+    };
     let status = |cmd: &mut Command| cmd.status().map(|s| s.success()).unwrap_or(false);
-    if !status(Command::new(&base).arg("-m").arg("venv").arg("--clear").arg(&venv)) {
+    if !status(
+        Command::new(&base)
+            .arg("-m")
+            .arg("venv")
+            .arg("--clear")
+            .arg(&venv),
+    ) {
         return Err(Error::Infra(format!(
             "failed to create a virtualenv with `{} -m venv {}`; install pytest yourself and pass --python",
             base.display(),
             venv.display()
         )));
     }
-    if !status(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pytest"]),
-    ) {
+    if !status(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "pytest",
+    ])) {
         return Err(Error::Infra(format!(
             "`{} -m pip install pytest` failed; install pytest yourself and pass --python",
             python.display()

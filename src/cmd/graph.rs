@@ -19,10 +19,16 @@ fn load(ctx: &Ctx) -> Result<(GraphSummary, String, serde_json::Value)> {
             ctx.cache_dir.display()
         ))
     })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&json).map_err(|e| Error::Usage(format!("the recorded graph is unreadable ({e}); run the audit again")))?;
-    let summary: GraphSummary = serde_json::from_value(value.clone())
-        .map_err(|e| Error::Usage(format!("the recorded graph is unreadable ({e}); run the audit again")))?;
+    let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
+        Error::Usage(format!(
+            "the recorded graph is unreadable ({e}); run the audit again"
+        ))
+    })?;
+    let summary: GraphSummary = serde_json::from_value(value.clone()).map_err(|e| {
+        Error::Usage(format!(
+            "the recorded graph is unreadable ({e}); run the audit again"
+        ))
+    })?;
     let dot = std::fs::read_to_string(dir.join("graph.dot")).unwrap_or_default();
     Ok((summary, dot, value))
 }
@@ -37,7 +43,10 @@ pub fn graph(ctx: &Ctx, args: &GraphArgs) -> Result<i32> {
         ctx.emit(&crate::context::to_json(&value))?;
         return Ok(exit::PASS);
     }
-    let mut out = format!("{} nodes: {} executed, {} cached\n", g.nodes, g.executed, g.cached);
+    let mut out = format!(
+        "{} nodes: {} executed, {} cached\n",
+        g.nodes, g.executed, g.cached
+    );
     for n in &g.all_nodes {
         let _ = writeln!(out, "  {:<40} {:<12} {}", n.label, n.kind, n.status);
     }
@@ -56,7 +65,11 @@ pub fn explain(ctx: &Ctx) -> Result<i32> {
         out.push_str("every node of the last audit came from the cache\n");
     }
     for n in &g.executed_nodes {
-        let _ = writeln!(out, "{} ({}): {}\n  key {}", n.label, n.kind, n.reason, n.key);
+        let _ = writeln!(
+            out,
+            "{} ({}): {}\n  key {}",
+            n.label, n.kind, n.reason, n.key
+        );
     }
     ctx.emit(&out)?;
     Ok(exit::PASS)

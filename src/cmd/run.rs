@@ -34,19 +34,48 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
-    let items = runner.collect(&snapshot)?;
-    let (order, seed) = match &args.order {
-        Some(file) => (read_order_file(file, &items)?, None),
-        None => (order::seeded(&items, args.seed), Some(args.seed)),
+    let pb = ctx.progress(0, "run");
+    let (result, seed) = match (&args.order, args.seed) {
+        (Some(file), _) => {
+            let items = runner.collect(&snapshot)?;
+            let order = read_order_file(file, &items)?;
+            if let Some(pb) = &pb {
+                pb.set_length(order.len() as u64);
+            }
+            (
+                runner.run(
+                    &snapshot,
+                    &Default::default(),
+                    &order,
+                    &config.groups,
+                    pb.as_ref(),
+                ),
+                None,
+            )
+        }
+        // File order needs no separate collection: one pytest start, as with plain pytest.
+        (None, 0) => (
+            runner.run_collection_order(&snapshot, &config.groups, pb.as_ref()),
+            Some(0),
+        ),
+        (None, seed) => {
+            let items = runner.collect(&snapshot)?;
+            let order = order::seeded(&items, seed);
+            if let Some(pb) = &pb {
+                pb.set_length(order.len() as u64);
+            }
+            (
+                runner.run(
+                    &snapshot,
+                    &Default::default(),
+                    &order,
+                    &config.groups,
+                    pb.as_ref(),
+                ),
+                Some(seed),
+            )
+        }
     };
-    let pb = ctx.progress(order.len() as u64, "run");
-    let result = runner.run(
-        &snapshot,
-        &Default::default(),
-        &order,
-        &config.groups,
-        pb.as_ref(),
-    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

@@ -46,16 +46,23 @@ pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
-    let items = runner.collect(&snapshot)?;
-    let order = order::seeded(&items, args.seed);
-    let pb = ctx.progress(order.len() as u64, "trace");
-    let result = runner.run(
-        &snapshot,
-        &Default::default(),
-        &order,
-        &config.groups,
-        pb.as_ref(),
-    );
+    let pb = ctx.progress(0, "trace");
+    let result = if args.seed == 0 {
+        runner.run_collection_order(&snapshot, &config.groups, pb.as_ref())
+    } else {
+        let items = runner.collect(&snapshot)?;
+        let order = order::seeded(&items, args.seed);
+        if let Some(pb) = &pb {
+            pb.set_length(order.len() as u64);
+        }
+        runner.run(
+            &snapshot,
+            &Default::default(),
+            &order,
+            &config.groups,
+            pb.as_ref(),
+        )
+    };
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

@@ -86,7 +86,9 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         strict: opts.strict,
         base: side_of(&base),
         head: side_of(&head),
-        seeds: std::iter::once(0).chain(opts.seeds.iter().copied()).collect(),
+        seeds: std::iter::once(0)
+            .chain(opts.seeds.iter().copied())
+            .collect(),
         interpreter: Some(engine.runner.interpreter.path.display().to_string()),
         ..AuditReport::default()
     };
@@ -128,7 +130,12 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     report.freeze.expired = expired.iter().map(|(n, _)| n.clone()).collect();
     report.freeze.added_by_patch = freeze::added_by(&base_ledger, &head_ledger);
 
-    let drift: Vec<String> = report.lock.drift.iter().map(|d| format!("{} ({})", d.path, d.change)).collect();
+    let drift: Vec<String> = report
+        .lock
+        .drift
+        .iter()
+        .map(|d| format!("{} ({})", d.path, d.change))
+        .collect();
     let expired_text: Vec<String> = expired
         .iter()
         .map(|(n, e)| format!("{n} (owner {}, expired {})", e.owner, e.expires))
@@ -140,7 +147,13 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             strict: opts.strict,
             ..Gates::default()
         });
-        finish(&mut report, &engine, decision.verdict, decision.reasons, started);
+        finish(
+            &mut report,
+            &engine,
+            decision.verdict,
+            decision.reasons,
+            started,
+        );
         return Ok(report);
     }
 
@@ -250,12 +263,21 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let coupled = coupled_tests(&matrix.runs["0"], &fixtures.delta);
     report.fixtures.coupled = coupled.clone();
     if !coupled.is_empty() {
-        report.fixtures.replay = replay(&engine, &base, &fixtures.delta, &coupled, &matrix.runs["0"], &base_items)?;
+        report.fixtures.replay = replay(
+            &engine,
+            &base,
+            &fixtures.delta,
+            &coupled,
+            &matrix.runs["0"],
+            &base_items,
+        )?;
     }
 
     // Triage, then check each finding on the base with the same evidence.
-    let triaged: BTreeMap<String, triage::Triage> =
-        evidence.iter().map(|(id, e)| (id.clone(), triage::triage(e))).collect();
+    let triaged: BTreeMap<String, triage::Triage> = evidence
+        .iter()
+        .map(|(id, e)| (id.clone(), triage::triage(e)))
+        .collect();
     let base_ids: HashSet<&str> = base_items.iter().map(|i| i.nodeid.as_str()).collect();
     let pre_existing = base_checks(&engine, &triaged, &pairs, &matrix, &base_ids)?;
 
@@ -350,11 +372,16 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             blocking: *d == Disposition::Rejects,
         });
         if *d == Disposition::KnownDebt || f.kind == FindingKind::Flaky {
-            let s = freeze::suggest_entry(&f.subject, opts.today, None, &format!("{} found by fixgate", f.kind));
-            report
-                .freeze
-                .suggested
-                .insert(s.nodeid.clone(), serde_json::to_value(&s.entry).unwrap_or_default());
+            let s = freeze::suggest_entry(
+                &f.subject,
+                opts.today,
+                None,
+                &format!("{} found by fixgate", f.kind),
+            );
+            report.freeze.suggested.insert(
+                s.nodeid.clone(),
+                serde_json::to_value(&s.entry).unwrap_or_default(),
+            );
         }
     }
     for p in &pairs {
@@ -407,7 +434,9 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
                 dirty_groups: evidence[id].dirty_groups.clone(),
                 edited_by_patch: edited.contains(id),
                 introduced: kinds.is_empty()
-                    || kinds.iter().any(|k| !pre_existing.contains(&(*k, id.clone()))),
+                    || kinds
+                        .iter()
+                        .any(|k| !pre_existing.contains(&(*k, id.clone()))),
                 file: item.and_then(|i| i.file.clone()),
                 line: item.and_then(|i| i.line),
                 message: matrix
@@ -441,7 +470,13 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         .collect(),
         breaches: breaches.iter().map(|b| b.to_string()).collect(),
     };
-    finish(&mut report, &engine, decision.verdict, decision.reasons, started);
+    finish(
+        &mut report,
+        &engine,
+        decision.verdict,
+        decision.reasons,
+        started,
+    );
     Ok(report)
 }
 
@@ -455,7 +490,11 @@ fn finish(
     report.verdict = verdict.as_str().into();
     report.exit_code = verdict.exit_code();
     report.reasons = reasons;
-    let nodes = engine.reports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let nodes = engine
+        .reports
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     report.graph = graph_summary(&nodes);
     report.graph_dot = fixgate_graph::Report {
         nodes,
@@ -605,9 +644,19 @@ fn replay(
             .tests
             .iter()
             .find(|t| &t.nodeid == id)
-            .map(|t| t.trace.read.iter().chain(&t.trace.sqlite).filter(|p| changed.contains(*p)).collect())
+            .map(|t| {
+                t.trace
+                    .read
+                    .iter()
+                    .chain(&t.trace.sqlite)
+                    .filter(|p| changed.contains(*p))
+                    .collect()
+            })
             .unwrap_or_default();
-        let reading = if !base_ids.contains(id.as_str()) && !reads.is_empty() && reads.iter().all(|p| added.contains(*p)) {
+        let reading = if !base_ids.contains(id.as_str())
+            && !reads.is_empty()
+            && reads.iter().all(|p| added.contains(*p))
+        {
             "additive"
         } else if !is_green(head) {
             "inconclusive"
@@ -635,26 +684,39 @@ fn base_checks(
     matrix: &Matrix,
     base_ids: &HashSet<&str>,
 ) -> Result<HashSet<(FindingKind, String)>> {
-    let mut requests: Vec<(RunRequest, Vec<(FindingKind, String)>, Check)> = Vec::new();
+    let mut requests: Vec<BaseCheck> = Vec::new();
     for p in pairs {
-        if !base_ids.contains(p.victim.as_str()) || p.culprits.iter().any(|c| !base_ids.contains(c.as_str())) {
+        if !base_ids.contains(p.victim.as_str())
+            || p.culprits.iter().any(|c| !base_ids.contains(c.as_str()))
+        {
             continue;
         }
         let mut order = p.culprits.clone();
         order.push(p.victim.clone());
-        let culprit_kind = if p.kind == PairKind::Polluter { FindingKind::Polluter } else { FindingKind::OrderDependent };
+        let culprit_kind = if p.kind == PairKind::Polluter {
+            FindingKind::Polluter
+        } else {
+            FindingKind::OrderDependent
+        };
         let mut kinds = vec![(FindingKind::OrderDependent, p.victim.clone())];
         kinds.extend(p.culprits.iter().map(|c| (culprit_kind, c.clone())));
-        requests.push((
-            base_request(format!("base-check(pair {})", p.victim), order),
-            kinds.clone(),
-            Check::Pair { victim: p.victim.clone(), kind: p.kind },
-        ));
-        requests.push((
-            base_request(format!("base-check(alone {})", p.victim), vec![p.victim.clone()]),
-            Vec::new(),
-            Check::Nothing,
-        ));
+        requests.push(BaseCheck {
+            request: base_request(format!("base-check(pair {})", p.victim), order),
+            findings: kinds,
+            check: Check::Pair {
+                victim: p.victim.clone(),
+                kind: p.kind,
+                alone: requests.len() + 1,
+            },
+        });
+        requests.push(BaseCheck {
+            request: base_request(
+                format!("base-check(alone {})", p.victim),
+                vec![p.victim.clone()],
+            ),
+            findings: Vec::new(),
+            check: Check::Nothing,
+        });
     }
     for (id, t) in triaged {
         if !base_ids.contains(id.as_str()) {
@@ -662,12 +724,22 @@ fn base_checks(
         }
         for kind in t.finding_kinds() {
             match kind {
-                FindingKind::LeaseViolation | FindingKind::Failing | FindingKind::Crashed | FindingKind::Timeout | FindingKind::ErrorBucket => {
-                    requests.push((
-                        base_request(format!("base-check({} {id})", kind.as_str()), vec![id.clone()]),
-                        vec![(kind, id.clone())],
-                        Check::Alone { nodeid: id.clone(), kind },
-                    ));
+                FindingKind::LeaseViolation
+                | FindingKind::Failing
+                | FindingKind::Crashed
+                | FindingKind::Timeout
+                | FindingKind::ErrorBucket => {
+                    requests.push(BaseCheck {
+                        request: base_request(
+                            format!("base-check({} {id})", kind.as_str()),
+                            vec![id.clone()],
+                        ),
+                        findings: vec![(kind, id.clone())],
+                        check: Check::Alone {
+                            nodeid: id.clone(),
+                            kind,
+                        },
+                    });
                 }
                 FindingKind::Flaky => {
                     // Flaky never rejects; it is the patch's only when the base lacks the test.
@@ -681,11 +753,11 @@ fn base_checks(
                             .filter(|o| base_ids.contains(o.as_str()))
                             .cloned()
                             .collect();
-                        requests.push((
-                            base_request(format!("base-check(order {id})"), order),
-                            vec![(kind, id.clone())],
-                            Check::Red { nodeid: id.clone() },
-                        ));
+                        requests.push(BaseCheck {
+                            request: base_request(format!("base-check(order {id})"), order),
+                            findings: vec![(kind, id.clone())],
+                            check: Check::Red { nodeid: id.clone() },
+                        });
                     }
                 }
                 _ => {}
@@ -701,16 +773,20 @@ fn base_checks(
     if requests.is_empty() {
         return Ok(pre);
     }
-    let batch: Vec<RunRequest> = requests.iter().map(|(r, _, _)| r.clone()).collect();
+    let batch: Vec<RunRequest> = requests.iter().map(|c| c.request.clone()).collect();
     let results = engine.run_batch(&batch)?;
-    for (i, (req, kinds, check)) in requests.iter().enumerate() {
+    for (i, c) in requests.iter().enumerate() {
         let Ok(r) = &results[i] else { continue };
-        let holds = match check {
+        let holds = match &c.check {
             Check::Nothing => false,
-            Check::Pair { victim, kind } => {
+            Check::Pair {
+                victim,
+                kind,
+                alone,
+            } => {
                 let after = r.outcome_of(victim).map(is_green);
                 let alone = results
-                    .get(i + 1)
+                    .get(*alone)
                     .and_then(|a| a.as_ref().ok())
                     .and_then(|a| a.outcome_of(victim))
                     .map(is_green);
@@ -732,18 +808,34 @@ fn base_checks(
             }
         };
         if holds {
-            pre.extend(kinds.iter().cloned());
+            pre.extend(c.findings.iter().cloned());
         }
-        let _ = req;
     }
     Ok(pre)
 }
 
+/// One run on the base, the findings it can show to be pre-existing, and how to read it.
+struct BaseCheck {
+    request: RunRequest,
+    findings: Vec<(FindingKind, String)>,
+    check: Check,
+}
+
 enum Check {
     Nothing,
-    Pair { victim: String, kind: PairKind },
-    Red { nodeid: String },
-    Alone { nodeid: String, kind: FindingKind },
+    /// `alone` is the index of the victim-alone run of the same batch.
+    Pair {
+        victim: String,
+        kind: PairKind,
+        alone: usize,
+    },
+    Red {
+        nodeid: String,
+    },
+    Alone {
+        nodeid: String,
+        kind: FindingKind,
+    },
 }
 
 fn base_request(label: String, order: Vec<String>) -> RunRequest {
@@ -768,10 +860,17 @@ fn finding_message(
         FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
             Some(p) if p.search.outcome.is_found() => format!(
                 "{id} {} when {} ran before it",
-                if p.kind == PairKind::Polluter { "fails" } else { "passes only" },
+                if p.kind == PairKind::Polluter {
+                    "fails"
+                } else {
+                    "passes only"
+                },
                 p.culprits.join(" and ")
             ),
-            Some(p) => format!("{id}'s outcome follows the order; {}", p.search.outcome.describe()),
+            Some(p) => format!(
+                "{id}'s outcome follows the order; {}",
+                p.search.outcome.describe()
+            ),
             None => format!("{id}'s outcome follows the order"),
         },
         FindingKind::Polluter => format!(
@@ -800,7 +899,9 @@ fn finding_message(
         ),
         FindingKind::Redefined | FindingKind::Cosmetic | FindingKind::Additive => {
             let r = replay.iter().find(|r| &r.nodeid == id);
-            let (h, b) = r.map(|r| (r.head.as_str(), r.base.as_str())).unwrap_or(("?", "?"));
+            let (h, b) = r
+                .map(|r| (r.head.as_str(), r.base.as_str()))
+                .unwrap_or(("?", "?"));
             match f.kind {
                 FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test"),
                 FindingKind::Cosmetic => format!("{id} passes on both fixture versions: the fixture change is cosmetic; justify it in one line"),
@@ -808,11 +909,22 @@ fn finding_message(
             }
         }
         FindingKind::NewSkip => match new_skips.iter().find(|s| &s.nodeid == id) {
-            Some(s) => format!("{id} gained a {} marker{}", s.marker, s.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()),
+            Some(s) => format!(
+                "{id} gained a {} marker{}",
+                s.marker,
+                s.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
             None => format!("{id} is newly skipped"),
         },
-        FindingKind::Flaky => format!("{id} gives different outcomes in the same order: nondeterminism, not drift"),
-        FindingKind::FreezeAdded => format!("the patch adds or extends the freeze entry of {id}; the ledger is read from the base"),
+        FindingKind::Flaky => {
+            format!("{id} gives different outcomes in the same order: nondeterminism, not drift")
+        }
+        FindingKind::FreezeAdded => format!(
+            "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
+        ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
         k => format!("{id}: {}", k.as_str()),
     };
@@ -825,19 +937,35 @@ fn finding_message(
 
 /// `--check`: re-executes every seed run that came from the cache and lists each test whose
 /// outcome differs from the cached one.
-fn check_cached_runs(engine: &Engine, matrix: &Matrix, selection: &[CollectedItem], report: &mut AuditReport) -> Result<()> {
+fn check_cached_runs(
+    engine: &Engine,
+    matrix: &Matrix,
+    selection: &[CollectedItem],
+    report: &mut AuditReport,
+) -> Result<()> {
     let cached: Vec<String> = engine
         .reports
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter(|n| n.kind == "seed-run" && matches!(n.status, fixgate_graph::Status::Cached))
-        .map(|n| n.label.trim_start_matches("seed-run(").trim_end_matches(')').to_string())
+        .map(|n| {
+            n.label
+                .trim_start_matches("seed-run(")
+                .trim_end_matches(')')
+                .to_string()
+        })
         .collect();
     for label in cached {
         let order = matrix::order_of(&label, selection);
         engine.processes.fetch_add(1, Ordering::Relaxed);
-        let fresh = engine.runner.run(&engine.head.snapshot, &Vec::new(), &order, &engine.groups, None)?;
+        let fresh = engine.runner.run(
+            &engine.head.snapshot,
+            &Vec::new(),
+            &order,
+            &engine.groups,
+            None,
+        )?;
         for t in &fresh.tests {
             let cached = matrix.runs[&label].outcome_of(&t.nodeid);
             if cached != Some(t.outcome) {

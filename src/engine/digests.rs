@@ -14,7 +14,12 @@ use crate::snapshot::{EntryKind, Snapshot};
 pub fn is_startup_file(path: &RepoPath) -> bool {
     matches!(
         path.file_name(),
-        b"conftest.py" | b"pytest.ini" | b"pyproject.toml" | b"setup.cfg" | b"tox.ini" | b".pytest.ini"
+        b"conftest.py"
+            | b"pytest.ini"
+            | b"pyproject.toml"
+            | b"setup.cfg"
+            | b"tox.ini"
+            | b".pytest.ini"
     )
 }
 

@@ -139,7 +139,10 @@ pub fn confirm(
                 out.alone.insert(req.order[0].clone(), o);
             }
         } else {
-            let label = req.label.trim_start_matches("confirm-run(").trim_end_matches(')');
+            let label = req
+                .label
+                .trim_start_matches("confirm-run(")
+                .trim_end_matches(')');
             out.reruns.insert(label.to_string(), r);
         }
     }

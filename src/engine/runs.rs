@@ -127,11 +127,15 @@ impl Engine {
             overlay_key.list(&overlay.iter().collect::<Vec<_>>(), |w, (p, d)| {
                 w.str(p).opt_digest(d.as_ref());
             });
-            let mut node = Node::new(req.label.clone(), req.kind, self.compute(req, side.clone(), overlay.clone()))
-                .param("role", req.role.as_str())
-                .param("order", req.order.join("\n"))
-                .param("overlay", overlay_key.finish().to_string())
-                .param("paths", side.paths_digest().to_string());
+            let mut node = Node::new(
+                req.label.clone(),
+                req.kind,
+                self.compute(req, side.clone(), overlay.clone()),
+            )
+            .param("role", req.role.as_str())
+            .param("order", req.order.join("\n"))
+            .param("overlay", overlay_key.finish().to_string())
+            .param("paths", side.paths_digest().to_string());
             for (name, value) in &common {
                 node = node.param(*name, value.as_str());
             }
@@ -143,11 +147,19 @@ impl Engine {
                 Some(d) => *d,
                 None => probe_side.digest(path),
             });
-            ids.push(graph.add(node, &[]).map_err(|e| Error::Infra(format!("bug: {e}")))?);
+            ids.push(
+                graph
+                    .add(node, &[])
+                    .map_err(|e| Error::Infra(format!("bug: {e}")))?,
+            );
         }
         let options = RunOptions {
             jobs: self.jobs,
-            mode: if self.force { Mode::Forced } else { Mode::Normal },
+            mode: if self.force {
+                Mode::Forced
+            } else {
+                Mode::Normal
+            },
             scope: self.scope.clone(),
         };
         let run = graph
@@ -248,10 +260,18 @@ fn dependencies(
     mode: DepsMode,
 ) -> Vec<Dep> {
     let mut paths: BTreeSet<String> = BTreeSet::new();
-    let mut blind = !r.session_trace.unknown.is_empty();
+    let mut blind = r.incomplete_trace || !r.session_trace.unknown.is_empty();
     for trace in r.tests.iter().map(|t| &t.trace).chain([&r.session_trace]) {
         blind |= !trace.unknown.is_empty();
-        for list in [&trace.read, &trace.write, &trace.list, &trace.remove, &trace.mkdir, &trace.sqlite, &trace.import] {
+        for list in [
+            &trace.read,
+            &trace.write,
+            &trace.list,
+            &trace.remove,
+            &trace.mkdir,
+            &trace.sqlite,
+            &trace.import,
+        ] {
             paths.extend(list.iter().cloned());
         }
         for (a, b) in &trace.rename {

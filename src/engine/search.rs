@@ -24,30 +24,34 @@ pub fn find(
     prefix: &[String],
     kind: PairKind,
 ) -> Result<Pair, Error> {
-    let search = bisect::search(prefix.len(), bisect::DEFAULT_DDMIN_CAP, |subset: &[usize]| {
-        let mut order: Vec<String> = subset.iter().map(|&i| prefix[i].clone()).collect();
-        order.push(victim.to_string());
-        let key = blake3::hash(order.join("\n").as_bytes()).to_hex();
-        let req = RunRequest {
-            label: format!("bisect-run({victim})[{}]", &key[..12]),
-            kind: "bisect-run",
-            role,
-            order,
-            overlay: Vec::new(),
-        };
-        let result = engine
-            .run_batch(std::slice::from_ref(&req))?
-            .pop()
-            .expect("one result per request")
-            .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
-        let outcome = result
-            .outcome_of(victim)
-            .ok_or_else(|| Error::Infra(format!("{} has no result for {victim}", req.label)))?;
-        Ok::<bool, Error>(match kind {
-            PairKind::Polluter => !is_green(outcome),
-            PairKind::StateSetter => is_green(outcome),
-        })
-    })?;
+    let search = bisect::search(
+        prefix.len(),
+        bisect::DEFAULT_DDMIN_CAP,
+        |subset: &[usize]| {
+            let mut order: Vec<String> = subset.iter().map(|&i| prefix[i].clone()).collect();
+            order.push(victim.to_string());
+            let key = blake3::hash(order.join("\n").as_bytes()).to_hex();
+            let req = RunRequest {
+                label: format!("bisect-run({victim})[{}]", &key[..12]),
+                kind: "bisect-run",
+                role,
+                order,
+                overlay: Vec::new(),
+            };
+            let result = engine
+                .run_batch(std::slice::from_ref(&req))?
+                .pop()
+                .expect("one result per request")
+                .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
+            let outcome = result
+                .outcome_of(victim)
+                .ok_or_else(|| Error::Infra(format!("{} has no result for {victim}", req.label)))?;
+            Ok::<bool, Error>(match kind {
+                PairKind::Polluter => !is_green(outcome),
+                PairKind::StateSetter => is_green(outcome),
+            })
+        },
+    )?;
     Ok(Pair {
         kind,
         victim: victim.to_string(),
@@ -60,8 +64,14 @@ pub fn find(
 pub fn repro(pair: &Pair) -> String {
     let mut ids: Vec<String> = pair.culprits.iter().map(|c| shell_quote(c)).collect();
     ids.push(shell_quote(&pair.victim));
-    let both = format!("python -m pytest -p no:randomly -p no:cacheprovider {}", ids.join(" "));
-    let alone = format!("python -m pytest -p no:randomly -p no:cacheprovider {}", shell_quote(&pair.victim));
+    let both = format!(
+        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        ids.join(" ")
+    );
+    let alone = format!(
+        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        shell_quote(&pair.victim)
+    );
     match pair.kind {
         PairKind::Polluter => format!("{both}  # fails; the victim alone passes: {alone}"),
         PairKind::StateSetter => format!("{both}  # passes; the victim alone fails: {alone}"),
@@ -69,7 +79,9 @@ pub fn repro(pair: &Pair) -> String {
 }
 
 fn shell_quote(s: &str) -> String {
-    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._:-=".contains(&b)) {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._:-=".contains(&b))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))

@@ -16,7 +16,6 @@ use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::events::CollectedItem;
 use crate::snapshot::Snapshot;
 
-
 /// What the fixture steps found.
 pub struct Fixtures {
     pub base_manifest: Manifest,
@@ -45,10 +44,15 @@ pub struct DriftEntry {
 
 /// The digest that identifies a snapshot's content: the tree id for a commit, a hash over every
 /// file's content (through the stat cache) for the working tree.
-pub fn tree_digest(snapshot: &Snapshot, stat_cache: Option<&mut crate::statcache::StatCache>) -> Result<Digest> {
+pub fn tree_digest(
+    snapshot: &Snapshot,
+    stat_cache: Option<&mut crate::statcache::StatCache>,
+) -> Result<Digest> {
     let mut w = KeyWriter::new("tree");
     if let Some(commit) = snapshot.commit() {
-        let git = snapshot.open_git()?.ok_or_else(|| Error::Infra("bug: a commit snapshot without git".into()))?;
+        let git = snapshot
+            .open_git()?
+            .ok_or_else(|| Error::Infra("bug: a commit snapshot without git".into()))?;
         let tree = git.find_commit(commit)?.tree_id();
         w.str("git-tree").str(&tree.to_string());
         return Ok(w.finish());
@@ -57,7 +61,9 @@ pub fn tree_digest(snapshot: &Snapshot, stat_cache: Option<&mut crate::statcache
     let hashes = manifest::hash_entries(snapshot, &entries, stat_cache)?;
     w.str("worktree");
     for (e, (h, _)) in entries.iter().zip(hashes) {
-        w.bytes(e.path.as_bytes()).u64(e.kind as u64).bytes(h.as_bytes());
+        w.bytes(e.path.as_bytes())
+            .u64(e.kind as u64)
+            .bytes(h.as_bytes());
     }
     Ok(w.finish())
 }
@@ -69,11 +75,13 @@ fn json<T: serde::Serialize>(v: &T) -> std::result::Result<Output, NodeError> {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, NodeError> {
-    serde_json::from_slice(bytes).map_err(|e| NodeError::Infra(format!("bug: an input does not decode: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| NodeError::Infra(format!("bug: an input does not decode: {e}")))
 }
 
 fn add(g: &mut Graph, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
-    g.add(node, inputs).map_err(|e| Error::Infra(format!("bug: {e}")))
+    g.add(node, inputs)
+        .map_err(|e| Error::Infra(format!("bug: {e}")))
 }
 
 /// Runs `g` through the engine's store, records its node reports, and returns each requested
@@ -81,7 +89,11 @@ fn add(g: &mut Graph, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
 fn run_graph(engine: &Engine, g: &Graph, want: &[NodeId]) -> Result<Vec<Vec<u8>>> {
     let options = RunOptions {
         jobs: engine.jobs,
-        mode: if engine.force { Mode::Forced } else { Mode::Normal },
+        mode: if engine.force {
+            Mode::Forced
+        } else {
+            Mode::Normal
+        },
         scope: engine.scope.clone(),
     };
     let run = g
@@ -110,7 +122,11 @@ fn run_graph(engine: &Engine, g: &Graph, want: &[NodeId]) -> Result<Vec<Vec<u8>>
                         s => format!("{s:?}"),
                     })
                     .unwrap_or_default();
-                match engine.runner.interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                match engine
+                    .runner
+                    .interrupted
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
                     true => Error::Interrupted,
                     false => Error::Infra(format!("{label} failed: {why}")),
                 }
@@ -129,11 +145,16 @@ pub fn prepare_fixtures(
 ) -> Result<Fixtures> {
     let mut g = Graph::new(env!("CARGO_PKG_VERSION"));
     let mut manifest_ids = Vec::new();
-    for (role, side, tree) in [("base", &engine.base, base_tree), ("head", &engine.head, head_tree)] {
+    for (role, side, tree) in [
+        ("base", &engine.base, base_tree),
+        ("head", &engine.head, head_tree),
+    ] {
         let snap = add(
             &mut g,
-            Node::new(format!("snapshot({role})"), "snapshot", move |_| Ok(Output::new(tree.as_bytes().to_vec())))
-                .param("tree", tree.to_string()),
+            Node::new(format!("snapshot({role})"), "snapshot", move |_| {
+                Ok(Output::new(tree.as_bytes().to_vec()))
+            })
+            .param("tree", tree.to_string()),
             &[],
         )?;
         let snapshot = side.snapshot.clone();
@@ -152,7 +173,12 @@ pub fn prepare_fixtures(
     }
     let lock_node = {
         let (bl, hl) = (base_lock.clone(), head_lock.clone());
-        let digest = |l: &Option<Vec<u8>>| l.as_deref().map(Digest::of).map(|d| d.to_string()).unwrap_or_default();
+        let digest = |l: &Option<Vec<u8>>| {
+            l.as_deref()
+                .map(Digest::of)
+                .map(|d| d.to_string())
+                .unwrap_or_default()
+        };
         let n = Node::new("lock-check", "lock-check", move |inputs| {
             let head: Manifest = parse(inputs[0])?;
             json(&check_lock(bl.as_deref(), hl.as_deref(), &head))
@@ -170,14 +196,28 @@ pub fn prepare_fixtures(
         }),
         &[manifest_ids[0], manifest_ids[1]],
     )?;
-    let out = run_graph(engine, &g, &[manifest_ids[0], manifest_ids[1], lock_node, delta_node])?;
+    let out = run_graph(
+        engine,
+        &g,
+        &[manifest_ids[0], manifest_ids[1], lock_node, delta_node],
+    )?;
     let base_manifest: Manifest = decode(&out[0])?;
     let head_manifest: Manifest = decode(&out[1])?;
     // The manifests' hashes are the content digests the run probes ask for.
-    for (side, m) in [(&engine.base, &base_manifest), (&engine.head, &head_manifest)] {
-        side.prime(m.files.iter().filter(|f| f.kind == manifest::FileKind::File).filter_map(|f| {
-            Digest::from_hex(&f.blake3).ok().map(|d| (f.path.clone(), d))
-        }));
+    for (side, m) in [
+        (&engine.base, &base_manifest),
+        (&engine.head, &head_manifest),
+    ] {
+        side.prime(
+            m.files
+                .iter()
+                .filter(|f| f.kind == manifest::FileKind::File)
+                .filter_map(|f| {
+                    Digest::from_hex(&f.blake3)
+                        .ok()
+                        .map(|d| (f.path.clone(), d))
+                }),
+        );
     }
     Ok(Fixtures {
         base_manifest,
@@ -190,14 +230,23 @@ pub fn prepare_fixtures(
 /// The collections of the base and the head.
 pub fn collect_both(engine: &Engine) -> Result<(Vec<CollectedItem>, Vec<CollectedItem>)> {
     let mut g = Graph::new(env!("CARGO_PKG_VERSION"));
-    let b = add(&mut g, collect_node(engine, "base", engine.base.clone()), &[])?;
-    let h = add(&mut g, collect_node(engine, "head", engine.head.clone()), &[])?;
+    let b = add(
+        &mut g,
+        collect_node(engine, "base", engine.base.clone()),
+        &[],
+    )?;
+    let h = add(
+        &mut g,
+        collect_node(engine, "head", engine.head.clone()),
+        &[],
+    )?;
     let out = run_graph(engine, &g, &[b, h])?;
     Ok((decode(&out[0])?, decode(&out[1])?))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
 }
 
 fn groups_key(groups: &FixtureGroups) -> String {
@@ -217,15 +266,28 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     let runner = engine.runner.clone();
     let compute_side = side.clone();
     let mut node = Node::new(format!("collect({role})"), "collect", move |_| {
-        let (items, trace) = runner
-            .collect_traced(&compute_side.snapshot)
-            .map_err(|e| match e {
-                Error::Infra(m) if m.contains("could not collect") => NodeError::Data(m),
-                e => NodeError::Infra(e.to_string()),
-            })?;
-        let mut paths: Vec<String> = trace.read.iter().chain(&trace.import).chain(&trace.list).cloned().collect();
+        let (items, trace) =
+            runner
+                .collect_traced(&compute_side.snapshot)
+                .map_err(|e| match e {
+                    Error::Infra(m) if m.contains("could not collect") => NodeError::Data(m),
+                    e => NodeError::Infra(e.to_string()),
+                })?;
+        let mut paths: Vec<String> = trace
+            .read
+            .iter()
+            .chain(&trace.import)
+            .chain(&trace.list)
+            .cloned()
+            .collect();
         if !trace.unknown.is_empty() {
-            paths.extend(compute_side.snapshot.entries.iter().map(|e| e.path.to_string()));
+            paths.extend(
+                compute_side
+                    .snapshot
+                    .entries
+                    .iter()
+                    .map(|e| e.path.to_string()),
+            );
         }
         paths.sort();
         paths.dedup();
@@ -240,7 +302,10 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     })
     .param("role", role)
     .param("paths", side.paths_digest().to_string())
-    .param("interpreter", engine.runner.interpreter.fingerprint.digest())
+    .param(
+        "interpreter",
+        engine.runner.interpreter.fingerprint.digest(),
+    )
     .param("plugin", crate::pytest::plugin::digest());
     for (path, digest) in side.startup_files() {
         node = node.file(path, digest);

@@ -67,6 +67,10 @@ pub struct RunResult {
     /// File accesses outside any test (collection, session fixtures).
     pub session_trace: Trace,
     pub warnings: Vec<String>,
+    /// The plugin hit an internal error while tracing: some accesses may be missing, so the
+    /// run must be treated as depending on the whole tree.
+    #[serde(default)]
+    pub incomplete_trace: bool,
 }
 
 impl RunResult {
@@ -203,17 +207,7 @@ impl Runner {
             }
         }
         if !errors.is_empty() {
-            let mut msg = format!(
-                "pytest could not collect {} file{} of {}:\n",
-                errors.len(),
-                if errors.len() == 1 { "" } else { "s" },
-                snapshot.rev_label()
-            );
-            for (nodeid, message) in &errors {
-                msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
-            }
-            msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
-            return Err(Error::Infra(msg));
+            return Err(collect_error(snapshot, &errors));
         }
         match items {
             Some(items) => Ok((items, trace)),
@@ -241,6 +235,28 @@ impl Runner {
         groups: &FixtureGroups,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
+        self.run_order(snapshot, overlay, Some(order), groups, progress)
+    }
+
+    /// Runs every test in collection order, collecting in the same process (no separate
+    /// collection run): seed 0 costs one pytest start, like plain pytest.
+    pub fn run_collection_order(
+        &self,
+        snapshot: &Snapshot,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        self.run_order(snapshot, &Overlay::new(), None, groups, progress)
+    }
+
+    fn run_order(
+        &self,
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
         let sandbox = Sandbox::create(snapshot, overlay)?;
         let watch = sandbox.dir().join("watch.json");
         let roots = serde_json::json!({ "roots": groups.watch_roots() });
@@ -248,31 +264,61 @@ impl Runner {
         let order_file = sandbox.dir().join("order.txt");
 
         let mut result = RunResult {
-            order: order.to_vec(),
+            order: order.map(<[String]>::to_vec).unwrap_or_default(),
             executed: Vec::new(),
             tests: Vec::new(),
             processes: 0,
             session_trace: Trace::default(),
             warnings: Vec::new(),
+            incomplete_trace: false,
         };
-        let mut remaining: Vec<String> = order.to_vec();
-        while !remaining.is_empty() {
-            let mut text = remaining.join("\n");
-            text.push('\n');
-            std::fs::write(&order_file, text).map_err(|e| Error::io("write", &order_file, e))?;
-            let extra = vec![
-                format!("--fixgate-order={}", order_file.display()),
-                format!("--fixgate-watch={}", watch.display()),
-            ];
+        // `None` until the first process has collected, when running in collection order.
+        let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
+        while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
+            let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
+            match &remaining {
+                Some(ids) => {
+                    let mut text = ids.join("\n");
+                    text.push('\n');
+                    std::fs::write(&order_file, text)
+                        .map_err(|e| Error::io("write", &order_file, e))?;
+                    extra.push(format!("--fixgate-order={}", order_file.display()));
+                }
+                None => extra.push("--fixgate-collect".into()),
+            }
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();
             let p = self.spawn(&sandbox, k, &extra)?;
             let outcome = self.follow(p, &mut result, progress)?;
-            if result.tests.len() == before {
+            if !outcome.collect_errors.is_empty() {
+                return Err(collect_error(snapshot, &outcome.collect_errors));
+            }
+            if remaining.is_none() {
+                let Some(items) = outcome.collected.as_ref() else {
+                    return Err(Error::Infra(format!(
+                        "pytest did not collect the tests of {} (exit {:?}){}\n{}",
+                        snapshot.rev_label(),
+                        outcome.status,
+                        outcome
+                            .problems
+                            .iter()
+                            .map(|p| format!("\n  {p}"))
+                            .collect::<String>(),
+                        outcome.log_tail
+                    )));
+                };
+                result.order = items.iter().map(|i| i.nodeid.clone()).collect();
+                if let Some(pb) = progress {
+                    pb.set_length(result.order.len() as u64);
+                }
+                remaining = Some(result.order.clone());
+            }
+            let left = remaining.as_mut().expect("set above");
+            if result.tests.len() == before && !left.is_empty() {
                 return Err(Error::Infra(format!(
                     "pytest ran none of the {} requested tests in a sandbox of {} (exit {:?}){}\n{}",
-                    remaining.len(),
+                    left.len(),
                     snapshot.rev_label(),
                     outcome.status,
                     outcome
@@ -284,8 +330,9 @@ impl Runner {
                 )));
             }
             let done: HashSet<&str> = result.tests.iter().map(|t| t.nodeid.as_str()).collect();
-            remaining.retain(|id| !done.contains(id.as_str()));
+            left.retain(|id| !done.contains(id.as_str()));
         }
+        let order = result.order.clone();
         // Results in the requested order, whatever order the processes reported them in.
         let position: std::collections::HashMap<&str, usize> = order
             .iter()
@@ -317,6 +364,8 @@ impl Runner {
         let mut reader = EventReader::open(&p.events)?;
         let mut current: Option<(String, Instant, f64)> = None;
         let mut problems = Vec::new();
+        let mut collected = None;
+        let mut collect_errors = Vec::new();
         let mut timed_out = false;
         let status = loop {
             let exited = p
@@ -340,7 +389,14 @@ impl Runner {
                         }
                     }
                     Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
-                    Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
+                    Event::Collected { items } => collected = Some(items),
+                    Event::CollectError { nodeid, message } => {
+                        collect_errors.push((nodeid, message))
+                    }
+                    Event::Error { kind, message } => {
+                        result.incomplete_trace |= kind == "internal";
+                        problems.push(format!("{kind}: {message}"));
+                    }
                     _ => {}
                 }
             }
@@ -386,6 +442,8 @@ impl Runner {
         }
         Ok(ProcessOutcome {
             status: status.code(),
+            collected,
+            collect_errors,
             problems,
             log_tail: log_tail(&p.log),
         })
@@ -413,8 +471,25 @@ impl Runner {
     }
 }
 
+/// The error for test files pytest could not collect, with pytest's own messages.
+fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
+    let mut msg = format!(
+        "pytest could not collect {} file{} of {}:\n",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" },
+        snapshot.rev_label()
+    );
+    for (nodeid, message) in errors {
+        msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
+    }
+    msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
+    Error::Infra(msg)
+}
+
 struct ProcessOutcome {
     status: Option<i32>,
+    collected: Option<Vec<CollectedItem>>,
+    collect_errors: Vec<(String, String)>,
     problems: Vec<String>,
     log_tail: String,
 }

@@ -868,7 +868,7 @@ pub(crate) mod tests {
                 nodes: 23,
                 executed: 3,
                 cached: 20,
-                executed_nodes: vec![],
+                ..Default::default()
             },
             pytest_processes: 17,
             duration_seconds: 12.5,
