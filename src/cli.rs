@@ -197,6 +197,10 @@ pub struct SandboxArgs {
     /// and go on with the rest of the order
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub test_timeout: u64,
+    /// Let tests use the network. By default each run gets a network namespace with only
+    /// loopback, where the platform permits it
+    #[arg(long)]
+    pub allow_network: bool,
 }
 
 #[derive(Debug, Args)]

@@ -69,6 +69,7 @@ impl Ctx {
             test_timeout: Duration::from_secs(args.test_timeout.max(1)),
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
+            allow_network: args.allow_network,
         })
     }
 

@@ -352,3 +352,27 @@ fn the_environment_is_scrubbed_and_home_is_inside_the_sandbox() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(outcomes(&v).iter().all(|(_, o)| o == "passed"), "{v}");
 }
+
+#[test]
+fn runs_get_loopback_but_no_other_network_where_namespaces_are_permitted() {
+    // Creating a network namespace needs privilege; elsewhere runs keep the host network.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_net.py",
+        "import os, socket\n\n\
+         def test_loopback_server():\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n    s.listen(1)\n    c = socket.create_connection(s.getsockname(), timeout=2)\n    a, _ = s.accept()\n    c.sendall(b'x')\n    assert a.recv(1) == b'x'\n\n\
+         def test_only_loopback():\n    assert [n for _, n in socket.if_nameindex()] == ['lo']\n",
+    );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--format", "json"]);
+    assert!(
+        outcomes(&run.json()).iter().all(|(_, o)| o == "passed"),
+        "{run:?}"
+    );
+    let open = repo.fixgate_py(&["run", "--allow-network", "--format", "json"]);
+    let o = outcomes(&open.json());
+    assert_eq!(o[0].1, "passed");
+}

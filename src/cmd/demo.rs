@@ -118,6 +118,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         sandbox: SandboxArgs {
             pass_env: Vec::new(),
             test_timeout: 60,
+            allow_network: false,
         },
     };
     let opts = crate::cmd::audit::options(&args)?;

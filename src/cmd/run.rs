@@ -99,7 +99,16 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             .collect(),
         result: &result,
     };
-    ctx.emit_report(&report, || render(&result, seed))?;
+    ctx.emit_report(&report, || {
+        let fp = &runner.interpreter.fingerprint;
+        format!(
+            "{}python {} ({}), pytest {}, PYTHONHASHSEED={HASH_SEED}\n",
+            render(&result, seed),
+            fp.executable,
+            fp.version.lines().next().unwrap_or(""),
+            fp.pytest
+        )
+    })?;
     Ok(exit::PASS)
 }
 

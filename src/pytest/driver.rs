@@ -52,6 +52,9 @@ pub struct Runner {
     pub origin_root: PathBuf,
     /// Set by Ctrl-C: stop, kill the child, clean up.
     pub interrupted: Arc<AtomicBool>,
+    /// Leave the network alone (`--allow-network`); by default runs get a network namespace
+    /// of their own with only loopback, where the platform permits it.
+    pub allow_network: bool,
 }
 
 /// One ordered run.
@@ -127,6 +130,16 @@ impl Runner {
             cmd.env("PYTHONUSERBASE", base);
         }
         cmd.stdin(Stdio::null());
+        if !self.allow_network {
+            // SAFETY: the closure runs in the child between fork and exec and only makes
+            // system calls (unshare, socket, ioctl, close), which are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    isolate_network();
+                    Ok(())
+                });
+            }
+        }
         // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
         // the terminal reaches fixgate, which then cleans up.
         cmd.process_group(0);
@@ -545,6 +558,30 @@ fn merge_trace(into: &mut Trace, from: Trace) {
     into.sqlite.extend(from.sqlite);
     into.outside.extend(from.outside);
     into.unknown.extend(from.unknown);
+}
+
+/// Moves the calling process into a new network namespace with only loopback, up (so tests that
+/// talk to servers they start on localhost still work). Where the platform refuses (no
+/// privilege for namespaces), the run keeps the host's network.
+fn isolate_network() {
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNET) != 0 {
+            return;
+        }
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            return;
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req);
+        }
+        libc::close(fd);
+    }
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {
