@@ -158,7 +158,8 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     }
 
     // Collection, then the seed matrix over the selection (frozen tests deselected).
-    let (base_items, head_items) = steps::collect_both(&engine)?;
+    let (base_collection, head_collection) = steps::collect_both(&engine)?;
+    let (base_items, head_items) = (&base_collection.items, &head_collection.items);
     let frozen: HashSet<&str> = active.iter().map(|(n, _)| n.as_str()).collect();
     let selection: Vec<CollectedItem> = head_items
         .iter()
@@ -309,7 +310,17 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             edited_by_patch: edited.contains(&r.nodeid),
         });
     }
-    let new_skips = budget::new_skips(&base_items, &head_items);
+    let with_skipped = |c: &crate::pytest::events::Collection| {
+        c.items
+            .iter()
+            .chain(&c.skipped_collectors)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let new_skips = budget::new_skips(
+        &with_skipped(&base_collection),
+        &with_skipped(&head_collection),
+    );
     for s in &new_skips {
         findings.push(verdict::Finding {
             kind: FindingKind::NewSkip,

@@ -103,7 +103,15 @@ impl Engine {
             ("timeout", self.runner.test_timeout.as_secs().to_string()),
             ("groups", groups.finish().to_string()),
             ("deps", format!("{:?}", self.deps_mode)),
-            ("network", if self.runner.allow_network { "host" } else { "isolated" }.to_string()),
+            (
+                "network",
+                if self.runner.allow_network {
+                    "host"
+                } else {
+                    "isolated"
+                }
+                .to_string(),
+            ),
         ]
     }
 

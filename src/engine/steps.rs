@@ -13,7 +13,7 @@ use crate::engine::runs::Engine;
 use crate::error::{Error, Result};
 use crate::lock::{Drift, Lock};
 use crate::manifest::{self, Hashing, Manifest};
-use crate::pytest::events::CollectedItem;
+use crate::pytest::events::Collection;
 use crate::snapshot::Snapshot;
 
 /// What the fixture steps found.
@@ -228,7 +228,7 @@ pub fn prepare_fixtures(
 }
 
 /// The collections of the base and the head.
-pub fn collect_both(engine: &Engine) -> Result<(Vec<CollectedItem>, Vec<CollectedItem>)> {
+pub fn collect_both(engine: &Engine) -> Result<(Collection, Collection)> {
     let mut g = Graph::new(env!("CARGO_PKG_VERSION"));
     let b = add(
         &mut g,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
 use crate::pytest::events::{
-    ChangedPath, CollectedItem, Event, Outcome, TestEvent, TestResult, Trace, Violation,
+    ChangedPath, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace, Violation,
 };
 use crate::pytest::interpreter::Interpreter;
 use crate::repo_path::RepoPath;
@@ -194,11 +194,11 @@ impl Runner {
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
     pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
-        self.collect_traced(snapshot).map(|(items, _)| items)
+        self.collect_traced(snapshot).map(|(c, _)| c.items)
     }
 
     /// Collects, and returns what collection read and imported (its dependencies).
-    pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Vec<CollectedItem>, Trace)> {
+    pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
         let sandbox = Sandbox::create(snapshot, &Overlay::new())?;
         let mut p = self.spawn(
             &sandbox,
@@ -207,6 +207,7 @@ impl Runner {
         )?;
         let status = wait_interruptibly(&mut p.child, &self.interrupted)?;
         let mut items = None;
+        let mut skipped_collectors = Vec::new();
         let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
@@ -214,6 +215,18 @@ impl Runner {
             match ev {
                 Event::Collected { items: i } => items = Some(i),
                 Event::SessionTrace { trace: t } => merge_trace(&mut trace, t),
+                Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
+                    file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
+                    nodeid,
+                    line: None,
+                    markers: vec![crate::pytest::events::Marker {
+                        name: "skip".into(),
+                        args: Vec::new(),
+                        kwargs: reason
+                            .map(|r| [("reason".to_string(), serde_json::Value::String(r))].into())
+                            .unwrap_or_default(),
+                    }],
+                }),
                 Event::CollectError { nodeid, message } => errors.push((nodeid, message)),
                 Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
                 _ => {}
@@ -223,7 +236,13 @@ impl Runner {
             return Err(collect_error(snapshot, &errors));
         }
         match items {
-            Some(items) => Ok((items, trace)),
+            Some(items) => Ok((
+                Collection {
+                    items,
+                    skipped_collectors,
+                },
+                trace,
+            )),
             None => Err(Error::Infra(format!(
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),

@@ -22,6 +22,12 @@ pub enum Event {
         #[serde(default)]
         message: String,
     },
+    /// A module (or other collector) skipped while collecting: its tests never become items.
+    CollectSkip {
+        nodeid: String,
+        #[serde(default)]
+        reason: Option<String>,
+    },
     TestStart {
         nodeid: String,
     },
@@ -53,6 +59,14 @@ pub struct CollectedItem {
     pub line: Option<u64>,
     #[serde(default)]
     pub markers: Vec<Marker>,
+}
+
+/// What collecting a snapshot found: its tests, and the collectors skipped as a whole (as
+/// pseudo-items carrying a `skip` marker, so that a new module-level skip counts as a new skip).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Collection {
+    pub items: Vec<CollectedItem>,
+    pub skipped_collectors: Vec<CollectedItem>,
 }
 
 impl CollectedItem {
