@@ -270,7 +270,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             &fixtures.delta,
             &coupled,
             &matrix.runs["0"],
-            &base_items,
+            base_items,
         )?;
     }
 
