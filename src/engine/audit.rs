@@ -396,7 +396,8 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         }
     }
     for p in &pairs {
-        if edited.contains(&p.victim) {
+        // A new test is not an edited assertion: only a test the base had can be "fixed".
+        if edited.contains(&p.victim) && base_ids.contains(p.victim.as_str()) {
             report_findings.push(report::Finding {
                 kind: "edited-assertion".into(),
                 tests: vec![p.victim.clone()],

@@ -48,6 +48,14 @@ pub struct Interpreter {
 /// `python3` on PATH.
 pub fn choose(flag: Option<&Path>, repo_root: &Path) -> PathBuf {
     if let Some(p) = flag {
+        // Runs start in a sandbox, so a relative path must be made absolute here, against the
+        // directory the user typed it in. Not canonicalized: resolving a venv's symlinked
+        // python would leave the venv. A bare name (`python3.12`) is looked up on PATH.
+        if p.components().count() > 1 && p.is_relative() {
+            if let Ok(cwd) = std::env::current_dir() {
+                return cwd.join(p);
+            }
+        }
         return p.to_path_buf();
     }
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {

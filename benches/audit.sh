@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Benchmarks the pytest side of fixgate on a generated suite of 2,000 tests with 5 fixture groups of
+# 50 files each (benches/gen_suite.py), side by side with plain pytest, in one run:
+#
+#   bash benches/audit.sh
+#
+#   run     `fixgate run --seed 0` against `python -m pytest -q -p no:cacheprovider` on the same
+#           tree in the same (file) order. Target: at most 1.10x.
+#   cold    an 8-seed `fixgate audit --jobs 2` with an empty cache, against eight sequential plain
+#           `python -m pytest -q -p no:cacheprovider -p randomly --randomly-seed=N` runs (seeds 1..8,
+#           pytest-randomly installed for this comparison only). Target: at most 0.6x.
+#   warm    the same audit again with nothing changed. Target: under 3% of cold.
+#   readme  the same audit after a README-only change. Target: under 3% of cold.
+#   The cold audit's pytest process count comes from its JSON report.
+#
+# Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PYTHON [a venv made here],
+# FIXGATE [target/release/fixgate, built when missing].
+
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DATA=${BENCH_DATA:-/work/bench-data/suite}
+RUNS=${RUNS:-3}
+SUITE=$DATA/repo
+RESULTS=$DATA/results
+mkdir -p "$DATA" "$RESULTS"
+
+command -v hyperfine >/dev/null || { apt-get install -y -qq hyperfine >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq hyperfine; }; }
+
+if [ -z "${FIXGATE:-}" ]; then
+    (cd "$REPO" && cargo build --release --quiet)
+    FIXGATE=$REPO/target/release/fixgate
+fi
+if [ -z "${PYTHON:-}" ]; then
+    VENV=$DATA/venv
+    if ! "$VENV/bin/python" -c "import pytest, pytest_randomly" 2>/dev/null; then
+        python3 -m venv --clear "$VENV"
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-randomly
+    fi
+    PYTHON=$VENV/bin/python
+fi
+if [ ! -d "$SUITE/.git" ]; then
+    python3 "$REPO/benches/gen_suite.py" "$SUITE" --tests 2000 --groups 5 --files 50
+    # The audited patch: one commit on top that changes a docstring-only source line.
+    (cd "$SUITE" && echo "# patched" >> src/benchpkg/__init__.py && git -c user.name=b -c user.email=b@example.com commit -qam patch)
+fi
+cd "$SUITE"
+git checkout -q -- README.md
+
+echo "== run: fixgate run --seed 0 vs plain pytest (file order)"
+hyperfine --warmup 1 --runs "$RUNS" --export-json "$RESULTS/run.json" \
+    -n fixgate-run "$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --quiet --format json --output /dev/null" \
+    -n pytest "$PYTHON -m pytest -q -p no:cacheprovider -p no:randomly"
+
+PYTEST8=""
+for s in 1 2 3 4 5 6 7 8; do
+    PYTEST8="$PYTEST8 $PYTHON -m pytest -q -p no:cacheprovider -p randomly --randomly-seed=$s >/dev/null;"
+done
+AUDIT="$FIXGATE --python $PYTHON --cache-dir $DATA/cache-audit audit --base HEAD~1 --head HEAD --seeds 8 --jobs 2 --quiet --format json --output $RESULTS/audit-report.json"
+
+echo "== cold: 8-seed audit, empty cache, --jobs 2 vs eight sequential pytest-randomly runs"
+hyperfine --runs "$RUNS" --export-json "$RESULTS/cold.json" \
+    -n audit-cold --prepare "rm -rf $DATA/cache-audit" "$AUDIT" \
+    -n pytest-randomly-x8 "bash -c '$PYTEST8'"
+python3 - "$RESULTS/audit-report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("cold audit: verdict %s, %d pytest processes, %d graph nodes" % (r["verdict"], r["pytest_processes"], r["graph"]["nodes"]))
+PY
+
+echo "== warm and README-only audits (cache populated first)"
+eval "$AUDIT"
+hyperfine --warmup 1 --runs "$((RUNS * 2))" --export-json "$RESULTS/warm.json" \
+    -n audit-warm "$AUDIT" \
+    -n audit-readme --prepare "echo x >> $SUITE/README.md" \
+    "$FIXGATE --python $PYTHON --cache-dir $DATA/cache-audit audit --base HEAD~1 --seeds 8 --jobs 2 --quiet --format json --output /dev/null"
+git checkout -q -- README.md
+
+python3 - "$RESULTS" <<'PY'
+import json, os, statistics, sys
+d = sys.argv[1]
+def med(f, name):
+    for r in json.load(open(os.path.join(d, f)))["results"]:
+        if r["command"] == name:
+            return statistics.median(r["times"])
+run, py = med("run.json", "fixgate-run"), med("run.json", "pytest")
+cold, seq = med("cold.json", "audit-cold"), med("cold.json", "pytest-randomly-x8")
+warm, readme = med("warm.json", "audit-warm"), med("warm.json", "audit-readme")
+print("| case | fixgate median | baseline median | ratio | target |")
+print("|---|---|---|---|---|")
+print("| run --seed 0 vs pytest | %.2f s | %.2f s | %.2fx | <= 1.10x |" % (run, py, run / py))
+print("| cold 8-seed audit (--jobs 2) vs 8 x pytest-randomly | %.2f s | %.2f s | %.2fx | <= 0.60x |" % (cold, seq, cold / seq))
+print("| warm audit vs cold | %.2f s | %.2f s | %.1f%% | < 3%% |" % (warm, cold, 100 * warm / cold))
+print("| README-only audit vs cold | %.2f s | %.2f s | %.1f%% | < 3%% |" % (readme, cold, 100 * readme / cold))
+PY
