@@ -11,7 +11,6 @@ use crate::exit;
 use crate::pytest::driver::{RunResult, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::events::{CollectedItem, Outcome};
 use crate::pytest::interpreter::Fingerprint;
-use crate::pytest::order;
 
 #[derive(Serialize)]
 pub struct RunReport<'a> {
@@ -35,46 +34,22 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
     let pb = ctx.progress(0, "run");
-    let (result, seed) = match (&args.order, args.seed) {
-        (Some(file), _) => {
-            let items = runner.collect(&snapshot)?;
-            let order = read_order_file(file, &items)?;
+    let (result, seed) = match &args.order {
+        Some(file) => {
+            let order = read_order_file(file, &runner.collect(&snapshot)?)?;
             if let Some(pb) = &pb {
                 pb.set_length(order.len() as u64);
             }
+            let overlay = Default::default();
             (
-                runner.run(
-                    &snapshot,
-                    &Default::default(),
-                    &order,
-                    &config.groups,
-                    pb.as_ref(),
-                ),
+                runner.run(&snapshot, &overlay, &order, &config.groups, pb.as_ref()),
                 None,
             )
         }
-        // File order needs no separate collection: one pytest start, as with plain pytest.
-        (None, 0) => (
-            runner.run_collection_order(&snapshot, &config.groups, pb.as_ref()),
-            Some(0),
+        None => (
+            runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref()),
+            Some(args.seed),
         ),
-        (None, seed) => {
-            let items = runner.collect(&snapshot)?;
-            let order = order::seeded(&items, seed);
-            if let Some(pb) = &pb {
-                pb.set_length(order.len() as u64);
-            }
-            (
-                runner.run(
-                    &snapshot,
-                    &Default::default(),
-                    &order,
-                    &config.groups,
-                    pb.as_ref(),
-                ),
-                Some(seed),
-            )
-        }
     };
     if let Some(pb) = pb {
         pb.finish_and_clear();

@@ -10,7 +10,6 @@ use crate::context::Ctx;
 use crate::error::Result;
 use crate::exit;
 use crate::pytest::events::{OutsideAccess, TestResult, Violation};
-use crate::pytest::order;
 use crate::repo_path::RepoPath;
 
 #[derive(Serialize)]
@@ -47,22 +46,7 @@ pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
     let pb = ctx.progress(0, "trace");
-    let result = if args.seed == 0 {
-        runner.run_collection_order(&snapshot, &config.groups, pb.as_ref())
-    } else {
-        let items = runner.collect(&snapshot)?;
-        let order = order::seeded(&items, args.seed);
-        if let Some(pb) = &pb {
-            pb.set_length(order.len() as u64);
-        }
-        runner.run(
-            &snapshot,
-            &Default::default(),
-            &order,
-            &config.groups,
-            pb.as_ref(),
-        )
-    };
+    let result = runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref());
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

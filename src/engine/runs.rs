@@ -162,21 +162,7 @@ impl Engine {
                     .map_err(|e| Error::Infra(format!("bug: {e}")))?,
             );
         }
-        let options = RunOptions {
-            jobs: self.jobs,
-            mode: if self.force {
-                Mode::Forced
-            } else {
-                Mode::Normal
-            },
-            scope: self.scope.clone(),
-        };
-        let run = graph
-            .run(self.store.as_ref(), &options)
-            .map_err(|e| Error::Infra(format!("failed to run the audit graph: {e}")))?;
-        if self.runner.interrupted.load(Ordering::SeqCst) {
-            return Err(Error::Interrupted);
-        }
+        let run = self.execute(&graph)?;
         let mut out = Vec::new();
         for id in &ids {
             let label = graph.node(*id).label().to_string();
@@ -197,13 +183,36 @@ impl Engine {
             }
             out.push(result);
         }
-        let mut warnings = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
-        warnings.extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
+        Ok(out)
+    }
+
+    /// Runs a graph through the store on `jobs` threads, and records its node reports and the
+    /// cache's warnings in the audit's.
+    pub fn execute(&self, graph: &Graph) -> Result<fixgate_graph::Run> {
+        let options = RunOptions {
+            jobs: self.jobs,
+            mode: if self.force {
+                Mode::Forced
+            } else {
+                Mode::Normal
+            },
+            scope: self.scope.clone(),
+        };
+        let run = graph
+            .run(self.store.as_ref(), &options)
+            .map_err(|e| Error::Infra(format!("failed to run the audit graph: {e}")))?;
+        if self.runner.interrupted.load(Ordering::SeqCst) {
+            return Err(Error::Interrupted);
+        }
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
         self.reports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(run.report.nodes.iter().cloned());
-        Ok(out)
+        Ok(run)
     }
 
     /// The node's compute function: one sandboxed pytest run, its result without timings (so

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use fixgate_cache::{Dep, Digest, KeyWriter};
-use fixgate_graph::{Graph, Mode, Node, NodeError, NodeId, Output, RunOptions};
+use fixgate_graph::{Graph, Node, NodeError, NodeId, Output};
 
 use crate::config::FixtureGroups;
 use crate::delta::{self, Delta};
@@ -87,28 +87,7 @@ fn add(g: &mut Graph, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
 /// Runs `g` through the engine's store, records its node reports, and returns each requested
 /// node's output (an error names a node that failed).
 fn run_graph(engine: &Engine, g: &Graph, want: &[NodeId]) -> Result<Vec<Vec<u8>>> {
-    let options = RunOptions {
-        jobs: engine.jobs,
-        mode: if engine.force {
-            Mode::Forced
-        } else {
-            Mode::Normal
-        },
-        scope: engine.scope.clone(),
-    };
-    let run = g
-        .run(engine.store.as_ref(), &options)
-        .map_err(|e| Error::Infra(format!("failed to run the audit graph: {e}")))?;
-    engine
-        .warnings
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
-    engine
-        .reports
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(run.report.nodes.iter().cloned());
+    let run = engine.execute(g)?;
     want.iter()
         .map(|&id| {
             run.output(id).map(<[u8]>::to_vec).ok_or_else(|| {

@@ -281,6 +281,24 @@ impl Runner {
         self.run_order(snapshot, &Overlay::new(), None, groups, progress)
     }
 
+    /// Runs the order of `seed` (0: collection order, in one process).
+    pub fn run_seed(
+        &self,
+        snapshot: &Snapshot,
+        seed: u64,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        if seed == 0 {
+            return self.run_collection_order(snapshot, groups, progress);
+        }
+        let order = crate::pytest::order::seeded(&self.collect(snapshot)?, seed);
+        if let Some(pb) = progress {
+            pb.set_length(order.len() as u64);
+        }
+        self.run(snapshot, &Overlay::new(), &order, groups, progress)
+    }
+
     fn run_order(
         &self,
         snapshot: &Snapshot,
@@ -328,17 +346,7 @@ impl Runner {
             }
             if remaining.is_none() {
                 let Some(items) = outcome.collected.as_ref() else {
-                    return Err(Error::Infra(format!(
-                        "pytest did not collect the tests of {} (exit {:?}){}\n{}",
-                        snapshot.rev_label(),
-                        outcome.status,
-                        outcome
-                            .problems
-                            .iter()
-                            .map(|p| format!("\n  {p}"))
-                            .collect::<String>(),
-                        outcome.log_tail
-                    )));
+                    return Err(outcome.failure("did not collect the tests", snapshot));
                 };
                 result.order = items.iter().map(|i| i.nodeid.clone()).collect();
                 if let Some(pb) = progress {
@@ -348,18 +356,8 @@ impl Runner {
             }
             let left = remaining.as_mut().expect("set above");
             if result.tests.len() == before && !left.is_empty() {
-                return Err(Error::Infra(format!(
-                    "pytest ran none of the {} requested tests in a sandbox of {} (exit {:?}){}\n{}",
-                    left.len(),
-                    snapshot.rev_label(),
-                    outcome.status,
-                    outcome
-                        .problems
-                        .iter()
-                        .map(|p| format!("\n  {p}"))
-                        .collect::<String>(),
-                    outcome.log_tail
-                )));
+                let what = format!("ran none of the {} requested tests", left.len());
+                return Err(outcome.failure(&what, snapshot));
             }
             let done: HashSet<&str> = result.tests.iter().map(|t| t.nodeid.as_str()).collect();
             left.retain(|id| !done.contains(id.as_str()));
@@ -516,6 +514,23 @@ fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
     }
     msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
     Error::Infra(msg)
+}
+
+impl ProcessOutcome {
+    /// The error for a pytest process that did not do `what` it was started for, with the
+    /// plugin's complaints and the end of pytest's own output.
+    fn failure(&self, what: &str, snapshot: &Snapshot) -> Error {
+        Error::Infra(format!(
+            "pytest {what} in a sandbox of {} (exit {:?}){}\n{}",
+            snapshot.rev_label(),
+            self.status,
+            self.problems
+                .iter()
+                .map(|p| format!("\n  {p}"))
+                .collect::<String>(),
+            self.log_tail
+        ))
+    }
 }
 
 struct ProcessOutcome {
