@@ -61,7 +61,7 @@ impl Ctx {
             ));
         }
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
-        let interpreter = interpreter::probe(&path)?;
+        let interpreter = interpreter::probe_cached(&path, &self.cache_dir)?;
         Ok(Runner {
             interpreter,
             plugin_dir: plugin::install(&self.cache_dir)?,

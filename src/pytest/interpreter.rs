@@ -95,6 +95,8 @@ try:
     out["user_base"] = site.getuserbase()
 except Exception:
     pass
+import os
+out["paths"] = sorted(set(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)))
 print(json.dumps(out))
 "#;
 
@@ -106,10 +108,108 @@ struct Probe {
     error: Option<String>,
     distributions: Vec<(String, String)>,
     user_base: Option<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+}
+
+/// A fingerprint remembered with the stat data of the executable and of every directory on the
+/// interpreter's `sys.path`: installing or removing a distribution changes a site directory, so
+/// an unchanged stamp means an unchanged fingerprint, without starting Python.
+#[derive(Serialize, Deserialize)]
+struct Remembered {
+    version: u32,
+    fingerprint: Fingerprint,
+    user_base: Option<String>,
+    stamps: Vec<(String, i128, i128)>,
+}
+
+const REMEMBERED_VERSION: u32 = 1;
+
+fn stamp(path: &Path) -> Option<(i128, i128)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+        m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+    ))
+}
+
+fn remembered_file(cache_dir: &Path, path: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let key = blake3::hash(path.as_os_str().as_bytes()).to_hex();
+    cache_dir
+        .join("interpreters")
+        .join(format!("{}.json", &key[..32]))
+}
+
+/// [`probe`], reusing the fingerprint remembered under `cache_dir` while the interpreter's
+/// executable and `sys.path` directories are unchanged.
+pub fn probe_cached(path: &Path, cache_dir: &Path) -> Result<Interpreter> {
+    let file = remembered_file(cache_dir, path);
+    let remembered: Option<Remembered> = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(|r: &Remembered| r.version == REMEMBERED_VERSION);
+    if let Some(r) = remembered {
+        let exe_ok = which(path).and_then(|p| stamp(&p)).is_some();
+        if exe_ok
+            && r.stamps
+                .iter()
+                .all(|(p, m, c)| stamp(Path::new(p)) == Some((*m, *c)))
+        {
+            return Ok(Interpreter {
+                path: path.to_path_buf(),
+                fingerprint: r.fingerprint,
+                user_base: r.user_base,
+            });
+        }
+    }
+    let (interpreter, paths) = probe_with_paths(path)?;
+    let mut stamps = Vec::new();
+    let exe = PathBuf::from(&interpreter.fingerprint.executable);
+    for p in std::iter::once(exe).chain(paths.iter().map(PathBuf::from)) {
+        if let Some((m, c)) = stamp(&p) {
+            stamps.push((p.display().to_string(), m, c));
+        }
+    }
+    let record = Remembered {
+        version: REMEMBERED_VERSION,
+        fingerprint: interpreter.fingerprint.clone(),
+        user_base: interpreter.user_base.clone(),
+        stamps,
+    };
+    // Remembering only saves time: a failure to write is not worth a warning.
+    if let Some(dir) = file.parent() {
+        if std::fs::create_dir_all(dir).is_ok() {
+            if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
+                let bytes = serde_json::to_vec(&record).unwrap_or_default();
+                if std::io::Write::write_all(&mut tmp, &bytes).is_ok() {
+                    let _ = tmp.persist(&file);
+                }
+            }
+        }
+    }
+    Ok(interpreter)
+}
+
+/// The file a command name or path refers to (PATH lookup for a bare name).
+fn which(path: &Path) -> Option<PathBuf> {
+    if path.components().count() > 1 {
+        return Some(path.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(path))
+            .find(|p| p.is_file())
+    })
 }
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
 pub fn probe(path: &Path) -> Result<Interpreter> {
+    probe_with_paths(path).map(|(i, _)| i)
+}
+
+fn probe_with_paths(path: &Path) -> Result<(Interpreter, Vec<String>)> {
     let out = Command::new(path)
         .args(["-c", PROBE])
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -138,14 +238,17 @@ pub fn probe(path: &Path) -> Result<Interpreter> {
             path.display()
         )));
     };
-    Ok(Interpreter {
-        path: path.to_path_buf(),
-        fingerprint: Fingerprint {
-            executable: probe.executable,
-            version: probe.version,
-            pytest,
-            distributions: probe.distributions,
+    Ok((
+        Interpreter {
+            path: path.to_path_buf(),
+            fingerprint: Fingerprint {
+                executable: probe.executable,
+                version: probe.version,
+                pytest,
+                distributions: probe.distributions,
+            },
+            user_base: probe.user_base,
         },
-        user_base: probe.user_base,
-    })
+        probe.paths,
+    ))
 }
