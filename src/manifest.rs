@@ -29,33 +29,44 @@ pub enum FileKind {
     Link,
 }
 
+// The fields of the manifest's types are declared in sorted order, so that serializing them
+// directly gives sorted keys without building a `serde_json::Value` (a test pins it): the warm
+// manifest of a large tree is mostly output.
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FileEntry {
-    pub path: RepoPath,
-    pub group: String,
     pub blake3: String,
-    pub size: u64,
+    pub group: String,
     pub kind: FileKind,
+    pub path: RepoPath,
+    pub size: u64,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct GroupSummary {
-    pub name: String,
-    pub globs: Vec<String>,
+    pub bytes: u64,
     /// Hash over the group's (path, kind, blake3) triples; changes iff a file of it changed.
     pub digest: String,
     pub files: usize,
-    pub bytes: u64,
+    pub globs: Vec<String>,
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Manifest {
-    pub schema: u32,
-    pub groups: Vec<GroupSummary>,
     pub files: Vec<FileEntry>,
+    pub groups: Vec<GroupSummary>,
+    pub schema: u32,
 }
 
 impl Manifest {
+    /// Sorted, pretty JSON with a trailing newline (see the note on field order above).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a manifest always serializes");
+        s.push('\n');
+        s
+    }
+
     pub fn find(&self, path: &RepoPath) -> Option<&FileEntry> {
         self.files
             .binary_search_by(|f| f.path.cmp(path))
@@ -106,9 +117,9 @@ pub fn build(
         })
         .collect();
     Ok(Manifest {
-        schema: SCHEMA,
         groups: summarize(groups.groups(), &files),
         files,
+        schema: SCHEMA,
     })
 }
 
@@ -190,19 +201,23 @@ fn hash_worktree_file(
     cache: Option<&StatCache>,
 ) -> Result<(blake3::Hash, u64, Option<StatKey>)> {
     let full = root.join(entry.path.to_os_path());
-    let meta = std::fs::symlink_metadata(&full).map_err(|e| Error::io("stat", &full, e))?;
-    let key = StatKey::from_metadata(&meta);
+    let key = match entry.stat {
+        Some(key) => key,
+        None => StatKey::from_metadata(
+            &std::fs::symlink_metadata(&full).map_err(|e| Error::io("stat", &full, e))?,
+        ),
+    };
     if let Some(hash) = cache.and_then(|c| c.lookup(&entry.path, &key)) {
-        return Ok((hash, meta.len(), None));
+        return Ok((hash, key.size, None));
     }
-    if meta.file_type().is_symlink() {
+    if entry.kind == EntryKind::Symlink {
         use std::os::unix::ffi::OsStrExt;
         let target = std::fs::read_link(&full).map_err(|e| Error::io("read link", &full, e))?;
         let bytes = target.as_os_str().as_bytes();
         return Ok((blake3::hash(bytes), bytes.len() as u64, Some(key)));
     }
     let mut hasher = blake3::Hasher::new();
-    if meta.len() >= LARGE_FILE {
+    if key.size >= LARGE_FILE {
         hasher
             .update_mmap_rayon(&full)
             .map_err(|e| Error::io("read", &full, e))?;
@@ -211,5 +226,32 @@ fn hash_worktree_file(
             .update_mmap(&full)
             .map_err(|e| Error::io("read", &full, e))?;
     }
-    Ok((hasher.finalize(), meta.len(), Some(key)))
+    Ok((hasher.finalize(), key.size, Some(key)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_json_has_the_same_sorted_keys_as_the_generic_path() {
+        let m = Manifest {
+            files: vec![FileEntry {
+                blake3: "ab".into(),
+                group: "db".into(),
+                kind: FileKind::Link,
+                path: RepoPath::from("tests/fixtures/db/a"),
+                size: 3,
+            }],
+            groups: vec![GroupSummary {
+                bytes: 3,
+                digest: "cd".into(),
+                files: 1,
+                globs: vec!["tests/fixtures/db/**".into()],
+                name: "db".into(),
+            }],
+            schema: SCHEMA,
+        };
+        assert_eq!(m.to_json(), crate::context::to_json(&m));
+    }
 }

@@ -33,6 +33,8 @@ pub struct Entry {
     pub kind: EntryKind,
     /// The blob id, for commit snapshots.
     pub blob: Option<Oid>,
+    /// The stat data seen while listing a working tree, so hashing need not stat again.
+    pub stat: Option<crate::statcache::StatKey>,
 }
 
 /// The set of files of the repository at one revision, sorted by path bytes.
@@ -167,6 +169,7 @@ impl Repo {
                 path: RepoPath::from_bytes(path),
                 kind,
                 blob: Some(entry.id()),
+                stat: None,
             });
             TreeWalkResult::Ok
         })?;
@@ -187,32 +190,36 @@ impl Repo {
             Some(git) => git_worktree_paths(git)?,
             None => walk_plain_dir(&self.root)?,
         };
-        let mut entries = Vec::with_capacity(paths.len());
-        for path in paths {
-            let full = self.root.join(path.to_os_path());
-            // A tracked file deleted from the work tree, or a path that vanished while we
-            // listed, is simply not part of the snapshot.
-            let Ok(meta) = std::fs::symlink_metadata(&full) else {
-                continue;
-            };
-            let kind = if meta.file_type().is_symlink() {
-                EntryKind::Symlink
-            } else if meta.is_file() {
-                use std::os::unix::fs::PermissionsExt;
-                if meta.permissions().mode() & 0o111 != 0 {
-                    EntryKind::Executable
+        // One stat per file, in parallel: on a large tree the stats are most of a warm manifest.
+        use rayon::prelude::*;
+        let root = &self.root;
+        let mut entries: Vec<Entry> = paths
+            .into_par_iter()
+            .filter_map(|path| {
+                let full = root.join(path.to_os_path());
+                // A tracked file deleted from the work tree, or a path that vanished while we
+                // listed, is simply not part of the snapshot.
+                let meta = std::fs::symlink_metadata(&full).ok()?;
+                let kind = if meta.file_type().is_symlink() {
+                    EntryKind::Symlink
+                } else if meta.is_file() {
+                    use std::os::unix::fs::PermissionsExt;
+                    if meta.permissions().mode() & 0o111 != 0 {
+                        EntryKind::Executable
+                    } else {
+                        EntryKind::File
+                    }
                 } else {
-                    EntryKind::File
-                }
-            } else {
-                continue;
-            };
-            entries.push(Entry {
-                path,
-                kind,
-                blob: None,
-            });
-        }
+                    return None;
+                };
+                Some(Entry {
+                    path,
+                    kind,
+                    blob: None,
+                    stat: Some(crate::statcache::StatKey::from_metadata(&meta)),
+                })
+            })
+            .collect();
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         entries.dedup_by(|a, b| a.path == b.path);
         Ok(Snapshot {

@@ -12,7 +12,10 @@ pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let manifest = ctx.manifest(&snapshot, &config)?;
-    ctx.emit_report(&manifest, || render(&manifest))?;
+    match ctx.format {
+        crate::cli::Format::Json => ctx.emit(&manifest.to_json())?,
+        _ => ctx.emit_report(&manifest, || render(&manifest))?,
+    }
     Ok(exit::PASS)
 }
 
