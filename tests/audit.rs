@@ -1442,3 +1442,78 @@ fn two_audits_of_the_same_inputs_give_the_same_report_apart_from_timing() {
     }
     assert_eq!(without_timing(&first), without_timing(&third));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regressions found on real suites
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn regression_a_new_unittest_skip_decorator_is_a_new_skip() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_u.py",
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertTrue(True)\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_u.py",
+        "import unittest\n\nclass T(unittest.TestCase):\n    @unittest.skip('TODO: flaky on CI')\n    def test_a(self):\n        self.assertTrue(True)\n",
+    );
+    let head = repo.commit("skip it");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    assert_verdict(&run, &v, 4, "unverified");
+    assert_eq!(v["budget"]["used"]["new_skips"], 1, "{}", v["budget"]);
+}
+
+#[test]
+fn regression_a_skip_inside_an_edited_test_body_is_a_new_skip() {
+    let repo = TestRepo::new();
+    repo.write("tests/test_s.py", "def test_a():\n    assert 1 + 1 == 2\n");
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_s.py",
+        "import pytest\n\ndef test_a():\n    pytest.skip('covered elsewhere')\n    assert 1 + 1 == 2\n",
+    );
+    let head = repo.commit("skip inside");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    assert_verdict(&run, &v, 4, "unverified");
+    let f = finding(&v, "new-skip", "tests/test_s.py::test_a");
+    assert!(
+        f["message"].as_str().unwrap().contains("pytest.skip()"),
+        "{f}"
+    );
+}
+
+#[test]
+fn regression_a_change_that_breaks_every_test_does_not_start_a_process_per_test() {
+    let repo = TestRepo::new();
+    repo.write("tests/conftest.py", "");
+    for i in 0..12 {
+        repo.write(
+            &format!("tests/test_{i:02}.py"),
+            format!("def test_{i}():\n    assert True\n"),
+        );
+    }
+    let base = repo.commit("base");
+    repo.write(
+        "tests/conftest.py",
+        "import pytest\n\n@pytest.fixture(autouse=True)\ndef broken():\n    raise RuntimeError('the fixture is broken')\n",
+    );
+    let head = repo.commit("break every test");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    assert_verdict(&run, &v, 1, "reject");
+    assert!(
+        v["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["bucket"] == "error"),
+        "{}",
+        v["tests"]
+    );
+    let processes = v["pytest_processes"].as_u64().unwrap();
+    assert!(
+        processes <= 10,
+        "{processes} pytest processes for 12 broken tests"
+    );
+}

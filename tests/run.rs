@@ -376,3 +376,43 @@ fn runs_get_loopback_but_no_other_network_where_namespaces_are_permitted() {
     let o = outcomes(&open.json());
     assert_eq!(o[0].1, "passed");
 }
+
+#[test]
+fn regression_a_failing_subtest_fails_its_test() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_sub.py",
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_subs(self):\n        for i in range(3):\n            with self.subTest(i=i):\n                self.assertNotEqual(i, 1)\n\n    def test_ok(self):\n        with self.subTest(i=0):\n            self.assertTrue(True)\n",
+    );
+    repo.commit("base");
+    let v = repo.fixgate_py(&["run", "--format", "json"]).json();
+    assert_eq!(
+        outcomes(&v),
+        [
+            (
+                "tests/test_sub.py::T::test_ok".to_string(),
+                "passed".to_string()
+            ),
+            ("tests/test_sub.py::T::test_subs".into(), "failed".into()),
+        ]
+    );
+}
+
+#[test]
+fn regression_messages_and_traces_do_not_name_the_sandbox() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_where.py",
+        "import os, tempfile\n\ndef test_names_its_file():\n    with open(os.path.join(tempfile.gettempdir(), 'scratch'), 'w') as f:\n        f.write('x')\n    raise AssertionError('failed in ' + os.path.abspath(__file__))\n",
+    );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--format", "json"]);
+    let v = run.json();
+    let t = &v["result"]["tests"][0];
+    assert_eq!(
+        t["message"], "AssertionError: failed in tests/test_where.py",
+        "{t}"
+    );
+    assert_eq!(t["trace"]["outside"].as_array().unwrap().len(), 0, "{t}");
+    assert!(!run.stdout.contains("fixgate-sandboxes"), "{}", run.stdout);
+}

@@ -179,8 +179,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
-    let alone_ids: Vec<String> = disagreeing.iter().chain(&always_red).cloned().collect();
-    let confirmation = matrix::confirm(&engine, &matrix, &selection, &disagreeing, &alone_ids)?;
+    let confirmation = matrix::confirm(&engine, &matrix, &selection, &disagreeing, &always_red)?;
 
     // What the patch edited.
     let edited: BTreeSet<String> = nodeids
@@ -317,10 +316,30 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             .cloned()
             .collect::<Vec<_>>()
     };
-    let new_skips = budget::new_skips(
+    let mut new_skips = budget::new_skips(
         &with_skipped(&base_collection),
         &with_skipped(&head_collection),
     );
+    // A skip inside the test body (`pytest.skip(...)`) is no marker: a test the base had, edited
+    // by the patch and skipped in every order, counts too.
+    for id in &nodeids {
+        let outcomes = &evidence[id].outcomes;
+        let skipped = !outcomes.is_empty() && outcomes.iter().all(|(_, o)| *o == Outcome::Skipped);
+        let counted = new_skips.iter().any(|s| &s.nodeid == id);
+        if skipped && edited.contains(id) && base_ids.contains(id.as_str()) && !counted {
+            let reason = matrix.runs["0"]
+                .tests
+                .iter()
+                .find(|t| &t.nodeid == id)
+                .and_then(|t| t.skip_reason.clone());
+            new_skips.push(budget::NewSkip {
+                nodeid: id.clone(),
+                marker: "pytest.skip()".into(),
+                reason,
+            });
+        }
+    }
+    new_skips.sort_by(|a, b| a.nodeid.cmp(&b.nodeid));
     for s in &new_skips {
         findings.push(verdict::Finding {
             kind: FindingKind::NewSkip,
@@ -718,7 +737,7 @@ fn base_checks(
             check: Check::Pair {
                 victim: p.victim.clone(),
                 kind: p.kind,
-                alone: requests.len() + 1,
+                alone: format!("base-check(alone {})", p.victim),
             },
         });
         requests.push(BaseCheck {
@@ -776,6 +795,26 @@ fn base_checks(
             }
         }
     }
+    // A change that breaks the whole suite must not start a base process per test: red tests
+    // beyond a handful are checked together.
+    let red = |c: &BaseCheck| matches!(&c.check, Check::Alone { kind, .. } if *kind != FindingKind::LeaseViolation);
+    if requests.iter().filter(|c| red(c)).count() > matrix::MANY_RED {
+        let mut items = Vec::new();
+        requests.retain(|c| match &c.check {
+            Check::Alone { nodeid, kind } if red(c) => {
+                items.push((nodeid.clone(), *kind));
+                false
+            }
+            _ => true,
+        });
+        let mut order: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
+        order.dedup();
+        requests.push(BaseCheck {
+            request: base_request("base-check(red tests)".into(), order),
+            findings: Vec::new(),
+            check: Check::Batch(items),
+        });
+    }
     let mut pre = HashSet::new();
     for (id, t) in triaged {
         if t.finding_kinds().contains(&FindingKind::Flaky) && base_ids.contains(id.as_str()) {
@@ -797,9 +836,10 @@ fn base_checks(
                 alone,
             } => {
                 let after = r.outcome_of(victim).map(is_green);
-                let alone = results
-                    .get(*alone)
-                    .and_then(|a| a.as_ref().ok())
+                let alone = requests
+                    .iter()
+                    .position(|c| &c.request.label == alone)
+                    .and_then(|j| results[j].as_ref().ok())
                     .and_then(|a| a.outcome_of(victim))
                     .map(is_green);
                 match kind {
@@ -808,15 +848,14 @@ fn base_checks(
                 }
             }
             Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !is_green(o)),
-            Check::Alone { nodeid, kind } => {
-                let t = r.tests.iter().find(|t| &t.nodeid == nodeid);
-                match kind {
-                    FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
-                    FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
-                    FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
-                    FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
-                    _ => t.is_some_and(|t| !is_green(t.outcome)),
+            Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
+            Check::Batch(items) => {
+                for (nodeid, kind) in items {
+                    if alone_holds(r, nodeid, *kind) {
+                        pre.insert((*kind, nodeid.clone()));
+                    }
                 }
+                false
             }
         };
         if holds {
@@ -833,13 +872,27 @@ struct BaseCheck {
     check: Check,
 }
 
+/// Whether a run on the base shows the finding `kind` for `nodeid`.
+fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
+    let t = r.tests.iter().find(|t| t.nodeid == nodeid);
+    match kind {
+        FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
+        FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
+        FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
+        FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
+        _ => t.is_some_and(|t| !is_green(t.outcome)),
+    }
+}
+
 enum Check {
     Nothing,
-    /// `alone` is the index of the victim-alone run of the same batch.
+    /// Many red tests at once, checked in one run on the base (see `matrix::MANY_RED`).
+    Batch(Vec<(String, FindingKind)>),
+    /// `alone` is the label of the victim-alone run of the same batch.
     Pair {
         victim: String,
         kind: PairKind,
-        alone: usize,
+        alone: String,
     },
     Red {
         nodeid: String,
@@ -921,14 +974,20 @@ fn finding_message(
             }
         }
         FindingKind::NewSkip => match new_skips.iter().find(|s| &s.nodeid == id) {
-            Some(s) => format!(
-                "{id} gained a {} marker{}",
-                s.marker,
-                s.reason
+            Some(s) => {
+                let reason = s
+                    .reason
                     .as_deref()
                     .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            ),
+                    .unwrap_or_default();
+                match s.marker.as_str() {
+                    "pytest.skip()" => format!("{id} now skips itself with pytest.skip(){reason}"),
+                    m if m.starts_with(['a', 'e', 'i', 'o', 'u', 'x']) => {
+                        format!("{id} gained an {m} marker{reason}")
+                    }
+                    m => format!("{id} gained a {m} marker{reason}"),
+                }
+            }
             None => format!("{id} is newly skipped"),
         },
         FindingKind::Flaky => {

@@ -1,7 +1,7 @@
 //! The seed matrix and what is read off it: outcomes per order, confirmation of disagreeing
 //! tests, and runs of single tests alone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
@@ -97,27 +97,73 @@ pub struct Confirmation {
     pub alone: BTreeMap<String, Outcome>,
 }
 
+/// Above this many tests red in every order, they first run together in one process and only
+/// those that pass there run alone: a change that breaks the whole suite must not start a
+/// process per test. A test red in that run too is taken as red alone.
+pub const MANY_RED: usize = 8;
+
 pub fn confirm(
     engine: &Engine,
     matrix: &Matrix,
     items: &[CollectedItem],
     disagreeing: &[String],
-    alone: &[String],
+    always_red: &[String],
 ) -> Result<Confirmation> {
-    let mut labels = BTreeSet::new();
+    // Each disagreeing test needs its failing and its passing order rerun, but only up to the
+    // test itself: what runs after it cannot change its outcome.
+    let mut needed: BTreeMap<String, usize> = BTreeMap::new();
     for id in disagreeing {
-        labels.extend(matrix.first(id, false));
-        labels.extend(matrix.first(id, true));
+        for label in [matrix.first(id, false), matrix.first(id, true)]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(pos) = matrix.runs[&label].order.iter().position(|o| o == id) {
+                let end = needed.entry(label).or_insert(0);
+                *end = (*end).max(pos + 1);
+            }
+        }
     }
-    let labels: Vec<String> = labels.into_iter().collect();
-    let mut requests: Vec<RunRequest> = labels
-        .iter()
-        .map(|l| RunRequest {
-            label: format!("confirm-run({l})"),
-            kind: "confirm-run",
+    let mut out = Confirmation {
+        reruns: BTreeMap::new(),
+        alone: BTreeMap::new(),
+    };
+    let mut alone: Vec<String> = disagreeing.to_vec();
+    if always_red.len() > MANY_RED {
+        let req = RunRequest {
+            label: "red-together-run".into(),
+            kind: "red-together-run",
             role: Role::Head,
-            order: order_of(l, items),
+            order: always_red.to_vec(),
             overlay: Vec::new(),
+        };
+        let r = engine
+            .run_batch(std::slice::from_ref(&req))?
+            .pop()
+            .expect("one result per request")
+            .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
+        for id in always_red {
+            match r.outcome_of(id) {
+                Some(o) if !is_green(o) => {
+                    out.alone.insert(id.clone(), o);
+                }
+                _ => alone.push(id.clone()),
+            }
+        }
+    } else {
+        alone.extend(always_red.iter().cloned());
+    }
+    let mut requests: Vec<RunRequest> = needed
+        .iter()
+        .map(|(l, end)| {
+            let mut order = order_of(l, items);
+            order.truncate(*end);
+            RunRequest {
+                label: format!("confirm-run({l})"),
+                kind: "confirm-run",
+                role: Role::Head,
+                order,
+                overlay: Vec::new(),
+            }
         })
         .collect();
     requests.extend(alone.iter().map(|id| RunRequest {
@@ -128,10 +174,6 @@ pub fn confirm(
         overlay: Vec::new(),
     }));
     let results = engine.run_batch(&requests)?;
-    let mut out = Confirmation {
-        reruns: BTreeMap::new(),
-        alone: BTreeMap::new(),
-    };
     for (req, r) in requests.iter().zip(results) {
         let r = r.map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
         if req.kind == "alone-run" {

@@ -163,9 +163,23 @@ impl Runner {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // pytest-xdist would run the tests in worker processes, in its own order: `-n 0` keeps
+        // them in this process, overriding any `-n` in the project's addopts (`-p no:xdist`
+        // would make such an addopts fail to parse).
+        if self.has_distribution("pytest-xdist") {
+            args.extend(["-n".to_string(), "0".to_string(), "--dist=no".to_string()]);
+        }
         args.push(format!("--fixgate-events={}", events.display()));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
+    }
+
+    fn has_distribution(&self, name: &str) -> bool {
+        self.interpreter
+            .fingerprint
+            .distributions
+            .iter()
+            .any(|(n, _)| n == name)
     }
 
     fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process> {
@@ -344,6 +358,18 @@ impl Runner {
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
+            if outcome
+                .problems
+                .iter()
+                .any(|p| p.starts_with("order-mismatch"))
+            {
+                return Err(outcome.failure(
+                    "executed the tests in another order than requested (a plugin reorders or \
+                     distributes them; fixgate disables pytest-randomly, pytest-random-order and \
+                     pytest-xdist, tell us which one this is)",
+                    snapshot,
+                ));
+            }
             if remaining.is_none() {
                 let Some(items) = outcome.collected.as_ref() else {
                     return Err(outcome.failure("did not collect the tests", snapshot));
@@ -363,6 +389,7 @@ impl Runner {
             left.retain(|id| !done.contains(id.as_str()));
         }
         let order = result.order.clone();
+        scrub_sandbox_paths(&mut result, sandbox.dir());
         // Results in the requested order, whatever order the processes reported them in.
         let position: std::collections::HashMap<&str, usize> = order
             .iter()
@@ -565,6 +592,42 @@ pub fn lease_violations(
     }
     out.sort_by(|a, b| a.group.cmp(&b.group));
     out
+}
+
+/// Reports must not depend on where this run's sandbox was: failure messages lose the sandbox
+/// tree's prefix (paths become repo-relative), and accesses to the sandbox's own home and
+/// temporary directory are not "outside the repository".
+fn scrub_sandbox_paths(result: &mut RunResult, sandbox_dir: &Path) {
+    let dirs: Vec<String> = [
+        Some(sandbox_dir.to_path_buf()),
+        sandbox_dir.canonicalize().ok(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|d| d.display().to_string())
+    .collect();
+    let scrub = |text: &mut Option<String>| {
+        if let Some(t) = text {
+            for d in &dirs {
+                *t = t
+                    .replace(&format!("{d}/tree/"), "")
+                    .replace(&format!("{d}/"), "");
+            }
+        }
+    };
+    let under_sandbox = |p: &str| dirs.iter().any(|d| Path::new(p).starts_with(d));
+    for t in &mut result.tests {
+        scrub(&mut t.message);
+        scrub(&mut t.skip_reason);
+        for phase in t.phases.values_mut() {
+            scrub(&mut phase.message);
+        }
+        t.trace.outside.retain(|o| !under_sandbox(&o.path));
+    }
+    result
+        .session_trace
+        .outside
+        .retain(|o| !under_sandbox(&o.path));
 }
 
 fn to_result(t: TestEvent) -> TestResult {

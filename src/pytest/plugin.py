@@ -182,6 +182,14 @@ def _error_line(text):
     return _first_line(last)
 
 
+def _is_subtest_report(report):
+    """A report of one subtest rather than of the test itself (pytest 9's SubtestReport,
+    pytest-subtests' SubTestReport): both carry a `context`."""
+    if getattr(report, "context", None) is not None:
+        return True
+    return "subtest" in type(report).__name__.lower()
+
+
 def _report_message(report):
     """A short message for one phase report: the skip reason, or the first failure line."""
     longrepr = getattr(report, "longrepr", None)
@@ -1518,6 +1526,16 @@ class _FixgatePlugin(object):
                     "kwargs": {str(k): _jsonable(v) for k, v in m.kwargs.items()},
                 }
             )
+        # unittest's @skip / @skipIf / @skipUnless are not pytest markers, but they are skips
+        # all the same: report them as one, so a new one counts against the budget.
+        for target in (getattr(item, "obj", None), getattr(item, "cls", None)):
+            try:
+                if target is not None and getattr(target, "__unittest_skip__", False):
+                    why = getattr(target, "__unittest_skip_why__", "") or ""
+                    markers.append({"name": "skip", "args": [], "kwargs": {"reason": str(why)}})
+                    break
+            except Exception:
+                pass
         return {"nodeid": item.nodeid, "file": file, "line": line, "markers": markers}
 
     def pytest_collectreport(self, report):
@@ -1630,6 +1648,13 @@ class _FixgatePlugin(object):
                 )
                 cur["reports"] = {}
                 return
+            if _is_subtest_report(report):
+                # Subtest reports (unittest's subTest under pytest 9, pytest-subtests) come
+                # with when="call" before the test's own report: a failed subtest must not be
+                # overwritten by the test's passing call report.
+                if report.failed and cur.get("subtest_failure") is None:
+                    cur["subtest_failure"] = report
+                return
             cur["reports"][report.when] = report
         except Exception:
             self.internal("logreport")
@@ -1690,6 +1715,11 @@ class _FixgatePlugin(object):
                 outcome = "passed"
         elif setup is not None and setup.passed:
             outcome = "passed"  # no call report: a plugin ran only setup/teardown
+        subfailed = cur.get("subtest_failure")
+        if subfailed is not None and outcome in ("passed", "skipped", "xpassed"):
+            outcome = "failed"
+            failing = subfailed
+            skip_reason = None
         if teardown is not None and teardown.failed:
             outcome = "error"
             if failing is None:
