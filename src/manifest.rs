@@ -222,11 +222,32 @@ fn hash_worktree_file(
             .update_mmap_rayon(&full)
             .map_err(|e| Error::io("read", &full, e))?;
     } else {
-        hasher
-            .update_mmap(&full)
-            .map_err(|e| Error::io("read", &full, e))?;
+        // Small files are read into a per-thread buffer: an mmap and munmap per file cost
+        // more than the copy (measured: a third of a cold 10,000-file manifest).
+        read_into(&full, &mut hasher).map_err(|e| Error::io("read", &full, e))?;
     }
     Ok((hasher.finalize(), key.size, Some(key)))
+}
+
+fn read_into(path: &Path, hasher: &mut blake3::Hasher) -> std::io::Result<()> {
+    use std::io::Read;
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 256 << 10]);
+    }
+    let mut file = std::fs::File::open(path)?;
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        loop {
+            match file.read(&mut buf[..]) {
+                Ok(0) => return Ok(()),
+                Ok(n) => {
+                    hasher.update(&buf[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    })
 }
 
 #[cfg(test)]
