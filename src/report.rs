@@ -180,6 +180,9 @@ pub struct AuditReport {
     pub duration_seconds: f64,
     pub strict: bool,
     pub interpreter: Option<String>,
+    /// Problems around the audit that did not stop it (an editable install, a damaged cache
+    /// entry): also printed on standard error.
+    pub warnings: Vec<String>,
     /// The graph in Graphviz DOT (kept for `fixgate graph --dot`, not part of the JSON).
     #[serde(skip)]
     pub graph_dot: String,

@@ -152,43 +152,11 @@ fn flipping_a_fixture_and_back_hits_the_cache_the_second_time() {
     );
 }
 
-/// A virtualenv that sees the test interpreter's packages through a `.pth` file, so that a
-/// fake distribution can be "installed" into it without touching the shared interpreter.
-fn private_venv(dir: &Path) -> std::path::PathBuf {
-    let py = common::python();
-    let site = Command::new(&py)
-        .args([
-            "-c",
-            "import os, pytest; print(os.path.dirname(os.path.dirname(pytest.__file__)))",
-        ])
-        .output()
-        .unwrap();
-    let site = String::from_utf8(site.stdout).unwrap().trim().to_string();
-    let ok = Command::new("python3")
-        .args(["-m", "venv", "--without-pip"])
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let venv_python = dir.join("bin/python");
-    let own_site = Command::new(&venv_python)
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .unwrap();
-    let own_site = std::path::PathBuf::from(String::from_utf8(own_site.stdout).unwrap().trim());
-    std::fs::create_dir_all(&own_site).unwrap();
-    std::fs::write(own_site.join("test_interpreter.pth"), format!("{site}\n")).unwrap();
-    venv_python
-}
-
 #[test]
 fn installing_a_package_into_the_interpreter_reruns_the_seed_runs() {
     let repo = suite();
     let venv = tempfile::tempdir().unwrap();
-    let py = private_venv(venv.path());
+    let py = common::private_venv(venv.path());
     let py = py.to_str().unwrap();
     let args = [
         "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet", "--python", py,

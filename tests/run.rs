@@ -416,3 +416,45 @@ fn regression_messages_and_traces_do_not_name_the_sandbox() {
     assert_eq!(t["trace"]["outside"].as_array().unwrap().len(), 0, "{t}");
     assert!(!run.stdout.contains("fixgate-sandboxes"), "{}", run.stdout);
 }
+
+#[test]
+fn a_test_importing_project_code_from_the_original_repository_is_warned_about() {
+    let repo = TestRepo::new();
+    repo.write("src/shop/__init__.py", "NAME = 'shop'\n").write(
+        "tests/test_shop.py",
+        "import shop\n\ndef test_name():\n    assert shop.NAME == 'shop'\n",
+    );
+    repo.commit("base");
+    // An editable install: the interpreter finds `shop` in the user's tree, first on sys.path.
+    let venv = tempfile::tempdir().unwrap();
+    let py = common::private_venv(venv.path());
+    let purelib = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let purelib = std::path::PathBuf::from(String::from_utf8(purelib.stdout).unwrap().trim());
+    std::fs::write(
+        purelib.join("_editable_shop.pth"),
+        "import sys; sys.path.insert(0, '",
+    )
+    .unwrap();
+    let mut pth = std::fs::OpenOptions::new()
+        .append(true)
+        .open(purelib.join("_editable_shop.pth"))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut pth,
+        format!("{}')\n", repo.path().join("src").display()).as_bytes(),
+    )
+    .unwrap();
+    let run = repo.fixgate(&["run", "--python", py.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stderr.contains("from the original repository"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("shop/__init__.py"), "{run:?}");
+}

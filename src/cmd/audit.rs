@@ -62,6 +62,9 @@ pub fn today() -> Date {
 
 /// Renders the report in the chosen format and keeps its graph for `graph` and `explain`.
 pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
+    for w in &report.warnings {
+        ctx.warn(w);
+    }
     save_graph(ctx, report);
     let color = ctx.output.is_none()
         && std::env::var_os("NO_COLOR").is_none()

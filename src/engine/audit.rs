@@ -171,6 +171,14 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     labels.extend(opts.seeds.iter().map(|s| s.to_string()));
     report.orders = labels.clone();
     let matrix = Matrix::run(&engine, &labels, &selection)?;
+    let mut run_warnings: Vec<String> = matrix
+        .runs
+        .values()
+        .flat_map(|r| r.warnings.clone())
+        .collect();
+    run_warnings.sort();
+    run_warnings.dedup();
+    report.warnings.extend(run_warnings);
     if opts.check {
         check_cached_runs(&engine, &matrix, &selection, &mut report)?;
     }
@@ -534,6 +542,14 @@ fn finish(
     }
     .to_dot();
     report.pytest_processes = engine.processes.load(Ordering::Relaxed);
+    report.warnings.extend(
+        engine
+            .warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned(),
+    );
     report.duration_seconds = started.elapsed().as_secs_f64();
 }
 

@@ -510,8 +510,13 @@ impl Runner {
     /// install): the run would test the user's tree, not the snapshot.
     fn editable_install_warnings(&self, result: &RunResult) -> Vec<String> {
         let mut seen = BTreeSet::new();
-        for t in &result.tests {
-            for o in t.trace.outside.iter().filter(|o| o.op == "import") {
+        let traces = result
+            .tests
+            .iter()
+            .map(|t| &t.trace)
+            .chain([&result.session_trace]);
+        for trace in traces {
+            for o in trace.outside.iter().filter(|o| o.op == "import") {
                 if Path::new(&o.path).starts_with(&self.origin_root) {
                     seen.insert(o.path.clone());
                 }
