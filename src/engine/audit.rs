@@ -1,7 +1,7 @@
 //! The audit pipeline: gates, the seed matrix, confirmation, the polluter search, coupling and
 //! replay, base checks, triage, budget and the verdict, assembled into the report.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -190,11 +190,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let confirmation = matrix::confirm(&engine, &matrix, &selection, &disagreeing, &always_red)?;
 
     // What the patch edited.
-    let edited: BTreeSet<String> = nodeids
-        .iter()
-        .filter(|id| edited_by_patch(&base, &head, id))
-        .cloned()
-        .collect();
+    let edited = edited_tests(&base, &head, &nodeids);
 
     // First triage, to know which tests are order-dependent.
     let mut evidence: BTreeMap<String, Evidence> = BTreeMap::new();
@@ -218,7 +214,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         let mut dirty: BTreeSet<String> = BTreeSet::new();
         let mut reruns = 0;
         for r in matrix.runs.values() {
-            if let Some(t) = r.tests.iter().find(|t| &t.nodeid == id) {
+            if let Some(t) = r.test(id) {
                 dirty.extend(t.violations.iter().map(|v| v.group.clone()));
                 reruns = reruns.max(t.reruns);
             }
@@ -336,9 +332,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         let counted = new_skips.iter().any(|s| &s.nodeid == id);
         if skipped && edited.contains(id) && base_ids.contains(id.as_str()) && !counted {
             let reason = matrix.runs["0"]
-                .tests
-                .iter()
-                .find(|t| &t.nodeid == id)
+                .test(id)
                 .and_then(|t| t.skip_reason.clone());
             new_skips.push(budget::NewSkip {
                 nodeid: id.clone(),
@@ -455,11 +449,13 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
             unexplained: (!p.search.outcome.is_found()).then(|| p.search.outcome.describe()),
         })
         .collect();
+    let items_by_id: HashMap<&str, &CollectedItem> =
+        selection.iter().map(|i| (i.nodeid.as_str(), i)).collect();
     report.tests = nodeids
         .iter()
         .map(|id| {
             let t = &triaged[id];
-            let item = selection.iter().find(|i| &i.nodeid == id);
+            let item = items_by_id.get(id.as_str()).copied();
             let kinds = t.finding_kinds();
             report::TestReport {
                 nodeid: id.clone(),
@@ -481,7 +477,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
                 message: matrix
                     .runs
                     .values()
-                    .filter_map(|r| r.tests.iter().find(|t| &t.nodeid == id))
+                    .filter_map(|r| r.test(id))
                     .find_map(|t| (!is_green(t.outcome)).then(|| t.message.clone()).flatten()),
             }
         })
@@ -605,21 +601,40 @@ fn read_ledger(s: &Snapshot) -> Result<Ledger> {
     }
 }
 
-/// Whether the patch changed the test function's source (a new test counts as edited).
-fn edited_by_patch(base: &Snapshot, head: &Snapshot, nodeid: &str) -> bool {
-    let (file, func) = crate::testsrc::split_nodeid(nodeid);
-    let read = |s: &Snapshot| {
+/// The tests whose function source the patch changed (a new test counts as edited). Each test
+/// file is read once per side, and only files that differ are parsed.
+fn edited_tests(base: &Snapshot, head: &Snapshot, nodeids: &[String]) -> BTreeSet<String> {
+    let mut texts: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    let read = |s: &Snapshot, file: &str| {
         s.read_path(file)
             .ok()
             .flatten()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .and_then(|t| crate::testsrc::function_source(&t, func))
     };
-    match (read(base), read(head)) {
-        (Some(b), Some(h)) => b != h,
-        (None, Some(_)) => true,
-        _ => false,
+    let mut edited = BTreeSet::new();
+    for id in nodeids {
+        let (file, func) = crate::testsrc::split_nodeid(id);
+        let (b, h) = texts
+            .entry(file.to_string())
+            .or_insert_with(|| (read(base, file), read(head, file)));
+        if b == h {
+            continue;
+        }
+        let source = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| crate::testsrc::function_source(t, func))
+        };
+        match (source(b), source(h)) {
+            (Some(b), Some(h)) if b != h => {
+                edited.insert(id.clone());
+            }
+            (None, Some(_)) => {
+                edited.insert(id.clone());
+            }
+            _ => {}
+        }
     }
+    edited
 }
 
 /// Tests whose traced reads in the file-order run touch a file of the delta.
@@ -688,9 +703,7 @@ fn replay(
         let head = head_run.outcome_of(id).unwrap_or(Outcome::Error);
         let on_base = result.outcome_of(id).unwrap_or(Outcome::Error);
         let reads: Vec<&String> = head_run
-            .tests
-            .iter()
-            .find(|t| &t.nodeid == id)
+            .test(id)
             .map(|t| {
                 t.trace
                     .read

@@ -74,14 +74,27 @@ pub struct RunResult {
     /// run must be treated as depending on the whole tree.
     #[serde(default)]
     pub incomplete_trace: bool,
+    /// Node id → position in `tests`, built on first use (audits look tests up thousands of
+    /// times).
+    #[serde(skip)]
+    index: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
 }
 
 impl RunResult {
     pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
-        self.tests
-            .iter()
-            .find(|t| t.nodeid == nodeid)
-            .map(|t| t.outcome)
+        self.test(nodeid).map(|t| t.outcome)
+    }
+
+    /// The result of one test. Call only once `tests` is final.
+    pub fn test(&self, nodeid: &str) -> Option<&TestResult> {
+        let index = self.index.get_or_init(|| {
+            self.tests
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.nodeid.clone(), i))
+                .collect()
+        });
+        index.get(nodeid).map(|&i| &self.tests[i])
     }
 }
 
@@ -335,6 +348,7 @@ impl Runner {
             session_trace: Trace::default(),
             warnings: Vec::new(),
             incomplete_trace: false,
+            index: Default::default(),
         };
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
