@@ -1496,7 +1496,13 @@ class _FixgatePlugin(object):
             return
         if self.collect_event and self.fd is not None:
             try:
-                self.emit({"event": "collected", "items": [self._item_info(it) for it in session.items]})
+                if self.config.getoption("collectonly", False):
+                    items = [self._item_info(it) for it in session.items]
+                else:
+                    # A run that collects for itself needs only the order: files, lines and
+                    # markers cost a tenth of a millisecond per test.
+                    items = [{"nodeid": it.nodeid} for it in session.items]
+                self.emit({"event": "collected", "items": items})
             except Exception:
                 self.internal("collected event")
 
