@@ -630,9 +630,12 @@ class _Classifier(object):
         hit = self.cache.get(p)
         if hit is not None:
             return hit
+        in_root = any(self._under(p, r) for r in self.roots)
         if p in self.ignored_files:
             res = (None, None, False)
-        elif any(self._under(p, s) for s in self.system):
+        elif not in_root and any(self._under(p, s) for s in self.system):
+            # The root itself may live under /dev (a sandbox on /dev/shm): only what is
+            # outside it is the system's.
             res = (None, None, False)
         else:
             interp = any(self._under(p, s) for s in self.interp)
