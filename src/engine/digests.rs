@@ -26,6 +26,7 @@ pub fn is_startup_file(path: &RepoPath) -> bool {
 pub struct TreeDigests {
     pub snapshot: Arc<Snapshot>,
     memo: Mutex<HashMap<Vec<u8>, Option<Digest>>>,
+    git: Mutex<Option<Option<git2::Repository>>>,
 }
 
 impl TreeDigests {
@@ -33,6 +34,7 @@ impl TreeDigests {
         TreeDigests {
             snapshot,
             memo: Mutex::new(HashMap::new()),
+            git: Mutex::new(None),
         }
     }
 
@@ -66,8 +68,15 @@ impl TreeDigests {
 
     fn compute(&self, path: &RepoPath) -> Option<Digest> {
         let entry = self.snapshot.find(path)?;
-        let git = self.snapshot.open_git().ok()?;
-        let bytes = self.snapshot.read(entry, git.as_ref()).ok()?;
+        // One git handle per side, opened on first use: a run's trace is checked file by file.
+        let mut git = self.git.lock().unwrap_or_else(|e| e.into_inner());
+        if git.is_none() {
+            *git = Some(self.snapshot.open_git().ok()?);
+        }
+        let bytes = self
+            .snapshot
+            .read(entry, git.as_ref().and_then(Option::as_ref))
+            .ok()?;
         Some(content_digest(entry.kind, &bytes))
     }
 

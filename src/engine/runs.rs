@@ -89,19 +89,13 @@ impl Engine {
                 None => w.str("\0unset"),
             };
         });
-        let mut groups = KeyWriter::new("groups");
-        groups.list(self.groups.groups(), |w, g| {
-            w.str(&g.name).list(&g.globs, |w, glob| {
-                w.str(glob);
-            });
-        });
         vec![
             ("interpreter", self.runner.interpreter.fingerprint.digest()),
             ("plugin", plugin::digest()),
             ("env", env.finish().to_string()),
             ("hash-seed", HASH_SEED.to_string()),
             ("timeout", self.runner.test_timeout.as_secs().to_string()),
-            ("groups", groups.finish().to_string()),
+            ("groups", crate::engine::steps::groups_key(&self.groups)),
             ("deps", format!("{:?}", self.deps_mode)),
             (
                 "network",

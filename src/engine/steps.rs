@@ -228,7 +228,8 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         .map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
 }
 
-fn groups_key(groups: &FixtureGroups) -> String {
+/// The key of the fixture groups: leases and manifests depend on them.
+pub(crate) fn groups_key(groups: &FixtureGroups) -> String {
     let mut w = KeyWriter::new("groups");
     w.list(groups.groups(), |w, g| {
         w.str(&g.name).list(&g.globs, |w, glob| {
