@@ -39,7 +39,7 @@ impl Ctx {
             repo: Repo::open(args.repo.as_deref())?,
             format: args.format,
             output: args.output.clone(),
-            cache_dir: resolve_cache_dir(args.cache_dir.as_deref()),
+            cache_dir: absolute(resolve_cache_dir(args.cache_dir.as_deref())),
             quiet: args.quiet,
             python: args.python.clone(),
             jobs: match args.jobs {
@@ -65,6 +65,7 @@ impl Ctx {
         Ok(Runner {
             interpreter,
             plugin_dir: plugin::install(&self.cache_dir)?,
+            rewrite_cache: self.cache_dir.join(REWRITE_CACHE),
             pass_env: args.pass_env.clone(),
             test_timeout: Duration::from_secs(args.test_timeout.max(1)),
             origin_root: self.repo.root.clone(),
@@ -176,6 +177,15 @@ pub fn to_json<T: Serialize>(value: &T) -> String {
     let mut s = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
     s.push('\n');
     s
+}
+
+/// The folder of the cache directory that holds pytest's rewritten test modules.
+pub const REWRITE_CACHE: &str = "pyc";
+
+/// The cache directory is handed to pytest processes that run elsewhere (in sandboxes), so a
+/// relative one is made absolute against the directory fixgate started in.
+fn absolute(dir: PathBuf) -> PathBuf {
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// `--cache-dir`, else `$FIXGATE_CACHE_DIR`, else `$XDG_CACHE_HOME/fixgate`, else

@@ -96,13 +96,13 @@ pub fn build(
 ) -> Result<Manifest> {
     let members: Vec<(&Entry, &str)> = snapshot
         .entries
-        .iter()
+        .par_iter()
         .filter_map(|e| groups.group_of(&e.path).map(|g| (e, g)))
         .collect();
     let entries: Vec<&Entry> = members.iter().map(|(e, _)| *e).collect();
     let hashes = hash_entries(snapshot, &entries, hashing.stat_cache)?;
     let files: Vec<FileEntry> = members
-        .iter()
+        .par_iter()
         .zip(hashes)
         .map(|((entry, group), (hash, size))| FileEntry {
             path: entry.path.clone(),
@@ -124,28 +124,43 @@ pub fn build(
 }
 
 fn summarize(groups: &[Group], files: &[FileEntry]) -> Vec<GroupSummary> {
+    let mut sums: Vec<(blake3::Hasher, usize, u64)> = groups
+        .iter()
+        .map(|_| {
+            (
+                blake3::Hasher::new_derive_key("fixgate group-digest v1"),
+                0,
+                0,
+            )
+        })
+        .collect();
+    // One pass over the files, in path order; groups are few and sorted by name.
+    let mut last = 0;
+    for f in files {
+        if groups.get(last).is_none_or(|g| g.name != f.group) {
+            match groups.binary_search_by(|g| g.name.as_str().cmp(&f.group)) {
+                Ok(i) => last = i,
+                Err(_) => continue,
+            }
+        }
+        let (hasher, count, bytes) = &mut sums[last];
+        let path = f.path.as_bytes();
+        hasher.update(&(path.len() as u64).to_le_bytes());
+        hasher.update(path);
+        hasher.update(&[f.kind as u8]);
+        hasher.update(f.blake3.as_bytes());
+        *count += 1;
+        *bytes += f.size;
+    }
     groups
         .iter()
-        .map(|g| {
-            let mut hasher = blake3::Hasher::new_derive_key("fixgate group-digest v1");
-            let mut count = 0;
-            let mut bytes = 0;
-            for f in files.iter().filter(|f| f.group == g.name) {
-                let path = f.path.as_bytes();
-                hasher.update(&(path.len() as u64).to_le_bytes());
-                hasher.update(path);
-                hasher.update(&[f.kind as u8]);
-                hasher.update(f.blake3.as_bytes());
-                count += 1;
-                bytes += f.size;
-            }
-            GroupSummary {
-                name: g.name.clone(),
-                globs: g.globs.clone(),
-                digest: hasher.finalize().to_hex().to_string(),
-                files: count,
-                bytes,
-            }
+        .zip(sums)
+        .map(|(g, (hasher, files, bytes))| GroupSummary {
+            name: g.name.clone(),
+            globs: g.globs.clone(),
+            digest: hasher.finalize().to_hex().to_string(),
+            files,
+            bytes,
         })
         .collect()
 }
@@ -200,16 +215,17 @@ fn hash_worktree_file(
     entry: &Entry,
     cache: Option<&StatCache>,
 ) -> Result<(blake3::Hash, u64, Option<StatKey>)> {
-    let full = root.join(entry.path.to_os_path());
+    let full = || root.join(entry.path.to_os_path());
     let key = match entry.stat {
         Some(key) => key,
         None => StatKey::from_metadata(
-            &std::fs::symlink_metadata(&full).map_err(|e| Error::io("stat", &full, e))?,
+            &std::fs::symlink_metadata(full()).map_err(|e| Error::io("stat", full(), e))?,
         ),
     };
     if let Some(hash) = cache.and_then(|c| c.lookup(&entry.path, &key)) {
         return Ok((hash, key.size, None));
     }
+    let full = full();
     if entry.kind == EntryKind::Symlink {
         use std::os::unix::ffi::OsStrExt;
         let target = std::fs::read_link(&full).map_err(|e| Error::io("read link", &full, e))?;
@@ -256,14 +272,19 @@ mod tests {
 
     #[test]
     fn direct_json_has_the_same_sorted_keys_as_the_generic_path() {
-        let m = Manifest {
-            files: vec![FileEntry {
-                blake3: "ab".into(),
-                group: "db".into(),
-                kind: FileKind::Link,
-                path: RepoPath::from("tests/fixtures/db/a"),
-                size: 3,
-            }],
+        let file = |path: &[u8]| FileEntry {
+            blake3: "ab".into(),
+            group: "db".into(),
+            kind: FileKind::Link,
+            path: RepoPath::from_bytes(path),
+            size: 3,
+        };
+        let mut m = Manifest {
+            files: vec![
+                file(b"tests/fixtures/db/a"),
+                file(b"tests/fixtures/db/line\nbreak \"q\""),
+                file(b"tests/fixtures/db/caf\xe9"),
+            ],
             groups: vec![GroupSummary {
                 bytes: 3,
                 digest: "cd".into(),
@@ -273,6 +294,10 @@ mod tests {
             }],
             schema: SCHEMA,
         };
+        assert_eq!(m.to_json(), crate::context::to_json(&m));
+        m.files.clear();
+        assert_eq!(m.to_json(), crate::context::to_json(&m));
+        m.groups.clear();
         assert_eq!(m.to_json(), crate::context::to_json(&m));
     }
 }

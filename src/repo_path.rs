@@ -31,20 +31,6 @@ impl RepoPath {
         std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&self.0))
     }
 
-    /// Builds the repo-relative path of `path` under `root`; `None` when it is not under it.
-    pub fn relative_to(path: &std::path::Path, root: &std::path::Path) -> Option<RepoPath> {
-        use std::os::unix::ffi::OsStrExt;
-        let rel = path.strip_prefix(root).ok()?;
-        let mut out = Vec::new();
-        for (i, part) in rel.components().enumerate() {
-            if i > 0 {
-                out.push(b'/');
-            }
-            out.extend_from_slice(part.as_os_str().as_bytes());
-        }
-        Some(RepoPath(out))
-    }
-
     /// The file name: the part after the last `/`.
     pub fn file_name(&self) -> &[u8] {
         match self.0.iter().rposition(|&b| b == b'/') {
@@ -157,13 +143,5 @@ mod tests {
         assert_eq!(RepoPath::parse_lossless(&p.to_string()), p);
         let plain = RepoPath::from("dir\\x/file.txt");
         assert_eq!(RepoPath::parse_lossless(&plain.to_string()), plain);
-    }
-
-    #[test]
-    fn relative_to_joins_components_with_slashes() {
-        let root = std::path::Path::new("/a/b");
-        let p = RepoPath::relative_to(std::path::Path::new("/a/b/c/d.txt"), root).unwrap();
-        assert_eq!(p.to_str(), Some("c/d.txt"));
-        assert!(RepoPath::relative_to(std::path::Path::new("/x"), root).is_none());
     }
 }

@@ -186,41 +186,25 @@ impl Repo {
     }
 
     fn worktree_snapshot(&self) -> Result<Snapshot> {
-        let paths = match &self.git {
-            Some(git) => git_worktree_paths(git)?,
+        let mut entries = match &self.git {
+            Some(git) => {
+                // One stat per file, in parallel: on a large tree the stats are most of a warm
+                // manifest.
+                use rayon::prelude::*;
+                let root = &self.root;
+                git_worktree_paths(git)?
+                    .into_par_iter()
+                    .filter_map(|path| {
+                        // A tracked file deleted from the work tree, or a path that vanished
+                        // while we listed, is simply not part of the snapshot.
+                        let meta = std::fs::symlink_metadata(root.join(path.to_os_path())).ok()?;
+                        worktree_entry(path, &meta)
+                    })
+                    .collect()
+            }
             None => walk_plain_dir(&self.root)?,
         };
-        // One stat per file, in parallel: on a large tree the stats are most of a warm manifest.
-        use rayon::prelude::*;
-        let root = &self.root;
-        let mut entries: Vec<Entry> = paths
-            .into_par_iter()
-            .filter_map(|path| {
-                let full = root.join(path.to_os_path());
-                // A tracked file deleted from the work tree, or a path that vanished while we
-                // listed, is simply not part of the snapshot.
-                let meta = std::fs::symlink_metadata(&full).ok()?;
-                let kind = if meta.file_type().is_symlink() {
-                    EntryKind::Symlink
-                } else if meta.is_file() {
-                    use std::os::unix::fs::PermissionsExt;
-                    if meta.permissions().mode() & 0o111 != 0 {
-                        EntryKind::Executable
-                    } else {
-                        EntryKind::File
-                    }
-                } else {
-                    return None;
-                };
-                Some(Entry {
-                    path,
-                    kind,
-                    blob: None,
-                    stat: Some(crate::statcache::StatKey::from_metadata(&meta)),
-                })
-            })
-            .collect();
-        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         entries.dedup_by(|a, b| a.path == b.path);
         Ok(Snapshot {
             root: self.root.clone(),
@@ -253,27 +237,95 @@ fn git_worktree_paths(git: &Repository) -> Result<Vec<RepoPath>> {
     Ok(paths)
 }
 
-/// Every file under `root` except `.git`, for a directory that is not a git repository.
-fn walk_plain_dir(root: &Path) -> Result<Vec<RepoPath>> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
-            let ft = entry
-                .file_type()
-                .map_err(|e| Error::io("stat", entry.path(), e))?;
-            if ft.is_dir() {
-                if entry.file_name() != ".git" {
-                    stack.push(entry.path());
+/// The snapshot entry for a file with this stat; `None` for what is neither a regular file nor
+/// a symlink (a fifo, a socket, a directory).
+fn worktree_entry(path: RepoPath, meta: &std::fs::Metadata) -> Option<Entry> {
+    let kind = if meta.file_type().is_symlink() {
+        EntryKind::Symlink
+    } else if meta.is_file() {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o111 != 0 {
+            EntryKind::Executable
+        } else {
+            EntryKind::File
+        }
+    } else {
+        return None;
+    };
+    Some(Entry {
+        path,
+        kind,
+        blob: None,
+        stat: Some(crate::statcache::StatKey::from_metadata(meta)),
+    })
+}
+
+/// Every file under `root` except `.git`, with its stat, for a directory that is not a git
+/// repository. Directories are listed in parallel, and each file is stat'ed relative to its
+/// open directory (`DirEntry::metadata`), which spares the kernel a walk of the full path.
+fn walk_plain_dir(root: &Path) -> Result<Vec<Entry>> {
+    let found = std::sync::Mutex::new(Vec::new());
+    let failure = std::sync::Mutex::new(None);
+    rayon::scope(|scope| walk_dir(scope, root, Vec::new(), &found, &failure));
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    Ok(found.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+type Shared<T> = std::sync::Mutex<T>;
+
+fn walk_dir<'s>(
+    scope: &rayon::Scope<'s>,
+    dir: &Path,
+    prefix: Vec<u8>,
+    found: &'s Shared<Vec<Entry>>,
+    failure: &'s Shared<Option<Error>>,
+) {
+    use std::os::unix::ffi::OsStrExt;
+    let fail = |e: Error| {
+        failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => return fail(Error::io("list", dir, e)),
+    };
+    let mut files = Vec::new();
+    for entry in rd {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return fail(Error::io("list", dir, e)),
+        };
+        let name = entry.file_name();
+        let mut path = prefix.clone();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name.as_bytes());
+        match entry.file_type() {
+            Ok(ft) if ft.is_dir() => {
+                if name != ".git" {
+                    let sub = entry.path();
+                    scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
                 }
-            } else if let Some(p) = RepoPath::relative_to(&entry.path(), root) {
-                out.push(p);
             }
+            // A file that vanished between the listing and its stat is not part of the
+            // snapshot, as for a git work tree.
+            Ok(_) => {
+                if let Ok(meta) = entry.metadata() {
+                    files.extend(worktree_entry(RepoPath::from_bytes(path), &meta));
+                }
+            }
+            Err(e) => return fail(Error::io("stat", entry.path(), e)),
         }
     }
-    Ok(out)
+    found
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .append(&mut files);
 }
 
 impl Snapshot {

@@ -458,3 +458,98 @@ fn a_test_importing_project_code_from_the_original_repository_is_warned_about() 
     );
     assert!(run.stderr.contains("shop/__init__.py"), "{run:?}");
 }
+
+#[test]
+fn regression_a_relative_cache_dir_still_finds_the_plugin_inside_sandboxes() {
+    // The plugin lives in the cache directory and pytest runs in a sandbox elsewhere, so a
+    // relative --cache-dir once made every run fail to import the plugin.
+    let repo = cart_repo();
+    let cwd = repo.cache.path();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["--repo"])
+        .arg(repo.path())
+        .args([
+            "--cache-dir",
+            "relative-cache",
+            "run",
+            "--format",
+            "json",
+            "--python",
+        ])
+        .arg(common::python())
+        .current_dir(cwd)
+        .env_remove("FIXGATE_CACHE_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(outcomes(&v).iter().all(|(_, o)| o == "passed"), "{v}");
+    assert!(cwd.join("relative-cache").is_dir());
+}
+
+#[test]
+fn rewritten_test_modules_come_from_the_cache_with_the_same_results() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_rw.py",
+        "import os\n\n\
+         def test_introspection():\n    x = 2\n    assert x * 2 == 5\n\n\
+         def test_code_names_this_sandbox():\n    assert os.path.exists(test_code_names_this_sandbox.__code__.co_filename)\n",
+    );
+    repo.commit("base");
+    let first = repo.fixgate_py(&["run", "--format", "json"]).json();
+    let cached = std::fs::read_dir(repo.cache.path().join("pyc"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(cached > 0, "the first run stores its rewritten modules");
+    let second = repo.fixgate_py(&["run", "--format", "json"]).json();
+    for v in [&first, &second] {
+        let tests = v["result"]["tests"].as_array().unwrap();
+        assert_eq!(tests[0]["outcome"], "failed", "{v}");
+        assert!(
+            tests[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("assert (2 * 2) == 5")
+                || tests[0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("assert 4 == 5"),
+            "assertion rewriting applies: {v}"
+        );
+        assert_eq!(tests[1]["outcome"], "passed", "{v}");
+    }
+    assert_eq!(
+        first["result"]["tests"][0]["message"],
+        second["result"]["tests"][0]["message"]
+    );
+}
+
+#[test]
+fn a_rewrite_warning_is_seen_on_every_run_not_only_the_first() {
+    // pytest warns while rewriting `assert (x, "msg")`; under filterwarnings=error that fails
+    // collection. A cached rewrite must not make the second run quietly pass.
+    let repo = TestRepo::new();
+    repo.write(
+        "pyproject.toml",
+        "[tool.pytest.ini_options]\nfilterwarnings = [\"error\"]\n",
+    )
+    .write(
+        "tests/test_tuple.py",
+        "def test_always_true():\n    assert (1 == 2, 'never fails')\n",
+    );
+    repo.commit("base");
+    let first = repo.fixgate_py(&["run", "--format", "json"]);
+    let second = repo.fixgate_py(&["run", "--format", "json"]);
+    assert_eq!(first.code, second.code, "{first:?}\n{second:?}");
+    assert_eq!(first.code, 2, "{first:?}");
+    assert!(
+        second.stderr.contains("assertion is always true"),
+        "{second:?}"
+    );
+}

@@ -55,6 +55,9 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
             let size = max_size.as_deref().map(parse_size).transpose()?;
             let age = max_age.map(|d| Duration::from_secs(d * 86_400));
             let r = store.gc(size, age, SystemTime::now()).map_err(fail)?;
+            if let Some(age) = age {
+                prune_older(&ctx.cache_dir.join(crate::context::REWRITE_CACHE), age);
+            }
             ctx.emit_report(&r, || {
                 format!(
                     "removed {} entries ({} bytes); kept {} entries ({} bytes)\n",
@@ -64,7 +67,7 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
         }
         CacheAction::Clear => {
             store.clear().map_err(fail)?;
-            for sub in ["stat", "last-audit"] {
+            for sub in ["stat", "last-audit", crate::context::REWRITE_CACHE] {
                 let _ = std::fs::remove_dir_all(ctx.cache_dir.join(sub));
             }
             ctx.emit_report(
@@ -74,6 +77,30 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
         }
     }
     Ok(exit::PASS)
+}
+
+/// Removes the files under `dir` not modified for `age`: the rewritten test modules, which are
+/// small, rebuilt on a miss, and never read by anything but the plugin.
+fn prune_older(dir: &std::path::Path, age: Duration) {
+    let Ok(subdirs) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for sub in subdirs.flatten() {
+        for file in std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let old = file
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).is_ok_and(|d| d > age));
+            if old {
+                let _ = std::fs::remove_file(file.path());
+            }
+        }
+    }
 }
 
 /// `500M`, `2G`, `1.5G`, `800K` or plain bytes.

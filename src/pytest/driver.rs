@@ -45,6 +45,10 @@ pub const ENV_ALLOWLIST: &[&str] = &[
 pub struct Runner {
     pub interpreter: Interpreter,
     pub plugin_dir: PathBuf,
+    /// Where the plugin keeps pytest's rewritten test modules between runs (see the end of
+    /// plugin.py): sandboxes are fresh and write no bytecode, so without it every run would
+    /// rewrite and compile every test module again.
+    pub rewrite_cache: PathBuf,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
     pub test_timeout: Duration,
@@ -135,6 +139,7 @@ impl Runner {
         .env("TMP", sandbox.tmp())
         .env("PYTHONHASHSEED", HASH_SEED)
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("FIXGATE_PYC_CACHE", &self.rewrite_cache)
         .env("PYTHONUNBUFFERED", "1")
         .env("TZ", "UTC")
         .env("NO_COLOR", "1");
