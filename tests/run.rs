@@ -553,3 +553,30 @@ fn a_rewrite_warning_is_seen_on_every_run_not_only_the_first() {
         "{second:?}"
     );
 }
+
+#[test]
+fn a_crash_in_a_shuffled_order_is_pinned_on_the_test_that_crashed() {
+    // After the first test, the plugin names the running test only when it is not the next one
+    // in the order fixgate gave it; the crash must still land on the right test.
+    let repo = TestRepo::new();
+    let mut body = String::from("import os\n\ndef test_exits():\n    os._exit(7)\n");
+    for i in 0..8 {
+        body.push_str(&format!("\ndef test_ok_{i}():\n    pass\n"));
+    }
+    repo.write("tests/test_mixed.py", body);
+    repo.commit("base");
+    for seed in ["3", "11"] {
+        let run = repo.fixgate_py(&["run", "--seed", seed, "--format", "json"]);
+        assert_eq!(run.code, 0, "{run:?}");
+        let o = outcomes(&run.json());
+        assert_eq!(o.len(), 9, "{o:?}");
+        for (id, outcome) in &o {
+            let want = if id.ends_with("test_exits") {
+                "crashed"
+            } else {
+                "passed"
+            };
+            assert_eq!(outcome, want, "seed {seed}: {o:?}");
+        }
+    }
+}

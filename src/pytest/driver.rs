@@ -1,7 +1,7 @@
 //! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
 //! that kill or hang the interpreter, and builds typed results.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,10 @@ use crate::pytest::interpreter::Interpreter;
 use crate::repo_path::RepoPath;
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
+
+/// How often a running pytest is checked on (events, exit, timeout, Ctrl-C): a few wakeups
+/// cost nothing, and the end of a run is noticed within this much.
+const POLL_MS: u64 = 5;
 
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
 pub const HASH_SEED: &str = "0";
@@ -373,7 +377,7 @@ impl Runner {
             result.processes += 1;
             let before = result.tests.len();
             let p = self.spawn(&sandbox, k, &extra)?;
-            let outcome = self.follow(p, &mut result, progress)?;
+            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
@@ -430,15 +434,20 @@ impl Runner {
         Ok(result)
     }
 
-    /// Follows one process until it exits; records results, crashes and timeouts.
+    /// Follows one process until it exits; records results, crashes and timeouts. `order` is
+    /// the order the process was given (`None`: it announces its collection order).
     fn follow(
         &self,
         mut p: Process,
+        order: Option<&[String]>,
         result: &mut RunResult,
         progress: Option<&ProgressBar>,
     ) -> Result<ProcessOutcome> {
         let mut reader = EventReader::open(&p.events)?;
+        // The test running now: named by `test_start`, or, after a result, the next one in the
+        // announced order (the plugin writes `test_start` only when that would be wrong).
         let mut current: Option<(String, Instant, f64)> = None;
+        let mut announced = order.map(Announced::new);
         let mut problems = Vec::new();
         let mut collected = None;
         let mut collect_errors = Vec::new();
@@ -457,7 +466,13 @@ impl Runner {
                         current = Some((nodeid, Instant::now(), now_secs()));
                     }
                     Event::Test(t) => {
-                        current = None;
+                        current = announced
+                            .as_ref()
+                            .and_then(|a| a.after(&t.nodeid))
+                            .map(|next| (next.to_owned(), Instant::now(), now_secs()));
+                        if let (Some(pb), Some((next, _, _))) = (progress, &current) {
+                            pb.set_message(next.clone());
+                        }
                         result.executed.push(t.nodeid.clone());
                         result.tests.push(to_result(*t));
                         if let Some(pb) = progress {
@@ -465,7 +480,13 @@ impl Runner {
                         }
                     }
                     Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
-                    Event::Collected { items } => collected = Some(items),
+                    Event::Collected { items } => {
+                        if announced.is_none() {
+                            let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
+                            announced = Some(Announced::new(&ids));
+                        }
+                        collected = Some(items)
+                    }
                     Event::CollectError { nodeid, message } => {
                         collect_errors.push((nodeid, message))
                     }
@@ -489,7 +510,7 @@ impl Runner {
                     timed_out = true;
                 }
             }
-            std::thread::sleep(Duration::from_millis(15));
+            std::thread::sleep(Duration::from_millis(POLL_MS));
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
@@ -549,6 +570,31 @@ impl Runner {
                 )
             })
             .collect()
+    }
+}
+
+/// The order a process runs its tests in, to tell which test follows a finished one.
+struct Announced {
+    ids: Vec<String>,
+    position: HashMap<String, usize>,
+}
+
+impl Announced {
+    fn new(ids: &[String]) -> Announced {
+        Announced {
+            position: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect(),
+            ids: ids.to_vec(),
+        }
+    }
+
+    /// The test after `nodeid`, `None` after the last one (or for an id not announced).
+    fn after(&self, nodeid: &str) -> Option<&str> {
+        let i = self.position.get(nodeid)?;
+        self.ids.get(i + 1).map(String::as_str)
     }
 }
 
@@ -738,7 +784,7 @@ fn wait_interruptibly(
             kill_group(child);
             return Err(Error::Interrupted);
         }
-        std::thread::sleep(Duration::from_millis(15));
+        std::thread::sleep(Duration::from_millis(POLL_MS));
     }
 }
 

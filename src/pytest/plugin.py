@@ -655,6 +655,8 @@ class _Classifier(object):
 
     def render(self, rec):
         """The trace object of the protocol from a recorded set."""
+        if not rec:
+            return _empty_trace()
         out = {
             "read": set(),
             "write": set(),
@@ -1251,6 +1253,12 @@ class _FixgatePlugin(object):
         self.internal_errors = 0
         self.finished = False
         self.order_state = None  # None: not applied yet, "ok", "failed"
+        # The order the reader knows (the order file, or the collected event), and the last
+        # test reported: test_start is written only when the reader cannot tell which test
+        # runs next (the first test, or one out of the announced order).
+        self.announced = None
+        self.announced_pos = None
+        self.last_reported = None
 
         try:
             invocation = str(config.invocation_params.dir)
@@ -1301,6 +1309,7 @@ class _FixgatePlugin(object):
         try:
             if self.order_path is not None:
                 self.order = self._read_order(self.order_path)
+                self._announce(self.order)
             if self.watch_path is not None:
                 watch_roots = self._read_watch(self.watch_path)
         except pytest.UsageError:
@@ -1506,8 +1515,22 @@ class _FixgatePlugin(object):
                     # markers cost a tenth of a millisecond per test.
                     items = [{"nodeid": it.nodeid} for it in session.items]
                 self.emit({"event": "collected", "items": items})
+                if self.announced is None and self.fd is not None:
+                    self._announce([it["nodeid"] for it in items])
             except Exception:
                 self.internal("collected event")
+
+    def _announce(self, nodeids):
+        self.announced = nodeids
+        self.announced_pos = dict((n, i) for i, n in enumerate(nodeids))
+
+    def _announced_next(self, nodeid):
+        """Whether the reader, having seen the result of the last reported test, expects
+        `nodeid` to run now."""
+        if self.last_reported is None or self.announced is None:
+            return False
+        i = self.announced_pos.get(self.last_reported)
+        return i is not None and i + 1 < len(self.announced) and self.announced[i + 1] == nodeid
 
     def _item_info(self, item):
         path = getattr(item, "path", None)
@@ -1621,7 +1644,8 @@ class _FixgatePlugin(object):
             }
             self.index += 1
             self.current = cur
-            self.emit({"event": "test_start", "nodeid": item.nodeid, "index": cur["index"]})
+            if not self._announced_next(item.nodeid):
+                self.emit({"event": "test_start", "nodeid": item.nodeid, "index": cur["index"]})
             if self.lease is not None and not self.lease.started:
                 self.lease.start()
             if self.fd is not None:
@@ -1684,11 +1708,14 @@ class _FixgatePlugin(object):
             rep = reports.get(when)
             if rep is None:
                 continue
-            phases[when] = {
+            phase = {
                 "outcome": rep.outcome,
                 "duration": float(getattr(rep, "duration", 0.0) or 0.0),
-                "message": _report_message(rep),
             }
+            text = _report_message(rep)
+            if text is not None:
+                phase["message"] = text
+            phases[when] = phase
         setup = reports.get("setup")
         call = reports.get("call")
         teardown = reports.get("teardown")
@@ -1753,25 +1780,33 @@ class _FixgatePlugin(object):
             trace = _empty_trace()
             self.internal("trace rendering")
         self._drain_hook_errors()
-        self.emit(
-            {
-                "event": "test",
-                "nodeid": cur["nodeid"],
-                "index": cur["index"],
-                "outcome": outcome,
-                "phases": phases,
-                "skip_reason": skip_reason,
-                "xfail_reason": None if xfail_reason is None else str(xfail_reason),
-                "message": message,
-                "reruns": cur["reruns"],
-                "rerun_messages": cur["rerun_messages"],
-                "writes_marker": writes,
-                "start": cur["start"],
-                "end": cur["end"],
-                "trace": trace,
-                "changed": changed,
-            }
+        event = {
+            "event": "test",
+            "nodeid": cur["nodeid"],
+            "index": cur["index"],
+            "outcome": outcome,
+            "phases": phases,
+            "start": cur["start"],
+            "end": cur["end"],
+        }
+        # Optional fields are written only when they say something: most tests pass, read
+        # nothing, change nothing, and the event is on the path of every test.
+        optional = (
+            ("skip_reason", skip_reason),
+            ("xfail_reason", None if xfail_reason is None else str(xfail_reason)),
+            ("message", message),
+            ("reruns", cur["reruns"]),
+            ("rerun_messages", cur["rerun_messages"]),
+            ("writes_marker", writes),
+            ("trace", dict((k, v) for k, v in trace.items() if v)),
+            ("changed", changed),
         )
+        for key, value in optional:
+            if value is not None and value != [] and value != {} and value != 0:
+                event[key] = value
+        self.emit(event)
+        if self.fd is not None:
+            self.last_reported = cur["nodeid"]
 
     # ---- the end ----------------------------------------------------------------------------------
 
