@@ -16,6 +16,9 @@ pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
         crate::cli::Format::Json => ctx.emit(&manifest.to_json())?,
         _ => ctx.emit_report(&manifest, || render(&manifest))?,
     }
+    // The process exits next, and a large tree's snapshot and manifest are tens of thousands of
+    // small allocations: freeing them one by one was a tenth of a warm manifest.
+    std::mem::forget((snapshot, manifest));
     Ok(exit::PASS)
 }
 

@@ -68,16 +68,8 @@ pub struct Runner {
 /// One ordered run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunResult {
-    /// The requested order.
-    pub order: Vec<String>,
     /// The order that executed, as the plugin recorded it.
     pub executed: Vec<String>,
-    pub tests: Vec<TestResult>,
-    /// How many pytest processes the run took (more than one after a crash or a timeout).
-    pub processes: u32,
-    /// File accesses outside any test (collection, session fixtures).
-    pub session_trace: Trace,
-    pub warnings: Vec<String>,
     /// The plugin hit an internal error while tracing: some accesses may be missing, so the
     /// run must be treated as depending on the whole tree.
     #[serde(default)]
@@ -86,6 +78,14 @@ pub struct RunResult {
     /// times).
     #[serde(skip)]
     index: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
+    /// The requested order.
+    pub order: Vec<String>,
+    /// How many pytest processes the run took (more than one after a crash or a timeout).
+    pub processes: u32,
+    /// File accesses outside any test (collection, session fixtures).
+    pub session_trace: Trace,
+    pub tests: Vec<TestResult>,
+    pub warnings: Vec<String>,
 }
 
 impl RunResult {
@@ -718,13 +718,16 @@ fn to_result(t: TestEvent) -> TestResult {
 }
 
 fn merge_trace(into: &mut Trace, from: Trace) {
-    into.read.extend(from.read);
-    into.write.extend(from.write);
-    into.list.extend(from.list);
     into.import.extend(from.import);
-    into.sqlite.extend(from.sqlite);
+    into.list.extend(from.list);
+    into.mkdir.extend(from.mkdir);
     into.outside.extend(from.outside);
+    into.read.extend(from.read);
+    into.remove.extend(from.remove);
+    into.rename.extend(from.rename);
+    into.sqlite.extend(from.sqlite);
     into.unknown.extend(from.unknown);
+    into.write.extend(from.write);
 }
 
 /// Moves the calling process into a new network namespace with only loopback, up (so tests that

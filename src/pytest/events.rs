@@ -87,37 +87,50 @@ pub struct Marker {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct Trace {
-    pub read: Vec<String>,
-    pub write: Vec<String>,
+    pub import: Vec<String>,
     pub list: Vec<String>,
+    pub mkdir: Vec<String>,
+    pub outside: Vec<OutsideAccess>,
+    pub read: Vec<String>,
     pub remove: Vec<String>,
     pub rename: Vec<(String, String)>,
-    pub mkdir: Vec<String>,
     pub sqlite: Vec<String>,
-    pub import: Vec<String>,
-    pub outside: Vec<OutsideAccess>,
     pub unknown: Vec<String>,
+    pub write: Vec<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct OutsideAccess {
-    pub path: String,
     pub op: String,
+    pub path: String,
+}
+
+/// By path, then operation (the fields are declared in key order for the JSON, not this).
+impl Ord for OutsideAccess {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.path, &self.op).cmp(&(&other.path, &other.op))
+    }
+}
+
+impl PartialOrd for OutsideAccess {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct Phase {
-    pub outcome: String,
     #[serde(default)]
     pub duration: f64,
     #[serde(default)]
     pub message: Option<String>,
+    pub outcome: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct ChangedPath {
-    pub path: String,
     pub change: String,
+    pub path: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,26 +208,30 @@ impl Outcome {
 /// A fixture group changed by a test that does not hold its lease.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Violation {
-    pub group: String,
     pub files: Vec<ChangedPath>,
+    pub group: String,
 }
 
 /// One test's result in one run.
+///
+/// The fields of the types in a run report are declared in sorted order, so that serializing
+/// them directly gives sorted keys (see `cmd::run`, where a test pins it).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TestResult {
+    pub changed: Vec<ChangedPath>,
+    /// Wall-clock seconds since the epoch, like `start`.
+    pub end: f64,
+    pub message: Option<String>,
     pub nodeid: String,
     pub outcome: Outcome,
     pub phases: BTreeMap<String, Phase>,
-    pub message: Option<String>,
-    pub skip_reason: Option<String>,
     pub reruns: u32,
-    pub writes_marker: Vec<String>,
+    pub skip_reason: Option<String>,
     /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
     pub start: f64,
-    pub end: f64,
     pub trace: Trace,
-    pub changed: Vec<ChangedPath>,
     pub violations: Vec<Violation>,
+    pub writes_marker: Vec<String>,
 }
 
 impl TestResult {

@@ -10,11 +10,11 @@ use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
-    pub executable: String,
-    pub version: String,
-    pub pytest: String,
     /// Sorted `(name, version)` of every installed distribution.
     pub distributions: Vec<(String, String)>,
+    pub executable: String,
+    pub pytest: String,
+    pub version: String,
 }
 
 impl Fingerprint {

@@ -656,7 +656,7 @@ class _Classifier(object):
     def render(self, rec):
         """The trace object of the protocol from a recorded set."""
         if not rec:
-            return _empty_trace()
+            return {}
         out = {
             "read": set(),
             "write": set(),
@@ -706,23 +706,18 @@ class _Classifier(object):
                 out[op].add(text)
             else:
                 outside.add((text, op))
+        # only the lists that have something (a reader takes a missing one as empty)
         res = {}
-        for k in ("read", "write", "list", "remove"):
-            res[k] = sorted(out[k])
-        res["rename"] = [list(p) for p in sorted(out["rename"])]
-        for k in ("mkdir", "sqlite", "import"):
-            res[k] = sorted(out[k])
-        res["outside"] = [{"path": p, "op": o} for p, o in sorted(outside)]
-        res["unknown"] = sorted(unknown)
+        for k in ("read", "write", "list", "remove", "mkdir", "sqlite", "import"):
+            if out[k]:
+                res[k] = sorted(out[k])
+        if out["rename"]:
+            res["rename"] = [list(p) for p in sorted(out["rename"])]
+        if outside:
+            res["outside"] = [{"path": p, "op": o} for p, o in sorted(outside)]
+        if unknown:
+            res["unknown"] = sorted(unknown)
         return res
-
-
-def _empty_trace():
-    keys = ("read", "write", "list", "remove", "rename", "mkdir", "sqlite", "import")
-    res = dict((k, []) for k in keys)
-    res["outside"] = []
-    res["unknown"] = []
-    return res
 
 
 def _module_file(name):
@@ -1777,7 +1772,7 @@ class _FixgatePlugin(object):
         try:
             trace = self.classifier.render(cur["trace"])
         except Exception:
-            trace = _empty_trace()
+            trace = {}
             self.internal("trace rendering")
         self._drain_hook_errors()
         event = {
@@ -1791,19 +1786,21 @@ class _FixgatePlugin(object):
         }
         # Optional fields are written only when they say something: most tests pass, read
         # nothing, change nothing, and the event is on the path of every test.
-        optional = (
-            ("skip_reason", skip_reason),
-            ("xfail_reason", None if xfail_reason is None else str(xfail_reason)),
-            ("message", message),
-            ("reruns", cur["reruns"]),
-            ("rerun_messages", cur["rerun_messages"]),
-            ("writes_marker", writes),
-            ("trace", dict((k, v) for k, v in trace.items() if v)),
-            ("changed", changed),
-        )
-        for key, value in optional:
-            if value is not None and value != [] and value != {} and value != 0:
-                event[key] = value
+        if skip_reason is not None:
+            event["skip_reason"] = skip_reason
+        if xfail_reason is not None:
+            event["xfail_reason"] = str(xfail_reason)
+        if message is not None:
+            event["message"] = message
+        if cur["reruns"]:
+            event["reruns"] = cur["reruns"]
+            event["rerun_messages"] = cur["rerun_messages"]
+        if writes:
+            event["writes_marker"] = writes
+        if trace:
+            event["trace"] = trace
+        if changed:
+            event["changed"] = changed
         self.emit(event)
         if self.fd is not None:
             self.last_reported = cur["nodeid"]
@@ -1851,7 +1848,7 @@ class _FixgatePlugin(object):
                 try:
                     trace = self.classifier.render(self.session_trace)
                 except Exception:
-                    trace = _empty_trace()
+                    trace = {}
                     self.internal("session trace")
                 self._drain_hook_errors()
                 self.emit({"event": "session_trace", "trace": trace})
