@@ -14,12 +14,14 @@
 #   The cold audit's pytest process count comes from its JSON report.
 #
 # Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PYTHON [a venv made here],
-# FIXGATE [target/release/fixgate, built when missing].
+# FIXGATE [target/release/fixgate, built when missing], CASES ["run cold warm": which cases to
+# measure; the summary shows the latest measurement of each].
 
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=${BENCH_DATA:-/work/bench-data/suite}
 RUNS=${RUNS:-3}
+CASES=" ${CASES:-run cold warm} "
 SUITE=$DATA/repo
 RESULTS=$DATA/results
 mkdir -p "$DATA" "$RESULTS"
@@ -51,11 +53,13 @@ git checkout -q -- README.md
 # with bytecode caching on, as on a developer's machine (the warmup run writes the cache, under
 # $DATA/pycache so the suite's tree stays clean). The second is the stricter comparison.
 BYTECODE="env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$DATA/pycache"
+if [[ $CASES == *" run "* ]]; then
 echo "== run: fixgate run --seed 0 vs plain pytest (file order)"
 hyperfine --warmup 1 --runs "$RUNS" --export-json "$RESULTS/run.json" \
     -n fixgate-run "$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --quiet --format json --output /dev/null" \
     -n pytest "$PYTHON -m pytest -q -p no:cacheprovider -p no:randomly" \
     -n pytest-bytecode "$BYTECODE $PYTHON -m pytest -q -p no:cacheprovider -p no:randomly"
+fi
 
 PYTEST8=""
 PYTEST8B=""
@@ -66,6 +70,7 @@ done
 AUDIT="$FIXGATE --python $PYTHON --cache-dir $DATA/cache-audit audit --base HEAD~1 --head HEAD --seeds 8 --jobs 2 --quiet --format json --output $RESULTS/audit-report.json"
 
 AUDIT8="$FIXGATE --python $PYTHON --cache-dir $DATA/cache-audit8 audit --base HEAD~1 --head HEAD --seeds 6 --jobs 2 --quiet --format json --output /dev/null"
+if [[ $CASES == *" cold "* ]]; then
 echo "== cold: 8-seed audit, empty cache, --jobs 2 vs eight sequential pytest-randomly runs"
 # audit-cold runs 10 orders (file, reversed, seeds 1..8); audit-cold-8-orders runs 8 (file,
 # reversed, seeds 1..6): the same number of pytest runs as the baseline.
@@ -79,7 +84,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print("cold audit: verdict %s, %d pytest processes, %d graph nodes" % (r["verdict"], r["pytest_processes"], r["graph"]["nodes"]))
 PY
+fi
 
+if [[ $CASES == *" warm "* ]]; then
 echo "== warm and README-only audits (cache populated first)"
 eval "$AUDIT"
 hyperfine --warmup 1 --runs "$((RUNS * 2))" --export-json "$RESULTS/warm.json" \
@@ -87,6 +94,7 @@ hyperfine --warmup 1 --runs "$((RUNS * 2))" --export-json "$RESULTS/warm.json" \
     -n audit-readme --prepare "echo x >> $SUITE/README.md" \
     "$FIXGATE --python $PYTHON --cache-dir $DATA/cache-audit audit --base HEAD~1 --seeds 8 --jobs 2 --quiet --format json --output /dev/null"
 git checkout -q -- README.md
+fi
 
 python3 - "$RESULTS" <<'PY'
 import json, os, statistics, sys
