@@ -54,11 +54,11 @@ git checkout -q -- README.md
 # $DATA/pycache so the suite's tree stays clean). The second is the stricter comparison.
 BYTECODE="env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$DATA/pycache"
 if [[ $CASES == *" run "* ]]; then
-echo "== run: fixgate run --seed 0 vs plain pytest (file order)"
-hyperfine --warmup 1 --runs "$RUNS" --export-json "$RESULTS/run.json" \
-    -n fixgate-run "$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --quiet --format json --output /dev/null" \
-    -n pytest "$PYTHON -m pytest -q -p no:cacheprovider -p no:randomly" \
-    -n pytest-bytecode "$BYTECODE $PYTHON -m pytest -q -p no:cacheprovider -p no:randomly"
+echo "== run: fixgate run --seed 0 vs plain pytest (file order), interleaved rounds"
+python3 "$REPO/benches/interleave.py" --runs "$RUNS" --json "$RESULTS/run.json" \
+    "fixgate-run=$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --quiet --format json --output /dev/null" \
+    "pytest=$PYTHON -m pytest -q -p no:cacheprovider -p no:randomly" \
+    "pytest-bytecode=$BYTECODE $PYTHON -m pytest -q -p no:cacheprovider -p no:randomly"
 fi
 
 PYTEST8=""

@@ -28,6 +28,26 @@ _THIS_FILE = os.path.abspath(__file__)
 if _THIS_FILE.endswith((".pyc", ".pyo")):  # pragma: no cover - only when run from bytecode
     _THIS_FILE = _THIS_FILE[:-1]
 
+
+def _compile_self():
+    """Runs write no bytecode (PYTHONDONTWRITEBYTECODE=1), so every pytest process would compile
+    this module again; its directory is fixgate's, not the project's: write its bytecode once,
+    and the import system reads it from then on."""
+    if not sys.dont_write_bytecode or not _THIS_FILE.endswith(".py"):
+        return
+    try:
+        import importlib.util
+        import py_compile
+
+        target = importlib.util.cache_from_source(_THIS_FILE)
+        if not os.path.exists(target):
+            py_compile.compile(_THIS_FILE, cfile=target, doraise=True)
+    except Exception:
+        pass  # a read-only cache directory: compile every time, as before
+
+
+_compile_self()
+
 # --------------------------------------------------------------------------------------------
 # options and markers
 # --------------------------------------------------------------------------------------------
@@ -234,6 +254,9 @@ _TLS = threading.local()
 _HOOK_ERRORS = []  # messages from inside the hook, drained by the plugin
 _HOOK_ERROR_COUNT = 0
 _MMAPPED = set()  # absolute paths of files seen mapped with mmap (checked on every lease pass)
+
+# One encoder for every event (json.dumps with options builds a new one per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 _O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -1438,7 +1461,7 @@ class _FixgatePlugin(object):
         if self.fd is None or os.getpid() != self.pid:
             return
         try:
-            line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            line = _ENCODE(obj)
         except (TypeError, ValueError):
             line = json.dumps(_jsonable(obj), ensure_ascii=False, separators=(",", ":"))
         data = (line + "\n").encode("utf-8", "replace")
