@@ -62,10 +62,16 @@ impl Ctx {
         }
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
         let interpreter = interpreter::probe_cached(&path, &self.cache_dir)?;
+        // One folder per interpreter and installed set: a plugin that changes rewriting comes
+        // with a distribution, and a new one starts a new folder.
+        let rewrite_cache = self
+            .cache_dir
+            .join(REWRITE_CACHE)
+            .join(&interpreter.fingerprint.digest()[..16]);
         Ok(Runner {
             interpreter,
             plugin_dir: plugin::install(&self.cache_dir)?,
-            rewrite_cache: self.cache_dir.join(REWRITE_CACHE),
+            rewrite_cache,
             pass_env: args.pass_env.clone(),
             test_timeout: Duration::from_secs(args.test_timeout.max(1)),
             origin_root: self.repo.root.clone(),

@@ -503,9 +503,7 @@ fn rewritten_test_modules_come_from_the_cache_with_the_same_results() {
     );
     repo.commit("base");
     let first = repo.fixgate_py(&["run", "--format", "json"]).json();
-    let cached = std::fs::read_dir(repo.cache.path().join("pyc"))
-        .map(|d| d.count())
-        .unwrap_or(0);
+    let cached = tree_bytes(&repo.cache.path().join("pyc")).len();
     assert!(cached > 0, "the first run stores its rewritten modules");
     let second = repo.fixgate_py(&["run", "--format", "json"]).json();
     for v in [&first, &second] {
@@ -579,4 +577,33 @@ fn a_crash_in_a_shuffled_order_is_pinned_on_the_test_that_crashed() {
             assert_eq!(outcome, want, "seed {seed}: {o:?}");
         }
     }
+}
+
+#[test]
+fn regression_a_session_stopped_between_tests_crashes_no_test() {
+    // A conftest or plugin may end the session cleanly between two tests; the test after the
+    // last result never started, so it must run in a new process, not be recorded as crashed.
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_stop.py",
+        "def test_a(request):\n    request.session.shouldstop = 'enough'\n\n\
+         def test_b():\n    pass\n\n\
+         def test_c():\n    pass\n",
+    );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    assert_eq!(
+        outcomes(&v),
+        [
+            (
+                "tests/test_stop.py::test_a".to_string(),
+                "passed".to_string()
+            ),
+            ("tests/test_stop.py::test_b".into(), "passed".into()),
+            ("tests/test_stop.py::test_c".into(), "passed".into()),
+        ]
+    );
+    assert_eq!(v["result"]["processes"], 2, "{v}");
 }

@@ -79,25 +79,23 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
     Ok(exit::PASS)
 }
 
-/// Removes the files under `dir` not modified for `age`: the rewritten test modules, which are
-/// small, rebuilt on a miss, and never read by anything but the plugin.
+/// Removes the files under `dir` (at any depth) not modified for `age`: the rewritten test
+/// modules, which are small, rebuilt on a miss, and never read by anything but the plugin.
 fn prune_older(dir: &std::path::Path, age: Duration) {
-    let Ok(subdirs) = std::fs::read_dir(dir) else {
-        return;
-    };
     let now = SystemTime::now();
-    for sub in subdirs.flatten() {
-        for file in std::fs::read_dir(sub.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let old = file
-                .metadata()
-                .and_then(|m| m.modified())
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+                continue;
+            }
+            let old = meta
+                .modified()
                 .is_ok_and(|t| now.duration_since(t).is_ok_and(|d| d > age));
             if old {
-                let _ = std::fs::remove_file(file.path());
+                let _ = std::fs::remove_file(entry.path());
             }
         }
     }

@@ -480,6 +480,15 @@ impl Runner {
                         }
                     }
                     Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
+                    // The session ended cleanly: the test it names was running, and a test
+                    // inferred to follow the last result never started (a plugin or conftest
+                    // stopped the session between tests).
+                    Event::Finish { running, .. } => {
+                        current = running.map(|id| match current.take() {
+                            Some(c) if c.0 == id => c,
+                            _ => (id, Instant::now(), now_secs()),
+                        });
+                    }
                     Event::Collected { items } => {
                         if announced.is_none() {
                             let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();

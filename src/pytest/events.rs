@@ -39,6 +39,10 @@ pub enum Event {
     Finish {
         #[serde(default)]
         exitstatus: i32,
+        /// The test the session ended in (pytest.exit, KeyboardInterrupt); `None` when it
+        /// ended between tests.
+        #[serde(default)]
+        running: Option<String>,
     },
     Error {
         #[serde(default)]

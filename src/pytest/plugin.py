@@ -1295,6 +1295,7 @@ class _FixgatePlugin(object):
         self.announced = None
         self.announced_pos = None
         self.last_reported = None
+        self.interrupted_in = None  # the test a clean session end interrupted, if any
 
         try:
             invocation = str(config.invocation_params.dir)
@@ -1696,8 +1697,10 @@ class _FixgatePlugin(object):
         try:
             cur["end"] = time.time()
             if outcome.excinfo is not None:
-                # interrupted (KeyboardInterrupt, pytest.exit): no result for this test; the
-                # lease pass still runs so the next process starts from the right state
+                # interrupted (KeyboardInterrupt, pytest.exit): no result for this test, which
+                # the finish event names; the lease pass still runs so the next process starts
+                # from the right state
+                self.interrupted_in = cur["nodeid"]
                 if self.lease is not None:
                     self.lease.after_test()
                 return
@@ -1893,7 +1896,13 @@ class _FixgatePlugin(object):
                     self.internal("session trace")
                 self._drain_hook_errors()
                 self.emit({"event": "session_trace", "trace": trace})
-                self.emit({"event": "finish", "exitstatus": int(session.exitstatus)})
+                self.emit(
+                    {
+                        "event": "finish",
+                        "exitstatus": int(session.exitstatus),
+                        "running": self.interrupted_in,
+                    }
+                )
         except Exception:
             self.internal("finish")
 
@@ -1926,7 +1935,9 @@ class _FixgatePlugin(object):
 # setting that changes rewriting (enable_assertion_pass_hook). A rewrite that warned is never
 # cached, so its warnings are seen (and can fail the run under -W error) every time, as in a
 # run without the cache. Cache files are read and written with the trace hook muted: they are
-# fixgate's, not the test's. Anything unexpected falls back to pytest's own path.
+# fixgate's, not the test's. Anything unexpected falls back to pytest's own path. A miss runs
+# pytest's rewrite twice (once as pytest would, once quietly to see whether it warns): that is
+# paid once per content.
 
 
 def _install_rewrite_cache():
@@ -2010,15 +2021,19 @@ def _install_rewrite_cache():
         if co is not None:
             fix_filename(co, str(fn))
             return first_value(fn, source), co
-        caught = []
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                result = original(fn, config)
-        finally:
-            for w in caught:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if not caught:
+        # pytest's own rewrite, under the filters in force: its warnings and errors (a
+        # SyntaxWarning that -W error makes a SyntaxError) are exactly a plain run's.
+        result = original(fn, config)
+        # Cached only if rewriting these bytes warns about nothing at all (a second, quiet pass,
+        # once per content), so that a cache hit never hides a warning; and only if the file
+        # still holds the bytes of the key.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                again = original(fn, config)[1]
+            except Exception:
+                again = None
+        if again is not None and not caught and fn.read_bytes() == source:
             muted(lambda: store(path, result[1]))
         return result
 
