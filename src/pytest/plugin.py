@@ -1935,9 +1935,7 @@ class _FixgatePlugin(object):
 # setting that changes rewriting (enable_assertion_pass_hook). A rewrite that warned is never
 # cached, so its warnings are seen (and can fail the run under -W error) every time, as in a
 # run without the cache. Cache files are read and written with the trace hook muted: they are
-# fixgate's, not the test's. Anything unexpected falls back to pytest's own path. A miss runs
-# pytest's rewrite twice (once as pytest would, once quietly to see whether it warns): that is
-# paid once per content.
+# fixgate's, not the test's. Anything unexpected falls back to pytest's own path.
 
 
 def _install_rewrite_cache():
@@ -2021,21 +2019,22 @@ def _install_rewrite_cache():
         if co is not None:
             fix_filename(co, str(fn))
             return first_value(fn, source), co
-        # pytest's own rewrite, under the filters in force: its warnings and errors (a
-        # SyntaxWarning that -W error makes a SyntaxError) are exactly a plain run's.
-        result = original(fn, config)
-        # Cached only if rewriting these bytes warns about nothing at all (a second, quiet pass,
-        # once per content), so that a cache hit never hides a warning; and only if the file
-        # still holds the bytes of the key.
+        # A quiet pass first: when rewriting these bytes warns about nothing at all, the
+        # filters in force could not have changed anything, so its code is pytest's and may be
+        # cached (if the file still holds the key's bytes). Otherwise pytest's own rewrite runs
+        # under the filters in force, so its warnings and errors (a SyntaxWarning that -W error
+        # makes a SyntaxError) are exactly a plain run's, and nothing is cached.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                again = original(fn, config)[1]
+                quiet = original(fn, config)
             except Exception:
-                again = None
-        if again is not None and not caught and fn.read_bytes() == source:
-            muted(lambda: store(path, result[1]))
-        return result
+                quiet = None
+        if quiet is None or caught:
+            return original(fn, config)
+        if fn.read_bytes() == source:
+            muted(lambda: store(path, quiet[1]))
+        return quiet
 
     rewrite._rewrite_test = cached_rewrite
 
