@@ -6,8 +6,6 @@ use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::repo_path::RepoPath;
 
 const VERSION: u32 = 3;
@@ -18,7 +16,7 @@ const VERSION: u32 = 3;
 const RACY_WINDOW_NS: i128 = 2_000_000_000;
 
 /// The stat fields whose change means the content may have changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatKey {
     pub size: u64,
     pub mtime_ns: i128,

@@ -836,8 +836,13 @@ fn base_checks(
             }
             _ => true,
         });
-        let mut order: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
-        order.dedup();
+        // A test with several findings is listed once (an order file rejects duplicates).
+        let mut seen = HashSet::new();
+        let order: Vec<String> = items
+            .iter()
+            .filter(|(n, _)| seen.insert(n.as_str()))
+            .map(|(n, _)| n.clone())
+            .collect();
         requests.push(BaseCheck {
             request: base_request("base-check(red tests)".into(), order),
             findings: Vec::new(),
@@ -903,7 +908,7 @@ struct BaseCheck {
 
 /// Whether a run on the base shows the finding `kind` for `nodeid`.
 fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
-    let t = r.tests.iter().find(|t| t.nodeid == nodeid);
+    let t = r.test(nodeid);
     match kind {
         FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),

@@ -65,8 +65,9 @@ pub struct Runner {
     pub allow_network: bool,
 }
 
-/// One ordered run.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
+/// differ by whether one was looked into.)
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunResult {
     /// The order that executed, as the plugin recorded it.
     pub executed: Vec<String>,

@@ -1946,6 +1946,7 @@ def _install_rewrite_cache():
         import _imp
         import importlib.util
         import marshal
+        import types
         import warnings
 
         from _pytest.assertion import rewrite
@@ -1974,15 +1975,11 @@ def _install_rewrite_cache():
         return importlib.util.source_hash(source)
 
     def muted(action):
-        tls = _TLS
-        was = getattr(tls, "busy", False)
-        tls.busy = True
-        try:
-            return action()
-        except Exception:
-            return None
-        finally:
-            tls.busy = was
+        with _Quiet():
+            try:
+                return action()
+            except Exception:
+                return None
 
     # A file is the sha256 of the marshalled code, then the code: a damaged file (a flipped
     # bit can still unmarshal, into different code) is a miss, never a different test.
@@ -1993,7 +1990,7 @@ def _install_rewrite_cache():
         if len(data) < 32 or hashlib.sha256(body).digest() != data[:32]:
             return None
         co = marshal.loads(body)
-        return co if isinstance(co, type(first_value.__code__)) else None
+        return co if isinstance(co, types.CodeType) else None
 
     def store(path, co):
         os.makedirs(os.path.dirname(path), exist_ok=True)
