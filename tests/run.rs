@@ -529,6 +529,83 @@ fn rewritten_test_modules_come_from_the_cache_with_the_same_results() {
 }
 
 #[test]
+fn node_ids_and_messages_with_quotes_backslashes_and_unicode_come_through_whole() {
+    // The plugin writes the test event by hand: every string in it must be escaped as JSON.
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_odd.py",
+        r#"import pytest
+
+@pytest.mark.parametrize("v", ['q"uote', "back\\slash", "tab\there", "caf\u00e9"], ids=['q"uote', "back\\slash", "tab\there", "caf\u00e9"])
+def test_ids(v):
+    assert v != 'q"uote', 'no "quotes" \u2603 allowed'
+
+@pytest.mark.skip(reason='sk\u00efp "this"')
+def test_skip():
+    pass
+"#,
+    );
+    repo.commit("base");
+    let v = repo.fixgate_py(&["run", "--format", "json"]).json();
+    let tests = v["result"]["tests"].as_array().unwrap();
+    let by_id = |id: &str| {
+        tests
+            .iter()
+            .find(|t| t["nodeid"] == id)
+            .unwrap_or_else(|| panic!("{id} in {v}"))
+    };
+    // pytest itself escapes non-ASCII and control characters in parametrize ids
+    let quote = by_id("tests/test_odd.py::test_ids[q\"uote]");
+    assert_eq!(quote["outcome"], "failed");
+    assert!(
+        quote["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("AssertionError: no \"quotes\" \u{2603} allowed"),
+        "{quote}"
+    );
+    for id in [
+        "tests/test_odd.py::test_ids[back\\\\slash]",
+        "tests/test_odd.py::test_ids[tab\\there]",
+        "tests/test_odd.py::test_ids[caf\\xe9]",
+    ] {
+        assert_eq!(by_id(id)["outcome"], "passed", "{id}");
+    }
+    let skip = by_id("tests/test_odd.py::test_skip");
+    assert_eq!(skip["skip_reason"], "sk\u{ef}p \"this\"", "{skip}");
+}
+
+#[test]
+fn the_plugin_is_imported_from_its_bytecode_not_rewritten_by_pytest() {
+    // pytest rewrites (parses and compiles) every module named with -p, on every run when
+    // bytecode is off: the module named is a shim, the plugin itself is imported normally.
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_loader.py",
+        "import importlib.machinery, sys\n\n\
+         def test_plugin_module_loaded_by_the_import_system():\n    \
+             mod = sys.modules['fixgate_plugin_impl']\n    \
+             assert type(mod.__loader__) is importlib.machinery.SourceFileLoader, type(mod.__loader__)\n",
+    );
+    repo.commit("base");
+    for run in 0..2 {
+        let v = repo.fixgate_py(&["run", "--format", "json"]).json();
+        assert_eq!(
+            v["result"]["tests"][0]["outcome"], "passed",
+            "run {run}: {v}"
+        );
+    }
+    let pyc: Vec<_> = tree_bytes(&repo.cache.path().join("plugin"))
+        .into_iter()
+        .filter(|(p, _)| {
+            p.to_string_lossy()
+                .contains("__pycache__/fixgate_plugin_impl.")
+        })
+        .collect();
+    assert_eq!(pyc.len(), 1, "its bytecode is written once, beside it");
+}
+
+#[test]
 fn a_rewrite_warning_is_seen_on_every_run_not_only_the_first() {
     // pytest warns while rewriting `assert (x, "msg")`; under filterwarnings=error that fails
     // collection. A cached rewrite must not make the second run quietly pass.

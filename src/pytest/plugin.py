@@ -1,7 +1,9 @@
 """fixgate's pytest plugin.
 
-Embedded in the fixgate binary, written to disk as ``fixgate_plugin.py`` in a directory that is
-put on PYTHONPATH, and loaded with ``-p fixgate_plugin``.  The protocol it speaks (options and
+Embedded in the fixgate binary, written to disk as ``fixgate_plugin_impl.py`` in a directory that
+is put on PYTHONPATH, beside a ``fixgate_plugin.py`` that imports its two module-level hooks and
+that pytest loads with ``-p fixgate_plugin`` (pytest would rewrite and compile a module named with
+``-p`` on every run; this one is imported normally, from its bytecode).  The protocol it speaks (options and
 JSON-lines events) is documented in ``docs/plugin-protocol.md``; keep the two in step.
 
 Standard library only.  Supports Python 3.9+ and pytest 7.4, 8 and 9.  Do not use syntax newer
@@ -23,6 +25,18 @@ import traceback
 import pytest
 
 PROTOCOL_VERSION = 1
+_TestReport = getattr(pytest, "TestReport", None)
+
+
+def _has_new_style_wrappers():
+    try:
+        pytest.hookimpl(wrapper=True)
+        return True
+    except TypeError:  # pluggy before 1.1
+        return False
+
+
+_NEW_STYLE_WRAPPERS = _has_new_style_wrappers()
 
 _THIS_FILE = os.path.abspath(__file__)
 if _THIS_FILE.endswith((".pyc", ".pyo")):  # pragma: no cover - only when run from bytecode
@@ -37,10 +51,11 @@ def _compile_self():
         return
     try:
         import importlib.util
-        import py_compile
 
         target = importlib.util.cache_from_source(_THIS_FILE)
         if not os.path.exists(target):
+            import py_compile
+
             py_compile.compile(_THIS_FILE, cfile=target, doraise=True)
     except Exception:
         pass  # a read-only cache directory: compile every time, as before
@@ -205,6 +220,8 @@ def _error_line(text):
 def _is_subtest_report(report):
     """A report of one subtest rather than of the test itself (pytest 9's SubtestReport,
     pytest-subtests' SubTestReport): both carry a `context`."""
+    if type(report) is _TestReport:
+        return False  # the common case; subtest reports are subclasses
     if getattr(report, "context", None) is not None:
         return True
     return "subtest" in type(report).__name__.lower()
@@ -257,6 +274,46 @@ _MMAPPED = set()  # absolute paths of files seen mapped with mmap (checked on ev
 
 # One encoder for every event (json.dumps with options builds a new one per call).
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+# A JSON string literal, as _ENCODE writes it (the C version when there is one).
+_JSON_STRING = json.encoder.encode_basestring
+
+
+def _json_number(x):
+    """A duration or a clock reading in seconds, to the microsecond (the shortest repr of a
+    float costs ten times more, and says nothing more of a test); not finite (never): 0."""
+    x = float(x)
+    return "%.6f" % x if x - x == 0 else "0.0"
+
+
+_OUTCOMES_JSON = {"passed": '"passed"', "failed": '"failed"', "skipped": '"skipped"'}
+
+
+def _phase_json(when, outcome, duration, message):
+    text = '"%s":{"outcome":%s,"duration":%s' % (
+        when,
+        _OUTCOMES_JSON.get(outcome) or _JSON_STRING(outcome),
+        _json_number(duration),
+    )
+    if message is not None:
+        return text + ',"message":' + _JSON_STRING(message) + "}"
+    return text + "}"
+
+
+def _test_line(nodeid, index, outcome, phases, start, end, extra):
+    """The test event as one JSON line, written by hand: it is on the path of every test, where
+    the encoder's 30 us were a fifth of the plugin's cost. `phases` are _phase_json texts;
+    `extra` holds the optional fields, rare, and goes through the encoder."""
+    line = '{"event":"test","nodeid":%s,"index":%d,"outcome":%s,"phases":{%s},"start":%s,"end":%s' % (
+        _JSON_STRING(nodeid),
+        index,
+        _JSON_STRING(outcome),
+        ",".join(phases),
+        _json_number(start),
+        _json_number(end),
+    )
+    if extra:
+        return line + "," + _ENCODE(extra)[1:]
+    return line + "}"
 
 _O_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -1250,10 +1307,19 @@ class _Lease(object):
             self._compare(rel, old, new, changed, rel in force)
         self.state = new_state
 
-    def close(self):
-        if self.inotify is not None:
-            self.inotify.close()
-            self.inotify = None
+    def close(self, wait=True):
+        ino, self.inotify = self.inotify, None
+        if ino is None:
+            return
+        if not wait:
+            # Closing an inotify descriptor waits for the kernel to let go of its watches (an
+            # RCU grace period: 1 to 15 ms here), time the end of the session can run beside.
+            try:
+                threading.Thread(target=ino.close, name="fixgate-inotify", daemon=True).start()
+                return
+            except Exception:
+                pass
+        ino.close()
 
 
 def _mmapped_rels(lease):
@@ -1465,6 +1531,12 @@ class _FixgatePlugin(object):
             line = _ENCODE(obj)
         except (TypeError, ValueError):
             line = json.dumps(_jsonable(obj), ensure_ascii=False, separators=(",", ":"))
+        self.write_line(line)
+
+    def write_line(self, line):
+        """Writes one event, a JSON text without its newline, in one write."""
+        if self.fd is None or os.getpid() != self.pid:
+            return
         data = (line + "\n").encode("utf-8", "replace")
         with self.lock:
             fd = self.fd
@@ -1545,15 +1617,19 @@ class _FixgatePlugin(object):
             return
         if self.collect_event and self.fd is not None:
             try:
+                nodeids = [it.nodeid for it in session.items]
                 if self.config.getoption("collectonly", False):
                     items = [self._item_info(it) for it in session.items]
+                    self.emit({"event": "collected", "items": items})
                 else:
                     # A run that collects for itself needs only the order: files, lines and
                     # markers cost a tenth of a millisecond per test.
-                    items = [{"nodeid": it.nodeid} for it in session.items]
-                self.emit({"event": "collected", "items": items})
+                    self.write_line(
+                        '{"event":"collected","items":[%s]}'
+                        % ",".join('{"nodeid":%s}' % _JSON_STRING(n) for n in nodeids)
+                    )
                 if self.announced is None and self.fd is not None:
-                    self._announce([it["nodeid"] for it in items])
+                    self._announce(nodeids)
             except Exception:
                 self.internal("collected event")
 
@@ -1664,10 +1740,32 @@ class _FixgatePlugin(object):
             self.internal("lease start")
         return None
 
-    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item, nextitem):
+    # pluggy 1.1+ runs new-style wrappers without the Result object and the extra frames of an
+    # old-style one: on the path of every test, so the plugin takes it when pluggy has it.
+    if _NEW_STYLE_WRAPPERS:
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            cur = self._test_start(item)
+            try:
+                result = yield
+            except BaseException:
+                self._test_end(item, cur, True)
+                raise
+            self._test_end(item, cur, False)
+            return result
+
+    else:
+
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            cur = self._test_start(item)
+            outcome = yield
+            self._test_end(item, cur, outcome.excinfo is not None)
+
+    def _test_start(self, item):
+        """Before the test's protocol: its record, started; None after an internal error."""
         global _TRACE
-        cur = None
         try:
             self.executed.append(item.nodeid)
             cur = {
@@ -1687,16 +1785,20 @@ class _FixgatePlugin(object):
                 self.lease.start()
             if self.fd is not None:
                 _TRACE = cur["trace"]
+            return cur
         except Exception:
             self.internal("test start")
-        outcome = yield
+            return None
+
+    def _test_end(self, item, cur, interrupted):
+        global _TRACE
         _TRACE = self.session_trace if self.fd is not None else None
         self.current = None
         if cur is None:
             return
         try:
             cur["end"] = time.time()
-            if outcome.excinfo is not None:
+            if interrupted:
                 # interrupted (KeyboardInterrupt, pytest.exit): no result for this test, which
                 # the finish event names; the lease pass still runs so the next process starts
                 # from the right state
@@ -1742,19 +1844,12 @@ class _FixgatePlugin(object):
         if self.fd is None:
             return
         reports = cur["reports"]
-        phases = {}
+        phases = []
         for when in ("setup", "call", "teardown"):
             rep = reports.get(when)
-            if rep is None:
-                continue
-            phase = {
-                "outcome": rep.outcome,
-                "duration": float(getattr(rep, "duration", 0.0) or 0.0),
-            }
-            text = _report_message(rep)
-            if text is not None:
-                phase["message"] = text
-            phases[when] = phase
+            if rep is not None:
+                duration = getattr(rep, "duration", 0.0) or 0.0
+                phases.append(_phase_json(when, rep.outcome, duration, _report_message(rep)))
         setup = reports.get("setup")
         call = reports.get("call")
         teardown = reports.get("teardown")
@@ -1819,17 +1914,9 @@ class _FixgatePlugin(object):
             trace = {}
             self.internal("trace rendering")
         self._drain_hook_errors()
-        event = {
-            "event": "test",
-            "nodeid": cur["nodeid"],
-            "index": cur["index"],
-            "outcome": outcome,
-            "phases": phases,
-            "start": cur["start"],
-            "end": cur["end"],
-        }
         # Optional fields are written only when they say something: most tests pass, read
         # nothing, change nothing, and the event is on the path of every test.
+        event = {}
         if skip_reason is not None:
             event["skip_reason"] = skip_reason
         if xfail_reason is not None:
@@ -1845,7 +1932,16 @@ class _FixgatePlugin(object):
             event["trace"] = trace
         if changed:
             event["changed"] = changed
-        self.emit(event)
+        try:
+            line = _test_line(
+                cur["nodeid"], cur["index"], outcome, phases, cur["start"], cur["end"], event
+            )
+        except (TypeError, ValueError):  # an optional field the encoder refuses
+            line = _test_line(
+                cur["nodeid"], cur["index"], outcome, phases, cur["start"], cur["end"], {}
+            )
+            line = line[:-1] + "," + _ENCODE(_jsonable(event))[1:]
+        self.write_line(line)
         if self.fd is not None:
             self.last_reported = cur["nodeid"]
 
@@ -1884,6 +1980,8 @@ class _FixgatePlugin(object):
                         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         except Exception:
             self.internal("order check")
+        if self.lease is not None:
+            self.lease.close(wait=False)  # no test runs after this
         yield
         try:
             if self.fd is not None and not self.finished:

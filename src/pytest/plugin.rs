@@ -1,4 +1,10 @@
 //! The embedded pytest plugin: written to disk under its own hash, loaded with `-p`.
+//!
+//! Two modules: `fixgate_plugin`, the one `-p` names, is a few lines that import the plugin from
+//! `fixgate_plugin_impl`. pytest rewrites the asserts of every module named with `-p`, from
+//! source, and runs write no bytecode, so naming the plugin itself would have every pytest
+//! process parse, rewrite and compile its 2,000 lines again (about 0.1 s); imported normally, its
+//! bytecode is compiled once and read from then on.
 
 use std::path::{Path, PathBuf};
 
@@ -6,10 +12,34 @@ use crate::error::{Error, Result};
 
 pub const SOURCE: &str = include_str!("plugin.py");
 pub const MODULE: &str = "fixgate_plugin";
+const IMPL_MODULE: &str = "fixgate_plugin_impl";
+const SHIM: &str = "\"\"\"fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is fixgate_plugin_impl.
+
+pytest rewrites the asserts of a module named with -p from its source on every run; the plugin is
+imported from here so that its bytecode is compiled once.
+\"\"\"
+
+from fixgate_plugin_impl import pytest_addoption, pytest_configure  # noqa: F401
+";
+
+/// The files the plugin directory holds, by name.
+fn files() -> [(String, &'static str); 2] {
+    [
+        (format!("{MODULE}.py"), SHIM),
+        (format!("{IMPL_MODULE}.py"), SOURCE),
+    ]
+}
 
 /// The plugin's content hash: part of every run's key, since a new plugin may observe more.
 pub fn digest() -> String {
-    blake3::hash(SOURCE.as_bytes()).to_hex().to_string()
+    let mut hasher = blake3::Hasher::new();
+    for (name, text) in files() {
+        for part in [name.as_bytes(), text.as_bytes()] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+    }
+    hasher.finalize().to_hex().to_string()
 }
 
 /// Writes the plugin into `<cache_dir>/plugin/<hash>/` (or the temporary directory when the
@@ -22,16 +52,7 @@ pub fn install(cache_dir: &Path) -> Result<PathBuf> {
         std::env::temp_dir().join("fixgate-plugin"),
     ] {
         let dir = base.join(hash);
-        let file = dir.join(format!("{MODULE}.py"));
-        if std::fs::read(&file).is_ok_and(|b| b == SOURCE.as_bytes()) {
-            return Ok(dir);
-        }
-        let written = std::fs::create_dir_all(&dir).and_then(|_| {
-            let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
-            std::io::Write::write_all(&mut tmp, SOURCE.as_bytes())?;
-            tmp.persist(&file).map(|_| ()).map_err(|e| e.error)
-        });
-        match written {
+        match write_files(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) => last_err = Some((dir, e)),
         }
@@ -41,4 +62,20 @@ pub fn install(cache_dir: &Path) -> Result<PathBuf> {
         "failed to write the pytest plugin to {}: {e}; pass --cache-dir with a writable directory",
         dir.display()
     )))
+}
+
+/// Writes each file that is missing or differs, atomically: a file already right is left alone,
+/// so its modification time, which its bytecode records, stays.
+fn write_files(dir: &Path) -> std::io::Result<()> {
+    for (name, text) in files() {
+        let file = dir.join(name);
+        if std::fs::read(&file).is_ok_and(|b| b == text.as_bytes()) {
+            continue;
+        }
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes())?;
+        tmp.persist(&file).map_err(|e| e.error)?;
+    }
+    Ok(())
 }
