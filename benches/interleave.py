@@ -34,5 +34,11 @@ for round_ in range(args.runs + 1):
 for name, _ in named:
     t = times[name]
     print("%-20s median %.3f s  min %.3f s  max %.3f s  (%d runs)" % (name, statistics.median(t), min(t), max(t), len(t)))
+# The first command against each other one, round by round: a round's two runs share its load,
+# so the median of the per-round ratios moves less with the load than the ratio of medians.
+first = named[0][0]
+for name, _ in named[1:]:
+    ratios = [a / b for a, b in zip(times[first], times[name])]
+    print("%s / %s: median of per-round ratios %.3fx (min %.3fx, max %.3fx)" % (first, name, statistics.median(ratios), min(ratios), max(ratios)))
 with open(args.json, "w") as f:
     json.dump({"results": [{"command": n, "times": times[n]} for n, _ in named]}, f, indent=1)

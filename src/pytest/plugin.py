@@ -651,6 +651,18 @@ class _Quiet(object):
 _READ_OPS = ("read", "list", "import")
 
 
+class _Prefixes(object):
+    """Directories, and whether a path is one of them or under one (_Classifier._under for
+    all of them in two lookups: the classifier asks this of every path a trace holds)."""
+
+    def __init__(self, dirs):
+        self.exact = frozenset(dirs)
+        self.starts = tuple(d if d.endswith(os.sep) else d + os.sep for d in dirs)
+
+    def holds(self, path):
+        return path in self.exact or path.startswith(self.starts)
+
+
 class _Classifier(object):
     def __init__(self, root, ignored_files):
         self.roots = []
@@ -666,14 +678,17 @@ class _Classifier(object):
         # The interpreter's own trees: reads, listings and imports there are not recorded.
         prefixes = set()
         cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", None)]
-        try:
-            import sysconfig
-
-            paths = sysconfig.get_paths()
-            for k in ("stdlib", "platstdlib", "purelib", "platlib"):
-                cands.append(paths.get(k))
-        except Exception:
-            pass
+        # the standard library (lib-dynload is inside it); site-packages come from site and
+        # sys.path below. sysconfig would say the same, for 3 ms of import in every process.
+        cands.append(os.path.dirname(os.__file__))
+        sysconfig = sys.modules.get("sysconfig")
+        if sysconfig is not None:
+            try:
+                paths = sysconfig.get_paths()
+                for k in ("stdlib", "platstdlib", "purelib", "platlib"):
+                    cands.append(paths.get(k))
+            except Exception:
+                pass
         try:
             import site
 
@@ -693,8 +708,9 @@ class _Classifier(object):
                 if any(self._under(r, v) for r in self.roots):
                     continue
                 prefixes.add(v)
-        self.interp = tuple(sorted(prefixes))
-        self.system = ("/dev", "/proc", "/sys")
+        self.interp = _Prefixes(sorted(prefixes))
+        self.system = _Prefixes(("/dev", "/proc", "/sys"))
+        self.in_roots = _Prefixes(self.roots)
         self.cache = {}
 
     @staticmethod
@@ -710,15 +726,15 @@ class _Classifier(object):
         hit = self.cache.get(p)
         if hit is not None:
             return hit
-        in_root = any(self._under(p, r) for r in self.roots)
+        in_root = self.in_roots.holds(p)
         if p in self.ignored_files:
             res = (None, None, False)
-        elif not in_root and any(self._under(p, s) for s in self.system):
+        elif not in_root and self.system.holds(p):
             # The root itself may live under /dev (a sandbox on /dev/shm): only what is
             # outside it is the system's.
             res = (None, None, False)
         else:
-            interp = any(self._under(p, s) for s in self.interp)
+            interp = self.interp.holds(p)
             res = None
             for r in self.roots:
                 if self._under(p, r):
@@ -834,6 +850,9 @@ _HASH_INITIAL_BUDGET = 256 << 20  # bytes hashed up front to know every file's c
 _RACY_NS = 250 * 10**6
 
 
+_HASH_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
 def _file_hash(path, st):
     """Content hash of one watched entry; None when it cannot or should not be hashed."""
     fmt = stat.S_IFMT(st[4])
@@ -848,15 +867,19 @@ def _file_hash(path, st):
         return None
     h = hashlib.blake2b(digest_size=20)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, _HASH_OPEN_FLAGS)
     except OSError:
         return None
+    # Reads sized to the file: a 1 MiB request for a 1 KiB file costs a fresh mapping per read
+    # (the buffer is allocated before the read), and the read that finds the end is as small.
+    want = min(st[0] + 1, 1 << 20)
     try:
         while True:
-            chunk = os.read(fd, 1 << 20)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             h.update(chunk)
+            want = (1 << 20) if len(chunk) == want else 4096
     except OSError:
         return None
     finally:
