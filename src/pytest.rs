@@ -2,6 +2,7 @@
 
 pub mod driver;
 pub mod events;
+pub mod exit_watch;
 pub mod interpreter;
 pub mod order;
 pub mod plugin;

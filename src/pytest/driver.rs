@@ -18,14 +18,11 @@ use crate::error::{Error, Result};
 use crate::pytest::events::{
     ChangedPath, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace, Violation,
 };
+use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::interpreter::Interpreter;
 use crate::repo_path::RepoPath;
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
-
-/// How often a running pytest is checked on (events, exit, timeout, Ctrl-C): a few wakeups
-/// cost nothing, and the end of a run is noticed within this much.
-const POLL_MS: u64 = 5;
 
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
 pub const HASH_SEED: &str = "0";
@@ -109,6 +106,7 @@ impl RunResult {
 
 struct Process {
     child: Child,
+    exit: ExitWatch,
     events: PathBuf,
     log: PathBuf,
 }
@@ -226,7 +224,13 @@ impl Runner {
                     self.interpreter.path.display()
                 ))
             })?;
-        Ok(Process { child, events, log })
+        let exit = ExitWatch::new(&child);
+        Ok(Process {
+            child,
+            exit,
+            events,
+            log,
+        })
     }
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
@@ -242,7 +246,7 @@ impl Runner {
             0,
             &["--collect-only".into(), "--fixgate-collect".into()],
         )?;
-        let status = wait_interruptibly(&mut p.child, &self.interrupted)?;
+        let status = wait_interruptibly(&mut p, &self.interrupted)?;
         let mut items = None;
         let mut skipped_collectors = Vec::new();
         let mut trace = Trace::default();
@@ -520,7 +524,7 @@ impl Runner {
                     timed_out = true;
                 }
             }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
+            p.exit.pause();
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
@@ -783,21 +787,22 @@ fn kill_group(child: &mut Child) {
 }
 
 fn wait_interruptibly(
-    child: &mut Child,
+    p: &mut Process,
     interrupted: &AtomicBool,
 ) -> Result<std::process::ExitStatus> {
     loop {
-        if let Some(s) = child
+        if let Some(s) = p
+            .child
             .try_wait()
             .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?
         {
             return Ok(s);
         }
         if interrupted.load(Ordering::SeqCst) {
-            kill_group(child);
+            kill_group(&mut p.child);
             return Err(Error::Interrupted);
         }
-        std::thread::sleep(Duration::from_millis(POLL_MS));
+        p.exit.pause();
     }
 }
 
