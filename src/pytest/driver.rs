@@ -873,7 +873,7 @@ impl EventReader {
                 break;
             }
             let full = std::mem::take(&mut self.partial) + &line;
-            if let Ok(ev) = serde_json::from_str::<Event>(full.trim_end()) {
+            if let Some(ev) = Event::parse(full.trim_end()) {
                 out.push(ev);
             }
         }
