@@ -138,6 +138,8 @@ def med(f, name):
             return statistics.median(r["times"])
 def paired(f, a, b):
     t = {r["command"]: r["times"] for r in json.load(open(os.path.join(d, f)))["results"]}
+    if a not in t or b not in t:
+        return float("nan")  # a file from before the command was measured
     return statistics.median(x / y for x, y in zip(t[a], t[b]))
 run, py = med("run.json", "fixgate-run"), med("run.json", "pytest")
 pyb = med("run.json", "pytest-bytecode")

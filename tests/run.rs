@@ -573,6 +573,21 @@ def test_skip():
     }
     let skip = by_id("tests/test_odd.py::test_skip");
     assert_eq!(skip["skip_reason"], "sk\u{ef}p \"this\"", "{skip}");
+    // the phases are written by hand too
+    assert_eq!(skip["phases"]["setup"]["outcome"], "skipped", "{skip}");
+    assert_eq!(
+        skip["phases"]["setup"]["message"], "sk\u{ef}p \"this\"",
+        "{skip}"
+    );
+    assert_eq!(quote["phases"]["call"]["outcome"], "failed", "{quote}");
+    assert!(
+        quote["phases"]["call"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"quotes\" \u{2603}"),
+        "{quote}"
+    );
+    assert!(quote["phases"]["call"]["duration"].as_f64().unwrap() >= 0.0);
 }
 
 #[test]
@@ -602,7 +617,10 @@ fn the_plugin_is_imported_from_its_bytecode_not_rewritten_by_pytest() {
                 .contains("__pycache__/fixgate_plugin_impl.")
         })
         .collect();
-    assert_eq!(pyc.len(), 1, "its bytecode is written once, beside it");
+    assert_eq!(pyc.len(), 1, "its bytecode is written beside it");
+    // unchecked-hash bytecode (PEP 552 flags = 1): the import system takes it without looking
+    // at the source's timestamp, which a second install of the same bytes would move
+    assert_eq!(pyc[0].1[4..8], [1, 0, 0, 0], "{}", pyc[0].0.display());
 }
 
 #[test]

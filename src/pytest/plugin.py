@@ -32,7 +32,7 @@ def _has_new_style_wrappers():
     try:
         pytest.hookimpl(wrapper=True)
         return True
-    except TypeError:  # pluggy before 1.1
+    except TypeError:  # pluggy before 1.2
         return False
 
 
@@ -53,10 +53,23 @@ def _compile_self():
         import importlib.util
 
         target = importlib.util.cache_from_source(_THIS_FILE)
-        if not os.path.exists(target):
+        try:
+            with open(target, "rb") as f:
+                flags = f.read(8)[4:]
+        except OSError:
+            flags = b""
+        # Unchecked-hash bytecode (PEP 552): its directory is named by the source's hash, so the
+        # source never changes, and a rewrite of the same bytes (two fixgate processes
+        # installing at once) must not make it stale for good, as a timestamp would.
+        if flags != b"\x01\x00\x00\x00":
             import py_compile
 
-            py_compile.compile(_THIS_FILE, cfile=target, doraise=True)
+            py_compile.compile(
+                _THIS_FILE,
+                cfile=target,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
     except Exception:
         pass  # a read-only cache directory: compile every time, as before
 
@@ -281,7 +294,10 @@ _JSON_STRING = json.encoder.encode_basestring
 def _json_number(x):
     """A duration or a clock reading in seconds, to the microsecond (the shortest repr of a
     float costs ten times more, and says nothing more of a test); not finite (never): 0."""
-    x = float(x)
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "0.0"
     return "%.6f" % x if x - x == 0 else "0.0"
 
 
@@ -291,11 +307,11 @@ _OUTCOMES_JSON = {"passed": '"passed"', "failed": '"failed"', "skipped": '"skipp
 def _phase_json(when, outcome, duration, message):
     text = '"%s":{"outcome":%s,"duration":%s' % (
         when,
-        _OUTCOMES_JSON.get(outcome) or _JSON_STRING(outcome),
+        _OUTCOMES_JSON.get(outcome) or _JSON_STRING(str(outcome)),
         _json_number(duration),
     )
     if message is not None:
-        return text + ',"message":' + _JSON_STRING(message) + "}"
+        return text + ',"message":' + _JSON_STRING(str(message)) + "}"
     return text + "}"
 
 
@@ -304,7 +320,7 @@ def _test_line(nodeid, index, outcome, phases, start, end, extra):
     the encoder's 30 us were a fifth of the plugin's cost. `phases` are _phase_json texts;
     `extra` holds the optional fields, rare, and goes through the encoder."""
     line = '{"event":"test","nodeid":%s,"index":%d,"outcome":%s,"phases":{%s},"start":%s,"end":%s' % (
-        _JSON_STRING(nodeid),
+        _JSON_STRING(str(nodeid)),
         index,
         _JSON_STRING(outcome),
         ",".join(phases),
@@ -680,7 +696,7 @@ class _Classifier(object):
         cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", None)]
         # the standard library (lib-dynload is inside it); site-packages come from site and
         # sys.path below. sysconfig would say the same, for 3 ms of import in every process.
-        cands.append(os.path.dirname(os.__file__))
+        cands.append(os.path.dirname(getattr(os, "__file__", None) or ""))
         sysconfig = sys.modules.get("sysconfig")
         if sysconfig is not None:
             try:
@@ -1249,6 +1265,8 @@ class _Lease(object):
 
     def after_test(self):
         """The changes since the previous call (or start), as [{"path", "change"}] sorted."""
+        if self.mode == "inotify" and self.inotify is None:
+            return []  # closed: the session is over
         if (
             self.mode == "inotify"
             and not self.force_full
@@ -1763,7 +1781,7 @@ class _FixgatePlugin(object):
             self.internal("lease start")
         return None
 
-    # pluggy 1.1+ runs new-style wrappers without the Result object and the extra frames of an
+    # pluggy 1.2+ runs new-style wrappers without the Result object and the extra frames of an
     # old-style one: on the path of every test, so the plugin takes it when pluggy has it.
     if _NEW_STYLE_WRAPPERS:
 
@@ -1787,8 +1805,9 @@ class _FixgatePlugin(object):
             self._test_end(item, cur, outcome.excinfo is not None)
 
     def _test_start(self, item):
-        """Before the test's protocol: its record, started; None after an internal error."""
+        """Before the test's protocol: its record, started (None only when even that failed)."""
         global _TRACE
+        cur = None
         try:
             self.executed.append(item.nodeid)
             cur = {
@@ -1811,7 +1830,7 @@ class _FixgatePlugin(object):
             return cur
         except Exception:
             self.internal("test start")
-            return None
+            return cur  # the reports still come, and the test still gets its event
 
     def _test_end(self, item, cur, interrupted):
         global _TRACE
