@@ -591,36 +591,44 @@ def test_skip():
 }
 
 #[test]
-fn the_plugin_is_imported_from_its_bytecode_not_rewritten_by_pytest() {
+fn the_plugin_runs_from_its_checked_compiled_copy_not_rewritten_by_pytest() {
     // pytest rewrites (parses and compiles) every module named with -p, on every run when
-    // bytecode is off: the module named is a shim, the plugin itself is imported normally.
+    // bytecode is off: the module named is a loader, which keeps the plugin compiled beside it.
     let repo = TestRepo::new();
     repo.write(
         "tests/test_loader.py",
-        "import importlib.machinery, sys\n\n\
-         def test_plugin_module_loaded_by_the_import_system():\n    \
+        "import sys\n\n\
+         def test_plugin_module_not_loaded_by_pytests_rewrite():\n    \
              mod = sys.modules['fixgate_plugin_impl']\n    \
-             assert type(mod.__loader__) is importlib.machinery.SourceFileLoader, type(mod.__loader__)\n",
+             assert mod.__file__.endswith('fixgate_plugin_impl.py')\n    \
+             assert type(getattr(mod, '__loader__', None)).__name__ != 'AssertionRewritingHook'\n",
     );
     repo.commit("base");
-    for run in 0..2 {
+    let passes = |what: &str| {
         let v = repo.fixgate_py(&["run", "--format", "json"]).json();
-        assert_eq!(
-            v["result"]["tests"][0]["outcome"], "passed",
-            "run {run}: {v}"
-        );
-    }
-    let pyc: Vec<_> = tree_bytes(&repo.cache.path().join("plugin"))
-        .into_iter()
-        .filter(|(p, _)| {
-            p.to_string_lossy()
-                .contains("__pycache__/fixgate_plugin_impl.")
-        })
-        .collect();
-    assert_eq!(pyc.len(), 1, "its bytecode is written beside it");
-    // unchecked-hash bytecode (PEP 552 flags = 1): the import system takes it without looking
-    // at the source's timestamp, which a second install of the same bytes would move
-    assert_eq!(pyc[0].1[4..8], [1, 0, 0, 0], "{}", pyc[0].0.display());
+        assert_eq!(v["result"]["tests"][0]["outcome"], "passed", "{what}: {v}");
+    };
+    passes("first run");
+    let compiled = || -> Vec<_> {
+        tree_bytes(&repo.cache.path().join("plugin"))
+            .into_iter()
+            .filter(|(p, _)| p.to_string_lossy().ends_with(".fixgate"))
+            .collect()
+    };
+    let first = compiled();
+    assert_eq!(first.len(), 1, "compiled once, beside it");
+    passes("second run");
+    assert_eq!(compiled(), first, "read, not written again");
+    // a damaged copy is compiled again, never run
+    let (path, mut bytes) = first[0].clone();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    passes("damaged copy");
+    assert_eq!(compiled(), first, "the damaged copy is replaced");
+    std::fs::write(&path, &bytes[..40]).unwrap();
+    passes("truncated copy");
+    assert_eq!(compiled(), first);
 }
 
 #[test]

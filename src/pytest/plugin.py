@@ -1,10 +1,11 @@
 """fixgate's pytest plugin.
 
 Embedded in the fixgate binary, written to disk as ``fixgate_plugin_impl.py`` in a directory that
-is put on PYTHONPATH, beside a ``fixgate_plugin.py`` that imports its two module-level hooks and
-that pytest loads with ``-p fixgate_plugin`` (pytest would rewrite and compile a module named with
-``-p`` on every run; this one is imported normally, from its bytecode).  The protocol it speaks (options and
-JSON-lines events) is documented in ``docs/plugin-protocol.md``; keep the two in step.
+is put on PYTHONPATH, beside ``fixgate_plugin.py`` (``plugin_shim.py`` here), which pytest loads
+with ``-p fixgate_plugin`` and which runs this module from a checksummed compiled copy (pytest
+would rewrite and compile a module named with ``-p`` on every run).  The protocol it speaks
+(options and JSON-lines events) is documented in ``docs/plugin-protocol.md``; keep the two in
+step.
 
 Standard library only.  Supports Python 3.9+ and pytest 7.4, 8 and 9.  Do not use syntax newer
 than Python 3.9 here (no ``match``, no ``X | Y`` at run time).
@@ -43,38 +44,6 @@ if _THIS_FILE.endswith((".pyc", ".pyo")):  # pragma: no cover - only when run fr
     _THIS_FILE = _THIS_FILE[:-1]
 
 
-def _compile_self():
-    """Runs write no bytecode (PYTHONDONTWRITEBYTECODE=1), so every pytest process would compile
-    this module again; its directory is fixgate's, not the project's: write its bytecode once,
-    and the import system reads it from then on."""
-    if not sys.dont_write_bytecode or not _THIS_FILE.endswith(".py"):
-        return
-    try:
-        import importlib.util
-
-        target = importlib.util.cache_from_source(_THIS_FILE)
-        try:
-            with open(target, "rb") as f:
-                flags = f.read(8)[4:]
-        except OSError:
-            flags = b""
-        # Unchecked-hash bytecode (PEP 552): its directory is named by the source's hash, so the
-        # source never changes, and a rewrite of the same bytes (two fixgate processes
-        # installing at once) must not make it stale for good, as a timestamp would.
-        if flags != b"\x01\x00\x00\x00":
-            import py_compile
-
-            py_compile.compile(
-                _THIS_FILE,
-                cfile=target,
-                doraise=True,
-                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-            )
-    except Exception:
-        pass  # a read-only cache directory: compile every time, as before
-
-
-_compile_self()
 
 # --------------------------------------------------------------------------------------------
 # options and markers

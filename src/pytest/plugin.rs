@@ -1,10 +1,10 @@
 //! The embedded pytest plugin: written to disk under its own hash, loaded with `-p`.
 //!
-//! Two modules: `fixgate_plugin`, the one `-p` names, is a few lines that import the plugin from
+//! Two modules: `fixgate_plugin`, the one `-p` names, is a short loader of the plugin,
 //! `fixgate_plugin_impl`. pytest rewrites the asserts of every module named with `-p`, from
 //! source, and runs write no bytecode, so naming the plugin itself would have every pytest
-//! process parse, rewrite and compile its 2,000 lines again (about 0.1 s); imported normally, its
-//! bytecode is compiled once and read from then on.
+//! process parse, rewrite and compile its 2,000 lines again (about 0.1 s). The loader keeps the
+//! compiled plugin beside it, checksummed (a damaged file is compiled again, never run).
 
 use std::path::{Path, PathBuf};
 
@@ -13,14 +13,7 @@ use crate::error::{Error, Result};
 pub const SOURCE: &str = include_str!("plugin.py");
 pub const MODULE: &str = "fixgate_plugin";
 const IMPL_MODULE: &str = "fixgate_plugin_impl";
-const SHIM: &str = "\"\"\"fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is fixgate_plugin_impl.
-
-pytest rewrites the asserts of a module named with -p from its source on every run; the plugin is
-imported from here so that its bytecode is compiled once.
-\"\"\"
-
-from fixgate_plugin_impl import pytest_addoption, pytest_configure  # noqa: F401
-";
+const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The files the plugin directory holds, by name.
 fn files() -> [(String, &'static str); 2] {
