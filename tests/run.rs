@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{outcomes, tree_bytes, TestRepo};
+use common::{assert_outcomes, outcomes, tree_bytes, TestRepo};
 
 fn cart_repo() -> TestRepo {
     let repo = TestRepo::new();
@@ -190,17 +190,14 @@ fn a_test_that_exits_the_interpreter_is_crashed_and_the_rest_still_runs() {
     let run = repo.fixgate_py(&["run", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
-    assert_eq!(
-        outcomes(&v),
-        [
-            (
-                "tests/test_crash.py::test_1".to_string(),
-                "passed".to_string()
-            ),
-            ("tests/test_crash.py::test_2_exits".into(), "crashed".into()),
-            ("tests/test_crash.py::test_3".into(), "passed".into()),
-            ("tests/test_crash.py::test_4".into(), "failed".into()),
-        ]
+    assert_outcomes(
+        &v,
+        &[
+            ("tests/test_crash.py::test_1", "passed"),
+            ("tests/test_crash.py::test_2_exits", "crashed"),
+            ("tests/test_crash.py::test_3", "passed"),
+            ("tests/test_crash.py::test_4", "failed"),
+        ],
     );
     assert_eq!(v["result"]["processes"], 2);
 }
@@ -217,16 +214,13 @@ fn a_test_that_hangs_past_the_timeout_is_killed_and_the_run_finishes() {
     repo.commit("base");
     let run = repo.fixgate_py(&["run", "--test-timeout", "2", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        outcomes(&run.json()),
-        [
-            (
-                "tests/test_hang.py::test_before".to_string(),
-                "passed".to_string()
-            ),
-            ("tests/test_hang.py::test_hangs".into(), "timeout".into()),
-            ("tests/test_hang.py::test_after".into(), "passed".into()),
-        ]
+    assert_outcomes(
+        &run.json(),
+        &[
+            ("tests/test_hang.py::test_before", "passed"),
+            ("tests/test_hang.py::test_hangs", "timeout"),
+            ("tests/test_hang.py::test_after", "passed"),
+        ],
     );
 }
 
@@ -281,18 +275,12 @@ fn an_order_file_runs_exactly_that_order_and_rejects_unknown_ids() {
         "--format",
         "json",
     ]);
-    assert_eq!(
-        outcomes(&run.json()),
-        [
-            (
-                "tests/test_cart.py::test_add_item".to_string(),
-                "passed".to_string()
-            ),
-            (
-                "tests/test_cart.py::test_empty_cart_totals_zero".into(),
-                "failed".into()
-            ),
-        ]
+    assert_outcomes(
+        &run.json(),
+        &[
+            ("tests/test_cart.py::test_add_item", "passed"),
+            ("tests/test_cart.py::test_empty_cart_totals_zero", "failed"),
+        ],
     );
     std::fs::write(&order, "tests/test_cart.py::test_nope\n").unwrap();
     let bad = repo.fixgate_py(&["run", "--order", order.to_str().unwrap()]);
@@ -386,15 +374,12 @@ fn regression_a_failing_subtest_fails_its_test() {
     );
     repo.commit("base");
     let v = repo.fixgate_py(&["run", "--format", "json"]).json();
-    assert_eq!(
-        outcomes(&v),
-        [
-            (
-                "tests/test_sub.py::T::test_ok".to_string(),
-                "passed".to_string()
-            ),
-            ("tests/test_sub.py::T::test_subs".into(), "failed".into()),
-        ]
+    assert_outcomes(
+        &v,
+        &[
+            ("tests/test_sub.py::T::test_ok", "passed"),
+            ("tests/test_sub.py::T::test_subs", "failed"),
+        ],
     );
 }
 
@@ -697,16 +682,13 @@ fn regression_a_session_stopped_between_tests_crashes_no_test() {
     let run = repo.fixgate_py(&["run", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
-    assert_eq!(
-        outcomes(&v),
-        [
-            (
-                "tests/test_stop.py::test_a".to_string(),
-                "passed".to_string()
-            ),
-            ("tests/test_stop.py::test_b".into(), "passed".into()),
-            ("tests/test_stop.py::test_c".into(), "passed".into()),
-        ]
+    assert_outcomes(
+        &v,
+        &[
+            ("tests/test_stop.py::test_a", "passed"),
+            ("tests/test_stop.py::test_b", "passed"),
+            ("tests/test_stop.py::test_c", "passed"),
+        ],
     );
     assert_eq!(v["result"]["processes"], 2, "{v}");
 }

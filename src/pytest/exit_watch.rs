@@ -60,7 +60,7 @@ mod tests {
     use std::process::Command;
 
     #[test]
-    fn the_exit_of_the_process_ends_the_pauses_and_later_ones_cannot_spin() {
+    fn the_pidfd_signals_the_exit_and_the_process_is_then_reaped() {
         let mut child = Command::new("true").spawn().unwrap();
         let mut watch = ExitWatch::new(&child);
         for _ in 0..1000 {
@@ -74,6 +74,6 @@ mod tests {
         }
         // the process is a zombie now: reaped by the first wait
         assert!(child.try_wait().unwrap().unwrap().success());
-        watch.pause(); // a plain sleep once signalled: returns
+        watch.pause(); // once signalled, a plain sleep: it returns
     }
 }

@@ -57,8 +57,7 @@ pub fn install(cache_dir: &Path) -> Result<PathBuf> {
     )))
 }
 
-/// Writes each file that is missing or differs, atomically: a file already right is left alone,
-/// so its modification time, which its bytecode records, stays.
+/// Writes each file that is missing or differs, atomically; a file already right is left alone.
 fn write_files(dir: &Path) -> std::io::Result<()> {
     for (name, text) in files() {
         let file = dir.join(name);

@@ -221,6 +221,15 @@ impl TestRepo {
 }
 
 /// The JSON of `fixgate run`: outcome per node id.
+/// Asserts a run's (node id, outcome) list, in order.
+pub fn assert_outcomes(v: &serde_json::Value, expected: &[(&str, &str)]) {
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(id, o)| (id.to_string(), o.to_string()))
+        .collect();
+    assert_eq!(outcomes(v), expected, "{v}");
+}
+
 pub fn outcomes(v: &serde_json::Value) -> Vec<(String, String)> {
     v["result"]["tests"]
         .as_array()
