@@ -1,6 +1,7 @@
 //! The audit DAG: nodes added with their inputs, so it is acyclic by construction.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -9,6 +10,24 @@ use crate::Node;
 /// A node's handle in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub(crate) NodeIndex);
+
+impl NodeId {
+    /// The node's position in insertion order.
+    pub fn index(self) -> usize {
+        self.0.index()
+    }
+}
+
+/// What an edge says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Edge {
+    /// The node computes from this input's output; the output's digest is part of its key.
+    Input,
+    /// The node was added because of this one's result and starts after it, but computes
+    /// nothing from its output: everything it depends on is in its own derivation (a base check
+    /// added for a head finding stays shared by every head that way).
+    After,
+}
 
 /// A graph that cannot be built as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,9 +47,11 @@ pub enum GraphError {
 /// makes insertion order a topological order (the order of the report).
 #[derive(Debug)]
 pub struct Graph {
-    pub(crate) dag: DiGraph<Node, ()>,
+    pub(crate) dag: DiGraph<Arc<Node>, Edge>,
     /// Each node's inputs in edge order (petgraph's own edge lists come out reversed).
     pub(crate) inputs: Vec<Vec<NodeIndex>>,
+    /// Each node's ordering-only predecessors ([`Edge::After`]).
+    pub(crate) after: Vec<Vec<NodeIndex>>,
     pub(crate) version: String,
     labels: HashMap<String, NodeIndex>,
 }
@@ -41,6 +62,7 @@ impl Graph {
         Graph {
             dag: DiGraph::new(),
             inputs: Vec::new(),
+            after: Vec::new(),
             version: version.into(),
             labels: HashMap::new(),
         }
@@ -48,18 +70,38 @@ impl Graph {
 
     /// Adds `node`, computed from the outputs of `inputs` (in this order).
     pub fn add(&mut self, node: Node, inputs: &[NodeId]) -> Result<NodeId, GraphError> {
+        self.insert(Arc::new(node), inputs, &[])
+    }
+
+    /// Adds `node` with its inputs and the nodes it must start after.
+    pub(crate) fn insert(
+        &mut self,
+        node: Arc<Node>,
+        inputs: &[NodeId],
+        after: &[NodeId],
+    ) -> Result<NodeId, GraphError> {
         if self.labels.contains_key(&node.label) {
-            return Err(GraphError::DuplicateLabel(node.label));
+            return Err(GraphError::DuplicateLabel(node.label.clone()));
         }
-        if inputs.iter().any(|i| i.0.index() >= self.dag.node_count()) {
-            return Err(GraphError::UnknownInput { label: node.label });
+        if inputs
+            .iter()
+            .chain(after)
+            .any(|i| i.0.index() >= self.dag.node_count())
+        {
+            return Err(GraphError::UnknownInput {
+                label: node.label.clone(),
+            });
         }
         let label = node.label.clone();
         let id = self.dag.add_node(node);
         for input in inputs {
-            self.dag.add_edge(input.0, id, ());
+            self.dag.add_edge(input.0, id, Edge::Input);
+        }
+        for a in after {
+            self.dag.add_edge(a.0, id, Edge::After);
         }
         self.inputs.push(inputs.iter().map(|i| i.0).collect());
+        self.after.push(after.iter().map(|i| i.0).collect());
         self.labels.insert(label, id);
         Ok(NodeId(id))
     }
@@ -86,10 +128,36 @@ impl Graph {
 
     /// The labels of a node's inputs, in edge order.
     pub(crate) fn input_labels(&self, index: NodeIndex) -> Vec<String> {
-        self.inputs[index.index()]
+        self.labels_of(&self.inputs[index.index()])
+    }
+
+    /// The labels of the nodes a node starts after.
+    pub(crate) fn after_labels(&self, index: NodeIndex) -> Vec<String> {
+        self.labels_of(&self.after[index.index()])
+    }
+
+    fn labels_of(&self, ids: &[NodeIndex]) -> Vec<String> {
+        ids.iter().map(|i| self.dag[*i].label.clone()).collect()
+    }
+
+    /// Each node's dependents (either kind of edge), without duplicates, in insertion order.
+    pub(crate) fn dependents(&self, index: NodeIndex) -> Vec<NodeIndex> {
+        let mut out: Vec<NodeIndex> = self
+            .dag
+            .neighbors_directed(index, petgraph::Direction::Outgoing)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// How many edges, of either kind, run from `from` to `to`.
+    pub(crate) fn uses(&self, to: NodeIndex, from: NodeIndex) -> usize {
+        self.inputs[to.index()]
             .iter()
-            .map(|i| self.dag[*i].label.clone())
-            .collect()
+            .chain(&self.after[to.index()])
+            .filter(|j| **j == from)
+            .count()
     }
 }
 
@@ -132,5 +200,17 @@ mod tests {
         let c = g.add(node("c"), &[b, a]).unwrap();
         assert_eq!(g.input_labels(c.0), vec!["b", "a"]);
         assert_eq!(g.find("c"), Some(c));
+    }
+
+    #[test]
+    fn after_edges_are_kept_apart_from_inputs() {
+        let mut g = Graph::new("0");
+        let a = g.add(node("a"), &[]).unwrap();
+        let b = g.add(node("b"), &[]).unwrap();
+        let c = g.insert(Arc::new(node("c")), &[a], &[b]).unwrap();
+        assert_eq!(g.input_labels(c.0), vec!["a"]);
+        assert_eq!(g.after_labels(c.0), vec!["b"]);
+        assert_eq!(g.dependents(b.0), vec![c.0]);
+        assert_eq!(g.uses(c.0, b.0), 1);
     }
 }

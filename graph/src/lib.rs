@@ -1,6 +1,8 @@
 //! fixgate's audit engine: derivations, the DAG, the parallel scheduler, early cutoff, explain.
 //!
-//! An audit is a [`Graph`] of [`Node`]s, each added with the nodes it depends on. A node's
+//! An audit is a [`Graph`] of [`Node`]s, each added with the nodes it depends on. A graph can
+//! grow while it runs ([`Live`]): nodes added from earlier results start as soon as their
+//! inputs exist. A node's
 //! [`Derivation`] (kind, fixgate version, parameters, the files it reads, the output digests
 //! of its inputs) gives its cache key; [`Graph::run`] finds each node in a
 //! [`Store`](fixgate_cache::Store) or computes it, on a pool of `jobs` threads, and returns a
@@ -17,6 +19,7 @@
 mod derivation;
 mod explain;
 mod graph;
+mod live;
 mod node;
 mod report;
 mod run;
@@ -24,6 +27,7 @@ mod run;
 pub use derivation::{Derivation, Param};
 pub use explain::Reason;
 pub use graph::{Graph, GraphError, NodeId};
+pub use live::{Live, Outcome};
 pub use node::{Compute, Node, NodeError, Output, Probe};
 pub use report::{Check, Counts, NodeReport, Report, Status};
 pub use run::{Mode, Run, RunError, RunOptions};

@@ -67,6 +67,10 @@ pub struct NodeReport {
     pub kind: String,
     /// The labels of its inputs, in edge order.
     pub inputs: Vec<String>,
+    /// The labels of the nodes it was added after, whose outputs it does not read (drawn
+    /// dashed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
     /// The action-cache key of its result (for a traced node, known once a trace matched or it
     /// ran); `None` when skipped.
     pub key: Option<Digest>,
@@ -161,10 +165,21 @@ impl Report {
                 escape(&status)
             );
         }
+        let index: std::collections::HashMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.label.as_str(), i))
+            .collect();
         for (i, n) in self.nodes.iter().enumerate() {
             for input in &n.inputs {
-                if let Some(j) = self.nodes.iter().position(|m| &m.label == input) {
+                if let Some(j) = index.get(input.as_str()) {
                     let _ = writeln!(out, "  n{j} -> n{i};");
+                }
+            }
+            for a in &n.after {
+                if let Some(j) = index.get(a.as_str()) {
+                    let _ = writeln!(out, "  n{j} -> n{i} [style=dashed];");
                 }
             }
         }

@@ -2,20 +2,18 @@
 //! cache, with early cutoff, and records what happened.
 
 use std::any::Any;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use fixgate_cache::{ActionRecord, Dep, Digest, Store, TraceEntry, Warning};
-use petgraph::graph::NodeIndex;
-use petgraph::Direction;
 
 use crate::derivation::trace_output_key;
 use crate::explain::{explain, LastSeen};
 use crate::node::Caching;
 use crate::{
-    Check, Derivation, Graph, NodeError, NodeId, NodeReport, Output, Reason, Report, Status,
+    Check, Derivation, Node, NodeError, NodeId, NodeReport, Output, Reason, Report, Status,
 };
 
 /// Whether cached results are used.
@@ -65,9 +63,9 @@ pub enum RunError {
     Pool {
         /// The number asked for.
         jobs: usize,
-        /// rayon's error.
+        /// The operating system's error.
         #[source]
-        source: rayon::ThreadPoolBuildError,
+        source: std::io::Error,
     },
 }
 
@@ -76,23 +74,39 @@ pub enum RunError {
 pub struct Run {
     /// What happened to each node.
     pub report: Report,
-    outputs: Vec<Option<Arc<[u8]>>>,
+    pub(crate) outputs: Vec<Option<Arc<[u8]>>>,
+    pub(crate) fresh: Vec<Option<Arc<[u8]>>>,
 }
 
 impl Run {
     /// The output of node `id`; `None` if it failed or was skipped.
     pub fn output(&self, id: NodeId) -> Option<&[u8]> {
-        self.outputs.get(id.0.index())?.as_deref()
+        self.outputs.get(id.index())?.as_deref()
+    }
+
+    /// In check mode, the output a cached node gave when it ran again (which dependents did
+    /// not see: they got the cached one).
+    pub fn fresh_output(&self, id: NodeId) -> Option<&[u8]> {
+        self.fresh.get(id.index())?.as_deref()
     }
 }
 
 /// A node's output and its digest, as dependents receive it.
-type Produced = (Digest, Arc<[u8]>);
+pub(crate) type Produced = (Digest, Arc<[u8]>);
 
 /// What finishing a node produced.
-struct Done {
-    report: NodeReport,
-    output: Option<Produced>,
+pub(crate) struct Done {
+    pub(crate) report: NodeReport,
+    pub(crate) output: Option<Produced>,
+    /// Check mode: the output of the re-execution, when it ran.
+    pub(crate) fresh: Option<Arc<[u8]>>,
+}
+
+/// A node about to be found or computed, with the labels of its edges.
+pub(crate) struct Job {
+    pub(crate) node: Arc<Node>,
+    pub(crate) inputs: Vec<String>,
+    pub(crate) after: Vec<String>,
 }
 
 /// A result found in the cache.
@@ -103,139 +117,13 @@ struct Hit {
     deps: Vec<Dep>,
 }
 
-impl Graph {
-    /// Runs every node, through `store`.
-    pub fn run(&self, store: &dyn Store, options: &RunOptions) -> Result<Run, RunError> {
-        let jobs = options.jobs.max(1);
-        // num_threads(0) would let rayon pick from the environment; the caller decides.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(jobs)
-            .thread_name(|i| format!("fixgate-graph-{i}"))
-            .build()
-            .map_err(|source| RunError::Pool { jobs, source })?;
-        let exec = Exec {
-            graph: self,
-            store,
-            options,
-            start: Instant::now(),
-            warnings: Mutex::new(Vec::new()),
-        };
-        let n = self.dag.node_count();
-        let mut done: Vec<Option<Done>> = (0..n).map(|_| None).collect();
-        let mut waiting: Vec<usize> = self.inputs.iter().map(Vec::len).collect();
-        let mut ready: VecDeque<NodeIndex> = (0..n)
-            .filter(|&i| waiting[i] == 0)
-            .map(NodeIndex::new)
-            .collect();
-        let (tx, rx) = mpsc::channel::<(NodeIndex, Done)>();
-
-        // The caller's thread dispatches and collects; the pool's threads do the work.
-        pool.in_place_scope(|scope| {
-            let mut running = 0usize;
-            loop {
-                while let Some(i) = ready.pop_front() {
-                    let inputs: Vec<(NodeIndex, Option<&Produced>)> = self.inputs[i.index()]
-                        .iter()
-                        .map(|j| (*j, done[j.index()].as_ref().and_then(|d| d.output.as_ref())))
-                        .collect();
-                    if let Some(failed) = inputs.iter().find(|(_, out)| out.is_none()) {
-                        let because =
-                            match &done[failed.0.index()].as_ref().map(|d| &d.report.status) {
-                                Some(Status::Skipped { because }) => because.clone(),
-                                _ => self.dag[failed.0].label.clone(),
-                            };
-                        let finished = exec.skipped(i, because);
-                        finish(self, &mut done, &mut waiting, &mut ready, i, finished);
-                        continue;
-                    }
-                    let inputs: Vec<Produced> = inputs
-                        .into_iter()
-                        .filter_map(|(_, out)| out.cloned())
-                        .collect();
-                    let (tx, exec) = (tx.clone(), &exec);
-                    running += 1;
-                    scope.spawn(move |_| {
-                        // Node code's panics are caught inside; this catches a bug of our own
-                        // (or of a store), so that the node still reports back and the
-                        // dispatcher is never left waiting for it.
-                        let finished =
-                            panic::catch_unwind(AssertUnwindSafe(|| exec.node(i, &inputs)))
-                                .unwrap_or_else(|payload| exec.crashed(i, &*payload));
-                        // A send fails only if the receiver is gone, i.e. the run already
-                        // unwound; nothing is left to tell.
-                        let _ = tx.send((i, finished));
-                    });
-                }
-                if running == 0 {
-                    break;
-                }
-                // Every spawned job sends exactly once (panics are caught), and
-                // this thread holds a sender, so the channel cannot close while jobs run.
-                let (i, finished) = rx.recv().expect("a running node reports back");
-                running -= 1;
-                finish(self, &mut done, &mut waiting, &mut ready, i, finished);
-            }
-        });
-
-        let mut warnings = exec
-            .warnings
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        warnings.extend(store.take_warnings());
-        let mut nodes = Vec::with_capacity(n);
-        let mut outputs = Vec::with_capacity(n);
-        for d in done {
-            // Every node is dispatched once its inputs are done, and insertion order is
-            // topological, so every node is done when the loop ends.
-            let d = d.expect("every node finishes");
-            outputs.push(d.output.map(|(_, bytes)| bytes));
-            nodes.push(d.report);
-        }
-        Ok(Run {
-            report: Report {
-                nodes,
-                warnings,
-                elapsed: exec.start.elapsed(),
-            },
-            outputs,
-        })
-    }
-}
-
-/// Records a finished node and queues the dependents it was the last missing input of.
-fn finish(
-    graph: &Graph,
-    done: &mut [Option<Done>],
-    waiting: &mut [usize],
-    ready: &mut VecDeque<NodeIndex>,
-    i: NodeIndex,
-    finished: Done,
-) {
-    done[i.index()] = Some(finished);
-    // petgraph lists edges newest first; sorting keeps dispatch in insertion order.
-    let mut dependents: Vec<NodeIndex> = graph
-        .dag
-        .neighbors_directed(i, Direction::Outgoing)
-        .collect();
-    dependents.sort();
-    dependents.dedup();
-    for d in dependents {
-        // A node that takes the same input twice has one edge per use.
-        let uses = graph.inputs[d.index()].iter().filter(|j| **j == i).count();
-        waiting[d.index()] -= uses;
-        if waiting[d.index()] == 0 {
-            ready.push_back(d);
-        }
-    }
-}
-
 /// What every node's work shares.
-struct Exec<'a> {
-    graph: &'a Graph,
-    store: &'a dyn Store,
-    options: &'a RunOptions,
-    start: Instant,
-    warnings: Mutex<Vec<Warning>>,
+pub(crate) struct Exec<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) options: &'a RunOptions,
+    pub(crate) version: &'a str,
+    pub(crate) start: Instant,
+    pub(crate) warnings: Mutex<Vec<Warning>>,
 }
 
 impl Exec<'_> {
@@ -243,12 +131,12 @@ impl Exec<'_> {
         self.start.elapsed()
     }
 
-    fn report(&self, i: NodeIndex, status: Status) -> NodeReport {
-        let node = &self.graph.dag[i];
+    fn report(&self, job: &Job, status: Status) -> NodeReport {
         NodeReport {
-            label: node.label.clone(),
-            kind: node.kind.to_string(),
-            inputs: self.graph.input_labels(i),
+            label: job.node.label.clone(),
+            kind: job.node.kind.to_string(),
+            inputs: job.inputs.clone(),
+            after: job.after.clone(),
             key: None,
             output: None,
             status,
@@ -257,28 +145,30 @@ impl Exec<'_> {
         }
     }
 
-    fn skipped(&self, i: NodeIndex, because: String) -> Done {
+    pub(crate) fn skipped(&self, job: &Job, because: String) -> Done {
         Done {
-            report: self.report(i, Status::Skipped { because }),
+            report: self.report(job, Status::Skipped { because }),
             output: None,
+            fresh: None,
         }
     }
 
-    fn crashed(&self, i: NodeIndex, payload: &(dyn Any + Send)) -> Done {
+    pub(crate) fn crashed(&self, job: &Job, payload: &(dyn Any + Send)) -> Done {
         let message = format!("fixgate bug: panicked: {}", panic_message(payload));
         Done {
             report: self.report(
-                i,
+                job,
                 Status::Failed {
                     error: NodeError::Infra(message),
                     cached: false,
                 },
             ),
             output: None,
+            fresh: None,
         }
     }
 
-    fn warn(&self, mut more: Vec<Warning>) {
+    pub(crate) fn warn(&self, mut more: Vec<Warning>) {
         if !more.is_empty() {
             self.warnings
                 .lock()
@@ -287,25 +177,25 @@ impl Exec<'_> {
         }
     }
 
-    /// Finds, or computes, node `i` from its inputs' outputs.
-    fn node(&self, i: NodeIndex, inputs: &[Produced]) -> Done {
+    /// Finds, or computes, a node from its inputs' outputs.
+    pub(crate) fn node(&self, job: &Job, inputs: &[Produced]) -> Done {
         let started = self.now();
-        let mut done = self.node_inner(i, inputs);
+        let mut done = self.node_inner(job, inputs);
         done.report.started = Some(started);
         done.report.finished = Some(self.now());
         done
     }
 
-    fn node_inner(&self, i: NodeIndex, inputs: &[Produced]) -> Done {
-        let node = &self.graph.dag[i];
+    fn node_inner(&self, job: &Job, inputs: &[Produced]) -> Done {
+        let node = &*job.node;
         let derivation = Derivation {
             kind: node.kind.to_string(),
-            version: self.graph.version.clone(),
+            version: self.version.to_string(),
             params: node.params.clone(),
             files: node.files.clone(),
             inputs: inputs.iter().map(|(d, _)| *d).collect(),
         };
-        let input_labels = self.graph.input_labels(i);
+        let input_labels = &job.inputs;
         let scope = self.options.scope.as_str();
         // A traced node checks its static files against the derivation, everything else
         // against the probe.
@@ -331,19 +221,20 @@ impl Exec<'_> {
             (_, Caching::Traced(_)) => self.trace_hit(&derivation, &current),
         };
 
-        let mut report = self.report(i, Status::Cached);
+        let mut report = self.report(job, Status::Cached);
         if let Some(hit) = hit {
-            LastSeen::new(&derivation, &input_labels, &hit.deps).save(
+            LastSeen::new(&derivation, input_labels, &hit.deps).save(
                 self.store,
                 scope,
                 &node.label,
                 last.as_ref(),
             );
             report.key = Some(hit.key);
+            let mut fresh = None;
             if checking {
-                report.status = Status::Checked {
-                    check: self.check(i, inputs, &hit),
-                };
+                let (check, bytes) = self.check(node, inputs, &hit);
+                fresh = bytes;
+                report.status = Status::Checked { check };
             }
             if hit.record.failed {
                 if !checking {
@@ -355,25 +246,27 @@ impl Exec<'_> {
                 return Done {
                     report,
                     output: None,
+                    fresh,
                 };
             }
             report.output = Some(hit.record.output);
             return Done {
                 report,
                 output: Some((hit.record.output, Arc::from(hit.bytes))),
+                fresh,
             };
         }
 
         let reason = match (&self.options.mode, &node.caching) {
             (Mode::Forced, _) => Reason::Forced,
             (_, Caching::Transient) => Reason::Transient,
-            (_, Caching::Static) => explain(last.as_ref(), &derivation, &input_labels, None),
+            (_, Caching::Static) => explain(last.as_ref(), &derivation, input_labels, None),
             (_, Caching::Traced(_)) => {
-                explain(last.as_ref(), &derivation, &input_labels, Some(&current))
+                explain(last.as_ref(), &derivation, input_labels, Some(&current))
             }
         };
-        match self.compute(i, inputs) {
-            Ok(output) => self.store_output(i, &derivation, &input_labels, last, output, reason),
+        match self.compute(node, inputs) {
+            Ok(output) => self.store_output(job, &derivation, last, output, reason),
             Err(error) => {
                 // Only a static node's data failure is cached: a traced node's failure carries
                 // no dependency set to check it against next time.
@@ -387,7 +280,7 @@ impl Exec<'_> {
                             failed: true,
                         },
                     );
-                    LastSeen::new(&derivation, &input_labels, &[]).save(
+                    LastSeen::new(&derivation, input_labels, &[]).save(
                         self.store,
                         scope,
                         &node.label,
@@ -402,6 +295,7 @@ impl Exec<'_> {
                 Done {
                     report,
                     output: None,
+                    fresh: None,
                 }
             }
         }
@@ -436,9 +330,9 @@ impl Exec<'_> {
 
     /// Runs the node's compute function; a panic in it is an infrastructure failure of this
     /// node, not of the run.
-    fn compute(&self, i: NodeIndex, inputs: &[Produced]) -> Result<Output, NodeError> {
+    fn compute(&self, node: &Node, inputs: &[Produced]) -> Result<Output, NodeError> {
         let slices: Vec<&[u8]> = inputs.iter().map(|(_, b)| &b[..]).collect();
-        let compute = &self.graph.dag[i].compute;
+        let compute = &node.compute;
         match panic::catch_unwind(AssertUnwindSafe(|| compute(&slices))) {
             Ok(result) => result,
             Err(payload) => Err(NodeError::Infra(format!(
@@ -448,40 +342,47 @@ impl Exec<'_> {
         }
     }
 
-    /// Re-executes a cached node and compares.
-    fn check(&self, i: NodeIndex, inputs: &[Produced], hit: &Hit) -> Check {
-        match (self.compute(i, inputs), hit.record.failed) {
+    /// Re-executes a cached node and compares; also gives the fresh output, when there is one.
+    fn check(&self, node: &Node, inputs: &[Produced], hit: &Hit) -> (Check, Option<Arc<[u8]>>) {
+        match (self.compute(node, inputs), hit.record.failed) {
             (Ok(out), false) => {
                 let fresh = Digest::of(&out.bytes);
-                if fresh == hit.record.output {
+                let check = if fresh == hit.record.output {
                     Check::Same
                 } else {
                     Check::Diverged { fresh }
-                }
+                };
+                (check, Some(Arc::from(out.bytes)))
             }
-            (Err(NodeError::Data(m)), true) if m.as_bytes() == hit.bytes => Check::Same,
-            (Ok(_), true) => Check::Errored {
-                message: "succeeded where the cached run failed".to_string(),
-            },
-            (Err(e), _) => Check::Errored {
-                message: e.to_string(),
-            },
+            (Err(NodeError::Data(m)), true) if m.as_bytes() == hit.bytes => (Check::Same, None),
+            (Ok(out), true) => (
+                Check::Errored {
+                    message: "succeeded where the cached run failed".to_string(),
+                },
+                Some(Arc::from(out.bytes)),
+            ),
+            (Err(e), _) => (
+                Check::Errored {
+                    message: e.to_string(),
+                },
+                None,
+            ),
         }
     }
 
     /// Stores a fresh output (unless the node is transient) and reports it.
     fn store_output(
         &self,
-        i: NodeIndex,
+        job: &Job,
         derivation: &Derivation,
-        input_labels: &[String],
         last: Option<LastSeen>,
         output: Output,
         reason: Reason,
     ) -> Done {
-        let node = &self.graph.dag[i];
+        let node = &*job.node;
+        let input_labels = &job.inputs;
         let scope = self.options.scope.as_str();
-        let mut report = self.report(i, Status::Executed { reason });
+        let mut report = self.report(job, Status::Executed { reason });
         let digest = match node.caching {
             Caching::Transient => Digest::of(&output.bytes),
             _ => self.store.put_blob(&output.bytes),
@@ -537,6 +438,7 @@ impl Exec<'_> {
         Done {
             report,
             output: Some((digest, Arc::from(output.bytes))),
+            fresh: None,
         }
     }
 }
