@@ -343,9 +343,7 @@ impl Graph {
             for i in 0..self.len() {
                 let ids = |list: &[NodeIndex]| list.iter().map(|j| NodeId(*j)).collect::<Vec<_>>();
                 let node = self.dag[NodeIndex::new(i)].clone();
-                if let Err(e) = live.insert(node, &ids(&self.inputs[i]), &ids(&self.after[i])) {
-                    return Err(e);
-                }
+                live.insert(node, &ids(&self.inputs[i]), &ids(&self.after[i]))?;
             }
             Ok(())
         })?;
