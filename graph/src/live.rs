@@ -345,7 +345,7 @@ impl Graph {
                 let node = self.dag[NodeIndex::new(i)].clone();
                 live.insert(node, &ids(&self.inputs[i]), &ids(&self.after[i]))?;
             }
-            Ok(())
+            Ok::<(), GraphError>(())
         })?;
         // The nodes come from a graph that accepted them in this order, so they are accepted
         // again.
