@@ -3,6 +3,9 @@
 
 pub mod bisect;
 pub mod budget;
+pub(crate) mod edited;
 pub mod freeze;
+pub(crate) mod message;
+pub(crate) mod replay;
 pub mod triage;
 pub mod verdict;

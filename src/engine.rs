@@ -1,9 +1,14 @@
-//! The engine: the audit's steps as nodes of the build graph, run through the cache.
+//! The engine: the audit's steps as nodes of one live build graph, run through the cache.
 
+mod assemble;
 pub mod audit;
+mod base_check;
 pub mod digests;
+mod judge;
 pub mod matrix;
+mod replay;
 pub mod runs;
 pub mod search;
+mod sides;
 pub mod steps;
 pub mod store;

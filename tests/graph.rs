@@ -355,3 +355,100 @@ fn cache_commands_report_and_maintain_the_store() {
     let after = audit(&repo, &[]);
     assert_eq!(executed_of_kind(&after, "seed-run"), 3);
 }
+
+/// The edges of a DOT picture as (from, to, dashed), by node number, and the node labels.
+fn dot_graph(dot: &str) -> (Vec<String>, Vec<(usize, usize, bool)>) {
+    let mut labels = Vec::new();
+    let mut edges = Vec::new();
+    for line in dot.lines().map(str::trim) {
+        if let Some((from, rest)) = line.split_once(" -> ") {
+            let num = |s: &str| s.trim_start_matches('n').parse::<usize>().unwrap();
+            let to = rest.split([';', ' ']).next().unwrap();
+            edges.push((num(from), num(to), rest.contains("dashed")));
+        } else if line.starts_with('n') && line.contains("[label=\"") {
+            let label = line.split("[label=\"").nth(1).unwrap();
+            labels.push(label.split("\\n").next().unwrap().to_string());
+        }
+    }
+    (labels, edges)
+}
+
+#[test]
+fn the_dot_of_one_audit_is_one_connected_dag_from_the_gates_to_the_verdict() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_pair.py",
+        "import os\n\n\
+         def test_a_writes():\n    open(os.environ['TMPDIR'] + '/flag', 'w').write('x')\n\n\
+         def test_b_reads():\n    assert not os.path.exists(os.environ['TMPDIR'] + '/flag')\n\n\
+         def test_c():\n    assert True\n",
+    );
+    repo.commit("base");
+    repo.write("README.md", "a change\n");
+    repo.commit("head");
+    let run = repo.fixgate_py(&[
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--seeds", "2", "--format", "json",
+        "--quiet",
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    assert_eq!(v["pairs"].as_array().unwrap().len(), 1, "{:#}", v["pairs"]);
+    let dot = repo.fixgate(&["graph", "--dot"]).stdout;
+    let (labels, edges) = dot_graph(&dot);
+    for want in [
+        "snapshot(base)",
+        "lock-check",
+        "collect(head)",
+        "seed-run(0)",
+        "confirm-run",
+        "bisect-run",
+        "base-check",
+        "triage",
+        "budget",
+        "verdict",
+    ] {
+        assert!(
+            labels.iter().any(|l| l.starts_with(want)),
+            "no {want} node in\n{dot}"
+        );
+    }
+    // Insertion order is topological: every edge points forward.
+    assert!(edges.iter().all(|(a, b, _)| a < b), "{dot}");
+    // One weakly connected component.
+    let mut parent: Vec<usize> = (0..labels.len()).collect();
+    fn root(p: &mut [usize], mut x: usize) -> usize {
+        while p[x] != x {
+            p[x] = p[p[x]];
+            x = p[x];
+        }
+        x
+    }
+    for &(a, b, _) in &edges {
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        parent[ra] = rb;
+    }
+    let roots: std::collections::BTreeSet<usize> =
+        (0..labels.len()).map(|i| root(&mut parent, i)).collect();
+    assert_eq!(roots.len(), 1, "the audit's graph falls apart:\n{dot}");
+    // The verdict reads the budget; each bisection step starts after the one before it.
+    let index = |l: &str| labels.iter().position(|x| x == l).unwrap();
+    assert!(edges.contains(&(index("budget"), index("verdict"), false)));
+    let steps: Vec<usize> = (0..labels.len())
+        .filter(|&i| labels[i].starts_with("bisect-run"))
+        .collect();
+    for w in steps.windows(2) {
+        assert!(edges.contains(&(w[0], w[1], true)), "{dot}");
+    }
+    // `explain` after --check names the seed runs it checked.
+    let checked = repo.fixgate_py(&[
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--seeds", "2", "--check", "--quiet",
+    ]);
+    assert_eq!(checked.code, 0, "{checked:?}");
+    let explain = repo.fixgate(&["explain"]);
+    assert!(
+        explain
+            .stdout
+            .contains("seed-run(rev) (seed-run): --check: ran again, same output"),
+        "{explain:?}"
+    );
+}

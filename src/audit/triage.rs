@@ -41,7 +41,7 @@
 //! [`Triage::finding_kinds`] turns every defect among them into a finding, so nothing that
 //! rejects is hidden by the choice of one bucket.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 use crate::audit::verdict::FindingKind;
@@ -121,6 +121,29 @@ impl Serialize for Bucket {
     }
 }
 
+impl<'de> Deserialize<'de> for Bucket {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Bucket, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        BUCKETS
+            .iter()
+            .copied()
+            .find(|b| b.as_str() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown bucket {name:?}")))
+    }
+}
+
+const BUCKETS: [Bucket; 9] = [
+    Bucket::Stable,
+    Bucket::OrderDependent,
+    Bucket::Polluter,
+    Bucket::Flaky,
+    Bucket::Failing,
+    Bucket::Error,
+    Bucket::Skipped,
+    Bucket::Crashed,
+    Bucket::Timeout,
+];
+
 /// A secondary signal. Signals list everything that was seen, including the fact behind the
 /// primary bucket, so that "polluter and order-dependent" reads as both.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -179,8 +202,37 @@ impl Serialize for Signal {
     }
 }
 
+/// Reads the form `Display` writes.
+impl<'de> Deserialize<'de> for Signal {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Signal, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if let Some(group) = text.strip_prefix("lease-violation:") {
+            return Ok(Signal::LeaseViolation(group.to_string()));
+        }
+        [
+            Signal::OrderDependent,
+            Signal::Victim,
+            Signal::Brittle,
+            Signal::Polluter,
+            Signal::StateSetter,
+            Signal::Flaky,
+            Signal::Unconfirmed,
+            Signal::Crashed,
+            Signal::Timeout,
+            Signal::Failing,
+            Signal::Error,
+            Signal::Xpassed,
+            Signal::Rerun,
+            Signal::EditedByPatch,
+        ]
+        .into_iter()
+        .find(|s| s.to_string() == text)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown signal {text:?}")))
+    }
+}
+
 /// One test's triage.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Triage {
     pub bucket: Bucket,
     /// In a fixed order (the order of [`Signal`]'s variants), without duplicates.
@@ -225,10 +277,6 @@ impl Triage {
     }
 }
 
-fn is_green(o: Outcome) -> bool {
-    matches!(o, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
-}
-
 fn is_skip_like(o: Outcome) -> bool {
     matches!(o, Outcome::Skipped | Outcome::Xfailed)
 }
@@ -236,9 +284,9 @@ fn is_skip_like(o: Outcome) -> bool {
 /// Triage of one test. Pure; see the module documentation for the rules and the precedence.
 pub fn triage(e: &Evidence) -> Triage {
     let outcomes: Vec<Outcome> = e.outcomes.iter().map(|(_, o)| *o).collect();
-    let some_green = outcomes.iter().any(|o| is_green(*o));
-    let some_red = outcomes.iter().any(|o| !is_green(*o));
-    let alone_green = e.alone.map(is_green);
+    let some_green = outcomes.iter().any(|o| o.is_green());
+    let some_red = outcomes.iter().any(|o| !o.is_green());
+    let alone_green = e.alone.map(Outcome::is_green);
 
     let mut order_dependent = false;
     let mut unconfirmed = false;
@@ -249,7 +297,7 @@ pub fn triage(e: &Evidence) -> Triage {
 
     if some_green && some_red {
         match e.confirm {
-            Some(c) if !is_green(c.failing_rerun) && is_green(c.passing_rerun) => {
+            Some(c) if !c.failing_rerun.is_green() && c.passing_rerun.is_green() => {
                 order_dependent = true;
             }
             Some(_) => flaky = true,
@@ -350,7 +398,7 @@ fn failing_kind(outcomes: &[Outcome]) -> Option<Bucket> {
     let mut reds = outcomes
         .iter()
         .filter(|o| !matches!(o, Outcome::Crashed | Outcome::Timeout))
-        .filter(|o| !is_green(**o))
+        .filter(|o| !o.is_green())
         .peekable();
     reds.peek()?;
     if reds.all(|o| *o == Outcome::Error) {
@@ -778,5 +826,29 @@ mod tests {
             .finding_kinds(),
             [FindingKind::Flaky]
         );
+    }
+}
+
+#[cfg(test)]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn a_triage_reads_back_what_it_writes() {
+        let t = Triage {
+            bucket: Bucket::OrderDependent,
+            signals: vec![
+                Signal::OrderDependent,
+                Signal::LeaseViolation("db: one".into()),
+                Signal::EditedByPatch,
+            ],
+        };
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Triage>(&text).unwrap(), t);
+        for b in BUCKETS {
+            let text = serde_json::to_string(&b).unwrap();
+            assert_eq!(serde_json::from_str::<Bucket>(&text).unwrap(), b);
+        }
+        assert!(serde_json::from_str::<Signal>("\"nonsense\"").is_err());
     }
 }

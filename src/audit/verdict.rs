@@ -4,9 +4,8 @@
 
 use std::fmt;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::audit::budget::Breach;
 use crate::exit;
 
 /// The audit's answer.
@@ -53,6 +52,23 @@ impl fmt::Display for Verdict {
 impl Serialize for Verdict {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Verdict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Verdict, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        [
+            Verdict::Pass,
+            Verdict::Reject,
+            Verdict::Unverified,
+            Verdict::Drift,
+            Verdict::ExpiredFreeze,
+            Verdict::Error,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == name)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown verdict {name:?}")))
     }
 }
 
@@ -150,7 +166,7 @@ pub struct Finding {
 }
 
 /// What a finding does to the verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Disposition {
     /// Rejects the patch.
@@ -196,12 +212,13 @@ pub struct Gates<'a> {
     /// Expired freeze entries (checked before any test runs).
     pub expired: &'a [String],
     pub findings: &'a [Finding],
-    pub breaches: &'a [Breach],
+    /// The budget's breach lines.
+    pub breaches: &'a [String],
     pub strict: bool,
 }
 
 /// The verdict, the reasons for it, and each finding's disposition (same order as the input).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     pub verdict: Verdict,
     /// Why this verdict: the lines of its own gate only (empty for pass).
@@ -277,7 +294,7 @@ fn why_rejects(finding: &Finding) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::budget::NewSkip;
+    use crate::audit::budget::{Breach, NewSkip};
 
     fn finding(kind: FindingKind, introduced: bool, edited: bool) -> Finding {
         Finding {
@@ -444,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_budget_breach_is_unverified() {
-        let breaches = [new_skip()];
+        let breaches = [new_skip().to_string()];
         let d = decide(&Gates {
             breaches: &breaches,
             ..Gates::default()
@@ -466,7 +483,7 @@ mod tests {
             finding(FindingKind::Polluter, true, false),
             finding(FindingKind::Flaky, true, false),
         ];
-        let breaches = [new_skip()];
+        let breaches = [new_skip().to_string()];
         let mut gates = Gates {
             errors: &errors,
             drift: &drift,

@@ -5,7 +5,6 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::cli::DeltaArgs;
-use crate::config::Config;
 use crate::context::Ctx;
 use crate::delta::{self, Delta};
 use crate::error::Result;
@@ -39,7 +38,7 @@ impl Side {
 pub fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
     let base = ctx.repo.snapshot(Some(&args.base))?;
     let head = ctx.repo.snapshot(args.head.as_deref())?;
-    let config = pair_config(ctx, &base, &head)?;
+    let config = crate::delta::pair_config(ctx, &base, &head)?;
     let d = delta::between(
         &ctx.manifest(&base, &config)?,
         &ctx.manifest(&head, &config)?,
@@ -52,42 +51,6 @@ pub fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
     };
     ctx.emit_report(&report, || render(&d))?;
     Ok(exit::PASS)
-}
-
-/// The fixture groups both sides are read with. A patch must not be able to hide a change by
-/// redefining the groups, so the base's explicit groups win; default groups are derived from
-/// both sides' paths, so a new fixture directory in the head is still seen.
-pub fn pair_config(ctx: &Ctx, base: &Snapshot, head: &Snapshot) -> Result<Config> {
-    let base_config = ctx.config(base)?;
-    let head_config = ctx.config(head)?;
-    if base_config.groups.source() != crate::config::ConfigSource::Default {
-        if head_config
-            .groups
-            .groups()
-            .iter()
-            .map(|g| (&g.name, &g.globs))
-            .ne(base_config
-                .groups
-                .groups()
-                .iter()
-                .map(|g| (&g.name, &g.globs)))
-        {
-            ctx.warn("the head redefines the fixture groups; the delta uses the base's groups");
-        }
-        return Ok(base_config);
-    }
-    if head_config.groups.source() != crate::config::ConfigSource::Default {
-        return Ok(head_config);
-    }
-    let mut paths = base.paths();
-    paths.extend(head.paths());
-    paths.sort();
-    paths.dedup();
-    Ok(crate::config::load(&crate::config::ConfigInputs {
-        manifest_file: None,
-        pyproject: None,
-        paths: &paths,
-    })?)
 }
 
 fn render(d: &Delta) -> String {

@@ -2,6 +2,9 @@
 //! tests, and runs of single tests alone.
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+use fixgate_graph::NodeId;
 
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
@@ -9,53 +12,112 @@ use crate::pytest::driver::RunResult;
 use crate::pytest::events::{CollectedItem, Outcome};
 use crate::pytest::order;
 
-/// An order of the matrix: `0` (file order), `rev` (reversed file order) or a seed.
-pub fn order_of(label: &str, items: &[CollectedItem]) -> Vec<String> {
-    match label {
-        "rev" => order::reversed(items),
-        s => order::seeded(items, s.parse().unwrap_or(0)),
+/// An order of the matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OrderLabel {
+    /// Collection order.
+    File,
+    /// Collection order reversed (serial tests keep their places).
+    Reversed,
+    /// A shuffle of the non-serial tests by a portable RNG.
+    Seed(u64),
+}
+
+impl OrderLabel {
+    /// The order this label gives over the collected items.
+    pub fn order(self, items: &[CollectedItem]) -> Vec<String> {
+        match self {
+            OrderLabel::File => order::seeded(items, 0),
+            OrderLabel::Reversed => order::reversed(items),
+            OrderLabel::Seed(s) => order::seeded(items, s),
+        }
     }
 }
 
-pub fn is_green(o: Outcome) -> bool {
-    matches!(o, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
+/// As the report and node labels spell it: `0`, `rev`, or the seed.
+impl fmt::Display for OrderLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrderLabel::File => f.write_str("0"),
+            OrderLabel::Reversed => f.write_str("rev"),
+            OrderLabel::Seed(s) => write!(f, "{s}"),
+        }
+    }
 }
 
-/// The seed runs of the matrix, one per order label.
+/// The matrix's orders: file order, reversed, then the seeds.
+pub fn labels(seeds: &[u64]) -> Vec<OrderLabel> {
+    let mut out = vec![OrderLabel::File, OrderLabel::Reversed];
+    out.extend(seeds.iter().map(|&s| OrderLabel::Seed(s)));
+    out
+}
+
+/// The seed runs of the matrix, one per order label, with their nodes.
 pub struct Matrix {
-    pub labels: Vec<String>,
-    pub runs: BTreeMap<String, RunResult>,
+    pub labels: Vec<OrderLabel>,
+    pub runs: BTreeMap<OrderLabel, RunResult>,
+    pub nodes: BTreeMap<OrderLabel, NodeId>,
+}
+
+/// The matrix's runs added to the graph and not yet waited for.
+pub struct Started {
+    labels: Vec<OrderLabel>,
+    pub nodes: BTreeMap<OrderLabel, NodeId>,
+}
+
+/// Adds one seed run per label, each computed from the collection it orders.
+pub fn start(
+    engine: &Engine,
+    labels: &[OrderLabel],
+    items: &[CollectedItem],
+    collection: NodeId,
+) -> Result<Started> {
+    let mut nodes = BTreeMap::new();
+    for &l in labels {
+        let req = RunRequest::new(
+            format!("seed-run({l})"),
+            "seed-run",
+            Role::Head,
+            l.order(items),
+        )
+        .inputs(&[collection]);
+        nodes.insert(l, engine.add_run(&req)?);
+    }
+    Ok(Started {
+        labels: labels.to_vec(),
+        nodes,
+    })
+}
+
+impl Started {
+    /// Waits for the run of one order.
+    pub fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
+        let id = self.nodes[&label];
+        engine
+            .wait_run(id)?
+            .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
+    }
+
+    /// Waits for every run.
+    pub fn finish(self, engine: &Engine) -> Result<Matrix> {
+        let mut runs = BTreeMap::new();
+        for &l in &self.labels {
+            runs.insert(l, self.wait(engine, l)?);
+        }
+        Ok(Matrix {
+            labels: self.labels,
+            runs,
+            nodes: self.nodes,
+        })
+    }
 }
 
 impl Matrix {
-    pub fn run(engine: &Engine, labels: &[String], items: &[CollectedItem]) -> Result<Matrix> {
-        let requests: Vec<RunRequest> = labels
-            .iter()
-            .map(|l| RunRequest {
-                label: format!("seed-run({l})"),
-                kind: "seed-run",
-                role: Role::Head,
-                order: order_of(l, items),
-                overlay: Vec::new(),
-            })
-            .collect();
-        let results = engine.run_batch(&requests)?;
-        let mut runs = BTreeMap::new();
-        for (l, r) in labels.iter().zip(results) {
-            let r = r.map_err(|e| Error::Infra(format!("seed run {l} failed: {e}")))?;
-            runs.insert(l.clone(), r);
-        }
-        Ok(Matrix {
-            labels: labels.to_vec(),
-            runs,
-        })
-    }
-
     /// The outcomes of one test, in label order.
-    pub fn outcomes(&self, nodeid: &str) -> Vec<(String, Outcome)> {
+    pub fn outcomes(&self, nodeid: &str) -> Vec<(OrderLabel, Outcome)> {
         self.labels
             .iter()
-            .filter_map(|l| self.runs[l].outcome_of(nodeid).map(|o| (l.clone(), o)))
+            .filter_map(|l| self.runs[l].outcome_of(nodeid).map(|o| (*l, o)))
             .collect()
     }
 
@@ -65,7 +127,7 @@ impl Matrix {
             .iter()
             .filter(|id| {
                 let o = self.outcomes(id);
-                o.iter().any(|(_, o)| is_green(*o)) && o.iter().any(|(_, o)| !is_green(*o))
+                o.iter().any(|(_, o)| o.is_green()) && o.iter().any(|(_, o)| !o.is_green())
             })
             .cloned()
             .collect()
@@ -77,24 +139,37 @@ impl Matrix {
             .iter()
             .filter(|id| {
                 let o = self.outcomes(id);
-                !o.is_empty() && o.iter().all(|(_, o)| !is_green(*o))
+                !o.is_empty() && o.iter().all(|(_, o)| !o.is_green())
             })
             .cloned()
             .collect()
     }
 
-    pub fn first(&self, nodeid: &str, green: bool) -> Option<String> {
+    /// The first order in which the test was green (or red).
+    pub fn first(&self, nodeid: &str, green: bool) -> Option<OrderLabel> {
         self.outcomes(nodeid)
             .into_iter()
-            .find(|(_, o)| is_green(*o) == green)
+            .find(|(_, o)| o.is_green() == green)
             .map(|(l, _)| l)
+    }
+
+    /// The file-order run.
+    pub fn file_run(&self) -> &RunResult {
+        &self.runs[&OrderLabel::File]
+    }
+
+    /// Every seed-run node.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.nodes.values().copied().collect()
     }
 }
 
 /// Reruns of matrix orders (a fresh process, a separate cache entry) and runs of single tests.
 pub struct Confirmation {
-    pub reruns: BTreeMap<String, RunResult>,
+    pub reruns: BTreeMap<OrderLabel, RunResult>,
     pub alone: BTreeMap<String, Outcome>,
+    /// The nodes of every confirmation run.
+    pub nodes: Vec<NodeId>,
 }
 
 /// Above this many tests red in every order, they first run together in one process and only
@@ -111,7 +186,7 @@ pub fn confirm(
 ) -> Result<Confirmation> {
     // Each disagreeing test needs its failing and its passing order rerun, but only up to the
     // test itself: what runs after it cannot change its outcome.
-    let mut needed: BTreeMap<String, usize> = BTreeMap::new();
+    let mut needed: BTreeMap<OrderLabel, usize> = BTreeMap::new();
     for id in disagreeing {
         for label in [matrix.first(id, false), matrix.first(id, true)]
             .into_iter()
@@ -126,24 +201,23 @@ pub fn confirm(
     let mut out = Confirmation {
         reruns: BTreeMap::new(),
         alone: BTreeMap::new(),
+        nodes: Vec::new(),
     };
+    let whole_matrix = matrix.node_ids();
     let mut alone: Vec<String> = disagreeing.to_vec();
     if always_red.len() > MANY_RED {
-        let req = RunRequest {
-            label: "red-together-run".into(),
-            kind: "red-together-run",
-            role: Role::Head,
-            order: always_red.to_vec(),
-            overlay: Vec::new(),
-        };
-        let r = engine
-            .run_batch(std::slice::from_ref(&req))?
-            .pop()
-            .expect("one result per request")
-            .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
+        let req = RunRequest::new(
+            "red-together-run".into(),
+            "red-together-run",
+            Role::Head,
+            always_red.to_vec(),
+        )
+        .after(&whole_matrix);
+        let (node, r) = engine.run_one(&req)?;
+        out.nodes.push(node);
         for id in always_red {
             match r.outcome_of(id) {
-                Some(o) if !is_green(o) => {
+                Some(o) if !o.is_green() => {
                     out.alone.insert(id.clone(), o);
                 }
                 _ => alone.push(id.clone()),
@@ -152,41 +226,45 @@ pub fn confirm(
     } else {
         alone.extend(always_red.iter().cloned());
     }
-    let mut requests: Vec<RunRequest> = needed
-        .iter()
-        .map(|(l, end)| {
-            let mut order = order_of(l, items);
-            order.truncate(*end);
-            RunRequest {
-                label: format!("confirm-run({l})"),
-                kind: "confirm-run",
-                role: Role::Head,
-                order,
-                overlay: Vec::new(),
-            }
-        })
-        .collect();
-    requests.extend(alone.iter().map(|id| RunRequest {
-        label: format!("alone-run({id})"),
-        kind: "alone-run",
-        role: Role::Head,
-        order: vec![id.clone()],
-        overlay: Vec::new(),
-    }));
-    let results = engine.run_batch(&requests)?;
-    for (req, r) in requests.iter().zip(results) {
-        let r = r.map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
-        if req.kind == "alone-run" {
-            if let Some(o) = r.outcome_of(&req.order[0]) {
-                out.alone.insert(req.order[0].clone(), o);
-            }
-        } else {
-            let label = req
-                .label
-                .trim_start_matches("confirm-run(")
-                .trim_end_matches(')');
-            out.reruns.insert(label.to_string(), r);
+    let mut reruns = Vec::new();
+    for (l, end) in &needed {
+        let mut order = l.order(items);
+        order.truncate(*end);
+        let req = RunRequest::new(
+            format!("confirm-run({l})"),
+            "confirm-run",
+            Role::Head,
+            order,
+        )
+        .after(&[matrix.nodes[l]]);
+        reruns.push((*l, engine.add_run(&req)?));
+    }
+    let mut singles = Vec::new();
+    for id in &alone {
+        let req = RunRequest::new(
+            format!("alone-run({id})"),
+            "alone-run",
+            Role::Head,
+            vec![id.clone()],
+        )
+        .after(&whole_matrix);
+        singles.push((id, engine.add_run(&req)?));
+    }
+    for (l, node) in reruns {
+        let r = engine
+            .wait_run(node)?
+            .map_err(|e| Error::Infra(format!("confirm-run({l}) failed: {e}")))?;
+        out.reruns.insert(l, r);
+        out.nodes.push(node);
+    }
+    for (id, node) in singles {
+        let r = engine
+            .wait_run(node)?
+            .map_err(|e| Error::Infra(format!("alone-run({id}) failed: {e}")))?;
+        if let Some(o) = r.outcome_of(id) {
+            out.alone.insert(id.clone(), o);
         }
+        out.nodes.push(node);
     }
     Ok(out)
 }

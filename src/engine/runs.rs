@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fixgate_cache::{Dep, Digest, KeyWriter, Store};
-use fixgate_graph::{Graph, Mode, Node, NodeError, NodeReport, Output, RunOptions, Status};
+use fixgate_cache::{Dep, Digest, KeyWriter};
+use fixgate_graph::{Live, Node, NodeError, NodeId, Output, Status};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::config::{DepsMode, FixtureGroups};
@@ -44,29 +44,52 @@ pub struct RunRequest {
     pub order: Vec<String>,
     /// Bytes put over the snapshot's (replay: the base's fixture bytes on head code).
     pub overlay: Overlay,
+    /// Nodes whose outputs the run is computed from (the collection its order came from).
+    pub inputs: Vec<NodeId>,
+    /// Nodes whose results made this run necessary: it starts after them.
+    pub after: Vec<NodeId>,
 }
 
-/// Everything runs share within one audit.
-pub struct Engine {
-    pub store: Arc<dyn Store>,
+impl RunRequest {
+    /// A run with no edges yet.
+    pub fn new(label: String, kind: &'static str, role: Role, order: Vec<String>) -> RunRequest {
+        RunRequest {
+            label,
+            kind,
+            role,
+            order,
+            overlay: Vec::new(),
+            inputs: Vec::new(),
+            after: Vec::new(),
+        }
+    }
+
+    pub fn inputs(mut self, inputs: &[NodeId]) -> RunRequest {
+        self.inputs = inputs.to_vec();
+        self
+    }
+
+    pub fn after(mut self, after: &[NodeId]) -> RunRequest {
+        self.after = after.to_vec();
+        self
+    }
+}
+
+/// Everything runs share within one audit: the audit's one live graph among them.
+pub struct Engine<'l, 'a> {
+    pub live: &'l Live<'a>,
     pub runner: Arc<Runner>,
     pub groups: FixtureGroups,
     pub deps_mode: DepsMode,
     pub base: Arc<TreeDigests>,
     pub head: Arc<TreeDigests>,
-    pub jobs: usize,
-    pub force: bool,
-    /// Names the repository in the cache's explain records.
-    pub scope: String,
     pub progress: Option<MultiProgress>,
-    /// Every node report of this audit, in execution order of the batches.
-    pub reports: Mutex<Vec<NodeReport>>,
     /// pytest processes started (cached runs start none).
     pub processes: AtomicU32,
     pub warnings: Mutex<Vec<String>>,
 }
 
-impl Engine {
+impl Engine<'_, '_> {
     fn side(&self, role: Role) -> &Arc<TreeDigests> {
         match role {
             Role::Base => &self.base,
@@ -109,104 +132,84 @@ impl Engine {
         ]
     }
 
-    /// Runs (or finds) every request, independent ones in parallel. Returns one result per
-    /// request, in order; a run that failed gives its error message.
-    pub fn run_batch(&self, requests: &[RunRequest]) -> Result<Vec<Result<RunResult, String>>> {
-        if requests.is_empty() {
-            return Ok(Vec::new());
+    /// Adds a run to the audit's graph; it starts as soon as its edges allow.
+    pub fn add_run(&self, req: &RunRequest) -> Result<NodeId> {
+        let side = self.side(req.role).clone();
+        let overlay: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
+            req.overlay
+                .iter()
+                .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
+                .collect(),
+        );
+        let mut overlay_key = KeyWriter::new("overlay");
+        overlay_key.list(&overlay.iter().collect::<Vec<_>>(), |w, (p, d)| {
+            w.str(p).opt_digest(d.as_ref());
+        });
+        let mut node = Node::new(
+            req.label.clone(),
+            req.kind,
+            self.compute(req, side.clone(), overlay.clone()),
+        )
+        .param("role", req.role.as_str())
+        .param("order", req.order.join("\n"))
+        .param("overlay", overlay_key.finish().to_string())
+        .param("paths", side.paths_digest().to_string());
+        for (name, value) in self.common_params() {
+            node = node.param(name, value);
         }
-        let mut graph = Graph::new(env!("CARGO_PKG_VERSION"));
-        let mut ids = Vec::new();
-        let common = self.common_params();
-        for req in requests {
-            let side = self.side(req.role).clone();
-            let overlay: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
-                req.overlay
-                    .iter()
-                    .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
-                    .collect(),
-            );
-            let mut overlay_key = KeyWriter::new("overlay");
-            overlay_key.list(&overlay.iter().collect::<Vec<_>>(), |w, (p, d)| {
-                w.str(p).opt_digest(d.as_ref());
-            });
-            let mut node = Node::new(
-                req.label.clone(),
-                req.kind,
-                self.compute(req, side.clone(), overlay.clone()),
-            )
-            .param("role", req.role.as_str())
-            .param("order", req.order.join("\n"))
-            .param("overlay", overlay_key.finish().to_string())
-            .param("paths", side.paths_digest().to_string());
-            for (name, value) in &common {
-                node = node.param(*name, value.as_str());
-            }
-            for (path, digest) in side.startup_files() {
-                node = node.file(path, digest);
-            }
-            let probe_side = side.clone();
-            node = node.traced(move |path| match overlay.get(path) {
-                Some(d) => *d,
-                None => probe_side.digest(path),
-            });
-            ids.push(
-                graph
-                    .add(node, &[])
-                    .map_err(|e| Error::Infra(format!("bug: {e}")))?,
-            );
+        for (path, digest) in side.startup_files() {
+            node = node.file(path, digest);
         }
-        let run = self.execute(&graph)?;
-        let mut out = Vec::new();
-        for id in &ids {
-            let label = graph.node(*id).label().to_string();
-            let report = run.report.node(&label).cloned();
-            let result = match run.output(*id) {
-                Some(bytes) => serde_json::from_slice::<RunResult>(bytes)
-                    .map_err(|e| format!("bug: a cached run of {label} does not decode: {e}")),
-                None => Err(match report.as_ref().map(|r| &r.status) {
-                    Some(Status::Failed { error, .. }) => error.to_string(),
-                    Some(Status::Skipped { because }) => because.clone(),
-                    _ => "the run produced no result".into(),
-                }),
-            };
-            if let (Ok(r), Some(rep)) = (&result, &report) {
-                if matches!(rep.status, Status::Executed { .. }) {
-                    self.processes.fetch_add(r.processes, Ordering::Relaxed);
-                }
-            }
-            out.push(result);
-        }
-        Ok(out)
+        let probe_side = side.clone();
+        node = node.traced(move |path| match overlay.get(path) {
+            Some(d) => *d,
+            None => probe_side.digest(path),
+        });
+        self.live
+            .add_after(node, &req.inputs, &req.after)
+            .map_err(|e| Error::Infra(format!("bug: {e}")))
     }
 
-    /// Runs a graph through the store on `jobs` threads, and records its node reports and the
-    /// cache's warnings in the audit's.
-    pub fn execute(&self, graph: &Graph) -> Result<fixgate_graph::Run> {
-        let options = RunOptions {
-            jobs: self.jobs,
-            mode: if self.force {
-                Mode::Forced
-            } else {
-                Mode::Normal
-            },
-            scope: self.scope.clone(),
-        };
-        let run = graph
-            .run(self.store.as_ref(), &options)
-            .map_err(|e| Error::Infra(format!("failed to run the audit graph: {e}")))?;
+    /// Waits for a run added with [`Engine::add_run`]; a run that failed gives its error.
+    pub fn wait_run(&self, id: NodeId) -> Result<Result<RunResult, String>> {
+        let outcome = self.live.wait(id);
         if self.runner.interrupted.load(Ordering::SeqCst) {
             return Err(Error::Interrupted);
         }
-        self.warnings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
-        self.reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(run.report.nodes.iter().cloned());
-        Ok(run)
+        let label = self.live.label(id);
+        let result = outcome.into_result().and_then(|bytes| {
+            serde_json::from_slice::<RunResult>(&bytes)
+                .map_err(|e| format!("bug: a cached run of {label} does not decode: {e}"))
+        });
+        if let Ok(r) = &result {
+            if self
+                .live
+                .report(id)
+                .is_some_and(|rep| matches!(rep.status, Status::Executed { .. }))
+            {
+                self.processes.fetch_add(r.processes, Ordering::Relaxed);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Adds every request, then waits for each: independent runs execute side by side. Returns
+    /// one result per request, in order.
+    pub fn run_batch(&self, requests: &[RunRequest]) -> Result<Vec<Result<RunResult, String>>> {
+        let ids = requests
+            .iter()
+            .map(|r| self.add_run(r))
+            .collect::<Result<Vec<_>>>()?;
+        ids.into_iter().map(|id| self.wait_run(id)).collect()
+    }
+
+    /// Runs one request and gives its result, its failure an infrastructure error.
+    pub fn run_one(&self, req: &RunRequest) -> Result<(NodeId, RunResult)> {
+        let id = self.add_run(req)?;
+        let r = self
+            .wait_run(id)?
+            .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
+        Ok((id, r))
     }
 
     /// The node's compute function: one sandboxed pytest run, its result without timings (so

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use fixgate_cache::{Dep, Digest, KeyWriter};
-use fixgate_graph::{Graph, Node, NodeError, NodeId, Output};
+use fixgate_graph::{Node, NodeError, NodeId, Output};
 
 use crate::config::FixtureGroups;
 use crate::delta::{self, Delta};
@@ -18,6 +18,10 @@ use crate::snapshot::Snapshot;
 
 /// What the fixture steps found.
 pub struct Fixtures {
+    /// The delta's node: what coupling and replay are computed from.
+    pub delta_node: NodeId,
+    /// The lock check's node: the gates come after it.
+    pub lock_node: NodeId,
     pub base_manifest: Manifest,
     pub head_manifest: Manifest,
     pub lock: LockCheck,
@@ -79,37 +83,28 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T,
         .map_err(|e| NodeError::Infra(format!("bug: an input does not decode: {e}")))
 }
 
-fn add(g: &mut Graph, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
-    g.add(node, inputs)
+fn add(engine: &Engine, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
+    engine
+        .live
+        .add(node, inputs)
         .map_err(|e| Error::Infra(format!("bug: {e}")))
 }
 
-/// Runs `g` through the engine's store, records its node reports, and returns each requested
-/// node's output (an error names a node that failed).
-fn run_graph(engine: &Engine, g: &Graph, want: &[NodeId]) -> Result<Vec<Vec<u8>>> {
-    let run = engine.execute(g)?;
+/// Waits for each of `want` in the audit's graph and returns its output (an error names a node
+/// that failed).
+fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>> {
     want.iter()
         .map(|&id| {
-            run.output(id).map(<[u8]>::to_vec).ok_or_else(|| {
-                let label = g.node(id).label();
-                let why = run
-                    .report
-                    .node(label)
-                    .map(|r| match &r.status {
-                        fixgate_graph::Status::Failed { error, .. } => error.to_string(),
-                        fixgate_graph::Status::Skipped { because } => because.clone(),
-                        s => format!("{s:?}"),
-                    })
-                    .unwrap_or_default();
-                match engine
-                    .runner
-                    .interrupted
-                    .load(std::sync::atomic::Ordering::SeqCst)
-                {
-                    true => Error::Interrupted,
-                    false => Error::Infra(format!("{label} failed: {why}")),
-                }
-            })
+            let out = engine.live.wait(id);
+            if engine
+                .runner
+                .interrupted
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(Error::Interrupted);
+            }
+            out.into_result()
+                .map_err(|why| Error::Infra(format!("{} failed: {why}", engine.live.label(id))))
         })
         .collect()
 }
@@ -122,14 +117,13 @@ pub fn prepare_fixtures(
     base_lock: Option<Vec<u8>>,
     head_lock: Option<Vec<u8>>,
 ) -> Result<Fixtures> {
-    let mut g = Graph::new(env!("CARGO_PKG_VERSION"));
     let mut manifest_ids = Vec::new();
     for (role, side, tree) in [
         ("base", &engine.base, base_tree),
         ("head", &engine.head, head_tree),
     ] {
         let snap = add(
-            &mut g,
+            engine,
             Node::new(format!("snapshot({role})"), "snapshot", move |_| {
                 Ok(Output::new(tree.as_bytes().to_vec()))
             })
@@ -139,7 +133,7 @@ pub fn prepare_fixtures(
         let snapshot = side.snapshot.clone();
         let groups = engine.groups.clone();
         let m = add(
-            &mut g,
+            engine,
             Node::new(format!("manifest({role})"), "manifest", move |_| {
                 let m = manifest::build(&snapshot, &groups, Hashing { stat_cache: None })
                     .map_err(|e| NodeError::Infra(e.to_string()))?;
@@ -164,10 +158,10 @@ pub fn prepare_fixtures(
         })
         .param("base-lock", digest(&base_lock))
         .param("head-lock", digest(&head_lock));
-        add(&mut g, n, &[manifest_ids[1]])?
+        add(engine, n, &[manifest_ids[1]])?
     };
     let delta_node = add(
-        &mut g,
+        engine,
         Node::new("delta", "delta", |inputs| {
             let base: Manifest = parse(inputs[0])?;
             let head: Manifest = parse(inputs[1])?;
@@ -175,9 +169,8 @@ pub fn prepare_fixtures(
         }),
         &[manifest_ids[0], manifest_ids[1]],
     )?;
-    let out = run_graph(
+    let out = outputs(
         engine,
-        &g,
         &[manifest_ids[0], manifest_ids[1], lock_node, delta_node],
     )?;
     let base_manifest: Manifest = decode(&out[0])?;
@@ -199,6 +192,8 @@ pub fn prepare_fixtures(
         );
     }
     Ok(Fixtures {
+        delta_node,
+        lock_node,
         base_manifest,
         head_manifest,
         lock: decode(&out[2])?,
@@ -206,21 +201,34 @@ pub fn prepare_fixtures(
     })
 }
 
-/// The collections of the base and the head.
-pub fn collect_both(engine: &Engine) -> Result<(Collection, Collection)> {
-    let mut g = Graph::new(env!("CARGO_PKG_VERSION"));
-    let b = add(
-        &mut g,
-        collect_node(engine, "base", engine.base.clone()),
-        &[],
-    )?;
-    let h = add(
-        &mut g,
-        collect_node(engine, "head", engine.head.clone()),
-        &[],
-    )?;
-    let out = run_graph(engine, &g, &[b, h])?;
-    Ok((decode(&out[0])?, decode(&out[1])?))
+/// A side's collection and its node (what the orders of its runs are computed from).
+pub struct Collected {
+    pub node: NodeId,
+    pub collection: Collection,
+}
+
+/// Adds the collections of the base and the head, after `gate` (the lock check: no test runs
+/// before the gates held), and waits for both.
+pub fn collect_both(engine: &Engine, gate: NodeId) -> Result<(Collected, Collected)> {
+    let add_side = |role, side: &std::sync::Arc<TreeDigests>| {
+        engine
+            .live
+            .add_after(collect_node(engine, role, side.clone()), &[], &[gate])
+            .map_err(|e| Error::Infra(format!("bug: {e}")))
+    };
+    let b = add_side("base", &engine.base)?;
+    let h = add_side("head", &engine.head)?;
+    let out = outputs(engine, &[b, h])?;
+    Ok((
+        Collected {
+            node: b,
+            collection: decode(&out[0])?,
+        },
+        Collected {
+            node: h,
+            collection: decode(&out[1])?,
+        },
+    ))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {

@@ -226,8 +226,9 @@ impl Outcome {
         }
     }
 
-    /// Whether this outcome counts as green for order-dependence purposes.
-    pub fn is_ok(self) -> bool {
+    /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
+    /// search and every base check.
+    pub fn is_green(self) -> bool {
         matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
     }
 }

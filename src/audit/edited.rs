@@ -1,0 +1,65 @@
+//! What the patch touched among the tests: the tests whose source it edited, and the tests
+//! coupled to the fixture delta through their traced reads.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::delta::Delta;
+use crate::pytest::driver::RunResult;
+use crate::snapshot::Snapshot;
+
+/// The tests whose function source the patch changed (a new test counts as edited). Each test
+/// file is read once per side, and only files that differ are parsed.
+pub(crate) fn edited_tests(
+    base: &Snapshot,
+    head: &Snapshot,
+    nodeids: &[String],
+) -> BTreeSet<String> {
+    let mut texts: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    let read = |s: &Snapshot, file: &str| {
+        s.read_path(file)
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let mut edited = BTreeSet::new();
+    for id in nodeids {
+        let (file, func) = crate::testsrc::split_nodeid(id);
+        let (b, h) = texts
+            .entry(file.to_string())
+            .or_insert_with(|| (read(base, file), read(head, file)));
+        if b == h {
+            continue;
+        }
+        let source = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| crate::testsrc::function_source(t, func))
+        };
+        match (source(b), source(h)) {
+            (Some(b), Some(h)) if b != h => {
+                edited.insert(id.clone());
+            }
+            (None, Some(_)) => {
+                edited.insert(id.clone());
+            }
+            _ => {}
+        }
+    }
+    edited
+}
+
+/// Tests whose traced reads in the file-order run touch a file of the delta.
+pub(crate) fn coupled_tests(run: &RunResult, delta: &Delta) -> Vec<String> {
+    let changed: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
+    run.tests
+        .iter()
+        .filter(|t| {
+            t.trace
+                .read
+                .iter()
+                .chain(&t.trace.sqlite)
+                .chain(&t.trace.list)
+                .any(|p| changed.contains(p))
+        })
+        .map(|t| t.nodeid.clone())
+        .collect()
+}

@@ -1,0 +1,103 @@
+//! The one-line message of each finding, as the report prints it.
+
+use std::collections::BTreeMap;
+
+use crate::audit::bisect::PairKind;
+use crate::audit::budget;
+use crate::audit::triage::{self, Signal};
+use crate::audit::verdict::{self, FindingKind};
+use crate::engine::search::Pair;
+use crate::report;
+
+pub(crate) fn finding_message(
+    f: &verdict::Finding,
+    triaged: &BTreeMap<String, triage::Triage>,
+    pairs: &[Pair],
+    replay: &[report::ReplayReport],
+    new_skips: &[budget::NewSkip],
+) -> String {
+    let id = &f.subject;
+    let base = match f.kind {
+        FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
+            Some(p) if p.search.outcome.is_found() => format!(
+                "{id} {} when {} ran before it",
+                if p.kind == PairKind::Polluter {
+                    "fails"
+                } else {
+                    "passes only"
+                },
+                p.culprits.join(" and ")
+            ),
+            Some(p) => format!(
+                "{id}'s outcome follows the order; {}",
+                p.search.outcome.describe()
+            ),
+            None => format!("{id}'s outcome follows the order"),
+        },
+        FindingKind::Polluter => format!(
+            "{id} leaves state behind that changes another test's outcome: {}",
+            pairs
+                .iter()
+                .filter(|p| p.culprits.contains(id))
+                .map(|p| p.victim.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        FindingKind::LeaseViolation => format!(
+            "{id} changed fixture groups it does not hold a lease on: {}",
+            triaged
+                .get(id)
+                .map(|t| t
+                    .signals
+                    .iter()
+                    .filter_map(|s| match s {
+                        Signal::LeaseViolation(g) => Some(g.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default()
+        ),
+        FindingKind::Redefined | FindingKind::Cosmetic | FindingKind::Additive => {
+            let r = replay.iter().find(|r| &r.nodeid == id);
+            let (h, b) = r
+                .map(|r| (r.head.as_str(), r.base.as_str()))
+                .unwrap_or(("?", "?"));
+            match f.kind {
+                FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test"),
+                FindingKind::Cosmetic => format!("{id} passes on both fixture versions: the fixture change is cosmetic; justify it in one line"),
+                _ => format!("{id} is new and reads only new fixtures: review the fixture as new code"),
+            }
+        }
+        FindingKind::NewSkip => match new_skips.iter().find(|s| &s.nodeid == id) {
+            Some(s) => {
+                let reason = s
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                match s.marker.as_str() {
+                    "pytest.skip()" => format!("{id} now skips itself with pytest.skip(){reason}"),
+                    m if m.starts_with(['a', 'e', 'i', 'o', 'u', 'x']) => {
+                        format!("{id} gained an {m} marker{reason}")
+                    }
+                    m => format!("{id} gained a {m} marker{reason}"),
+                }
+            }
+            None => format!("{id} is newly skipped"),
+        },
+        FindingKind::Flaky => {
+            format!("{id} gives different outcomes in the same order: nondeterminism, not drift")
+        }
+        FindingKind::FreezeAdded => format!(
+            "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
+        ),
+        FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
+        k => format!("{id}: {}", k.as_str()),
+    };
+    if f.introduced {
+        base
+    } else {
+        format!("{base} (pre-existing: the base has it too)")
+    }
+}

@@ -1,0 +1,234 @@
+//! The audit's report, assembled from the judgments: findings with messages and repros, per
+//! test rows, pairs, the budget section, and the picture of the graph.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::audit::budget::{self, Limits, Usage};
+use crate::audit::freeze::{self, Date};
+use crate::audit::message::finding_message;
+use crate::audit::triage::{self, Evidence};
+use crate::audit::verdict::{self, Decision, Disposition, FindingKind};
+use crate::engine::matrix::Matrix;
+use crate::engine::search::{self, Pair};
+use crate::pytest::events::CollectedItem;
+use crate::report::{self, AuditReport};
+use crate::snapshot::Snapshot;
+
+/// Everything the report is made of, judged.
+pub struct Judged<'a> {
+    pub findings: &'a [verdict::Finding],
+    pub decision: &'a Decision,
+    pub triaged: &'a BTreeMap<String, triage::Triage>,
+    pub evidence: &'a BTreeMap<String, Evidence>,
+    pub pairs: &'a [Pair],
+    pub pre_existing: &'a HashSet<(FindingKind, String)>,
+    pub new_skips: &'a [budget::NewSkip],
+    pub edited: &'a BTreeSet<String>,
+    pub base_ids: &'a HashSet<&'a str>,
+    pub matrix: &'a Matrix,
+    pub selection: &'a [CollectedItem],
+    pub today: Date,
+}
+
+/// Fills the findings, freeze suggestions, pairs and per-test rows of `report`.
+pub fn fill(report: &mut AuditReport, j: &Judged) {
+    let mut report_findings = Vec::new();
+    for (f, d) in j.findings.iter().zip(&j.decision.dispositions) {
+        report_findings.push(report::Finding {
+            kind: f.kind.as_str().into(),
+            tests: vec![f.subject.clone()],
+            message: finding_message(f, j.triaged, j.pairs, &report.fixtures.replay, j.new_skips),
+            repro: j
+                .pairs
+                .iter()
+                .find(|p| p.victim == f.subject || p.culprits.contains(&f.subject))
+                .map(search::repro),
+            introduced: f.introduced,
+            blocking: *d == Disposition::Rejects,
+        });
+        if *d == Disposition::KnownDebt || f.kind == FindingKind::Flaky {
+            let s = freeze::suggest_entry(
+                &f.subject,
+                j.today,
+                None,
+                &format!("{} found by fixgate", f.kind),
+            );
+            report.freeze.suggested.insert(
+                s.nodeid.clone(),
+                serde_json::to_value(&s.entry).unwrap_or_default(),
+            );
+        }
+    }
+    for p in j.pairs {
+        // A new test is not an edited assertion: only a test the base had can be "fixed".
+        if j.edited.contains(&p.victim) && j.base_ids.contains(p.victim.as_str()) {
+            report_findings.push(report::Finding {
+                kind: "edited-assertion".into(),
+                tests: vec![p.victim.clone()],
+                message: format!(
+                    "the patch edited {}, whose outcome depends on {} ({}): it changed the test \
+                     instead of isolating it",
+                    p.victim,
+                    p.culprits.join(", "),
+                    p.kind.as_str()
+                ),
+                repro: Some(search::repro(p)),
+                introduced: true,
+                blocking: true,
+            });
+        }
+    }
+    report.findings.extend(report_findings);
+    report.pairs = j
+        .pairs
+        .iter()
+        .map(|p| report::PairReport {
+            kind: p.kind.as_str().into(),
+            polluter: p.culprits.first().cloned().unwrap_or_default(),
+            victim: p.victim.clone(),
+            culprits: p.culprits.clone(),
+            repro: search::repro(p),
+            introduced: !j
+                .pre_existing
+                .contains(&(FindingKind::OrderDependent, p.victim.clone())),
+            search_runs: p.search.runs,
+            unexplained: (!p.search.outcome.is_found()).then(|| p.search.outcome.describe()),
+        })
+        .collect();
+    let items_by_id: HashMap<&str, &CollectedItem> =
+        j.selection.iter().map(|i| (i.nodeid.as_str(), i)).collect();
+    report.tests = j
+        .selection
+        .iter()
+        .map(|item| {
+            let id = &item.nodeid;
+            let t = &j.triaged[id];
+            let e = &j.evidence[id];
+            let item = items_by_id.get(id.as_str()).copied();
+            let kinds = t.finding_kinds();
+            report::TestReport {
+                nodeid: id.clone(),
+                bucket: t.bucket.as_str().into(),
+                signals: t.signals.iter().map(|s| s.to_string()).collect(),
+                outcomes: e
+                    .outcomes
+                    .iter()
+                    .map(|(l, o)| (l.clone(), o.as_str().to_string()))
+                    .collect(),
+                dirty_groups: e.dirty_groups.clone(),
+                edited_by_patch: j.edited.contains(id),
+                introduced: kinds.is_empty()
+                    || kinds
+                        .iter()
+                        .any(|k| !j.pre_existing.contains(&(*k, id.clone()))),
+                file: item.and_then(|i| i.file.clone()),
+                line: item.and_then(|i| i.line),
+                message: j
+                    .matrix
+                    .labels
+                    .iter()
+                    .filter_map(|l| j.matrix.runs[l].test(id))
+                    .find_map(|t| (!t.outcome.is_green()).then(|| t.message.clone()).flatten()),
+            }
+        })
+        .collect();
+}
+
+/// The budget section: the limits, what was used, the breach lines.
+pub fn budget_section(limits: &Limits, usage: &Usage, breaches: &[String]) -> report::Budget {
+    report::Budget {
+        limits: [
+            ("seconds", limits.max_seconds),
+            ("tests", limits.max_tests),
+            ("frozen", limits.max_frozen),
+            ("new_skips", Some(limits.max_new_skips)),
+            ("reruns", limits.max_reruns),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect(),
+        used: [
+            ("seconds", usage.seconds.round() as u64),
+            ("tests", usage.tests),
+            ("frozen", usage.frozen),
+            ("new_skips", usage.new_skips.len() as u64),
+            ("reruns", usage.rerun_total()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        breaches: breaches.to_vec(),
+    }
+}
+
+/// The audit's graph in the report: the summary, and the DOT picture.
+pub fn graph(report: &mut AuditReport, run: &fixgate_graph::Run) {
+    report.graph = graph_summary(&run.report.nodes);
+    report.graph_dot = run.report.to_dot();
+}
+
+pub fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::GraphSummary {
+    use fixgate_graph::Status;
+    let mut g = report::GraphSummary {
+        nodes: nodes.len(),
+        ..Default::default()
+    };
+    for n in nodes {
+        g.all_nodes.push(report::NodeStatus {
+            label: n.label.clone(),
+            kind: n.kind.clone(),
+            status: match &n.status {
+                Status::Cached => "cached".into(),
+                Status::Executed { reason } => format!("executed: {reason}"),
+                Status::Checked { check } => format!("checked: {check:?}"),
+                Status::Failed { error, .. } => format!("failed: {error}"),
+                Status::Skipped { because } => format!("skipped: {because} failed"),
+            },
+        });
+        match &n.status {
+            Status::Checked { check } => {
+                // It came from the cache and ran again: `explain` says what the check found.
+                g.cached += 1;
+                g.executed_nodes.push(report::ExecutedNode {
+                    label: n.label.clone(),
+                    kind: n.kind.clone(),
+                    key: n.key.map(|k| k.to_string()).unwrap_or_default(),
+                    reason: match check {
+                        fixgate_graph::Check::Same => {
+                            "--check: ran again, same output as the cached result".to_string()
+                        }
+                        fixgate_graph::Check::Diverged { fresh } => format!(
+                            "--check: ran again, output {fresh} differs from the cached result"
+                        ),
+                        fixgate_graph::Check::Errored { message } => {
+                            format!("--check: ran again and failed: {message}")
+                        }
+                    },
+                    start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+                    end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+                });
+            }
+            Status::Cached => g.cached += 1,
+            Status::Executed { reason } => {
+                g.executed += 1;
+                g.executed_nodes.push(report::ExecutedNode {
+                    label: n.label.clone(),
+                    kind: n.kind.clone(),
+                    key: n.key.map(|k| k.to_string()).unwrap_or_default(),
+                    reason: reason.to_string(),
+                    start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+                    end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+                });
+            }
+            Status::Failed { .. } | Status::Skipped { .. } => {}
+        }
+    }
+    g
+}
+
+pub fn side_of(s: &Snapshot) -> report::Side {
+    report::Side {
+        rev: s.rev_label(),
+        commit: s.commit().map(|c| c.to_string()),
+    }
+}

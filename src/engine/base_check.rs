@@ -1,0 +1,228 @@
+//! Base checks: each head finding checked on the base snapshot with the same evidence. What the
+//! base shows too is pre-existing. Base runs depend on nothing of the head, so every head
+//! audited against the same base shares them through the cache.
+
+use std::collections::{BTreeMap, HashSet};
+
+use fixgate_graph::NodeId;
+
+use crate::audit::bisect::PairKind;
+use crate::audit::triage;
+use crate::audit::verdict::FindingKind;
+use crate::engine::matrix::{self, Matrix};
+use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::search::Pair;
+use crate::error::Result;
+use crate::pytest::driver::RunResult;
+use crate::pytest::events::Outcome;
+
+/// Checks each head finding on the base snapshot with the same evidence; returns the
+/// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the
+/// triage that named the findings).
+pub fn run(
+    engine: &Engine,
+    triaged: &BTreeMap<String, triage::Triage>,
+    pairs: &[Pair],
+    matrix: &Matrix,
+    base_ids: &HashSet<&str>,
+    after: &[NodeId],
+) -> Result<HashSet<(FindingKind, String)>> {
+    let mut requests: Vec<BaseCheck> = Vec::new();
+    for p in pairs {
+        if !base_ids.contains(p.victim.as_str())
+            || p.culprits.iter().any(|c| !base_ids.contains(c.as_str()))
+        {
+            continue;
+        }
+        let mut order = p.culprits.clone();
+        order.push(p.victim.clone());
+        let culprit_kind = if p.kind == PairKind::Polluter {
+            FindingKind::Polluter
+        } else {
+            FindingKind::OrderDependent
+        };
+        let mut kinds = vec![(FindingKind::OrderDependent, p.victim.clone())];
+        kinds.extend(p.culprits.iter().map(|c| (culprit_kind, c.clone())));
+        requests.push(BaseCheck {
+            request: base_request(format!("base-check(pair {})", p.victim), order),
+            findings: kinds,
+            check: Check::Pair {
+                victim: p.victim.clone(),
+                kind: p.kind,
+                alone: format!("base-check(alone {})", p.victim),
+            },
+        });
+        requests.push(BaseCheck {
+            request: base_request(
+                format!("base-check(alone {})", p.victim),
+                vec![p.victim.clone()],
+            ),
+            findings: Vec::new(),
+            check: Check::Nothing,
+        });
+    }
+    for (id, t) in triaged {
+        if !base_ids.contains(id.as_str()) {
+            continue;
+        }
+        for kind in t.finding_kinds() {
+            match kind {
+                FindingKind::LeaseViolation
+                | FindingKind::Failing
+                | FindingKind::Crashed
+                | FindingKind::Timeout
+                | FindingKind::ErrorBucket => {
+                    requests.push(BaseCheck {
+                        request: base_request(
+                            format!("base-check({} {id})", kind.as_str()),
+                            vec![id.clone()],
+                        ),
+                        findings: vec![(kind, id.clone())],
+                        check: Check::Alone {
+                            nodeid: id.clone(),
+                            kind,
+                        },
+                    });
+                }
+                FindingKind::Flaky => {
+                    // Flaky never rejects; it is the patch's only when the base lacks the test.
+                }
+                FindingKind::OrderDependent if !pairs.iter().any(|p| &p.victim == id) => {
+                    // Unexplained order dependence: the failing order, restricted to the base.
+                    if let Some(l) = matrix.first(id, false) {
+                        let order: Vec<String> = matrix.runs[&l]
+                            .order
+                            .iter()
+                            .filter(|o| base_ids.contains(o.as_str()))
+                            .cloned()
+                            .collect();
+                        requests.push(BaseCheck {
+                            request: base_request(format!("base-check(order {id})"), order),
+                            findings: vec![(kind, id.clone())],
+                            check: Check::Red { nodeid: id.clone() },
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    // A change that breaks the whole suite must not start a base process per test: red tests
+    // beyond a handful are checked together.
+    let red = |c: &BaseCheck| matches!(&c.check, Check::Alone { kind, .. } if *kind != FindingKind::LeaseViolation);
+    if requests.iter().filter(|c| red(c)).count() > matrix::MANY_RED {
+        let mut items = Vec::new();
+        requests.retain(|c| match &c.check {
+            Check::Alone { nodeid, kind } if red(c) => {
+                items.push((nodeid.clone(), *kind));
+                false
+            }
+            _ => true,
+        });
+        // A test with several findings is listed once (an order file rejects duplicates).
+        let mut seen = HashSet::new();
+        let order: Vec<String> = items
+            .iter()
+            .filter(|(n, _)| seen.insert(n.as_str()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        requests.push(BaseCheck {
+            request: base_request("base-check(red tests)".into(), order),
+            findings: Vec::new(),
+            check: Check::Batch(items),
+        });
+    }
+    let mut pre = HashSet::new();
+    for (id, t) in triaged {
+        if t.finding_kinds().contains(&FindingKind::Flaky) && base_ids.contains(id.as_str()) {
+            pre.insert((FindingKind::Flaky, id.clone()));
+        }
+    }
+    if requests.is_empty() {
+        return Ok(pre);
+    }
+    let batch: Vec<RunRequest> = requests
+        .iter()
+        .map(|c| c.request.clone().after(after))
+        .collect();
+    let results = engine.run_batch(&batch)?;
+    for (i, c) in requests.iter().enumerate() {
+        let Ok(r) = &results[i] else { continue };
+        let holds = match &c.check {
+            Check::Nothing => false,
+            Check::Pair {
+                victim,
+                kind,
+                alone,
+            } => {
+                let after = r.outcome_of(victim).map(Outcome::is_green);
+                let alone = requests
+                    .iter()
+                    .position(|c| &c.request.label == alone)
+                    .and_then(|j| results[j].as_ref().ok())
+                    .and_then(|a| a.outcome_of(victim))
+                    .map(Outcome::is_green);
+                match kind {
+                    PairKind::Polluter => after == Some(false) && alone == Some(true),
+                    PairKind::StateSetter => after == Some(true) && alone == Some(false),
+                }
+            }
+            Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !o.is_green()),
+            Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
+            Check::Batch(items) => {
+                for (nodeid, kind) in items {
+                    if alone_holds(r, nodeid, *kind) {
+                        pre.insert((*kind, nodeid.clone()));
+                    }
+                }
+                false
+            }
+        };
+        if holds {
+            pre.extend(c.findings.iter().cloned());
+        }
+    }
+    Ok(pre)
+}
+
+/// One run on the base, the findings it can show to be pre-existing, and how to read it.
+struct BaseCheck {
+    request: RunRequest,
+    findings: Vec<(FindingKind, String)>,
+    check: Check,
+}
+
+/// Whether a run on the base shows the finding `kind` for `nodeid`.
+fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
+    let t = r.test(nodeid);
+    match kind {
+        FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
+        FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
+        FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
+        FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
+        _ => t.is_some_and(|t| !t.outcome.is_green()),
+    }
+}
+
+enum Check {
+    Nothing,
+    /// Many red tests at once, checked in one run on the base (see `matrix::MANY_RED`).
+    Batch(Vec<(String, FindingKind)>),
+    /// `alone` is the label of the victim-alone run of the same batch.
+    Pair {
+        victim: String,
+        kind: PairKind,
+        alone: String,
+    },
+    Red {
+        nodeid: String,
+    },
+    Alone {
+        nodeid: String,
+        kind: FindingKind,
+    },
+}
+
+fn base_request(label: String, order: Vec<String>) -> RunRequest {
+    RunRequest::new(label, "base-check", Role::Base, order)
+}

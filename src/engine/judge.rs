@@ -1,0 +1,189 @@
+//! Triage, budget and the verdict as nodes of the audit's graph: pure, cheap, cached, and
+//! visible in `graph` and `explain`. Each one's key is a canonical digest of the typed values it
+//! judges; it starts after the nodes those values came from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fixgate_cache::KeyWriter;
+use fixgate_graph::{Node, NodeError, NodeId, Output};
+
+use crate::audit::budget::{self, Limits, Usage};
+use crate::audit::triage::{self, Evidence, Triage};
+use crate::audit::verdict::{self, Decision, Finding, Gates};
+use crate::engine::runs::Engine;
+use crate::error::{Error, Result};
+
+fn json<T: serde::Serialize>(v: &T) -> std::result::Result<Output, NodeError> {
+    serde_json::to_vec(v)
+        .map(Output::new)
+        .map_err(|e| NodeError::Infra(format!("bug: a judgment does not encode: {e}")))
+}
+
+/// Adds `node` after `after` and waits for its output, decoded.
+fn judge<T: serde::de::DeserializeOwned>(
+    engine: &Engine,
+    node: Node,
+    inputs: &[NodeId],
+    after: &[NodeId],
+) -> Result<(NodeId, T)> {
+    let id = engine
+        .live
+        .add_after(node, inputs, after)
+        .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+    let label = engine.live.label(id);
+    let bytes = engine
+        .live
+        .wait(id)
+        .into_result()
+        .map_err(|e| Error::Infra(format!("{label} failed: {e}")))?;
+    let value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::Infra(format!("bug: the output of {label} does not decode: {e}")))?;
+    Ok((id, value))
+}
+
+/// The canonical key of the evidence of every test.
+fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
+    let mut w = KeyWriter::new("evidence");
+    w.u64(evidence.len() as u64);
+    for (id, e) in evidence {
+        w.str(id);
+        w.list(&e.outcomes, |w, (label, o)| {
+            w.str(label).str(o.as_str());
+        });
+        match &e.confirm {
+            Some(c) => w
+                .str(c.failing_rerun.as_str())
+                .str(c.passing_rerun.as_str()),
+            None => w.str("\0none"),
+        };
+        w.str(e.alone.map(|o| o.as_str()).unwrap_or("\0none"));
+        w.list(&e.dirty_groups, |w, g| {
+            w.str(g);
+        });
+        w.u64(u64::from(e.polluter_in_pair))
+            .u64(u64::from(e.state_setter_in_pair))
+            .u64(u64::from(e.edited_by_patch))
+            .u64(u64::from(e.reruns));
+    }
+    w.finish().to_string()
+}
+
+/// The triage node: every test's bucket and signals from its evidence.
+pub fn triage(
+    engine: &Engine,
+    evidence: BTreeMap<String, Evidence>,
+    after: &[NodeId],
+) -> Result<(NodeId, BTreeMap<String, Triage>)> {
+    let key = evidence_key(&evidence);
+    let evidence = Arc::new(evidence);
+    let node = Node::new("triage", "triage", move |_| {
+        let triaged: BTreeMap<&String, Triage> = evidence
+            .iter()
+            .map(|(id, e)| (id, triage::triage(e)))
+            .collect();
+        json(&triaged)
+    })
+    .param("evidence", key);
+    judge(engine, node, &[], after)
+}
+
+/// The budget node: the breach lines of `usage` against `limits`.
+pub fn budget(
+    engine: &Engine,
+    limits: Limits,
+    mut usage: Usage,
+    after: &[NodeId],
+) -> Result<(NodeId, Vec<String>)> {
+    // Tenths of a second, in the key and in the judgment alike: a key that moved with every
+    // microsecond would never be found again, and the breach line prints tenths anyway.
+    let tenths = (usage.seconds * 10.0).round().max(0.0) as u64;
+    usage.seconds = tenths as f64 / 10.0;
+    let mut w = KeyWriter::new("budget");
+    for limit in [
+        limits.max_seconds,
+        limits.max_tests,
+        limits.max_frozen,
+        Some(limits.max_new_skips),
+        limits.max_reruns,
+    ] {
+        match limit {
+            Some(l) => w.u64(l),
+            None => w.str("\0none"),
+        };
+    }
+    // The wall time matters only under a limit on it; without one, it stays out of the key so
+    // that an unchanged audit finds its budget in the cache.
+    match limits.max_seconds {
+        Some(_) => w.u64(tenths),
+        None => w.str("\0unlimited"),
+    };
+    w.u64(usage.tests).u64(usage.frozen);
+    w.list(&usage.new_skips, |w, s| {
+        w.str(&s.nodeid)
+            .str(&s.marker)
+            .str(s.reason.as_deref().unwrap_or("\0none"));
+    });
+    w.list(&usage.reruns, |w, r| {
+        w.str(&r.nodeid).u64(u64::from(r.count));
+    });
+    let node = Node::new("budget", "budget", move |_| {
+        let lines: Vec<String> = budget::check(&limits, &usage)
+            .iter()
+            .map(|b| b.to_string())
+            .collect();
+        json(&lines)
+    })
+    .param("usage", w.finish().to_string());
+    judge(engine, node, &[], after)
+}
+
+/// What the verdict weighs besides the budget's breaches, which it reads from the budget node.
+pub struct Weighed {
+    pub findings: Vec<Finding>,
+    pub drift: Vec<String>,
+    pub expired: Vec<String>,
+    pub strict: bool,
+}
+
+/// The verdict node: computed from the budget node's output and the findings.
+pub fn verdict(
+    engine: &Engine,
+    weighed: Weighed,
+    budget: Option<NodeId>,
+    after: &[NodeId],
+) -> Result<(NodeId, Decision)> {
+    let mut w = KeyWriter::new("verdict");
+    w.list(&weighed.findings, |w, f| {
+        w.str(f.kind.as_str())
+            .str(&f.subject)
+            .u64(u64::from(f.introduced))
+            .u64(u64::from(f.edited_by_patch));
+    });
+    for lines in [&weighed.drift, &weighed.expired] {
+        w.list(lines, |w, l| {
+            w.str(l);
+        });
+    }
+    w.u64(u64::from(weighed.strict));
+    let weighed = Arc::new(weighed);
+    let node = Node::new("verdict", "verdict", move |inputs| {
+        let breaches: Vec<String> = match inputs.first() {
+            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
+                NodeError::Infra(format!("bug: the budget's output does not decode: {e}"))
+            })?,
+            None => Vec::new(),
+        };
+        json(&verdict::decide(&Gates {
+            findings: &weighed.findings,
+            breaches: &breaches,
+            drift: &weighed.drift,
+            expired: &weighed.expired,
+            strict: weighed.strict,
+            ..Gates::default()
+        }))
+    })
+    .param("weighed", w.finish().to_string());
+    let inputs: Vec<NodeId> = budget.into_iter().collect();
+    judge(engine, node, &inputs, after)
+}

@@ -1,0 +1,73 @@
+//! The inputs of the two sides, each loaded once: snapshot, configuration, lock bytes, freeze
+//! ledger and tree digest.
+
+use std::sync::Arc;
+
+use fixgate_cache::Digest;
+
+use crate::audit::freeze::{self, Ledger};
+use crate::config::Config;
+use crate::context::Ctx;
+use crate::engine::steps;
+use crate::error::{Error, Result};
+use crate::snapshot::Snapshot;
+
+pub const FREEZE_LEDGER: &str = ".fixgate/freeze.json";
+
+/// One side of the audit.
+pub struct Side {
+    pub snapshot: Arc<Snapshot>,
+    pub ledger: Ledger,
+    pub lock: Option<Vec<u8>>,
+    pub tree: Digest,
+}
+
+/// Both sides, and the configuration the audit runs under.
+pub struct Sides {
+    pub base: Side,
+    pub head: Side,
+    /// The base's configuration: budget, dependency tracking (a patch cannot loosen them).
+    pub base_config: Config,
+    /// The fixture groups both sides are judged with (the base's explicit groups win).
+    pub config: Config,
+}
+
+impl Sides {
+    pub fn load(ctx: &Ctx, base: &str, head: Option<&str>) -> Result<Sides> {
+        let base = Arc::new(ctx.repo.snapshot(Some(base))?);
+        let head = Arc::new(ctx.repo.snapshot(head)?);
+        let base_config = ctx.config(&base)?;
+        let config = crate::delta::pair_config(ctx, &base, &head)?;
+        let mut stat = crate::statcache::StatCache::load(&ctx.cache_dir, &head.root);
+        let head_tree = steps::tree_digest(&head, Some(&mut stat))?;
+        let base_tree = steps::tree_digest(&base, None)?;
+        if let Err(e) = stat.save() {
+            ctx.warn(&format!("failed to save the stat cache: {e}"));
+        }
+        Ok(Sides {
+            base: Side::new(base, base_tree)?,
+            head: Side::new(head, head_tree)?,
+            base_config,
+            config,
+        })
+    }
+}
+
+impl Side {
+    fn new(snapshot: Arc<Snapshot>, tree: Digest) -> Result<Side> {
+        Ok(Side {
+            ledger: read_ledger(&snapshot)?,
+            lock: snapshot.read_path(crate::lock::FILE_NAME)?,
+            snapshot,
+            tree,
+        })
+    }
+}
+
+fn read_ledger(s: &Snapshot) -> Result<Ledger> {
+    match s.read_path(FREEZE_LEDGER)? {
+        None => Ok(Ledger::default()),
+        Some(bytes) => freeze::parse(&bytes, &format!("{FREEZE_LEDGER} of {}", s.rev_label()))
+            .map_err(|e| Error::Usage(e.to_string())),
+    }
+}
