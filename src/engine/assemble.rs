@@ -185,40 +185,34 @@ pub fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::GraphSummar
                 Status::Skipped { because } => format!("skipped: {because} failed"),
             },
         });
+        let ran = |reason: String| report::ExecutedNode {
+            label: n.label.clone(),
+            kind: n.kind.clone(),
+            key: n.key.map(|k| k.to_string()).unwrap_or_default(),
+            reason,
+            start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        };
         match &n.status {
             Status::Checked { check } => {
                 // It came from the cache and ran again: `explain` says what the check found.
                 g.cached += 1;
-                g.executed_nodes.push(report::ExecutedNode {
-                    label: n.label.clone(),
-                    kind: n.kind.clone(),
-                    key: n.key.map(|k| k.to_string()).unwrap_or_default(),
-                    reason: match check {
-                        fixgate_graph::Check::Same => {
-                            "--check: ran again, same output as the cached result".to_string()
-                        }
-                        fixgate_graph::Check::Diverged { fresh } => format!(
-                            "--check: ran again, output {fresh} differs from the cached result"
-                        ),
-                        fixgate_graph::Check::Errored { message } => {
-                            format!("--check: ran again and failed: {message}")
-                        }
-                    },
-                    start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
-                    end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
-                });
+                g.executed_nodes.push(ran(match check {
+                    fixgate_graph::Check::Same => {
+                        "--check: ran again, same output as the cached result".to_string()
+                    }
+                    fixgate_graph::Check::Diverged { fresh } => {
+                        format!("--check: ran again, output {fresh} differs from the cached result")
+                    }
+                    fixgate_graph::Check::Errored { message } => {
+                        format!("--check: ran again and failed: {message}")
+                    }
+                }));
             }
             Status::Cached => g.cached += 1,
             Status::Executed { reason } => {
                 g.executed += 1;
-                g.executed_nodes.push(report::ExecutedNode {
-                    label: n.label.clone(),
-                    kind: n.kind.clone(),
-                    key: n.key.map(|k| k.to_string()).unwrap_or_default(),
-                    reason: reason.to_string(),
-                    start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
-                    end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
-                });
+                g.executed_nodes.push(ran(reason.to_string()));
             }
             Status::Failed { .. } | Status::Skipped { .. } => {}
         }
