@@ -3,6 +3,7 @@
 mod assemble;
 pub mod audit;
 mod base_check;
+mod culprits;
 pub mod digests;
 mod judge;
 pub mod matrix;

@@ -54,6 +54,10 @@ pub struct PairReport {
     pub introduced: bool,
     /// pytest processes the search started.
     pub search_runs: u32,
+    /// `search` (bisection or delta debugging), `reused-from-this-audit` (another victim's
+    /// culprits, confirmed in one run) or `reused-from-an-earlier-audit` (a set remembered for
+    /// this victim and base, confirmed in one run).
+    pub found_by: String,
     /// Set when the search could not explain the failure: which invariant broke.
     pub unexplained: Option<String>,
 }

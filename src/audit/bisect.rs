@@ -46,6 +46,9 @@ pub enum Method {
     Bisection,
     /// Neither half reproduced on its own, so the remaining candidates went through ddmin.
     DeltaDebugging,
+    /// A culprit set already known (from another victim of this audit, or an earlier audit of
+    /// the same base) reproduced the anomaly in one run: no search.
+    Reused,
 }
 
 /// How the search ended. Everything but [`SearchOutcome::Found`] names the assumption that did

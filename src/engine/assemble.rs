@@ -92,6 +92,7 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                 .pre_existing
                 .contains(&(FindingKind::OrderDependent, p.victim.clone())),
             search_runs: p.search.runs,
+            found_by: p.found.as_str().into(),
             unexplained: (!p.search.outcome.is_found()).then(|| p.search.outcome.describe()),
         })
         .collect();

@@ -20,11 +20,12 @@ use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
 use crate::context::Ctx;
 use crate::engine::assemble::{self, side_of, Judged};
+use crate::engine::culprits;
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
-use crate::engine::search::{self, Pair};
+use crate::engine::search::{self, Found, Known, Pair};
 use crate::engine::sides::Sides;
 use crate::engine::{base_check, replay, steps};
 use crate::error::{Error, Result};
@@ -89,6 +90,8 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
         |live| {
             let engine = Engine {
                 live,
+                store: store.as_ref(),
+                base_tree: sides.base.tree,
                 runner: runner.clone(),
                 groups: sides.config.groups.clone(),
                 deps_mode: opts.deps.unwrap_or(sides.base_config.deps),
@@ -423,7 +426,9 @@ fn gather(
 }
 
 /// The polluter (or state-setter) search of every order-dependent test; marks the culprits in
-/// the evidence.
+/// the evidence. A victim first tries the culprit sets known from this audit and, for the same
+/// base and victim, from earlier audits; it is searched only when none reproduces. Every set
+/// found by a search is remembered for the next audit of the base.
 fn search_pairs(
     engine: &Engine,
     matrix: &Matrix,
@@ -437,8 +442,8 @@ fn search_pairs(
         if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
             continue;
         }
-        let alone_green = evidence[id].alone.map(Outcome::is_green).unwrap_or(true);
-        let (kind, label) = if alone_green {
+        let alone = evidence[id].alone.map(Outcome::is_green);
+        let (kind, label) = if alone.unwrap_or(true) {
             (PairKind::Polluter, matrix.first(id, false))
         } else {
             (PairKind::StateSetter, matrix.first(id, true))
@@ -446,9 +451,35 @@ fn search_pairs(
         let Some(label) = label else { continue };
         let order = &matrix.runs[&label].order;
         let pos = order.iter().position(|o| o == id).unwrap_or(0);
+        let prefix = &order[..pos];
         let mut after: Vec<NodeId> = vec![matrix.nodes[&label]];
         after.extend(&confirmation.nodes);
-        let pair = search::find(engine, Role::Head, id, &order[..pos], kind, &after)?;
+        let mut known: Vec<Known> = pairs
+            .iter()
+            .filter(|p| p.kind == kind && p.search.outcome.is_found())
+            .map(|p| Known {
+                culprits: p.culprits.clone(),
+                from: Found::ReusedThisAudit,
+            })
+            .collect();
+        known.extend(
+            culprits::recall(engine.store, &engine.base_tree, id)
+                .into_iter()
+                .map(|culprits| Known {
+                    culprits,
+                    from: Found::ReusedEarlierAudit,
+                }),
+        );
+        let pair = match search::reuse(engine, id, prefix, kind, alone, &known, &after)? {
+            Some(pair) => pair,
+            None => {
+                let pair = search::find(engine, Role::Head, id, prefix, kind, &after)?;
+                if pair.search.outcome.is_found() {
+                    culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
+                }
+                pair
+            }
+        };
         for c in &pair.culprits {
             if let Some(e) = evidence.get_mut(c) {
                 match kind {

@@ -78,6 +78,10 @@ impl RunRequest {
 /// Everything runs share within one audit: the audit's one live graph among them.
 pub struct Engine<'l, 'a> {
     pub live: &'l Live<'a>,
+    /// The store behind the graph, for what is remembered beside node results (culprit sets).
+    pub store: &'a dyn fixgate_cache::Store,
+    /// The base's tree digest: what remembered culprit sets are keyed by.
+    pub base_tree: Digest,
     pub runner: Arc<Runner>,
     pub groups: FixtureGroups,
     pub deps_mode: DepsMode,

@@ -9,6 +9,27 @@ use crate::audit::bisect::{self, PairKind, Search};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
 
+/// Where a pair's culprits came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Bisection or delta debugging over the prefix.
+    Searched,
+    /// The culprits of another victim of this audit, confirmed in one run.
+    ReusedThisAudit,
+    /// A set found for this victim in an earlier audit of the same base, confirmed in one run.
+    ReusedEarlierAudit,
+}
+
+impl Found {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Found::Searched => "search",
+            Found::ReusedThisAudit => "reused-from-this-audit",
+            Found::ReusedEarlierAudit => "reused-from-an-earlier-audit",
+        }
+    }
+}
+
 /// A found (or unexplained) pair.
 pub struct Pair {
     pub kind: PairKind,
@@ -17,6 +38,85 @@ pub struct Pair {
     pub search: Search,
     /// The last node of the search (each step starts after the one before it).
     pub last: NodeId,
+    pub found: Found,
+}
+
+/// A known culprit set to try before searching, and where it is known from.
+pub struct Known {
+    pub culprits: Vec<String>,
+    pub from: Found,
+}
+
+/// Tries each known set that ran before the victim in `prefix`: one run of "the set, then the
+/// victim". A set reproduces when that run shows the anomaly and the victim alone (`alone`, known
+/// from confirmation) does not. Returns the first set that reproduces, `None` when none does
+/// (then the caller searches). Each try starts after the one before it.
+pub fn reuse(
+    engine: &Engine,
+    victim: &str,
+    prefix: &[String],
+    kind: PairKind,
+    alone: Option<bool>,
+    known: &[Known],
+    after: &[NodeId],
+) -> Result<Option<Pair>, Error> {
+    // The victim alone must show the normal outcome, or no set can be its culprits.
+    let normal_alone = match kind {
+        PairKind::Polluter => alone == Some(true),
+        PairKind::StateSetter => alone == Some(false),
+    };
+    if !normal_alone {
+        return Ok(None);
+    }
+    let mut previous = after.to_vec();
+    let mut runs = 0;
+    let mut tried: Vec<&Vec<String>> = Vec::new();
+    for k in known {
+        let indices: Option<Vec<usize>> = k
+            .culprits
+            .iter()
+            .map(|c| prefix.iter().position(|p| p == c))
+            .collect();
+        let Some(mut indices) = indices else { continue };
+        if indices.is_empty() || tried.contains(&&k.culprits) {
+            continue;
+        }
+        tried.push(&k.culprits);
+        indices.sort_unstable();
+        let mut order: Vec<String> = indices.iter().map(|&i| prefix[i].clone()).collect();
+        order.push(victim.to_string());
+        let key = blake3::hash(order.join("\n").as_bytes()).to_hex();
+        let req = RunRequest::new(
+            format!("reuse-run({victim})[{}]", &key[..12]),
+            "reuse-run",
+            Role::Head,
+            order,
+        )
+        .after(&previous);
+        let (node, result) = engine.run_one(&req)?;
+        runs += 1;
+        previous = vec![node];
+        let reproduced = result.outcome_of(victim).is_some_and(|o| match kind {
+            PairKind::Polluter => !o.is_green(),
+            PairKind::StateSetter => o.is_green(),
+        });
+        if reproduced {
+            return Ok(Some(Pair {
+                kind,
+                victim: victim.to_string(),
+                culprits: indices.iter().map(|&i| prefix[i].clone()).collect(),
+                search: Search {
+                    culprits: indices,
+                    runs,
+                    method: bisect::Method::Reused,
+                    outcome: bisect::SearchOutcome::Found,
+                },
+                last: node,
+                found: k.from,
+            }));
+        }
+    }
+    Ok(None)
 }
 
 /// Searches `prefix` (the tests that ran before `victim` in the order where it misbehaved) for
@@ -72,6 +172,7 @@ pub fn find(
                 "bug: the search for {victim} has no node to start after"
             ))
         })?,
+        found: Found::Searched,
     })
 }
 

@@ -1,0 +1,118 @@
+//! Issue 10: audits built for streams of patches: culprit sets reused within an audit and across
+//! audits of one base, and many heads audited against one base in one invocation.
+
+mod common;
+
+use common::TestRepo;
+use serde_json::Value;
+
+/// A base with a shared module and three victims in three files, each asserting the shared
+/// state is empty; `tests/test_a_pollute.py` (added by the head) leaves state behind.
+fn polluted() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/shared.py", "STATE = {}\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        );
+    for v in ["v1", "v2", "v3"] {
+        repo.write(
+            &format!("tests/test_{v}.py"),
+            format!("from pkg import shared\n\ndef test_{v}():\n    assert shared.STATE == {{}}\n"),
+        );
+    }
+    repo.write(
+        "tests/test_clean.py",
+        "def test_one():\n    assert 1\n\ndef test_two():\n    assert 2\n",
+    );
+    repo.commit("base");
+    repo.write(
+        "tests/test_a_pollute.py",
+        "from pkg import shared\n\ndef test_pollute():\n    shared.STATE['x'] = 1\n",
+    );
+    repo.commit("head adds a polluter");
+    repo
+}
+
+fn audit(repo: &TestRepo, base: &str, head: &str) -> Value {
+    let run = repo.fixgate_py(&[
+        "audit", "--base", base, "--head", head, "--seeds", "2", "--format", "json", "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    run.json()
+}
+
+fn pairs_by_victim(v: &Value) -> Vec<(String, String, u64, Vec<String>)> {
+    let mut out: Vec<_> = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["victim"].as_str().unwrap().to_string(),
+                p["found_by"].as_str().unwrap().to_string(),
+                p["search_runs"].as_u64().unwrap(),
+                p["culprits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audit() {
+    let repo = polluted();
+    let v = audit(&repo, "HEAD~1", "HEAD");
+    let pairs = pairs_by_victim(&v);
+    assert_eq!(pairs.len(), 3, "{:#}", v["pairs"]);
+    let polluter = vec!["tests/test_a_pollute.py::test_pollute".to_string()];
+    let searched: Vec<_> = pairs.iter().filter(|p| p.1 == "search").collect();
+    assert_eq!(searched.len(), 1, "{pairs:?}");
+    for p in &pairs {
+        assert_eq!(p.3, polluter, "{pairs:?}");
+        if p.1 != "search" {
+            assert_eq!(p.1, "reused-from-this-audit");
+            assert_eq!(p.2, 1, "one run confirms a reused set: {pairs:?}");
+        }
+    }
+    // The runs the graph made agree with the report: one reuse run per reused victim.
+    let reuse_runs = v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "reuse-run")
+        .count();
+    assert_eq!(reuse_runs, 2);
+
+    // A later head of the same base, whose runs all execute again (a new test file changes
+    // every order): the searched victim finds its culprits remembered from the first audit.
+    repo.write("tests/test_more.py", "def test_more():\n    assert True\n");
+    repo.commit("another head");
+    let again = audit(&repo, "HEAD~2", "HEAD");
+    let pairs = pairs_by_victim(&again);
+    assert_eq!(pairs.len(), 3, "{:#}", again["pairs"]);
+    assert!(
+        pairs.iter().all(|p| p.1 != "search" && p.2 == 1),
+        "{pairs:?}"
+    );
+    assert!(
+        pairs.iter().any(|p| p.1 == "reused-from-an-earlier-audit"),
+        "{pairs:?}"
+    );
+    assert_eq!(
+        again["graph"]["executed_nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "bisect-run")
+            .count(),
+        0
+    );
+}
