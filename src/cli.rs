@@ -92,9 +92,15 @@ pub struct AuditArgs {
     /// The base revision the patch applies to (anything git accepts)
     #[arg(long, value_name = "REV")]
     pub base: String,
-    /// The head revision [default: the working tree]
+    /// The head revision [default: the working tree]. Repeat it to audit several heads against
+    /// one base, sharing every base step: one report per head (JSON Lines with --format json,
+    /// one file per head with --output DIR), and the exit code of the most severe verdict
     #[arg(long, value_name = "REV")]
-    pub head: Option<String>,
+    pub head: Vec<String>,
+    /// Audit every head listed in FILE (one revision per line; blank lines and # comments are
+    /// skipped), as with a repeated --head
+    #[arg(long, value_name = "FILE")]
+    pub heads_from: Option<PathBuf>,
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N)
     #[arg(
         long,

@@ -116,3 +116,121 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
         0
     );
 }
+
+/// A report without what depends on the cache's history or the clock: the graph's statuses,
+/// processes started, wall time, and where a pair's culprits came from.
+fn judged(mut v: Value) -> Value {
+    let o = v.as_object_mut().unwrap();
+    for k in ["graph", "pytest_processes", "duration_seconds"] {
+        o.remove(k);
+    }
+    o["budget"]["used"]
+        .as_object_mut()
+        .unwrap()
+        .remove("seconds");
+    for p in o["pairs"].as_array_mut().unwrap() {
+        let p = p.as_object_mut().unwrap();
+        p.remove("found_by");
+        p.remove("search_runs");
+    }
+    v
+}
+
+#[test]
+fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_code() {
+    let repo = polluted();
+    let base = common::git(repo.path(), &["rev-parse", "HEAD~1"]);
+    let polluting = common::git(repo.path(), &["rev-parse", "HEAD"]);
+    common::git(repo.path(), &["checkout", "-q", "-b", "docs", &base]);
+    repo.write("README.md", "documented\n");
+    let docs = repo.commit("a docs-only head");
+    common::git(repo.path(), &["checkout", "-q", "main"]);
+
+    let both = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &polluting, "--head", &docs, "--seeds", "2",
+        "--format", "json", "--quiet",
+    ]);
+    assert_eq!(both.code, 1, "the worst of reject and pass: {both:?}");
+    let lines: Vec<Value> = both
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "one JSON line per head: {both:?}");
+    assert_eq!(lines[0]["verdict"], "reject");
+    assert_eq!(lines[1]["verdict"], "pass");
+    assert_eq!(lines[0]["head"]["commit"], polluting.as_str());
+    assert_eq!(lines[1]["head"]["commit"], docs.as_str());
+    // The docs head found every base step in the cache the first head filled.
+    let base_steps_executed = lines[1]["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["label"] == "collect(base)" || n["label"] == "snapshot(base)")
+        .count();
+    assert_eq!(base_steps_executed, 0, "{:#}", lines[1]["graph"]);
+
+    // Each head alone, from a cold cache of its own, judges the same.
+    for (head, together) in [(&polluting, &lines[0]), (&docs, &lines[1])] {
+        let alone = TestRepo {
+            dir: tempfile::tempdir().unwrap(),
+            cache: tempfile::tempdir().unwrap(),
+        };
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
+            .args([
+                "audit", "--base", &base, "--head", head, "--seeds", "2", "--format", "json",
+                "--quiet", "--repo",
+            ])
+            .arg(repo.path())
+            .arg("--cache-dir")
+            .arg(alone.cache.path())
+            .arg("--python")
+            .arg(common::python())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&run.stdout).unwrap();
+        assert_eq!(judged(v), judged(together.clone()), "{head}");
+    }
+
+    // --heads-from and --output DIR: one file per head; a bad revision is that head's error.
+    let list = repo.path().join("heads.txt");
+    std::fs::write(&list, format!("# the queue\n{docs}\n\nno-such-revision\n")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = repo.fixgate_py(&[
+        "audit",
+        "--base",
+        &base,
+        "--heads-from",
+        list.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--format",
+        "json",
+        "--quiet",
+        "--output",
+        out.path().to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 2, "an error outranks a pass: {run:?}");
+    let mut files: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        vec![
+            format!("01-{docs}.json"),
+            "02-no-such-revision.json".to_string()
+        ]
+    );
+    let bad: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join(&files[1])).unwrap()).unwrap();
+    assert_eq!(bad["verdict"], "error");
+    assert!(
+        bad["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("no-such-revision"),
+        "{bad:#}"
+    );
+}

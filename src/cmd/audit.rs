@@ -1,7 +1,8 @@
-//! `fixgate audit`: the verdict on a patch, with its evidence, in the chosen format. Also keeps
-//! the audit's graph for `fixgate graph` and `fixgate explain`.
+//! `fixgate audit`: the verdict on a patch, with its evidence, in the chosen format; or on many
+//! heads against one base, one report per head. Also keeps the audit's graph for `fixgate
+//! graph` and `fixgate explain`.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use crate::audit::budget::Overrides;
@@ -11,23 +12,153 @@ use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
 use crate::error::{Error, Result};
+use crate::exit;
 use crate::report::{self, AuditReport};
 
 pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
-    let opts = options(args)?;
-    let report = audit::audit(ctx, &opts)?;
-    emit(ctx, &report)?;
-    Ok(report.exit_code)
+    let heads = heads(args)?;
+    if heads.len() <= 1 {
+        let opts = options(args, heads.into_iter().next())?;
+        let report = audit::audit(ctx, &opts)?;
+        emit(ctx, &report)?;
+        return Ok(report.exit_code);
+    }
+    many(ctx, args, &heads)
 }
 
-pub fn options(args: &AuditArgs) -> Result<Options> {
+/// The heads to audit: every `--head`, then every line of `--heads-from`. None: the working
+/// tree.
+fn heads(args: &AuditArgs) -> Result<Vec<String>> {
+    let mut heads = args.head.clone();
+    if let Some(file) = &args.heads_from {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            Error::Usage(format!(
+                "failed to read --heads-from {}: {e}; give a file with one revision per line",
+                file.display()
+            ))
+        })?;
+        heads.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string),
+        );
+        if heads.is_empty() {
+            return Err(Error::Usage(format!(
+                "--heads-from {} lists no revision",
+                file.display()
+            )));
+        }
+    }
+    Ok(heads)
+}
+
+/// How bad an exit code is, in the verdict's precedence: error, drift, expired freeze, reject,
+/// unverified, pass.
+fn severity(code: i32) -> u8 {
+    match code {
+        exit::ERROR => 5,
+        exit::DRIFT => 4,
+        exit::EXPIRED_FREEZE => 3,
+        exit::REJECT => 2,
+        exit::UNVERIFIED => 1,
+        exit::PASS => 0,
+        _ => 5,
+    }
+}
+
+/// Audits every head against one base, one after another through one cache: every base step
+/// (snapshot, collection, base checks, remembered culprit sets) runs once and is found by the
+/// heads after it. A head that cannot be audited gets an error report; the others go on.
+fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
+    if let Some(dir) = &ctx.output {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Usage(format!(
+                "failed to create the report folder {} ({e}); with several heads, --output \
+                 names a folder that gets one report per head",
+                dir.display()
+            ))
+        })?;
+    }
+    let mut worst = exit::PASS;
+    for (i, head) in heads.iter().enumerate() {
+        let report = match audit::audit(ctx, &options(args, Some(head.clone()))?) {
+            Ok(r) => r,
+            Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(e) => error_report(head, &e),
+        };
+        if severity(report.exit_code) > severity(worst) {
+            worst = report.exit_code;
+        }
+        for w in &report.warnings {
+            ctx.warn(&format!("{head}: {w}"));
+        }
+        save_graph(ctx, &report);
+        let text = render(ctx, &report, i + 1 == heads.len(), ctx.output.is_none());
+        match &ctx.output {
+            Some(dir) => {
+                let path = dir.join(report_name(i, head, ctx.format));
+                std::fs::write(&path, text).map_err(|e| Error::io("write", &path, e))?;
+            }
+            None => write_stdout(&text)?,
+        }
+    }
+    Ok(worst)
+}
+
+/// The report of a head that could not be audited: verdict error, the reason, exit 2.
+fn error_report(head: &str, e: &Error) -> AuditReport {
+    AuditReport {
+        schema: report::SCHEMA,
+        verdict: "error".into(),
+        exit_code: e.exit_code(),
+        reasons: vec![e.to_string()],
+        head: report::Side {
+            rev: head.to_string(),
+            commit: None,
+        },
+        ..AuditReport::default()
+    }
+}
+
+/// `03-feature_x.json`: the head's place in the list, then its revision with every character a
+/// file name should not hold replaced.
+fn report_name(index: usize, head: &str, format: Format) -> String {
+    let safe: String = head
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    let ext = match format {
+        Format::Human => "txt",
+        Format::Json => "json",
+        Format::Markdown => "md",
+        Format::Junit => "xml",
+        Format::Github => "txt",
+    };
+    format!("{:02}-{safe}.{ext}", index + 1)
+}
+
+fn write_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("write", "standard output", e))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
         None => today(),
     };
     Ok(Options {
         base: args.base.clone(),
-        head: args.head.clone(),
+        head,
         seeds: args
             .seed_list
             .clone()
@@ -60,23 +191,42 @@ pub fn today() -> Date {
     Date::from_unix_days(secs.div_euclid(86_400))
 }
 
+/// The report in the chosen format. JSON is one line per report when several go to one
+/// stream (JSON Lines), sorted and pretty otherwise; other formats are separated by a blank
+/// line.
+fn render(ctx: &Ctx, report: &AuditReport, last: bool, stream: bool) -> String {
+    let color = ctx.output.is_none()
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::io::stdout().is_terminal();
+    match ctx.format {
+        Format::Json if stream => {
+            // Through `Value`, so keys come out sorted as in the single report.
+            let value = serde_json::to_value(report).unwrap_or_default();
+            let mut line = value.to_string();
+            line.push('\n');
+            line
+        }
+        Format::Json => to_json(report),
+        Format::Human => {
+            let mut text = report::human::render(report, color);
+            if stream && !last {
+                text.push('\n');
+            }
+            text
+        }
+        Format::Markdown => report::markdown::render(report),
+        Format::Junit => report::junit::render(report),
+        Format::Github => report::github::render(report),
+    }
+}
+
 /// Renders the report in the chosen format and keeps its graph for `graph` and `explain`.
 pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
     for w in &report.warnings {
         ctx.warn(w);
     }
     save_graph(ctx, report);
-    let color = ctx.output.is_none()
-        && std::env::var_os("NO_COLOR").is_none()
-        && std::io::stdout().is_terminal();
-    let text = match ctx.format {
-        Format::Human => report::human::render(report, color),
-        Format::Json => to_json(report),
-        Format::Markdown => report::markdown::render(report),
-        Format::Junit => report::junit::render(report),
-        Format::Github => report::github::render(report),
-    };
-    ctx.emit(&text)
+    ctx.emit(&render(ctx, report, true, false))
 }
 
 /// Where the last audit of this repository keeps its graph.
@@ -87,6 +237,9 @@ pub fn last_audit_dir(ctx: &Ctx) -> PathBuf {
 }
 
 fn save_graph(ctx: &Ctx, report: &AuditReport) {
+    if report.graph_dot.is_empty() {
+        return;
+    }
     let dir = last_audit_dir(ctx);
     let written = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(dir.join("graph.json"), to_json(&report.graph)))
@@ -96,5 +249,38 @@ fn save_graph(ctx: &Ctx, report: &AuditReport) {
             "failed to keep the audit's graph under {}: {e}; `fixgate graph` and `fixgate explain` will not see it",
             dir.display()
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_severe_exit_code_follows_the_verdict_precedence() {
+        let mut codes = vec![
+            exit::PASS,
+            exit::UNVERIFIED,
+            exit::REJECT,
+            exit::EXPIRED_FREEZE,
+            exit::DRIFT,
+            exit::ERROR,
+        ];
+        let ranks: Vec<u8> = codes.iter().map(|&c| severity(c)).collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
+        codes.reverse();
+        assert_eq!(
+            codes.iter().copied().max_by_key(|&c| severity(c)),
+            Some(exit::ERROR)
+        );
+    }
+
+    #[test]
+    fn report_names_keep_their_place_and_drop_odd_characters() {
+        assert_eq!(report_name(0, "HEAD~1", Format::Json), "01-HEAD_1.json");
+        assert_eq!(
+            report_name(11, "feature/x y", Format::Markdown),
+            "12-feature_x_y.md"
+        );
     }
 }

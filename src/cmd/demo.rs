@@ -102,7 +102,8 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     };
     let args = AuditArgs {
         base: "HEAD~1".into(),
-        head: Some("HEAD".into()),
+        head: vec!["HEAD".into()],
+        heads_from: None,
         seeds: 4,
         seed_list: None,
         strict: false,
@@ -121,7 +122,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             allow_network: false,
         },
     };
-    let opts = crate::cmd::audit::options(&args)?;
+    let opts = crate::cmd::audit::options(&args, Some("HEAD".into()))?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {
