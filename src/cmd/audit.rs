@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn the_most_severe_exit_code_follows_the_verdict_precedence() {
-        let mut codes = vec![
+        let mut codes = [
             exit::PASS,
             exit::UNVERIFIED,
             exit::REJECT,

@@ -792,6 +792,7 @@ pub(crate) mod tests {
                 repro: repro.clone(),
                 introduced: true,
                 search_runs: 4,
+                found_by: "search".into(),
                 unexplained: None,
             }],
             findings: vec![
