@@ -402,6 +402,7 @@ fn the_dot_of_one_audit_is_one_connected_dag_from_the_gates_to_the_verdict() {
         "seed-run(0)",
         "confirm-run",
         "bisect-run",
+        "pair(",
         "base-check",
         "triage",
         "budget",
@@ -439,6 +440,14 @@ fn the_dot_of_one_audit_is_one_connected_dag_from_the_gates_to_the_verdict() {
     for w in steps.windows(2) {
         assert!(edges.contains(&(w[0], w[1], true)), "{dot}");
     }
+    // The same audit again: every node, the pair's answer included, comes from the cache.
+    let again = repo.fixgate_py(&[
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--seeds", "2", "--format", "json",
+        "--quiet",
+    ]);
+    let again = again.json();
+    assert_eq!(again["graph"]["executed"], 0, "{:#}", again["graph"]);
+    assert_eq!(again["pairs"], v["pairs"]);
     // `explain` after --check names the seed runs it checked.
     let checked = repo.fixgate_py(&[
         "audit", "--base", "HEAD~1", "--head", "HEAD", "--seeds", "2", "--check", "--quiet",

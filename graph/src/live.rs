@@ -171,6 +171,44 @@ impl<'a> Live<'a> {
         Ok(id)
     }
 
+    /// The cached output `node` would have with these inputs, without adding or computing it:
+    /// for a step whose answer is worked out by the caller (over many nodes) and recorded as a
+    /// node, so that the caller asks the cache before working. Only for static nodes whose
+    /// inputs have finished; `None` otherwise, on a miss, or for a cached failure.
+    pub fn lookup(&self, node: &Node, inputs: &[NodeId]) -> Option<Arc<[u8]>> {
+        if !matches!(node.caching, crate::node::Caching::Static)
+            || matches!(self.exec.options.mode, crate::Mode::Forced)
+        {
+            return None;
+        }
+        let digests = {
+            let st = self.lock();
+            inputs
+                .iter()
+                .map(|i| {
+                    st.done
+                        .get(i.index())?
+                        .as_ref()?
+                        .output
+                        .as_ref()
+                        .map(|(d, _)| *d)
+                })
+                .collect::<Option<Vec<_>>>()?
+        };
+        let derivation = crate::Derivation {
+            kind: node.kind.to_string(),
+            version: self.exec.version.to_string(),
+            params: node.params.clone(),
+            files: node.files.clone(),
+            inputs: digests,
+        };
+        let record = self.exec.store.get_action(&derivation.key())?;
+        if record.failed {
+            return None;
+        }
+        self.exec.store.get_blob(&record.output).map(Arc::from)
+    }
+
     /// Waits until node `id` has finished. Call it from the thread that builds the graph (or
     /// one it started), never from a node's compute function.
     pub fn wait(&self, id: NodeId) -> Outcome {

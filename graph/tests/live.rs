@@ -186,3 +186,51 @@ fn a_duplicate_label_is_refused_while_running() {
     .unwrap();
     assert_eq!(err.to_string(), "node label \"a\" is used twice");
 }
+
+#[test]
+fn lookup_finds_a_static_result_without_computing_it() {
+    let store = MemStore::new();
+    let opts = options(1);
+    let answer = |value: &'static str| {
+        Node::new("answer", "answer", move |i| {
+            Ok(Output::new([i[0], value.as_bytes()].concat()))
+        })
+        .param("value", value)
+    };
+    let ((), _, _) = Live::scope(&store, &opts, "0", |live| {
+        let q = live.add(constant("question", "q"), &[]).unwrap();
+        live.wait(q);
+        assert!(
+            live.lookup(&answer("1"), &[q]).is_none(),
+            "nothing cached yet"
+        );
+        let a = live.add(answer("1"), &[q]).unwrap();
+        live.wait(a);
+    })
+    .unwrap();
+    let ((), run, _) = Live::scope(&store, &opts, "0", |live| {
+        let q = live.add(constant("question", "q"), &[]).unwrap();
+        // An unfinished input: no answer.
+        let (tx, rx) = mpsc::channel::<()>();
+        let rx = Mutex::new(rx);
+        let slow = live
+            .add(
+                Node::new("slow", "slow", move |_| {
+                    let _ = rx.lock().unwrap().recv_timeout(Duration::from_secs(20));
+                    Ok(Output::new("s"))
+                }),
+                &[],
+            )
+            .unwrap();
+        assert!(live.lookup(&answer("1"), &[slow]).is_none());
+        tx.send(()).unwrap();
+        live.wait(q);
+        // Another parameter is another key.
+        assert_eq!(live.lookup(&answer("2"), &[q]).as_deref(), None);
+        assert_eq!(live.lookup(&answer("1"), &[q]).as_deref(), Some(&b"q1"[..]));
+        let a = live.add(answer("1"), &[q]).unwrap();
+        assert_eq!(live.wait(a).output(), Some(&b"q1"[..]));
+    })
+    .unwrap();
+    assert_eq!(run.report.node("answer").unwrap().status, Status::Cached);
+}

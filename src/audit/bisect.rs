@@ -14,13 +14,13 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A reasonable cap on ddmin's oracle calls: enough for a pair among a few hundred tests.
 pub const DEFAULT_DDMIN_CAP: u32 = 64;
 
 /// What the responsible tests do to the victim, as the report's pair `kind` says it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PairKind {
     /// The victim fails after it and passes alone.
@@ -39,11 +39,14 @@ impl PairKind {
 }
 
 /// How the culprits were narrowed down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// Halving found a single responsible test (or stopped before narrowing anything).
     Bisection,
+    /// Neither half reproduced on its own, and one culprit was found in each half by bisecting
+    /// it with the other half kept: a pair that breaks the victim only together.
+    SplitBisection,
     /// Neither half reproduced on its own, so the remaining candidates went through ddmin.
     DeltaDebugging,
     /// A culprit set already known (from another victim of this audit, or an earlier audit of
@@ -53,7 +56,7 @@ pub enum Method {
 
 /// How the search ended. Everything but [`SearchOutcome::Found`] names the assumption that did
 /// not hold, so that a report never presents an unexplained anomaly as explained.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]
 pub enum SearchOutcome {
     /// The culprits (with the victim after them) reproduce the anomaly, the victim alone does
@@ -98,7 +101,7 @@ impl SearchOutcome {
 }
 
 /// The result of one search.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Search {
     /// Indices into the prefix, ascending (the order they ran in). Empty unless the outcome is
     /// [`SearchOutcome::Found`] or [`SearchOutcome::CapReached`].
@@ -126,11 +129,28 @@ pub fn search<E, F>(prefix_len: usize, ddmin_cap: u32, oracle: F) -> Result<Sear
 where
     F: FnMut(&[usize]) -> Result<bool, E>,
 {
+    search_from(prefix_len, ddmin_cap, false, oracle)
+}
+
+/// [`search`], told whether the whole prefix is already known to reproduce (a confirmation run of
+/// the same order showed it): then that run is not made again, and the bound drops by one.
+pub fn search_from<E, F>(
+    prefix_len: usize,
+    ddmin_cap: u32,
+    whole_reproduces: bool,
+    oracle: F,
+) -> Result<Search, E>
+where
+    F: FnMut(&[usize]) -> Result<bool, E>,
+{
     let mut probe = Probe {
         oracle,
         runs: 0,
         seen: HashMap::new(),
     };
+    if whole_reproduces {
+        probe.seen.insert((0..prefix_len).collect(), true);
+    }
     let done = |probe: &Probe<F>, culprits, method, outcome| Search {
         culprits,
         runs: probe.runs,
@@ -167,9 +187,19 @@ where
         } else if probe.test(second)? {
             candidates = second.to_vec();
         } else {
-            method = Method::DeltaDebugging;
-            let start = probe.runs;
-            (candidates, capped) = ddmin(&mut probe, candidates, start, ddmin_cap)?;
+            // Each half holds a culprit. The common case is one in each (a pair that only
+            // breaks the victim together): bisect each half with the other kept whole, which
+            // costs about as much as one bisection of the whole prefix. A set that is not
+            // confirmed that way goes through ddmin.
+            let pair = split_pair(&mut probe, first, second)?;
+            if let Some(pair) = pair {
+                method = Method::SplitBisection;
+                candidates = pair;
+            } else {
+                method = Method::DeltaDebugging;
+                let start = probe.runs;
+                (candidates, capped) = ddmin(&mut probe, candidates, start, ddmin_cap)?;
+            }
             break;
         }
     }
@@ -222,6 +252,59 @@ impl<F> Probe<F> {
         }
         self.test(set).map(Some)
     }
+}
+
+/// One culprit in each half, neither reproducing alone: finds the first half's culprit by
+/// bisecting it with the whole second half after it, then the second half's with that culprit
+/// kept. Each step takes the half that reproduces and infers the other when it does not, so
+/// one culprit among `m` costs `⌈log2 m⌉` runs; the pair found is then run once. It is
+/// 1-minimal because neither half reproduced without the other, and each culprit lies in one
+/// of them (leftover state does not vanish when other tests are left out: the assumption
+/// bisection itself rests on). `None` when the pair does not reproduce (more than one culprit in
+/// a half, or one that needs company): the caller falls back to ddmin.
+///
+/// Cost, with the whole prefix known to reproduce: 2 runs for the halves, `⌈log2 ⌈n/2⌉⌉` for each
+/// culprit, 1 for the pair and 1 for the victim alone: within `2·⌈log2 n⌉ + 2`.
+fn split_pair<E, F>(
+    probe: &mut Probe<F>,
+    first: &[usize],
+    second: &[usize],
+) -> Result<Option<Vec<usize>>, E>
+where
+    F: FnMut(&[usize]) -> Result<bool, E>,
+{
+    let a = one_of(probe, first, second, false)?;
+    let b = one_of(probe, second, &[a], true)?;
+    let pair = [a, b];
+    Ok(probe.test(&pair)?.then(|| pair.to_vec()))
+}
+
+/// Bisects `candidates` for the one test that, together with `kept` (run before the candidates
+/// when `kept_first`, after them otherwise), reproduces the anomaly.
+fn one_of<E, F>(
+    probe: &mut Probe<F>,
+    candidates: &[usize],
+    kept: &[usize],
+    kept_first: bool,
+) -> Result<usize, E>
+where
+    F: FnMut(&[usize]) -> Result<bool, E>,
+{
+    let mut candidates = candidates.to_vec();
+    while candidates.len() > 1 {
+        let (low, high) = candidates.split_at(candidates.len() / 2);
+        let set: Vec<usize> = if kept_first {
+            kept.iter().chain(low).copied().collect()
+        } else {
+            low.iter().chain(kept).copied().collect()
+        };
+        candidates = if probe.test(&set)? {
+            low.to_vec()
+        } else {
+            high.to_vec()
+        };
+    }
+    Ok(candidates[0])
 }
 
 /// Zeller's ddmin over `candidates` (which reproduce), preserving order. Returns a 1-minimal
@@ -432,13 +515,56 @@ mod tests {
     }
 
     #[test]
-    fn a_pair_needed_together_is_found_by_ddmin() {
+    fn a_pair_needed_together_is_found_by_bisecting_each_half() {
         let acts = acts(64, &[(10, Act::Part(0)), (50, Act::Part(1))]);
         let s = polluter_search(&acts, 0b11, DEFAULT_DDMIN_CAP);
         assert_eq!(s.outcome, SearchOutcome::Found);
-        assert_eq!(s.method, Method::DeltaDebugging);
+        assert_eq!(s.method, Method::SplitBisection);
         assert_eq!(s.culprits, [10, 50]);
-        assert!(s.runs <= 2 + 2 + DEFAULT_DDMIN_CAP, "{} runs", s.runs);
+        // Without the whole prefix known, one run more than the bound at most.
+        assert!(s.runs <= run_bound(64) + 1, "{} runs", s.runs);
+    }
+
+    #[test]
+    fn a_pair_anywhere_across_the_halves_within_the_bound_when_the_prefix_is_known() {
+        for n in [2, 3, 5, 17, 64, 100] {
+            for a in 0..n / 2 {
+                for b in n / 2..n {
+                    let acts = acts(n, &[(a, Act::Part(0)), (b, Act::Part(1))]);
+                    let s = match search_from(n, DEFAULT_DDMIN_CAP, true, |set: &[usize]| {
+                        assert!(set.windows(2).all(|w| w[0] < w[1]), "{set:?}");
+                        Ok::<bool, Infallible>(!victim_passes(&acts, set, 0b11, false))
+                    }) {
+                        Ok(s) => s,
+                        Err(never) => match never {},
+                    };
+                    assert_eq!(
+                        (s.outcome, &s.culprits[..]),
+                        (SearchOutcome::Found, &[a, b][..]),
+                        "n={n} a={a} b={b}"
+                    );
+                    assert!(s.runs <= run_bound(n), "n={n} a={a} b={b}: {} runs", s.runs);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_known_reproducing_prefix_is_not_run_again() {
+        let acts = acts(64, &[(9, Act::Pollute)]);
+        let calls = Cell::new(0);
+        let s = search_from(64, DEFAULT_DDMIN_CAP, true, |set: &[usize]| {
+            assert_ne!(set.len(), 64, "the whole prefix ran again");
+            calls.set(calls.get() + 1);
+            Ok::<bool, Infallible>(!victim_passes(&acts, set, 0, false))
+        });
+        let s = match s {
+            Ok(s) => s,
+            Err(never) => match never {},
+        };
+        assert_eq!((s.outcome, s.culprits), (SearchOutcome::Found, vec![9]));
+        assert_eq!(s.runs, calls.get());
+        assert!(s.runs < run_bound(64));
     }
 
     #[test]
@@ -572,22 +698,27 @@ mod tests {
 
     #[test]
     fn the_ddmin_cap_reports_a_partial_result() {
-        let acts = acts(64, &[(10, Act::Part(0)), (50, Act::Part(1))]);
-        let s = polluter_search(&acts, 0b11, 6);
+        let acts = acts(
+            64,
+            &[(10, Act::Part(0)), (11, Act::Part(2)), (50, Act::Part(1))],
+        );
+        let s = polluter_search(&acts, 0b111, 6);
         assert_eq!(s.outcome, SearchOutcome::CapReached { cap: 6 });
         assert_eq!(s.method, Method::DeltaDebugging);
-        // Honest: what is reported still reproduces and holds both culprits.
-        assert!(!victim_passes(&acts, &s.culprits, 0b11, false));
-        assert!(s.culprits.contains(&10) && s.culprits.contains(&50));
+        // Honest: what is reported still reproduces and holds every culprit.
+        assert!(!victim_passes(&acts, &s.culprits, 0b111, false));
+        assert!([10, 11, 50].iter().all(|c| s.culprits.contains(c)));
         assert!(s.culprits.len() < 64);
-        // initial + two halves + six ddmin runs + the final check
-        assert_eq!(s.runs, 1 + 2 + 6 + 1);
+        // initial + two halves + the split bisection (two of ⌈log2 32⌉ and the pair) + at most
+        // six ddmin runs + the final check
+        assert!(s.runs <= 1 + 2 + 11 + 6 + 1, "{} runs", s.runs);
         assert!(s.outcome.describe().starts_with("partial"));
 
-        let s = polluter_search(&acts, 0b11, 0);
+        let s = polluter_search(&acts, 0b111, 0);
         assert_eq!(s.outcome, SearchOutcome::CapReached { cap: 0 });
         assert_eq!(s.culprits.len(), 64);
-        assert_eq!(s.runs, 4);
+        // initial + two halves + the split bisection (5 + 5 + the pair) + the final check
+        assert_eq!(s.runs, 1 + 2 + 11 + 1);
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
                 live,
                 store: store.as_ref(),
                 base_tree: sides.base.tree,
+                found: Mutex::new(Vec::new()),
                 runner: runner.clone(),
                 groups: sides.config.groups.clone(),
                 deps_mode: opts.deps.unwrap_or(sides.base_config.deps),
@@ -426,9 +427,12 @@ fn gather(
 }
 
 /// The polluter (or state-setter) search of every order-dependent test; marks the culprits in
-/// the evidence. A victim first tries the culprit sets known from this audit and, for the same
-/// base and victim, from earlier audits; it is searched only when none reproduces. Every set
-/// found by a search is remembered for the next audit of the base.
+/// the evidence. Each answer is a `pair` node computed from the runs that asked the question
+/// (the order that showed the anomaly, its rerun, the victim alone): an audit of the same runs
+/// finds it in the cache and repeats nothing. Otherwise a victim first tries the culprit sets
+/// known from this audit and, for the same base and victim, from earlier audits, and is
+/// searched only when none reproduces; every set a search finds is remembered for the next
+/// audit of the base.
 fn search_pairs(
     engine: &Engine,
     matrix: &Matrix,
@@ -449,38 +453,55 @@ fn search_pairs(
             (PairKind::StateSetter, matrix.first(id, true))
         };
         let Some(label) = label else { continue };
-        let order = &matrix.runs[&label].order;
-        let pos = order.iter().position(|o| o == id).unwrap_or(0);
-        let prefix = &order[..pos];
-        let mut after: Vec<NodeId> = vec![matrix.nodes[&label]];
-        after.extend(&confirmation.nodes);
-        let mut known: Vec<Known> = pairs
-            .iter()
-            .filter(|p| p.kind == kind && p.search.outcome.is_found())
-            .map(|p| Known {
-                culprits: p.culprits.clone(),
-                from: Found::ReusedThisAudit,
+        let question: Vec<NodeId> = [
+            Some(matrix.nodes[&label]),
+            confirmation.rerun_nodes.get(&label).copied(),
+            confirmation.alone_nodes.get(id).copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let slot: Arc<std::sync::OnceLock<Vec<u8>>> = Arc::default();
+        let answer_node = {
+            let slot = slot.clone();
+            fixgate_graph::Node::new(format!("pair({id})"), "pair", move |_| {
+                slot.get()
+                    .cloned()
+                    .map(fixgate_graph::Output::new)
+                    .ok_or_else(|| {
+                        fixgate_graph::NodeError::Infra(
+                            "bug: a pair node without its answer".into(),
+                        )
+                    })
             })
-            .collect();
-        known.extend(
-            culprits::recall(engine.store, &engine.base_tree, id)
-                .into_iter()
-                .map(|culprits| Known {
-                    culprits,
-                    from: Found::ReusedEarlierAudit,
-                }),
-        );
-        let pair = match search::reuse(engine, id, prefix, kind, alone, &known, &after)? {
-            Some(pair) => pair,
+            .param("victim", id.as_str())
+            .param("kind", kind.as_str())
+        };
+        let (answer, after) = match engine.live.lookup(&answer_node, &question) {
+            Some(bytes) => (decode_answer(&bytes)?, question.clone()),
             None => {
-                let pair = search::find(engine, Role::Head, id, prefix, kind, &after)?;
-                if pair.search.outcome.is_found() {
-                    culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
-                }
-                pair
+                let (answer, last) = answer(engine, matrix, confirmation, id, kind, label, alone)?;
+                let bytes = serde_json::to_vec(&answer)
+                    .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
+                let _ = slot.set(bytes);
+                (answer, vec![last])
             }
         };
-        for c in &pair.culprits {
+        let node = engine
+            .live
+            .add_after(answer_node, &question, &after)
+            .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+        if let Err(e) = engine.live.wait(node).into_result() {
+            return Err(Error::Infra(format!("pair({id}) failed: {e}")));
+        }
+        if answer.search.outcome.is_found() {
+            engine
+                .found
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((kind, answer.culprits.clone()));
+        }
+        for c in &answer.culprits {
             if let Some(e) = evidence.get_mut(c) {
                 match kind {
                     PairKind::Polluter => e.polluter_in_pair = true,
@@ -488,9 +509,93 @@ fn search_pairs(
                 }
             }
         }
-        pairs.push(pair);
+        pairs.push(Pair {
+            kind: answer.kind,
+            victim: id.clone(),
+            culprits: answer.culprits,
+            search: answer.search,
+            last: node,
+            found: answer.found,
+        });
     }
     Ok(pairs)
+}
+
+fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::Infra(format!("bug: a cached pair does not decode: {e}")))
+}
+
+/// Works out who makes `id` misbehave in the order `label`: a known set confirmed in one run,
+/// else a search. Returns the answer and the last run it made.
+fn answer(
+    engine: &Engine,
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    id: &str,
+    kind: PairKind,
+    label: OrderLabel,
+    alone: Option<bool>,
+) -> Result<(search::Answer, NodeId)> {
+    let order = &matrix.runs[&label].order;
+    let pos = order.iter().position(|o| o == id).unwrap_or(0);
+    let prefix = &order[..pos];
+    let mut after: Vec<NodeId> = vec![matrix.nodes[&label]];
+    after.extend(&confirmation.nodes);
+    let known: Vec<Known> = culprits::recall(engine.store, &engine.base_tree, id)
+        .into_iter()
+        .map(|culprits| Known {
+            culprits,
+            from: Found::ReusedEarlierAudit,
+        })
+        .collect();
+    let this_audit: Vec<Known> = engine
+        .found
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, culprits)| Known {
+            culprits: culprits.clone(),
+            from: Found::ReusedThisAudit,
+        })
+        .collect();
+    let known: Vec<Known> = this_audit.into_iter().chain(known).collect();
+    let pair = match search::reuse(engine, id, prefix, kind, alone, &known, &after)? {
+        Some(pair) => pair,
+        None => {
+            let whole_reproduces = confirmation
+                .reruns
+                .get(&label)
+                .and_then(|r| r.outcome_of(id))
+                .is_some_and(|o| match kind {
+                    PairKind::Polluter => !o.is_green(),
+                    PairKind::StateSetter => o.is_green(),
+                });
+            let pair = search::find(
+                engine,
+                Role::Head,
+                id,
+                prefix,
+                kind,
+                whole_reproduces,
+                &after,
+            )?;
+            if pair.search.outcome.is_found() {
+                culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
+            }
+            pair
+        }
+    };
+    Ok((
+        search::Answer {
+            kind: pair.kind,
+            culprits: pair.culprits,
+            search: pair.search,
+            found: pair.found,
+        },
+        pair.last,
+    ))
 }
 
 /// New skip markers, and skips inside the body of a test the patch edited.

@@ -170,6 +170,10 @@ pub struct Confirmation {
     pub alone: BTreeMap<String, Outcome>,
     /// The nodes of every confirmation run.
     pub nodes: Vec<NodeId>,
+    /// The node of each rerun, by order.
+    pub rerun_nodes: BTreeMap<OrderLabel, NodeId>,
+    /// The node that ran each test alone (in a batch of red tests, or by itself).
+    pub alone_nodes: BTreeMap<String, NodeId>,
 }
 
 /// Above this many tests red in every order, they first run together in one process and only
@@ -202,6 +206,8 @@ pub fn confirm(
         reruns: BTreeMap::new(),
         alone: BTreeMap::new(),
         nodes: Vec::new(),
+        rerun_nodes: BTreeMap::new(),
+        alone_nodes: BTreeMap::new(),
     };
     let whole_matrix = matrix.node_ids();
     let mut alone: Vec<String> = disagreeing.to_vec();
@@ -219,6 +225,7 @@ pub fn confirm(
             match r.outcome_of(id) {
                 Some(o) if !o.is_green() => {
                     out.alone.insert(id.clone(), o);
+                    out.alone_nodes.insert(id.clone(), node);
                 }
                 _ => alone.push(id.clone()),
             }
@@ -255,6 +262,7 @@ pub fn confirm(
             .wait_run(node)?
             .map_err(|e| Error::Infra(format!("confirm-run({l}) failed: {e}")))?;
         out.reruns.insert(l, r);
+        out.rerun_nodes.insert(l, node);
         out.nodes.push(node);
     }
     for (id, node) in singles {
@@ -263,6 +271,7 @@ pub fn confirm(
             .map_err(|e| Error::Infra(format!("alone-run({id}) failed: {e}")))?;
         if let Some(o) = r.outcome_of(id) {
             out.alone.insert(id.clone(), o);
+            out.alone_nodes.insert(id.clone(), node);
         }
         out.nodes.push(node);
     }

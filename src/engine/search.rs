@@ -10,7 +10,8 @@ use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
 
 /// Where a pair's culprits came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Found {
     /// Bisection or delta debugging over the prefix.
     Searched,
@@ -28,6 +29,15 @@ impl Found {
             Found::ReusedEarlierAudit => "reused-from-an-earlier-audit",
         }
     }
+}
+
+/// What a pair node records: the answer to "who makes this victim misbehave in this run".
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Answer {
+    pub kind: PairKind,
+    pub culprits: Vec<String>,
+    pub search: Search,
+    pub found: Found,
 }
 
 /// A found (or unexplained) pair.
@@ -121,21 +131,25 @@ pub fn reuse(
 
 /// Searches `prefix` (the tests that ran before `victim` in the order where it misbehaved) for
 /// the tests responsible. `kind` says which anomaly: a polluter makes the victim fail, a
-/// state-setter makes it pass. The first step starts after `after` (the runs that showed the
-/// anomaly), every other after the step before it: one chain in the audit's graph.
+/// state-setter makes it pass. `whole_reproduces`: a confirmation run of the same order already
+/// showed the anomaly after the whole prefix. The first step starts after `after` (the runs
+/// that showed the anomaly), every other after the step before it: one chain in the audit's
+/// graph.
 pub fn find(
     engine: &Engine,
     role: Role,
     victim: &str,
     prefix: &[String],
     kind: PairKind,
+    whole_reproduces: bool,
     after: &[NodeId],
 ) -> Result<Pair, Error> {
     let first = after.to_vec();
     let last: Cell<Option<NodeId>> = Cell::new(None);
-    let search = bisect::search(
+    let search = bisect::search_from(
         prefix.len(),
         bisect::DEFAULT_DDMIN_CAP,
+        whole_reproduces,
         |subset: &[usize]| {
             let mut order: Vec<String> = subset.iter().map(|&i| prefix[i].clone()).collect();
             order.push(victim.to_string());
