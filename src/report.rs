@@ -58,6 +58,9 @@ pub struct PairReport {
     /// culprits, confirmed in one run) or `reused-from-an-earlier-audit` (a set remembered for
     /// this victim and base, confirmed in one run).
     pub found_by: String,
+    /// pytest processes that checked the pair holds on every rerun (culprits then victim, the
+    /// victim alone).
+    pub verify_runs: u32,
     /// Set when the search could not explain the failure: which invariant broke.
     pub unexplained: Option<String>,
 }

@@ -71,11 +71,23 @@ pub enum SearchOutcome {
     /// ddmin used its whole budget of oracle calls. The culprits reproduce the anomaly and the
     /// victim alone does not, but the set may not be minimal.
     CapReached { cap: u32 },
+    /// The culprits were found, but the pair did not hold on every rerun: the set then the
+    /// victim showed the anomaly `reproduced` times out of `of`, or the victim alone showed it
+    /// too. Not proven: the test is flaky.
+    Unstable { reproduced: u32, of: u32 },
 }
 
 impl SearchOutcome {
     pub fn is_found(self) -> bool {
         self == SearchOutcome::Found
+    }
+
+    /// Culprits were found that reproduce the anomaly (minimal or not).
+    pub fn explains(self) -> bool {
+        matches!(
+            self,
+            SearchOutcome::Found | SearchOutcome::CapReached { .. }
+        )
     }
 
     /// One line for the report: what was established, or which invariant broke.
@@ -95,6 +107,10 @@ impl SearchOutcome {
             SearchOutcome::CapReached { cap } => format!(
                 "partial: delta debugging stopped after {cap} runs; the culprits reproduce the \
                  anomaly but may not be minimal"
+            ),
+            SearchOutcome::Unstable { reproduced, of } => format!(
+                "not proven: the culprits then the victim showed the anomaly on {reproduced} of \
+                 {of} reruns, and the victim alone must never show it; nondeterminism, not order"
             ),
         }
     }

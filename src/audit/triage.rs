@@ -14,9 +14,15 @@
 //! # Rules
 //!
 //! - Red in some orders and green in others: the confirmation reruns decide. The failing order
-//!   fails again and the passing order passes again: the outcome follows the order,
-//!   *order-dependent*. Anything else: *flaky*. Without confirmation the evidence is still "the
-//!   outcome differs by order", so *order-dependent*, with the signal `unconfirmed`.
+//!   fails again and the passing order passes again, on every one of at least
+//!   [`PROOF_RERUNS`] reruns each way: the outcome follows the order, *order-dependent*. Any
+//!   rerun that disagrees: *flaky* (the engine stops rerunning at the first one). Fewer reruns
+//!   than that, all agreeing, prove nothing either way: *flaky*, with the signal `unconfirmed`.
+//!   Without confirmation at all the evidence is still "the outcome differs by order", so
+//!   *order-dependent*, with the signal `unconfirmed`.
+//! - An order-dependent test whose polluter search explained nothing (no culprit, or culprits
+//!   that did not reproduce on every rerun) is *flaky*: order dependence is proven by a pair
+//!   that reproduces, never guessed.
 //! - Red in every order: alone green makes it *order-dependent* (signal `victim`: every order had a
 //!   polluter before it); alone red or not run makes it *failing*, or *error* when every red
 //!   outcome is a setup/teardown error.
@@ -68,15 +74,36 @@ pub struct Evidence {
     pub edited_by_patch: bool,
     /// Reruns by a plugin such as pytest-rerunfailures, summed over the orders.
     pub reruns: u32,
+    /// The polluter (or state-setter) search for it explained nothing: no culprit, or a set that
+    /// did not reproduce on every rerun.
+    pub unexplained: bool,
 }
 
+/// How many times each way the outcome must follow the order before a test is order-dependent:
+/// the failing order rerun, the passing order rerun, and a found pair (culprits then victim, and
+/// the victim alone). A test that flakes with probability `p` in any order passes such a check
+/// by chance with probability at most `(1-p)^3 p^3` (see README, "How sure a reject is").
+pub const PROOF_RERUNS: usize = 3;
+
 /// The reruns that tell order-dependent from flaky.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Confirm {
-    /// The order where the test was red, run again.
-    pub failing_rerun: Outcome,
-    /// An order where the test was green, run again.
-    pub passing_rerun: Outcome,
+    /// The order where the test was red, run again: one outcome per rerun.
+    pub failing: Vec<Outcome>,
+    /// An order where the test was green, run again: one outcome per rerun.
+    pub passing: Vec<Outcome>,
+}
+
+impl Confirm {
+    /// Every rerun agrees with the order: the failing order failed, the passing one passed.
+    pub fn agrees(&self) -> bool {
+        self.failing.iter().all(|o| !o.is_green()) && self.passing.iter().all(|o| o.is_green())
+    }
+
+    /// Agreement on at least [`PROOF_RERUNS`] reruns each way.
+    pub fn proves(&self) -> bool {
+        self.agrees() && self.failing.len() >= PROOF_RERUNS && self.passing.len() >= PROOF_RERUNS
+    }
 }
 
 /// The primary bucket. Every test lands in exactly one.
@@ -296,9 +323,11 @@ pub fn triage(e: &Evidence) -> Triage {
     let mut skipped = false;
 
     if some_green && some_red {
-        match e.confirm {
-            Some(c) if !c.failing_rerun.is_green() && c.passing_rerun.is_green() => {
-                order_dependent = true;
+        match &e.confirm {
+            Some(c) if c.proves() => order_dependent = true,
+            Some(c) if c.agrees() => {
+                flaky = true;
+                unconfirmed = true;
             }
             Some(_) => flaky = true,
             None => {
@@ -321,9 +350,13 @@ pub fn triage(e: &Evidence) -> Triage {
             flaky = true;
         }
     }
-    let brittle = some_green && alone_green == Some(false);
+    let mut brittle = some_green && alone_green == Some(false);
     if brittle && !flaky {
         order_dependent = true;
+    }
+    if order_dependent && e.unexplained {
+        // Proven is reproduced: a search that explained nothing leaves only nondeterminism.
+        (order_dependent, victim, brittle, flaky) = (false, false, false, true);
     }
     if order_dependent && alone_green == Some(true) {
         victim = true;
@@ -335,7 +368,7 @@ pub fn triage(e: &Evidence) -> Triage {
         .chain(
             e.confirm
                 .iter()
-                .flat_map(|c| [c.failing_rerun, c.passing_rerun]),
+                .flat_map(|c| c.failing.iter().chain(&c.passing).copied()),
         )
         .chain(e.alone);
     let (mut crashed, mut timeout) = (false, false);
@@ -426,14 +459,56 @@ mod tests {
         }
     }
 
+    /// Confirmed with [`PROOF_RERUNS`] reruns each way, all giving these outcomes.
     fn confirmed(outcomes: &[Outcome], failing_rerun: Outcome, passing_rerun: Outcome) -> Evidence {
         Evidence {
             confirm: Some(Confirm {
-                failing_rerun,
-                passing_rerun,
+                failing: vec![failing_rerun; PROOF_RERUNS],
+                passing: vec![passing_rerun; PROOF_RERUNS],
             }),
             ..ev(outcomes)
         }
+    }
+
+    #[test]
+    fn order_dependence_needs_every_rerun_to_follow_the_order() {
+        let outcomes = [Failed, Passed, Passed, Passed];
+        let t = triage(&confirmed(&outcomes, Failed, Passed));
+        assert_eq!(t.bucket, Bucket::OrderDependent);
+        // One rerun of the failing order passed: the outcome does not follow the order.
+        let mut e = confirmed(&outcomes, Failed, Passed);
+        e.confirm.as_mut().unwrap().failing[1] = Passed;
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+        // Stopped early on a disagreement: flaky, whatever came before.
+        e.confirm.as_mut().unwrap().failing.truncate(2);
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+        // Agreeing, but fewer reruns than the proof takes: not proven.
+        let mut e = confirmed(&outcomes, Failed, Passed);
+        e.confirm
+            .as_mut()
+            .unwrap()
+            .passing
+            .truncate(PROOF_RERUNS - 1);
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Flaky);
+        assert!(t.has(&Signal::Unconfirmed));
+    }
+
+    #[test]
+    fn an_unexplained_search_makes_an_order_dependent_test_flaky() {
+        let mut e = confirmed(&[Failed, Passed, Passed, Passed], Failed, Passed);
+        e.alone = Some(Passed);
+        e.unexplained = true;
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Flaky);
+        assert!(
+            !t.has(&Signal::OrderDependent) && !t.has(&Signal::Victim),
+            "{t:?}"
+        );
+        // A victim red in every order whose search found nothing is flaky too.
+        let mut e = alone(&[Failed, Failed, Failed, Failed], Passed);
+        e.unexplained = true;
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
     }
 
     fn alone(outcomes: &[Outcome], alone: Outcome) -> Evidence {

@@ -93,7 +93,8 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                 .contains(&(FindingKind::OrderDependent, p.victim.clone())),
             search_runs: p.search.runs,
             found_by: p.found.as_str().into(),
-            unexplained: (!p.search.outcome.is_found()).then(|| p.search.outcome.describe()),
+            verify_runs: p.verify_runs,
+            unexplained: (!p.search.outcome.explains()).then(|| p.search.outcome.describe()),
         })
         .collect();
     let items_by_id: HashMap<&str, &CollectedItem> =

@@ -391,14 +391,11 @@ fn gather(
             .map(|(l, o)| (l.to_string(), o))
             .collect();
         let confirm = disagreeing.contains(id.as_str()).then(|| {
-            let rerun = |l: Option<OrderLabel>| {
-                l.and_then(|l| confirmation.reruns.get(&l))
-                    .and_then(|r| r.outcome_of(id))
-                    .unwrap_or(Outcome::Error)
-            };
+            let reruns =
+                |l: Option<OrderLabel>| l.map(|l| confirmation.outcomes(l, id)).unwrap_or_default();
             Confirm {
-                failing_rerun: rerun(matrix.first(id, false)),
-                passing_rerun: rerun(matrix.first(id, true)),
+                failing: reruns(matrix.first(id, false)),
+                passing: reruns(matrix.first(id, true)),
             }
         });
         let mut dirty: BTreeSet<String> = BTreeSet::new();
@@ -420,6 +417,7 @@ fn gather(
                 state_setter_in_pair: false,
                 edited_by_patch: edited.contains(id),
                 reruns,
+                unexplained: false,
             },
         );
     }
@@ -453,14 +451,9 @@ fn search_pairs(
             (PairKind::StateSetter, matrix.first(id, true))
         };
         let Some(label) = label else { continue };
-        let question: Vec<NodeId> = [
-            Some(matrix.nodes[&label]),
-            confirmation.rerun_nodes.get(&label).copied(),
-            confirmation.alone_nodes.get(id).copied(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut question: Vec<NodeId> = vec![matrix.nodes[&label]];
+        question.extend(confirmation.rerun_nodes.get(&label).into_iter().flatten());
+        question.extend(confirmation.alone_nodes.get(id));
         let slot: Arc<std::sync::OnceLock<Vec<u8>>> = Arc::default();
         let answer_node = {
             let slot = slot.clone();
@@ -494,6 +487,11 @@ fn search_pairs(
         if let Err(e) = engine.live.wait(node).into_result() {
             return Err(Error::Infra(format!("pair({id}) failed: {e}")));
         }
+        if !answer.search.outcome.explains() {
+            if let Some(e) = evidence.get_mut(id) {
+                e.unexplained = true;
+            }
+        }
         if answer.search.outcome.is_found() {
             engine
                 .found
@@ -516,6 +514,7 @@ fn search_pairs(
             search: answer.search,
             last: node,
             found: answer.found,
+            verify_runs: answer.verify_runs,
         });
     }
     Ok(pairs)
@@ -564,11 +563,9 @@ fn answer(
     let pair = match search::reuse(engine, id, prefix, kind, alone, &known, &after)? {
         Some(pair) => pair,
         None => {
-            let whole_reproduces = confirmation
-                .reruns
-                .get(&label)
-                .and_then(|r| r.outcome_of(id))
-                .is_some_and(|o| match kind {
+            let reruns = confirmation.outcomes(label, id);
+            let whole_reproduces = !reruns.is_empty()
+                && reruns.iter().all(|o| match kind {
                     PairKind::Polluter => !o.is_green(),
                     PairKind::StateSetter => o.is_green(),
                 });
@@ -581,20 +578,31 @@ fn answer(
                 whole_reproduces,
                 &after,
             )?;
-            if pair.search.outcome.is_found() {
+            if pair.search.outcome.explains() {
                 culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
             }
             pair
         }
     };
+    let mut search = pair.search;
+    let (mut verify_runs, mut last) = (0, pair.last);
+    if search.outcome.explains() {
+        let (outcome, runs, node) =
+            search::verify(engine, id, kind, &pair.culprits, alone, pair.last)?;
+        (verify_runs, last) = (runs, node);
+        if !outcome.is_found() {
+            search.outcome = outcome;
+        }
+    }
     Ok((
         search::Answer {
             kind: pair.kind,
             culprits: pair.culprits,
-            search: pair.search,
+            search,
             found: pair.found,
+            verify_runs,
         },
-        pair.last,
+        last,
     ))
 }
 

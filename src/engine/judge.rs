@@ -52,10 +52,16 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
             w.str(label).str(o.as_str());
         });
         match &e.confirm {
-            Some(c) => w
-                .str(c.failing_rerun.as_str())
-                .str(c.passing_rerun.as_str()),
-            None => w.str("\0none"),
+            Some(c) => {
+                for reruns in [&c.failing, &c.passing] {
+                    w.list(reruns, |w, o| {
+                        w.str(o.as_str());
+                    });
+                }
+            }
+            None => {
+                w.str("\0none");
+            }
         };
         w.str(e.alone.map(|o| o.as_str()).unwrap_or("\0none"));
         w.list(&e.dirty_groups, |w, g| {
@@ -64,7 +70,8 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
         w.u64(u64::from(e.polluter_in_pair))
             .u64(u64::from(e.state_setter_in_pair))
             .u64(u64::from(e.edited_by_patch))
-            .u64(u64::from(e.reruns));
+            .u64(u64::from(e.reruns))
+            .u64(u64::from(e.unexplained));
     }
     w.finish().to_string()
 }

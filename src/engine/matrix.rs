@@ -6,6 +6,7 @@ use std::fmt;
 
 use fixgate_graph::NodeId;
 
+use crate::audit::triage::PROOF_RERUNS;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::driver::RunResult;
@@ -164,16 +165,29 @@ impl Matrix {
     }
 }
 
-/// Reruns of matrix orders (a fresh process, a separate cache entry) and runs of single tests.
+/// Reruns of matrix orders (fresh processes, separate cache entries) and runs of single tests.
 pub struct Confirmation {
-    pub reruns: BTreeMap<OrderLabel, RunResult>,
+    /// Each rerun order's runs, in the order they were made.
+    pub reruns: BTreeMap<OrderLabel, Vec<RunResult>>,
     pub alone: BTreeMap<String, Outcome>,
     /// The nodes of every confirmation run.
     pub nodes: Vec<NodeId>,
-    /// The node of each rerun, by order.
-    pub rerun_nodes: BTreeMap<OrderLabel, NodeId>,
+    /// The nodes of each order's reruns.
+    pub rerun_nodes: BTreeMap<OrderLabel, Vec<NodeId>>,
     /// The node that ran each test alone (in a batch of red tests, or by itself).
     pub alone_nodes: BTreeMap<String, NodeId>,
+}
+
+impl Confirmation {
+    /// A test's outcomes in the reruns of `label` that ran it.
+    pub fn outcomes(&self, label: OrderLabel, nodeid: &str) -> Vec<Outcome> {
+        self.reruns
+            .get(&label)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.outcome_of(nodeid))
+            .collect()
+    }
 }
 
 /// Above this many tests red in every order, they first run together in one process and only
@@ -181,6 +195,10 @@ pub struct Confirmation {
 /// process per test. A test red in that run too is taken as red alone.
 pub const MANY_RED: usize = 8;
 
+/// Reruns the failing and the passing order of every disagreeing test, round after round, up to
+/// [`PROOF_RERUNS`] times, each only up to the last test still in question (what runs after a
+/// test cannot change its outcome); a test leaves the rounds as soon as a rerun disagrees with
+/// the order (it is flaky, whatever more reruns would say). Runs red-everywhere tests alone.
 pub fn confirm(
     engine: &Engine,
     matrix: &Matrix,
@@ -188,20 +206,6 @@ pub fn confirm(
     disagreeing: &[String],
     always_red: &[String],
 ) -> Result<Confirmation> {
-    // Each disagreeing test needs its failing and its passing order rerun, but only up to the
-    // test itself: what runs after it cannot change its outcome.
-    let mut needed: BTreeMap<OrderLabel, usize> = BTreeMap::new();
-    for id in disagreeing {
-        for label in [matrix.first(id, false), matrix.first(id, true)]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(pos) = matrix.runs[&label].order.iter().position(|o| o == id) {
-                let end = needed.entry(label).or_insert(0);
-                *end = (*end).max(pos + 1);
-            }
-        }
-    }
     let mut out = Confirmation {
         reruns: BTreeMap::new(),
         alone: BTreeMap::new(),
@@ -233,19 +237,7 @@ pub fn confirm(
     } else {
         alone.extend(always_red.iter().cloned());
     }
-    let mut reruns = Vec::new();
-    for (l, end) in &needed {
-        let mut order = l.order(items);
-        order.truncate(*end);
-        let req = RunRequest::new(
-            format!("confirm-run({l})"),
-            "confirm-run",
-            Role::Head,
-            order,
-        )
-        .after(&[matrix.nodes[l]]);
-        reruns.push((*l, engine.add_run(&req)?));
-    }
+    // The singles run beside the first round.
     let mut singles = Vec::new();
     for id in &alone {
         let req = RunRequest::new(
@@ -257,13 +249,54 @@ pub fn confirm(
         .after(&whole_matrix);
         singles.push((id, engine.add_run(&req)?));
     }
-    for (l, node) in reruns {
-        let r = engine
-            .wait_run(node)?
-            .map_err(|e| Error::Infra(format!("confirm-run({l}) failed: {e}")))?;
-        out.reruns.insert(l, r);
-        out.rerun_nodes.insert(l, node);
-        out.nodes.push(node);
+    // Each disagreeing test with its failing and passing order.
+    let mut live: Vec<(&String, OrderLabel, OrderLabel)> = disagreeing
+        .iter()
+        .filter_map(|id| Some((id, matrix.first(id, false)?, matrix.first(id, true)?)))
+        .collect();
+    for k in 0..PROOF_RERUNS as u32 {
+        let mut needed: BTreeMap<OrderLabel, usize> = BTreeMap::new();
+        for (id, f, p) in &live {
+            for label in [*f, *p] {
+                if let Some(pos) = matrix.runs[&label].order.iter().position(|o| o == *id) {
+                    let end = needed.entry(label).or_insert(0);
+                    *end = (*end).max(pos + 1);
+                }
+            }
+        }
+        let mut round = Vec::new();
+        for (l, end) in &needed {
+            let mut order = l.order(items);
+            order.truncate(*end);
+            let after = match out.rerun_nodes.get(l).and_then(|n| n.last()) {
+                Some(previous) => vec![*previous],
+                None => vec![matrix.nodes[l]],
+            };
+            let label = match k {
+                0 => format!("confirm-run({l})"),
+                k => format!("confirm-run({l})#{k}"),
+            };
+            let req = RunRequest::new(label, "confirm-run", Role::Head, order)
+                .after(&after)
+                .repeat(k);
+            round.push((*l, engine.add_run(&req)?));
+        }
+        for (l, node) in round {
+            let r = engine
+                .wait_run(node)?
+                .map_err(|e| Error::Infra(format!("confirm-run({l}) failed: {e}")))?;
+            out.reruns.entry(l).or_default().push(r);
+            out.rerun_nodes.entry(l).or_default().push(node);
+            out.nodes.push(node);
+        }
+        live.retain(|(id, f, p)| {
+            let failing = out.outcomes(*f, id);
+            let passing = out.outcomes(*p, id);
+            failing.iter().all(|o| !o.is_green()) && passing.iter().all(|o| o.is_green())
+        });
+        if live.is_empty() {
+            break;
+        }
     }
     for (id, node) in singles {
         let r = engine

@@ -48,6 +48,9 @@ pub struct RunRequest {
     pub inputs: Vec<NodeId>,
     /// Nodes whose results made this run necessary: it starts after them.
     pub after: Vec<NodeId>,
+    /// Which repetition of the same run this is: repetitions are separate processes and separate
+    /// cache entries (0 is the first, keyed as a run that is never repeated).
+    pub repeat: u32,
 }
 
 impl RunRequest {
@@ -61,7 +64,14 @@ impl RunRequest {
             overlay: Vec::new(),
             inputs: Vec::new(),
             after: Vec::new(),
+            repeat: 0,
         }
+    }
+
+    /// The `k`-th repetition of this run.
+    pub fn repeat(mut self, k: u32) -> RunRequest {
+        self.repeat = k;
+        self
     }
 
     pub fn inputs(mut self, inputs: &[NodeId]) -> RunRequest {
@@ -162,6 +172,9 @@ impl Engine<'_, '_> {
         .param("paths", side.paths_digest().to_string());
         for (name, value) in self.common_params() {
             node = node.param(name, value);
+        }
+        if req.repeat > 0 {
+            node = node.param("repeat", req.repeat.to_string());
         }
         for (path, digest) in side.startup_files() {
             node = node.file(path, digest);

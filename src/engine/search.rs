@@ -6,6 +6,7 @@ use std::cell::Cell;
 use fixgate_graph::NodeId;
 
 use crate::audit::bisect::{self, PairKind, Search};
+use crate::audit::triage::PROOF_RERUNS;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
 
@@ -38,6 +39,76 @@ pub struct Answer {
     pub culprits: Vec<String>,
     pub search: Search,
     pub found: Found,
+    /// Runs that checked the pair holds (culprits then victim, and the victim alone).
+    pub verify_runs: u32,
+}
+
+/// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
+/// the victim alone does not (`alone`: what confirmation already saw, one of the reruns). Stops
+/// at the first run that disagrees. Returns the outcome to record (the search's, or
+/// [`bisect::SearchOutcome::Unstable`]), the runs made, and the last run's node.
+pub fn verify(
+    engine: &Engine,
+    victim: &str,
+    kind: PairKind,
+    culprits: &[String],
+    alone: Option<bool>,
+    after: NodeId,
+) -> Result<(bisect::SearchOutcome, u32, NodeId), Error> {
+    let anomaly = |green: bool| match kind {
+        PairKind::Polluter => !green,
+        PairKind::StateSetter => green,
+    };
+    let mut order = culprits.to_vec();
+    order.push(victim.to_string());
+    let mut last = after;
+    let (mut runs, mut reproduced, mut of) = (0, 0, 0);
+    let mut alone_normal = alone.map(|g| !anomaly(g)).unwrap_or(true);
+    let mut alone_seen = u32::from(alone.is_some());
+    for k in 0..PROOF_RERUNS as u32 {
+        let req = RunRequest::new(
+            match k {
+                0 => format!("verify-run({victim})"),
+                k => format!("verify-run({victim})#{k}"),
+            },
+            "verify-run",
+            Role::Head,
+            order.clone(),
+        )
+        .after(&[last])
+        .repeat(k);
+        let (node, result) = engine.run_one(&req)?;
+        (runs, of, last) = (runs + 1, of + 1, node);
+        if !result
+            .outcome_of(victim)
+            .is_some_and(|o| anomaly(o.is_green()))
+        {
+            break;
+        }
+        reproduced += 1;
+    }
+    while reproduced == of && alone_normal && (alone_seen as usize) < PROOF_RERUNS {
+        let k = alone_seen;
+        let req = RunRequest::new(
+            format!("alone-run({victim})#{k}"),
+            "alone-run",
+            Role::Head,
+            vec![victim.to_string()],
+        )
+        .after(&[last])
+        .repeat(k);
+        let (node, result) = engine.run_one(&req)?;
+        (runs, last, alone_seen) = (runs + 1, node, alone_seen + 1);
+        alone_normal = result
+            .outcome_of(victim)
+            .is_some_and(|o| !anomaly(o.is_green()));
+    }
+    let outcome = if reproduced as usize == PROOF_RERUNS && alone_normal {
+        bisect::SearchOutcome::Found
+    } else {
+        bisect::SearchOutcome::Unstable { reproduced, of }
+    };
+    Ok((outcome, runs, last))
 }
 
 /// A found (or unexplained) pair.
@@ -49,6 +120,8 @@ pub struct Pair {
     /// The last node of the search (each step starts after the one before it).
     pub last: NodeId,
     pub found: Found,
+    /// Runs that checked the pair holds on every rerun.
+    pub verify_runs: u32,
 }
 
 /// A known culprit set to try before searching, and where it is known from.
@@ -123,6 +196,7 @@ pub fn reuse(
                 },
                 last: node,
                 found: k.from,
+                verify_runs: 0,
             }));
         }
     }
@@ -187,6 +261,7 @@ pub fn find(
             ))
         })?,
         found: Found::Searched,
+        verify_runs: 0,
     })
 }
 

@@ -793,6 +793,7 @@ pub(crate) mod tests {
                 introduced: true,
                 search_runs: 4,
                 found_by: "search".into(),
+                verify_runs: 5,
                 unexplained: None,
             }],
             findings: vec![
