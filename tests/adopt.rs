@@ -391,3 +391,28 @@ fn completions_man_page_and_version_need_no_repository() {
         "{version}"
     );
 }
+
+#[test]
+fn init_keeps_an_existing_lock_and_warns_when_the_new_groups_make_it_differ() {
+    let repo = fixture_repo();
+    repo.write("tests/data/old/unread.txt", "nobody reads this\n");
+    assert_eq!(repo.fixgate(&["lock"]).code, 0);
+    let lock = repo.read("fixtures.lock");
+    let r = repo.fixgate_py(&["init", "--apply", "--format", "json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["lock"], serde_json::Value::Null, "{v}");
+    assert_eq!(
+        v["groups"],
+        serde_json::json!([
+            {"name": "golden", "globs": ["tests/data/golden/**"]},
+            {"name": "fixtures", "globs": ["tests/fixtures/**"]},
+        ])
+    );
+    assert!(
+        r.stderr
+            .contains("fixtures.lock differs from the fixtures under these groups in 1 file"),
+        "{r:?}"
+    );
+    assert_eq!(repo.read("fixtures.lock"), lock, "init rewrote the lock");
+}

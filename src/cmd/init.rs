@@ -96,6 +96,9 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let markers = propose_markers(&result, &new_config.groups, &mut edits)?;
     let registration = propose_registration(&mut edits)?;
     let lock = propose_lock(&snapshot, &new_config, &mut edits)?;
+    if lock.is_none() {
+        warn_stale_lock(ctx, &snapshot, &new_config)?;
+    }
 
     let changes = edits.changes();
     let diff: String = changes
@@ -827,6 +830,29 @@ fn propose_lock(snapshot: &Snapshot, config: &Config, edits: &mut Edits) -> Resu
     }
     edits.set(&path, Lock::from_manifest(&manifest).to_json())?;
     Ok(Some(path))
+}
+
+/// An existing lock is never rewritten by `init` (re-pinning could accept a changed fixture
+/// nobody reviewed), but when the proposed groups make it differ, the user is told.
+fn warn_stale_lock(ctx: &Ctx, snapshot: &Snapshot, config: &Config) -> Result<()> {
+    let Some(found) = lock::locate(snapshot, config)? else {
+        return Ok(());
+    };
+    let Ok(pinned) = Lock::parse(&found.bytes, &found.path) else {
+        return Ok(());
+    };
+    let manifest = manifest::build(snapshot, &config.groups, Hashing { stat_cache: None })?;
+    let mut read = lock::snapshot_reader(snapshot)?;
+    let drift = pinned.check_with(&manifest, &mut read);
+    if !drift.is_empty() {
+        ctx.warn(&format!(
+            "{} differs from the fixtures under these groups in {} file(s); review it with \
+             `fixgate lock --check` and re-pin with `fixgate lock` if the change is intended",
+            found.path,
+            drift.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A unified diff of one file (`old` `None`: a new file), three lines of context.
