@@ -1003,9 +1003,9 @@ fn render(r: &Report) -> String {
     if !r.changed {
         let _ = writeln!(
             out,
-            "already set up: nothing to change ({} tests traced; groups in {}, markers \
-             registered, lock present)",
-            r.tests, r.groups_file
+            "already set up: nothing to change ({} tests traced; every file they read is in a \
+             group, every writing test holds its lease, the markers are registered)",
+            r.tests
         );
         for m in r.markers.iter().filter(|m| !m.placed) {
             let _ = writeln!(
