@@ -31,7 +31,7 @@ test -x "$fixgate" || { echo "wheel.sh: the wheel did not install bin/fixgate" >
 "$fixgate" --version
 # The demo audits its built-in example and exits 0 when the audit ran (its verdict is reject).
 "$fixgate" demo --cache-dir "$work/cache" --quiet > "$work/demo.txt"
-grep -q "reject" "$work/demo.txt" || { cat "$work/demo.txt"; echo "wheel.sh: the demo did not reject" >&2; exit 1; }
+grep -q "^REJECT (exit 1)" "$work/demo.txt" || { cat "$work/demo.txt"; echo "wheel.sh: the demo did not reject" >&2; exit 1; }
 t4=$(date +%s)
 
 ls -l "$work"/dist/
