@@ -240,8 +240,10 @@ impl Lock {
             let mut first_actual = None;
             let mut held = None;
             for f in &candidates {
-                let actual = self.actual(key, locked, f, read);
-                if actual.as_deref() == Some(locked.as_str()) {
+                let actual = self.actual(locked, f, read);
+                // The manifest format pins the size too; both must hold.
+                let size_holds = self.sizes.get(key).is_none_or(|&s| s == f.size);
+                if size_holds && actual.as_deref() == Some(locked.as_str()) {
                     held = Some(*f);
                     break;
                 }
@@ -301,11 +303,10 @@ impl Lock {
             .collect()
     }
 
-    /// The digest of `f` in the pin's algorithm; `None` when its bytes could not be read, or
-    /// when the manifest format's pinned size already differs (the size is a cheaper witness).
+    /// The digest of `f` in the pin's algorithm, cut to the pin's length; `None` when its bytes
+    /// could not be read.
     fn actual(
         &self,
-        key: &RepoPath,
         locked: &str,
         f: &crate::manifest::FileEntry,
         read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
@@ -313,9 +314,6 @@ impl Lock {
         match self.algorithm(locked) {
             Algorithm::Blake3 => Some(f.blake3.clone()),
             Algorithm::Sha256 { len } => {
-                if self.sizes.get(key).is_some_and(|&s| s != f.size) {
-                    return Some(format!("{} bytes", f.size));
-                }
                 let bytes = read(&f.path)?;
                 let full = hex(&Sha256::digest(&bytes));
                 Some(full[..len.min(full.len())].to_owned())
@@ -503,5 +501,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("64 hex characters or its first 16"), "{err}");
+    }
+
+    fn manifest_of(files: &[(&str, &[u8])]) -> (Manifest, BTreeMap<RepoPath, Vec<u8>>) {
+        let entries = files
+            .iter()
+            .map(|(p, b)| crate::manifest::FileEntry {
+                blake3: blake3::hash(b).to_hex().to_string(),
+                group: "g".into(),
+                kind: crate::manifest::FileKind::File,
+                path: RepoPath::from(*p),
+                size: b.len() as u64,
+            })
+            .collect();
+        let bytes = files
+            .iter()
+            .map(|(p, b)| (RepoPath::from(*p), b.to_vec()))
+            .collect();
+        let m = Manifest {
+            files: entries,
+            groups: Vec::new(),
+            schema: 1,
+        };
+        (m, bytes)
+    }
+
+    fn changes(lock: &Lock, m: &Manifest, bytes: &BTreeMap<RepoPath, Vec<u8>>) -> Vec<String> {
+        lock.check_with(m, &mut |p| bytes.get(p).cloned())
+            .iter()
+            .map(|d| format!("{} {}", d.change.as_str(), d.path))
+            .collect()
+    }
+
+    #[test]
+    fn sha256_pins_match_by_name_prefix_and_size() {
+        let (m, bytes) = manifest_of(&[
+            ("tests/data/a/users.json", b"[1]"),
+            ("tests/data/b/users.json", b"[2]"),
+            ("tests/data/c.txt", b"c"),
+        ]);
+        let sha = |b: &[u8]| hex(&Sha256::digest(b));
+        // A bare name matching two files holds when one of them has the digest; the other is
+        // then unpinned, so added.
+        let flat = format!(
+            r#"{{"users.json": "{}", "c.txt": "{}"}}"#,
+            &sha(b"[2]")[..16],
+            sha(b"c")
+        );
+        let lock = Lock::parse(flat.as_bytes(), "flat").unwrap();
+        assert_eq!(
+            changes(&lock, &m, &bytes),
+            ["added tests/data/a/users.json"]
+        );
+
+        // Right digest, wrong size: modified. Without a reader: modified (fails closed).
+        let man = format!(
+            r#"{{"schema": 1, "files": {{"tests/data/c.txt": {{"sha256": "{}", "bytes": 9}}}}}}"#,
+            sha(b"c")
+        );
+        let lock = Lock::parse(man.as_bytes(), "man").unwrap();
+        let c_only = manifest_of(&[("tests/data/c.txt", b"c")]);
+        assert_eq!(
+            changes(&lock, &c_only.0, &c_only.1),
+            ["modified tests/data/c.txt"]
+        );
+        let flat = Lock::parse(format!(r#"{{"c.txt": "{}"}}"#, sha(b"c")).as_bytes(), "f").unwrap();
+        assert!(changes(&flat, &c_only.0, &c_only.1).is_empty());
+        assert_eq!(
+            flat.check(&c_only.0).len(),
+            1,
+            "no reader: the pin cannot hold"
+        );
     }
 }
