@@ -416,3 +416,62 @@ fn init_keeps_an_existing_lock_and_warns_when_the_new_groups_make_it_differ() {
     );
     assert_eq!(repo.read("fixtures.lock"), lock, "init rewrote the lock");
 }
+
+#[test]
+fn init_writes_groups_where_the_repository_declares_them_and_registers_in_pytest_ini() {
+    let repo = TestRepo::new();
+    repo.write(
+        "pyproject.toml",
+        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\ngolden = [\"tests/golden/**\"]\n",
+    )
+    .write("pytest.ini", "[pytest]\nmarkers =\n    slow: slow tests\n")
+    .write("tests/golden/prices.json", "{\"apple\": 3}\n")
+    .write("tests/seeds/users.csv", "name\nana\n")
+    .write(
+        "tests/test_seeds.py",
+        "\"\"\"Seed data tests.\"\"\"\nimport pathlib\n\n\n\
+         class TestSeeds:\n    def test_read(self):\n        \
+         assert \"ana\" in pathlib.Path(\"tests/seeds/users.csv\").read_text()\n\n    \
+         def test_append(self):\n        \
+         with open(\"tests/seeds/users.csv\", \"a\") as f:\n            f.write(\"bo\\n\")\n\n\n\
+         def test_prices():\n    assert pathlib.Path(\"tests/golden/prices.json\").exists()\n    \
+         assert open(\"tests/golden/prices.json\").read()\n",
+    );
+    repo.commit("base");
+    let r = repo.fixgate_py(&["init", "--apply", "--format", "json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["groups_file"], "pyproject.toml");
+    assert_eq!(
+        v["groups"],
+        serde_json::json!([{"name": "seeds", "globs": ["tests/seeds/**"]}])
+    );
+    assert_eq!(
+        v["markers"],
+        serde_json::json!([{"nodeid": "tests/test_seeds.py::TestSeeds::test_append",
+                            "groups": ["seeds"], "placed": true}])
+    );
+    assert_eq!(v["registration"], "pytest.ini");
+    assert_eq!(
+        text(&repo, "pyproject.toml"),
+        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\nseeds = [\"tests/seeds/**\"]\n\
+         golden = [\"tests/golden/**\"]\n"
+    );
+    assert_eq!(
+        text(&repo, "pytest.ini"),
+        "[pytest]\nmarkers =\n    slow: slow tests\n    \
+         writes(*groups): the fixture groups this test may change (fixgate lease).\n    \
+         serial: keep this test in collection order; fixgate never shuffles it.\n"
+    );
+    let module = text(&repo, "tests/test_seeds.py");
+    assert!(
+        module.starts_with("\"\"\"Seed data tests.\"\"\"\nimport pytest\nimport pathlib\n"),
+        "{module}"
+    );
+    assert!(
+        module.contains("    @pytest.mark.writes(\"seeds\")\n    def test_append(self):\n"),
+        "{module}"
+    );
+    let again = repo.fixgate_py(&["init", "--format", "json"]).json();
+    assert_eq!(again["changed"], false, "{again}");
+}
