@@ -276,7 +276,7 @@ fn propose_groups(
         if covered {
             continue;
         }
-        let globs: Vec<String> = if whole[dir] {
+        let globs: Vec<String> = if whole.get(dir).copied().unwrap_or(false) {
             vec![format!("{dir}/**")]
         } else {
             let exts: BTreeSet<String> = files
