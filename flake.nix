@@ -20,9 +20,10 @@
       fixgateFor = pkgs: pkgs.rustPlatform.buildRustPackage {
         pname = "fixgate";
         version = cargoToml.package.version;
+        # A flake copies only tracked files; a local target/ is left out all the same.
         src = pkgs.lib.cleanSourceWith {
-          src = ./.;
-          filter = path: type: !(pkgs.lib.hasInfix "/target" path);
+          src = pkgs.lib.cleanSource ./.;
+          filter = path: type: !(type == "directory" && baseNameOf path == "target");
         };
         cargoLock.lockFile = ./Cargo.lock;
 
