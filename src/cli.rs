@@ -4,10 +4,18 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// `fixgate --version`: the package version and the commit it was built from (see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("FIXGATE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "fixgate",
-    version,
+    version = VERSION,
     about = "Audits a patch to a Python repository's pytest suite and says whether its green is real",
     long_about = "Audits a patch to a Python repository's pytest suite and says whether its green \
                   is real: order dependence, tests writing shared fixtures they do not own, \
@@ -85,6 +93,29 @@ pub enum Command {
     Cache(CacheArgs),
     /// Audit a built-in example: an agent's patch that "fixes" a test by matching polluted state
     Demo(DemoArgs),
+    /// Set up a repository: run the suite once and propose fixture groups, `writes` markers,
+    /// their registration and a first lock (a unified diff); `--apply` writes them
+    Init(InitArgs),
+    /// Print a shell completion script to standard output
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to standard output
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Write the proposed changes into the working tree (without it, nothing is modified)
+    #[arg(long)]
+    pub apply: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -245,13 +276,19 @@ pub struct ManifestArgs {
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// Compare the fixtures with the lock instead of writing it; exit 3 on any drift
-    #[arg(long)]
+    /// Compare the fixtures with the lock instead of writing it; exit 3 on any drift. Reads
+    /// fixgate's lock and SHA-256 locks teams already keep (a flat map, or a files manifest)
+    #[arg(long, conflicts_with = "migrate")]
     pub check: bool,
+    /// Rewrite a SHA-256 lock in fixgate's format, after checking that the fixtures match it
+    /// (exit 3 and no rewrite when they do not)
+    #[arg(long)]
+    pub migrate: bool,
     /// Take the fixtures of this revision [default: the working tree]
     #[arg(long, value_name = "REV")]
     pub rev: Option<String>,
-    /// The lock file [default: fixtures.lock at the repository root]
+    /// The lock file [default: `[tool.fixgate] lock`, else fixtures.lock, else
+    /// tests/fixtures.lock.json, in the repository]
     #[arg(long, value_name = "FILE")]
     pub lock: Option<PathBuf>,
 }

@@ -5,9 +5,11 @@ pub mod cache;
 pub mod delta;
 pub mod demo;
 pub mod graph;
+pub mod init;
 pub mod lock;
 pub mod manifest;
 pub mod run;
+pub mod shell;
 pub mod trace;
 
 use crate::cli::{Cli, Command};
@@ -16,6 +18,12 @@ use crate::error::Result;
 
 /// Runs one command and returns its exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    // These two need no repository: they describe the command line itself.
+    match &cli.command {
+        Command::Completions(args) => return shell::completions(args.shell),
+        Command::Man => return shell::man(),
+        _ => {}
+    }
     let ctx = Ctx::new(&cli.global)?;
     match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
@@ -28,5 +36,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Explain => graph::explain(&ctx),
         Command::Cache(args) => cache::run(&ctx, &args),
         Command::Demo(args) => demo::run(&ctx, &args),
+        Command::Init(args) => init::run(&ctx, &args),
+        Command::Completions(args) => shell::completions(args.shell),
+        Command::Man => shell::man(),
     }
 }

@@ -49,6 +49,8 @@ pub struct Config {
     pub groups: FixtureGroups,
     pub deps: DepsMode,
     pub budget: BudgetConfig,
+    /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
+    pub lock: Option<String>,
     /// Problems that do not stop the run (unknown keys, directories without a default group),
     /// each a full message that names the file and says what to do.
     pub warnings: Vec<String>,
@@ -193,6 +195,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         groups: FixtureGroups::build(groups, source)?,
         deps: py.deps,
         budget: py.budget,
+        lock: py.lock,
         warnings,
     })
 }
@@ -457,6 +460,7 @@ struct Pyproject {
     groups: BTreeMap<String, Declared>,
     deps: DepsMode,
     budget: BudgetConfig,
+    lock: Option<String>,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -564,10 +568,11 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "groups" => out.groups = parse_groups(&doc, (key, value))?,
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
+            "lock" => out.lock = Some(parse_lock(&doc, (key, value))?),
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\" and \"budget\"",
+                "\"groups\", \"deps\", \"budget\" and \"lock\"",
             )),
         }
     }
@@ -659,6 +664,34 @@ fn parse_deps(doc: &Doc, (key, value): Entry) -> Result<DepsMode, ConfigError> {
         format!(
             "expected \"traced\" or \"conservative\", found {found}; write deps = \"traced\" \
              (the default) or deps = \"conservative\""
+        ),
+    ))
+}
+
+/// `lock = "tests/fixtures.lock.json"`: a relative path inside the repository, since the lock
+/// is read from the snapshot (the base's copy in an audit), never from outside it.
+fn parse_lock(doc: &Doc, (key, value): Entry) -> Result<String, ConfigError> {
+    let found = match value.get_ref() {
+        DeValue::String(s) => {
+            let path = s.as_ref().trim_start_matches("./");
+            let inside = !path.is_empty()
+                && !path.starts_with('/')
+                && path
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != "..");
+            if inside {
+                return Ok(path.to_owned());
+            }
+            format!("{:?}", s.as_ref())
+        }
+        other => a_type(other),
+    };
+    Err(doc.err(
+        key.span(),
+        "tool.fixgate.lock",
+        format!(
+            "expected a path relative to the repository root, found {found}; write e.g. \
+             lock = \"tests/fixtures.lock.json\""
         ),
     ))
 }
@@ -1133,7 +1166,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\" and \"budget\"",
+                 keys are \"groups\", \"deps\", \"budget\" and \"lock\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",
@@ -1453,5 +1486,19 @@ mod tests {
         );
         let json = serde_json::to_string(&DepsMode::Conservative).unwrap_or_default();
         assert_eq!(json, r#""conservative""#);
+    }
+
+    #[test]
+    fn lock_key_takes_a_path_inside_the_repository() {
+        let config = pyproject("[tool.fixgate]\nlock = \"./tests/fixtures.lock.json\"\n");
+        assert_eq!(config.lock.as_deref(), Some("tests/fixtures.lock.json"));
+        for bad in ["\"/etc/lock\"", "\"../lock\"", "3"] {
+            let err = match load_with(None, Some(&format!("[tool.fixgate]\nlock = {bad}\n")), &[]) {
+                Ok(c) => panic!("expected an error for {bad}, got {:?}", c.lock),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains("tool.fixgate.lock"), "{err}");
+            assert!(err.contains("relative to the repository root"), "{err}");
+        }
     }
 }

@@ -1,19 +1,25 @@
-//! `fixgate lock`: write fixtures.lock, or check the fixtures against it.
+//! `fixgate lock`: write fixtures.lock, check the fixtures against a lock (fixgate's or a
+//! team's SHA-256 lock), or migrate a SHA-256 lock to fixgate's format.
 
 use std::fmt::Write;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::cli::LockArgs;
+use crate::config::Config;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::lock::{self, Drift, Lock};
+use crate::lock::{self, Drift, Lock, LockFormat};
+use crate::manifest::Manifest;
+use crate::snapshot::Snapshot;
 
 #[derive(Serialize)]
 struct CheckReport<'a> {
     schema: u32,
     lock: String,
+    format: LockFormat,
     snapshot: String,
     ok: bool,
     drift: &'a [Drift],
@@ -27,28 +33,40 @@ struct WriteReport {
     changed: bool,
 }
 
+#[derive(Serialize)]
+struct MigrateReport<'a> {
+    schema: u32,
+    lock: String,
+    from: LockFormat,
+    files: usize,
+    changed: bool,
+    drift: &'a [Drift],
+}
+
 pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
-    let lock_path = args
-        .lock
-        .clone()
-        .unwrap_or_else(|| ctx.repo.root.join(lock::FILE_NAME));
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let manifest = ctx.manifest(&snapshot, &config)?;
+    let lock_path = lock_path(ctx, args, &config);
     let shown = lock_path.display().to_string();
 
-    if args.check {
+    if args.check || args.migrate {
         let bytes = std::fs::read(&lock_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::Usage(format!(
-                "no lock at {shown}; create it with `fixgate lock` and commit it"
+                "no lock at {shown}; create it with `fixgate lock` and commit it, or name yours \
+                 with --lock or `[tool.fixgate] lock = \"...\"` in pyproject.toml"
             )),
             _ => Error::io("read", &lock_path, e),
         })?;
         let pinned = Lock::parse(&bytes, &shown)?;
-        let drift = pinned.check(&manifest);
+        let drift = check(&pinned, &snapshot, &manifest)?;
+        if args.migrate {
+            return migrate(ctx, &lock_path, &pinned, &drift, &manifest);
+        }
         let report = CheckReport {
             schema: 1,
             lock: shown.clone(),
+            format: pinned.format,
             snapshot: snapshot.rev_label(),
             ok: drift.is_empty(),
             drift: &drift,
@@ -61,9 +79,23 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
         });
     }
 
+    let old = std::fs::read(&lock_path).ok();
+    if let Some(old) = &old {
+        // Overwriting a team's lock in another format would break the script that maintains
+        // it; that is a decision `--migrate` makes explicit.
+        if let Ok(existing) = Lock::parse(old, &shown) {
+            if existing.format != LockFormat::Fixgate {
+                return Err(Error::Usage(format!(
+                    "{shown} is a {} lock, not fixgate's; check it with `fixgate lock --check`, \
+                     rewrite it in fixgate's format with `fixgate lock --migrate`, or write \
+                     fixgate's lock elsewhere with --lock FILE",
+                    existing.format.as_str()
+                )));
+            }
+        }
+    }
     let new = Lock::from_manifest(&manifest);
     let text = new.to_json();
-    let old = std::fs::read(&lock_path).ok();
     let changed = old.as_deref() != Some(text.as_bytes());
     if changed {
         write_atomically(&lock_path, text.as_bytes())?;
@@ -83,6 +115,70 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
         )
     })?;
     Ok(exit::PASS)
+}
+
+/// `--lock`, else the first lock that exists in the lookup order, else where a new one goes:
+/// `[tool.fixgate] lock` or fixtures.lock at the root. The lock is read from the working tree
+/// (even with `--rev`): it is the user's file, being edited next to the fixtures.
+fn lock_path(ctx: &Ctx, args: &LockArgs, config: &Config) -> PathBuf {
+    if let Some(path) = &args.lock {
+        return path.clone();
+    }
+    let order = lock::lookup_order(config);
+    order
+        .iter()
+        .map(|p| ctx.repo.root.join(p))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| ctx.repo.root.join(order[0]))
+}
+
+/// The drift of `snapshot` against `pinned`, reading fixture bytes for SHA-256 pins.
+pub(crate) fn check(pinned: &Lock, snapshot: &Snapshot, manifest: &Manifest) -> Result<Vec<Drift>> {
+    let mut read = lock::snapshot_reader(snapshot)?;
+    Ok(pinned.check_with(manifest, &mut read))
+}
+
+/// Rewrites `pinned` in fixgate's format in place, only when the fixtures match it: migrating
+/// over drift would pin bytes nobody reviewed.
+fn migrate(
+    ctx: &Ctx,
+    path: &std::path::Path,
+    pinned: &Lock,
+    drift: &[Drift],
+    manifest: &Manifest,
+) -> Result<i32> {
+    let shown = path.display().to_string();
+    let new = Lock::from_manifest(manifest);
+    let ok = drift.is_empty();
+    let changed = ok && pinned.format != LockFormat::Fixgate;
+    if changed {
+        write_atomically(path, new.to_json().as_bytes())?;
+    }
+    let report = MigrateReport {
+        schema: 1,
+        lock: shown.clone(),
+        from: pinned.format,
+        files: new.files.len(),
+        changed,
+        drift,
+    };
+    ctx.emit_report(&report, || {
+        if !ok {
+            let mut out = render_check(&shown, drift);
+            out.push_str("not migrated: make the fixtures match the lock first\n");
+            out
+        } else if changed {
+            format!(
+                "migrated {shown} from {} to fixgate's format: {} fixture file{} pinned\n",
+                pinned.format.as_str(),
+                new.files.len(),
+                if new.files.len() == 1 { "" } else { "s" }
+            )
+        } else {
+            format!("unchanged {shown}: already in fixgate's format\n")
+        }
+    })?;
+    Ok(if ok { exit::PASS } else { exit::DRIFT })
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
@@ -119,8 +215,6 @@ fn render_check(lock: &str, drift: &[Drift]) -> String {
                 .unwrap_or_default()
         );
     }
-    out.push_str(
-        "if the change is intended, run `fixgate lock` and commit fixtures.lock with it\n",
-    );
+    out.push_str("if the change is intended, re-pin the lock and commit it with the change\n");
     out
 }

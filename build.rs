@@ -1,0 +1,45 @@
+//! Build script: records the commit fixgate was built from, for `fixgate --version`.
+//!
+//! Outside a git checkout (a wheel's sdist, a Nix build from a store path) there is no commit to
+//! read; `FIXGATE_COMMIT` may supply one (the flake passes its revision), else it is "unknown".
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=FIXGATE_COMMIT");
+    let from_env = std::env::var("FIXGATE_COMMIT")
+        .ok()
+        .filter(|c| !c.trim().is_empty());
+    let commit = from_env.or_else(|| {
+        // Rebuild when HEAD moves: the file HEAD and the ref it points to.
+        if let Some(p) = git(&["rev-parse", "--git-path", "HEAD"]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+        if let Some(head_ref) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            // A packed ref has no file of its own, and a missing file would rerun this script
+            // on every build; HEAD's own file is watched either way.
+            if let Some(p) = git(&["rev-parse", "--git-path", &head_ref])
+                .filter(|p| std::path::Path::new(p).exists())
+            {
+                println!("cargo:rerun-if-changed={p}");
+            }
+        }
+        // No "-dirty" suffix: finding it means `git status`, which refreshes the index, and
+        // watching the index would rebuild the binary on every build.
+        git(&["rev-parse", "--short=12", "HEAD"])
+    });
+    println!(
+        "cargo:rustc-env=FIXGATE_COMMIT={}",
+        commit.unwrap_or_else(|| "unknown".to_owned())
+    );
+}
