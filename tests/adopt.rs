@@ -475,3 +475,55 @@ fn init_writes_groups_where_the_repository_declares_them_and_registers_in_pytest
     let again = repo.fixgate_py(&["init", "--format", "json"]).json();
     assert_eq!(again["changed"], false, "{again}");
 }
+
+fn foreign_locked_repo(at: &str, lock: fn(&TestRepo) -> String) -> (TestRepo, String) {
+    let repo = fixture_repo();
+    let text = lock(&repo);
+    repo.write(at, text);
+    let base = repo.commit("base with a team's lock");
+    (repo, base)
+}
+
+fn audit_json(repo: &TestRepo, base: &str, head: &str) -> (Run, serde_json::Value) {
+    let r = repo.fixgate_py(&[
+        "audit", "--base", base, "--head", head, "--seeds", "0", "--format", "json",
+    ]);
+    let v = r.json();
+    (r, v)
+}
+
+#[test]
+fn the_audit_gate_passes_an_untouched_fixture_against_a_foreign_lock() {
+    for (at, lock) in [
+        ("fixtures.lock", manifest_lock as fn(&TestRepo) -> String),
+        ("tests/fixtures.lock.json", flat_lock),
+    ] {
+        let (repo, base) = foreign_locked_repo(at, lock);
+        repo.write("README.md", "notes\n");
+        let head = repo.commit("docs");
+        let (r, v) = audit_json(&repo, &base, &head);
+        assert_eq!(r.code, 0, "{at}: {r:?}");
+        assert_eq!(v["lock"]["drift"], serde_json::json!([]), "{at}");
+    }
+}
+
+#[test]
+fn the_audit_gate_is_drift_with_exit_3_against_a_foreign_lock_of_the_base() {
+    for (at, lock) in [
+        ("fixtures.lock", manifest_lock as fn(&TestRepo) -> String),
+        ("tests/fixtures.lock.json", flat_lock),
+    ] {
+        let (repo, base) = foreign_locked_repo(at, lock);
+        repo.write("tests/data/golden/total.txt", "41\n");
+        let head = repo.commit("change the golden total, keep the lock");
+        let (r, v) = audit_json(&repo, &base, &head);
+        assert_eq!(r.code, 3, "{at}: {r:?}");
+        assert_eq!(v["verdict"], "drift", "{at}");
+        assert_eq!(
+            v["lock"]["drift"],
+            serde_json::json!([{"path": "tests/data/golden/total.txt", "change": "modified"}]),
+            "{at}"
+        );
+        assert_eq!(v["pytest_processes"], 0, "{at}");
+    }
+}

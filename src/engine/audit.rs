@@ -137,6 +137,7 @@ fn phases(
         engine,
         sides.base.tree,
         sides.head.tree,
+        sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME),
         sides.base.lock.clone(),
         sides.head.lock.clone(),
     )?;

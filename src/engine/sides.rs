@@ -30,6 +30,9 @@ pub struct Sides {
     pub base_config: Config,
     /// The fixture groups both sides are judged with (the base's explicit groups win).
     pub config: Config,
+    /// Where the lock is: found in the base (by its configuration, so a patch cannot move it),
+    /// and read at the same path in the head.
+    pub lock_path: Option<String>,
 }
 
 impl Sides {
@@ -44,20 +47,27 @@ impl Sides {
         if let Err(e) = stat.save() {
             ctx.warn(&format!("failed to save the stat cache: {e}"));
         }
+        let found = crate::lock::locate(&base, &base_config)?;
+        let head_lock = match &found {
+            Some(l) => head.read_path(&l.path)?,
+            None => None,
+        };
+        let lock_path = found.as_ref().map(|l| l.path.clone());
         Ok(Sides {
-            base: Side::new(base, base_tree)?,
-            head: Side::new(head, head_tree)?,
+            base: Side::new(base, base_tree, found.map(|l| l.bytes))?,
+            head: Side::new(head, head_tree, head_lock)?,
             base_config,
             config,
+            lock_path,
         })
     }
 }
 
 impl Side {
-    fn new(snapshot: Arc<Snapshot>, tree: Digest) -> Result<Side> {
+    fn new(snapshot: Arc<Snapshot>, tree: Digest, lock: Option<Vec<u8>>) -> Result<Side> {
         Ok(Side {
             ledger: read_ledger(&snapshot)?,
-            lock: snapshot.read_path(crate::lock::FILE_NAME)?,
+            lock,
             snapshot,
             tree,
         })

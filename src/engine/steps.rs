@@ -114,6 +114,7 @@ pub fn prepare_fixtures(
     engine: &Engine,
     base_tree: Digest,
     head_tree: Digest,
+    lock_path: &str,
     base_lock: Option<Vec<u8>>,
     head_lock: Option<Vec<u8>>,
 ) -> Result<Fixtures> {
@@ -152,10 +153,22 @@ pub fn prepare_fixtures(
                 .map(|d| d.to_string())
                 .unwrap_or_default()
         };
+        let snapshot = engine.head.snapshot.clone();
+        let path = lock_path.to_string();
         let n = Node::new("lock-check", "lock-check", move |inputs| {
             let head: Manifest = parse(inputs[0])?;
-            json(&check_lock(bl.as_deref(), hl.as_deref(), &head))
+            // SHA-256 pins (teams' own locks) are checked against the head's bytes.
+            let mut read = crate::lock::snapshot_reader(&snapshot)
+                .map_err(|e| NodeError::Infra(e.to_string()))?;
+            json(&check_lock(
+                &path,
+                bl.as_deref(),
+                hl.as_deref(),
+                &head,
+                &mut read,
+            ))
         })
+        .param("path", lock_path)
         .param("base-lock", digest(&base_lock))
         .param("head-lock", digest(&head_lock));
         add(engine, n, &[manifest_ids[1]])?
@@ -304,11 +317,17 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
 
 /// The lock gate. The pins are the base's; a patch that re-locks shows as changed pins (a
 /// finding of its own), and drift is any fixture that differs from the lock the head carries.
-pub fn check_lock(base: Option<&[u8]>, head: Option<&[u8]>, head_manifest: &Manifest) -> LockCheck {
+pub fn check_lock(
+    path: &str,
+    base: Option<&[u8]>,
+    head: Option<&[u8]>,
+    head_manifest: &Manifest,
+    read: &mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
+) -> LockCheck {
     let Some(base) = base else {
         return LockCheck::default();
     };
-    let parsed_base = match Lock::parse(base, "fixtures.lock of the base") {
+    let parsed_base = match Lock::parse(base, &format!("{path} of the base")) {
         Ok(l) => l,
         Err(e) => {
             return LockCheck {
@@ -318,7 +337,7 @@ pub fn check_lock(base: Option<&[u8]>, head: Option<&[u8]>, head_manifest: &Mani
             }
         }
     };
-    let effective = match head.map(|h| Lock::parse(h, "fixtures.lock of the head")) {
+    let effective = match head.map(|h| Lock::parse(h, &format!("{path} of the head"))) {
         Some(Ok(l)) => l,
         Some(Err(e)) => {
             return LockCheck {
@@ -345,7 +364,7 @@ pub fn check_lock(base: Option<&[u8]>, head: Option<&[u8]>, head_manifest: &Mani
         .collect();
     changed_pins.sort();
     changed_pins.dedup();
-    let drift: Vec<Drift> = effective.check(head_manifest);
+    let drift: Vec<Drift> = effective.check_with(head_manifest, read);
     LockCheck {
         present: true,
         drift: drift
