@@ -17,7 +17,11 @@ use crate::error::Result;
 /// Runs one command and returns its exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     let ctx = Ctx::new(&cli.global)?;
-    match cli.command {
+    crate::engine::store::configure(crate::engine::store::resolve(
+        &cli.global.remote,
+        &ctx.repo.root,
+    )?);
+    let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),
         Command::Delta(args) => delta::run(&ctx, &args),
@@ -28,5 +32,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Explain => graph::explain(&ctx),
         Command::Cache(args) => cache::run(&ctx, &args),
         Command::Demo(args) => demo::run(&ctx, &args),
-    }
+    }?;
+    crate::engine::store::finish()?;
+    Ok(code)
 }

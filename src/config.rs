@@ -457,6 +457,8 @@ struct Pyproject {
     groups: BTreeMap<String, Declared>,
     deps: DepsMode,
     budget: BudgetConfig,
+    /// `remote-cache`: the URL of a shared cache (see `engine::store`).
+    remote_cache: Option<String>,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -564,14 +566,33 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "groups" => out.groups = parse_groups(&doc, (key, value))?,
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
+            "remote-cache" => match value.get_ref() {
+                DeValue::String(url) => out.remote_cache = Some(url.to_string()),
+                other => {
+                    return Err(doc.err(
+                        key.span(),
+                        "tool.fixgate.remote-cache",
+                        format!(
+                            "expected a URL string, found {}; write remote-cache = \
+                             \"grpc://cache.example:8980\" (or http://, https://, grpcs://)",
+                            a_type(other)
+                        ),
+                    ))
+                }
+            },
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\" and \"budget\"",
+                "\"groups\", \"deps\", \"budget\" and \"remote-cache\"",
             )),
         }
     }
     Ok(out)
+}
+
+/// `[tool.fixgate] remote-cache` of a `pyproject.toml`, if set.
+pub fn remote_cache(pyproject: &[u8]) -> Result<Option<String>, ConfigError> {
+    Ok(parse_pyproject(pyproject)?.remote_cache)
 }
 
 fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Declared>, ConfigError> {
@@ -1133,7 +1154,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\" and \"budget\"",
+                 keys are \"groups\", \"deps\", \"budget\" and \"remote-cache\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",
