@@ -422,7 +422,9 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
         assert!(w[0].contains("unavailable"), "{url}: {w:?}");
         assert_eq!(run.stderr.matches("unavailable").count(), 1, "{run:?}");
         assert!(started.elapsed() < std::time::Duration::from_secs(120));
-        assert_eq!(b.stats()["remote_errors"], 1);
+        // Requests already in flight on other threads may fail too; none is made after.
+        let errors = b.stats()["remote_errors"].as_u64().unwrap();
+        assert!((1..=4).contains(&errors), "{errors}");
 
         // --remote-required turns the same failure into an error (exit 2), after the audit.
         let (run, _) = b.audit(
