@@ -23,6 +23,9 @@ impl HttpBackend {
             .timeout_global(Some(config.request_timeout))
             // Statuses are answers the protocol gives meaning to (404 is a miss), not errors.
             .http_status_as_error(false)
+            // ureq would read HTTP_PROXY and friends itself; this crate takes no input from the
+            // environment, and no proxy is the same on every machine.
+            .proxy(None)
             .user_agent(concat!("fixgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();

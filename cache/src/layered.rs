@@ -129,23 +129,27 @@ impl<L: Store> LayeredStore<L> {
     /// `local` in front of the remote `config` names. A remote that cannot be connected to
     /// leaves the store local-only with one warning; [`LayeredStore::remote_error`] tells.
     pub fn open(local: L, config: &RemoteConfig) -> LayeredStore<L> {
-        let mut store = LayeredStore::local_only(local);
         match remote::connect(config) {
-            Ok(backend) => {
-                store.remote = Some(Remote {
-                    backend,
-                    url: config.display_url(),
-                    upload: config.upload,
-                    mac: config.mac_key.clone(),
-                    down: AtomicBool::new(false),
-                    warned_unsigned: AtomicBool::new(false),
-                });
-            }
+            Ok(backend) => LayeredStore::with_backend(local, backend, config),
             Err(e) => {
+                let mut store = LayeredStore::local_only(local);
                 store.unreachable = Some(config.display_url());
                 store.fail(&config.display_url(), e);
+                store
             }
         }
+    }
+
+    fn with_backend(local: L, backend: Box<dyn Backend>, config: &RemoteConfig) -> LayeredStore<L> {
+        let mut store = LayeredStore::local_only(local);
+        store.remote = Some(Remote {
+            backend,
+            url: config.display_url(),
+            upload: config.upload,
+            mac: config.mac_key.clone(),
+            down: AtomicBool::new(false),
+            warned_unsigned: AtomicBool::new(false),
+        });
         store
     }
 
@@ -517,8 +521,165 @@ impl<L: Store> Store for LayeredStore<L> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
     use super::*;
-    use crate::MemStore;
+    use crate::remote::RemoteDigest;
+    use crate::{Dep, MemStore};
+    use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
+
+    /// A remote held in memory, shared between stores as a server is between machines.
+    #[derive(Default, Clone)]
+    struct MemRemote {
+        ac: Arc<Mutex<HashMap<RemoteDigest, reapi::ActionResult>>>,
+        cas: Arc<Mutex<HashMap<RemoteDigest, Vec<u8>>>>,
+    }
+
+    impl Backend for MemRemote {
+        fn digest_function(&self) -> DigestFunction {
+            DigestFunction::Sha256
+        }
+
+        fn get_action_result(
+            &self,
+            action: &RemoteDigest,
+        ) -> Result<Option<reapi::ActionResult>, RemoteError> {
+            Ok(lock(&self.ac).get(action).cloned())
+        }
+
+        fn put_action_result(
+            &self,
+            action: &RemoteDigest,
+            result: &reapi::ActionResult,
+        ) -> Result<(), RemoteError> {
+            lock(&self.ac).insert(*action, result.clone());
+            Ok(())
+        }
+
+        fn get_blob(&self, digest: &RemoteDigest) -> Result<Option<Vec<u8>>, RemoteError> {
+            Ok(lock(&self.cas).get(digest).cloned())
+        }
+
+        fn put_blob(&self, digest: &RemoteDigest, bytes: &[u8]) -> Result<(), RemoteError> {
+            lock(&self.cas).insert(*digest, bytes.to_vec());
+            Ok(())
+        }
+    }
+
+    fn machine(remote: &MemRemote, upload: bool, key: Option<&str>) -> LayeredStore<MemStore> {
+        let mut config = RemoteConfig::new("http://mem.invalid/");
+        config.upload = upload;
+        config.mac_key = key.map(|k| MacKey::derive(k.as_bytes()));
+        LayeredStore::with_backend(MemStore::new(), Box::new(remote.clone()), &config)
+    }
+
+    fn put(store: &impl Store, key: &Digest, value: &[u8], failed: bool) {
+        let output = store.put_blob(value);
+        store.put_action(key, &ActionRecord { output, failed });
+    }
+
+    #[test]
+    fn a_remote_hit_is_written_locally_and_its_origin_is_remote() {
+        let remote = MemRemote::default();
+        let k = Digest::of(b"k");
+        put(&machine(&remote, true, None), &k, b"value", true);
+
+        let b = machine(&remote, false, None);
+        let record = b.get_action(&k).expect("a remote hit");
+        assert!(record.failed);
+        assert_eq!(b.get_blob(&record.output).unwrap(), b"value");
+        assert_eq!(b.origin(&k), Origin::Remote);
+        assert_eq!(b.local().get_action(&k), Some(record));
+        let st = b.stats();
+        assert_eq!((st.remote_hits, st.bytes_downloaded), (1, 5));
+        assert_eq!(st.digest_function, Some(DigestFunction::Sha256));
+        assert!(b.take_warnings().is_empty());
+    }
+
+    #[test]
+    fn without_upload_nothing_reaches_the_remote() {
+        let remote = MemRemote::default();
+        let a = machine(&remote, false, None);
+        put(&a, &Digest::of(b"k"), b"value", false);
+        a.record_trace(&Digest::of(b"s"), TraceEntry::new(vec![], Digest::of(b"k")));
+        assert!(lock(&remote.ac).is_empty() && lock(&remote.cas).is_empty());
+        // Until it is pushed.
+        let pushed = a.push(&a.touched()).unwrap();
+        assert_eq!((pushed.actions, pushed.traces), (1, 1));
+        assert_eq!(lock(&remote.ac).len(), 2);
+    }
+
+    #[test]
+    fn a_blob_that_does_not_hash_to_its_digest_is_a_miss_with_a_warning() {
+        let remote = MemRemote::default();
+        let k = Digest::of(b"k");
+        put(&machine(&remote, true, None), &k, b"value", false);
+        for bytes in lock(&remote.cas).values_mut() {
+            bytes.push(b'!');
+        }
+        let b = machine(&remote, false, None);
+        assert!(b.get_action(&k).is_none());
+        let w = b.take_warnings();
+        assert!(
+            matches!(&w[..], [Warning::RemoteRejected { why, .. }] if why.contains("hash")),
+            "{w:?}"
+        );
+        assert_eq!(b.stats().remote_rejected, 1);
+    }
+
+    #[test]
+    fn with_a_key_only_results_signed_with_it_are_used() {
+        let remote = MemRemote::default();
+        let (signed, unsigned) = (Digest::of(b"signed"), Digest::of(b"unsigned"));
+        put(&machine(&remote, true, Some("team")), &signed, b"a", false);
+        put(&machine(&remote, true, None), &unsigned, b"b", false);
+
+        let b = machine(&remote, false, Some("team"));
+        assert!(b.get_action(&signed).is_some());
+        assert!(b.get_action(&unsigned).is_none());
+        assert!(b.get_action(&unsigned).is_none());
+        let w = b.take_warnings();
+        assert_eq!(w.len(), 1, "one warning for unsigned results: {w:?}");
+        assert!(machine(&remote, false, Some("guess"))
+            .get_action(&signed)
+            .is_none());
+        // Without a key, signatures are not looked at.
+        assert!(machine(&remote, false, None).get_action(&signed).is_some());
+    }
+
+    #[test]
+    fn traces_found_on_the_remote_are_checked_against_the_files_and_kept_locally() {
+        let remote = MemRemote::default();
+        let (stable, out) = (Digest::of(b"stable"), Digest::of(b"out"));
+        let a = machine(&remote, true, None);
+        put(&a, &out, b"run result", false);
+        let f = Digest::of(b"fixture v1");
+        a.record_trace(
+            &stable,
+            TraceEntry::new(vec![Dep::file("data.json", f)], out),
+        );
+
+        let b = machine(&remote, false, None);
+        let changed = Digest::of(b"fixture v2");
+        assert!(b.lookup_trace(&stable, &|_| Some(changed)).is_none());
+        let (entry, record) = b.lookup_trace(&stable, &|_| Some(f)).expect("a remote hit");
+        assert_eq!(entry.output, out);
+        assert_eq!(b.get_blob(&record.output).unwrap(), b"run result");
+        assert_eq!(b.origin(&out), Origin::Remote);
+        assert_eq!(b.local().trace_candidates(&stable), vec![entry]);
+
+        // A second uploader's trace is added in front of the first, not in its place.
+        let out2 = Digest::of(b"out2");
+        let c = machine(&remote, true, None);
+        put(&c, &out2, b"other", false);
+        c.record_trace(
+            &stable,
+            TraceEntry::new(vec![Dep::file("data.json", changed)], out2),
+        );
+        let d = machine(&remote, false, None);
+        assert_eq!(d.remote_traces(&stable).len(), 2);
+    }
 
     #[test]
     fn a_local_only_store_counts_and_remembers_keys() {
