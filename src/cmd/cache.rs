@@ -12,6 +12,8 @@ use crate::exit;
 
 #[derive(serde::Serialize)]
 struct StatsReport<'a> {
+    // Flattened: the store's areas stay where `cache stats --format json` always had them.
+    #[serde(flatten)]
     store: &'a fixgate_cache::Stats,
     /// What the last audit's store read and wrote, local and remote.
     last_audit: Option<&'a TransferStats>,
