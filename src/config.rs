@@ -859,6 +859,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn remote_cache_is_read_from_tool_fixgate_and_must_be_a_string() {
+        let with = b"[tool.fixgate]\nremote-cache = \"grpc://cache.example:8980\"\n";
+        assert_eq!(
+            remote_cache(with).unwrap().as_deref(),
+            Some("grpc://cache.example:8980")
+        );
+        assert!(pyproject(std::str::from_utf8(with).unwrap())
+            .warnings
+            .is_empty());
+        assert_eq!(
+            remote_cache(b"[tool.fixgate]\ndeps = \"traced\"\n").unwrap(),
+            None
+        );
+        let err = remote_cache(b"[tool.fixgate]\nremote-cache = 8980\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tool.fixgate.remote-cache"), "{err}");
+        assert!(err.contains("expected a URL string"), "{err}");
+    }
+
     fn pyproject_err(text: &str) -> String {
         match load_with(None, Some(text), &[]) {
             Ok(c) => panic!("expected an error, got {:?}", c.groups.groups()),

@@ -270,7 +270,8 @@ fn nothing_is_uploaded_without_remote_upload() {
         dir: repo.path(),
         cache: repo.cache.path(),
     };
-    let (run, _) = a.audit(&base, &head, &["--remote-cache", &server.url], &[]);
+    // Named by the environment this time, as CI would.
+    let (run, _) = a.audit(&base, &head, &[], &[("FIXGATE_REMOTE_CACHE", &server.url)]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(
         files_under(&server.data).is_empty(),
@@ -438,8 +439,9 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
     }
 }
 
-#[test]
-fn a_server_killed_mid_audit_gives_one_warning_and_the_same_verdict() {
+/// Starts an audit against `server`, stops the server once `ready` says the audit is using it,
+/// and checks that the audit ends with one warning and the verdict of an audit without remote.
+fn killed_mid_audit(mut server: Server, ready: impl Fn(&Server) -> bool) {
     let (repo, base, head) = pricing_repo();
     let a = Machine {
         dir: repo.path(),
@@ -447,7 +449,6 @@ fn a_server_killed_mid_audit_gives_one_warning_and_the_same_verdict() {
     };
     let (_, reference) = a.audit(&base, &head, &[], &[]);
 
-    let mut server = servers::buildgrid();
     let other = clone_of(&repo);
     let dir = other.path().join("repo");
     let cache = other.cache.path().to_owned();
@@ -460,14 +461,37 @@ fn a_server_killed_mid_audit_gives_one_warning_and_the_same_verdict() {
         };
         m.audit(&base2, &head2, &["--remote-cache", &url], &[])
     });
-    // The audit connects at once (GetCapabilities); its runs take far longer than this.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let start = std::time::Instant::now();
+    while !ready(&server) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the audit never used the server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     server.stop();
     let (run, v) = audit.join().unwrap();
     assert_eq!(judgment(&v), judgment(&reference), "{run:?}");
     let w = warnings(&v);
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("unavailable"), "{w:?}");
+    assert_eq!(run.stderr.matches("unavailable").count(), 1, "{run:?}");
+}
+
+#[test]
+fn nginx_stopped_mid_audit_gives_one_warning_and_the_same_verdict() {
+    // Stopped right after it answered the audit's first lookup.
+    killed_mid_audit(servers::nginx(), |s| s.requests() > 0);
+}
+
+#[test]
+fn buildgrid_stopped_mid_audit_gives_one_warning_and_the_same_verdict() {
+    // The audit asks for the capabilities when it opens its store; its runs take far longer
+    // than this.
+    let start = std::time::Instant::now();
+    killed_mid_audit(servers::buildgrid(), move |_| {
+        start.elapsed() > std::time::Duration::from_millis(1500)
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

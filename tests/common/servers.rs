@@ -26,6 +26,13 @@ impl Server {
         }
     }
 
+    /// How many requests an nginx server has answered so far.
+    pub fn requests(&self) -> usize {
+        std::fs::read_to_string(self.log.with_file_name("access.log"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
     /// The server's log, for assertion messages.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -106,7 +113,7 @@ fn nginx_with(authorization: Option<&str>) -> Server {
     let conf = format!(
         "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
          events {{ worker_connections 64; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
          \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
          \x20 client_max_body_size 0;\n\
          \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      root {data};\n\
