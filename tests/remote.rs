@@ -630,3 +630,56 @@ fn credentials_appear_in_no_report_log_line_or_cache_file() {
         server.log()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The store itself, on values larger than one gRPC message
+// ---------------------------------------------------------------------------------------------
+
+/// A value of several MiB goes through ByteStream (REAPI) or one PUT (HTTP) and comes back whole.
+fn large_value_round_trip(server: &Server) {
+    use fixgate_cache::{ActionRecord, Digest, LayeredStore, MemStore, RemoteConfig, Store};
+
+    // Not compressible and not a multiple of any chunk size.
+    let mut value = Vec::with_capacity(5 << 20);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while value.len() < (5 << 20) + 12_345 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        value.extend_from_slice(&x.to_le_bytes());
+    }
+    let key = Digest::of(b"a large value");
+    let mut config = RemoteConfig::new(server.url.clone());
+    config.upload = true;
+    let a = LayeredStore::open(MemStore::new(), &config);
+    let output = a.put_blob(&value);
+    a.put_action(
+        &key,
+        &ActionRecord {
+            output,
+            failed: false,
+        },
+    );
+    assert!(a.take_warnings().is_empty(), "{}", server.log());
+    assert_eq!(a.stats().bytes_uploaded, value.len() as u64);
+
+    config.upload = false;
+    let b = LayeredStore::open(MemStore::new(), &config);
+    let record = b.get_action(&key).expect("a remote hit");
+    assert_eq!(record.output, output);
+    assert!(
+        b.get_blob(&output).unwrap() == value,
+        "the value came back changed"
+    );
+    assert!(b.take_warnings().is_empty());
+}
+
+#[test]
+fn a_large_value_goes_through_buildgrid_bytestream_and_back() {
+    large_value_round_trip(&servers::buildgrid());
+}
+
+#[test]
+fn a_large_value_goes_through_nginx_and_back() {
+    large_value_round_trip(&servers::nginx());
+}

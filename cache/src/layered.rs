@@ -530,15 +530,32 @@ mod tests {
     use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 
     /// A remote held in memory, shared between stores as a server is between machines.
-    #[derive(Default, Clone)]
+    #[derive(Clone)]
     struct MemRemote {
+        function: DigestFunction,
         ac: Arc<Mutex<HashMap<RemoteDigest, reapi::ActionResult>>>,
         cas: Arc<Mutex<HashMap<RemoteDigest, Vec<u8>>>>,
     }
 
+    impl Default for MemRemote {
+        fn default() -> MemRemote {
+            MemRemote::with(DigestFunction::Sha256)
+        }
+    }
+
+    impl MemRemote {
+        fn with(function: DigestFunction) -> MemRemote {
+            MemRemote {
+                function,
+                ac: Arc::default(),
+                cas: Arc::default(),
+            }
+        }
+    }
+
     impl Backend for MemRemote {
         fn digest_function(&self) -> DigestFunction {
-            DigestFunction::Sha256
+            self.function
         }
 
         fn get_action_result(
@@ -581,7 +598,13 @@ mod tests {
 
     #[test]
     fn a_remote_hit_is_written_locally_and_its_origin_is_remote() {
-        let remote = MemRemote::default();
+        for function in [DigestFunction::Sha256, DigestFunction::Blake3] {
+            remote_hit_with(function);
+        }
+    }
+
+    fn remote_hit_with(function: DigestFunction) {
+        let remote = MemRemote::with(function);
         let k = Digest::of(b"k");
         put(&machine(&remote, true, None), &k, b"value", true);
 
@@ -593,8 +616,11 @@ mod tests {
         assert_eq!(b.local().get_action(&k), Some(record));
         let st = b.stats();
         assert_eq!((st.remote_hits, st.bytes_downloaded), (1, 5));
-        assert_eq!(st.digest_function, Some(DigestFunction::Sha256));
+        assert_eq!(st.digest_function, Some(function));
         assert!(b.take_warnings().is_empty());
+        // Blobs are named with the remote's function.
+        let named = lock(&remote.cas).keys().copied().collect::<Vec<_>>();
+        assert_eq!(named, vec![function.digest(b"value")]);
     }
 
     #[test]
