@@ -55,6 +55,23 @@ pub struct GlobalArgs {
     /// How many pytest processes may run at once [default: the number of cores]
     #[arg(long, global = true, value_name = "N")]
     pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// The shared cache (README: "Sharing results across machines").
+#[derive(Clone, Debug, Default, Args)]
+pub struct RemoteArgs {
+    /// A remote cache shared across machines: http:// or https:// (Bazel HTTP cache protocol),
+    /// grpc:// or grpcs:// (REAPI v2) [default: [tool.fixgate] remote-cache]
+    #[arg(long, global = true, value_name = "URL", env = "FIXGATE_REMOTE_CACHE")]
+    pub remote_cache: Option<String>,
+    /// Write results to the remote cache (only from trusted runs, e.g. CI on the main branch)
+    #[arg(long, global = true)]
+    pub remote_upload: bool,
+    /// Fail (exit 2) instead of warning when the remote cache cannot be used
+    #[arg(long, global = true)]
+    pub remote_required: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -199,7 +216,7 @@ pub struct CacheArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CacheAction {
-    /// Entries and bytes per area
+    /// Entries and bytes per area, and the last audit's hits, misses and bytes moved
     Stats,
     /// Check every entry; remove the bad ones
     Verify,
@@ -214,6 +231,8 @@ pub enum CacheAction {
     },
     /// Remove everything
     Clear,
+    /// Upload the local results of the last audit to the remote cache (--remote-cache)
+    Push,
 }
 
 #[derive(Debug, Args)]

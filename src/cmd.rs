@@ -25,7 +25,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         _ => {}
     }
     let ctx = Ctx::new(&cli.global)?;
-    match cli.command {
+    crate::engine::store::configure(crate::engine::store::resolve(
+        &cli.global.remote,
+        &ctx.repo.root,
+    )?);
+    let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),
         Command::Delta(args) => delta::run(&ctx, &args),
@@ -39,5 +43,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Init(args) => init::run(&ctx, &args),
         Command::Completions(args) => shell::completions(args.shell),
         Command::Man => shell::man(),
-    }
+    }?;
+    crate::engine::store::finish()?;
+    Ok(code)
 }

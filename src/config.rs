@@ -461,6 +461,8 @@ struct Pyproject {
     deps: DepsMode,
     budget: BudgetConfig,
     lock: Option<String>,
+    /// `remote-cache`: the URL of a shared cache (see `engine::store`).
+    remote_cache: Option<String>,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -569,14 +571,33 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
             "lock" => out.lock = Some(parse_lock(&doc, (key, value))?),
+            "remote-cache" => match value.get_ref() {
+                DeValue::String(url) => out.remote_cache = Some(url.to_string()),
+                other => {
+                    return Err(doc.err(
+                        key.span(),
+                        "tool.fixgate.remote-cache",
+                        format!(
+                            "expected a URL string, found {}; write remote-cache = \
+                             \"grpc://cache.example:8980\" (or http://, https://, grpcs://)",
+                            a_type(other)
+                        ),
+                    ))
+                }
+            },
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\" and \"lock\"",
+                "\"groups\", \"deps\", \"budget\", \"lock\" and \"remote-cache\"",
             )),
         }
     }
     Ok(out)
+}
+
+/// `[tool.fixgate] remote-cache` of a `pyproject.toml`, if set.
+pub fn remote_cache(pyproject: &[u8]) -> Result<Option<String>, ConfigError> {
+    Ok(parse_pyproject(pyproject)?.remote_cache)
 }
 
 fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Declared>, ConfigError> {
@@ -869,6 +890,27 @@ mod tests {
             Ok(c) => panic!("expected an error, got {:?}", c.groups.groups()),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn remote_cache_is_read_from_tool_fixgate_and_must_be_a_string() {
+        let with = b"[tool.fixgate]\nremote-cache = \"grpc://cache.example:8980\"\n";
+        assert_eq!(
+            remote_cache(with).unwrap().as_deref(),
+            Some("grpc://cache.example:8980")
+        );
+        assert!(pyproject(std::str::from_utf8(with).unwrap())
+            .warnings
+            .is_empty());
+        assert_eq!(
+            remote_cache(b"[tool.fixgate]\ndeps = \"traced\"\n").unwrap(),
+            None
+        );
+        let err = remote_cache(b"[tool.fixgate]\nremote-cache = 8980\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tool.fixgate.remote-cache"), "{err}");
+        assert!(err.contains("expected a URL string"), "{err}");
     }
 
     fn pyproject_err(text: &str) -> String {
@@ -1166,7 +1208,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\" and \"lock\"",
+                 keys are \"groups\", \"deps\", \"budget\", \"lock\" and \"remote-cache\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -135,6 +135,24 @@ pub enum Warning {
         /// The I/O error.
         why: String,
     },
+    /// The remote cache failed (unreachable, timed out, answered an error); it is not asked
+    /// again in this process, and every lookup it would have answered is a miss.
+    RemoteUnavailable {
+        /// The remote's URL, without a query.
+        url: String,
+        /// What went wrong. Never holds a credential.
+        why: String,
+    },
+    /// An entry from the remote cache was refused (a blob that does not hash to its digest, a
+    /// result without a valid MAC) and read as a miss.
+    RemoteRejected {
+        /// The remote's URL, without a query.
+        url: String,
+        /// What was refused, e.g. "blob <hex>".
+        what: String,
+        /// Why.
+        why: String,
+    },
     /// A value stored by the graph (not by the store) failed to decode and was ignored.
     CorruptValue {
         /// What the value was, e.g. "last derivation of seed-run(3)".
@@ -193,11 +211,28 @@ impl fmt::Display for Warning {
                     path.display()
                 )
             }
+            Warning::RemoteUnavailable { url, why } => write!(
+                f,
+                "remote cache {url} is unavailable ({why}); continued with the local cache only"
+            ),
+            Warning::RemoteRejected { url, what, why } => {
+                write!(f, "remote cache {url}: ignored {what}: {why}")
+            }
             Warning::CorruptValue { what, why } => {
                 write!(f, "cached {what} does not decode ({why}); ignored it")
             }
         }
     }
+}
+
+/// Where an action record a store returned came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// This machine's cache (or nothing is known of it).
+    Local,
+    /// The remote cache, fetched by this process.
+    Remote,
 }
 
 /// A cache the graph reads and writes through. Every method is infallible by design: a failure
@@ -225,6 +260,12 @@ pub trait Store: Send + Sync {
 
     /// Drains the warnings noticed since the last call.
     fn take_warnings(&self) -> Vec<Warning>;
+
+    /// Where the record under `action_key` (as returned by [`Store::get_action`] or
+    /// [`Store::lookup_trace`]) came from: `explain` says when a node came from the remote.
+    fn origin(&self, _action_key: &Digest) -> Origin {
+        Origin::Local
+    }
 
     /// The most recent candidate of `stable_key` whose every dependency still has its recorded
     /// digest according to `current` (`None` = the file does not exist), together with its

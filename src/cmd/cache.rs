@@ -1,13 +1,50 @@
-//! `fixgate cache stats|verify|gc|clear`: look after the cache directory.
+//! `fixgate cache stats|verify|gc|clear|push`: look after the cache directory, and share it.
 
 use std::time::{Duration, SystemTime};
 
-use fixgate_cache::DiskStore;
+use fixgate_cache::{DiskStore, LayeredStore, Store, TransferStats};
 
 use crate::cli::{CacheAction, CacheArgs};
 use crate::context::Ctx;
+use crate::engine::store;
 use crate::error::{Error, Result};
 use crate::exit;
+
+#[derive(serde::Serialize)]
+struct StatsReport<'a> {
+    // Flattened: the store's areas stay where `cache stats --format json` always had them.
+    #[serde(flatten)]
+    store: &'a fixgate_cache::Stats,
+    /// What the last audit's store read and wrote, local and remote.
+    last_audit: Option<&'a TransferStats>,
+}
+
+fn render_transfer(t: Option<&TransferStats>) -> String {
+    let Some(t) = t else {
+        return "last audit: none recorded\n".to_owned();
+    };
+    let mut out = format!(
+        "last audit\n  local           {:>8} hits    {:>8} misses\n",
+        t.local_hits, t.local_misses
+    );
+    match &t.remote {
+        Some(url) => out.push_str(&format!(
+            "  remote {url}{}\n                  {:>8} hits    {:>8} misses  {:>6} rejected {:>6} errors\n                  {:>8} uploads {:>12} bytes down {:>12} bytes up\n",
+            t.digest_function
+                .map(|f| format!(" ({})", f.name()))
+                .unwrap_or_default(),
+            t.remote_hits,
+            t.remote_misses,
+            t.remote_rejected,
+            t.remote_errors,
+            t.uploads,
+            t.bytes_downloaded,
+            t.bytes_uploaded
+        )),
+        None => out.push_str("  remote          none configured\n"),
+    }
+    out
+}
 
 pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
     let dir = ctx.cache_dir.join("store");
@@ -17,8 +54,13 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
     match &args.action {
         CacheAction::Stats => {
             let s = store.stats().map_err(fail)?;
-            ctx.emit_report(&s, || {
-                format!(
+            let last = store::last_transfer(&ctx.cache_dir)?.map(|t| t.stats);
+            let report = StatsReport {
+                store: &s,
+                last_audit: last.as_ref(),
+            };
+            ctx.emit_report(&report, || {
+                let mut out = format!(
                     "cache at {}\n  action records  {:>8} entries {:>12} bytes\n  content store   {:>8} entries {:>12} bytes\n  trace index     {:>8} keys    {:>12} bytes\n",
                     dir.display(),
                     s.ac.entries,
@@ -27,6 +69,44 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
                     s.cas.bytes,
                     s.index.entries,
                     s.index.bytes
+                );
+                out.push_str(&render_transfer(last.as_ref()));
+                out
+            })?;
+        }
+        CacheAction::Push => {
+            let settings = store::configured().ok_or_else(|| {
+                Error::Usage(
+                    "cache push needs a remote cache: pass --remote-cache URL, set \
+                     FIXGATE_REMOTE_CACHE, or set [tool.fixgate] remote-cache"
+                        .into(),
+                )
+            })?;
+            let last = store::last_transfer(&ctx.cache_dir)?.ok_or_else(|| {
+                Error::Usage(format!(
+                    "no audit has used the cache at {} yet; run `fixgate audit` first",
+                    ctx.cache_dir.display()
+                ))
+            })?;
+            let layered = LayeredStore::open(store, &settings.config);
+            let pushed = layered.push(&last.touched).map_err(|e| {
+                Error::Infra(format!(
+                    "failed to push to the remote cache {}: {e}",
+                    settings.config.display_url()
+                ))
+            })?;
+            for w in layered.take_warnings() {
+                ctx.warn(&w.to_string());
+            }
+            ctx.emit_report(&pushed, || {
+                format!(
+                    "pushed {} action records and {} trace lists ({} bytes) to {}; {} no longer \
+                     in the local cache\n",
+                    pushed.actions,
+                    pushed.traces,
+                    pushed.bytes,
+                    settings.config.display_url(),
+                    pushed.missing
                 )
             })?;
         }
@@ -67,6 +147,7 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
         }
         CacheAction::Clear => {
             store.clear().map_err(fail)?;
+            let _ = std::fs::remove_file(ctx.cache_dir.join(store::LAST_TRANSFER));
             for sub in ["stat", "last-audit", crate::context::REWRITE_CACHE] {
                 let _ = std::fs::remove_dir_all(ctx.cache_dir.join(sub));
             }

@@ -1,6 +1,8 @@
 //! Test helpers: small git repositories in temp dirs, and the real `fixgate` binary run on them.
 #![allow(dead_code)] // each integration test binary uses a different subset
 
+pub mod servers;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

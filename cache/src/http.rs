@@ -1,0 +1,111 @@
+//! The Bazel HTTP remote cache protocol: `GET`/`PUT {base}/ac/{hash}` hold serialized
+//! ActionResults, `{base}/cas/{hash}` hold blobs; SHA-256 digests (what bazel-remote checks and
+//! what nginx with WebDAV stores without looking).
+
+use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
+use prost::Message;
+
+use crate::remote::{Backend, DigestFunction, RemoteConfig, RemoteDigest, RemoteError};
+
+/// Answers larger than this are refused rather than read into memory.
+const MAX_BODY: u64 = 1 << 30;
+
+pub(crate) struct HttpBackend {
+    agent: ureq::Agent,
+    base: String,
+    headers: Vec<(String, String)>,
+}
+
+impl HttpBackend {
+    pub(crate) fn new(base: &str, config: &RemoteConfig) -> Result<HttpBackend, RemoteError> {
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(config.connect_timeout))
+            .timeout_global(Some(config.request_timeout))
+            // Statuses are answers the protocol gives meaning to (404 is a miss), not errors.
+            .http_status_as_error(false)
+            // ureq would read HTTP_PROXY and friends itself; this crate takes no input from the
+            // environment, and no proxy is the same on every machine.
+            .proxy(None)
+            .user_agent(concat!("fixgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Ok(HttpBackend {
+            agent,
+            base: base.trim_end_matches('/').to_owned(),
+            headers: config.headers.clone(),
+        })
+    }
+
+    fn url(&self, area: &str, digest: &RemoteDigest) -> String {
+        format!("{}/{area}/{}", self.base, digest.hex())
+    }
+
+    fn get(&self, url: &str) -> Result<Option<Vec<u8>>, RemoteError> {
+        let mut req = self.agent.get(url);
+        for (name, value) in &self.headers {
+            req = req.header(name, value);
+        }
+        let resp = req.call().map_err(transport)?;
+        match resp.status().as_u16() {
+            200 => resp
+                .into_body()
+                .with_config()
+                .limit(MAX_BODY)
+                .read_to_vec()
+                .map(Some)
+                .map_err(transport),
+            404 => Ok(None),
+            other => Err(RemoteError::Status(format!("HTTP {other} to GET {url}"))),
+        }
+    }
+
+    fn put(&self, url: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+        let mut req = self.agent.put(url);
+        for (name, value) in &self.headers {
+            req = req.header(name, value);
+        }
+        let resp = req.send(bytes).map_err(transport)?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(()),
+            other => Err(RemoteError::Status(format!("HTTP {other} to PUT {url}"))),
+        }
+    }
+}
+
+fn transport(e: ureq::Error) -> RemoteError {
+    RemoteError::Transport(e.to_string())
+}
+
+impl Backend for HttpBackend {
+    fn digest_function(&self) -> DigestFunction {
+        DigestFunction::Sha256
+    }
+
+    fn get_action_result(
+        &self,
+        action: &RemoteDigest,
+    ) -> Result<Option<reapi::ActionResult>, RemoteError> {
+        let Some(bytes) = self.get(&self.url("ac", action))? else {
+            return Ok(None);
+        };
+        reapi::ActionResult::decode(bytes.as_slice())
+            .map(Some)
+            .map_err(|e| RemoteError::Protocol(format!("action result {}: {e}", action.hex())))
+    }
+
+    fn put_action_result(
+        &self,
+        action: &RemoteDigest,
+        result: &reapi::ActionResult,
+    ) -> Result<(), RemoteError> {
+        self.put(&self.url("ac", action), &result.encode_to_vec())
+    }
+
+    fn get_blob(&self, digest: &RemoteDigest) -> Result<Option<Vec<u8>>, RemoteError> {
+        self.get(&self.url("cas", digest))
+    }
+
+    fn put_blob(&self, digest: &RemoteDigest, bytes: &[u8]) -> Result<(), RemoteError> {
+        self.put(&self.url("cas", digest), bytes)
+    }
+}

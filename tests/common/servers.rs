@@ -1,0 +1,206 @@
+//! Real remote-cache servers for the tests: nginx with WebDAV (the Bazel HTTP cache protocol)
+//! and BuildGrid in cache-only mode (REAPI), each on a free loopback port, stopped by PID.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server. Dropping it stops it.
+pub struct Server {
+    /// The URL to pass to `--remote-cache`.
+    pub url: String,
+    /// Where an nginx server keeps what is PUT (`ac/`, `cas/`).
+    pub data: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Stops the server (by its PID) and waits for it, as a server that goes away mid-audit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// How many requests an nginx server has answered so far.
+    pub fn requests(&self) -> usize {
+        std::fs::read_to_string(self.log.with_file_name("access.log"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// The server's log, for assertion messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a loopback port")
+}
+
+fn wait_for_port(port: u16, child: &mut Child, log: &Path, what: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{what} exited ({status}) before listening on port {port}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what} did not listen on port {port} within {limit:?}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn find_nginx() -> PathBuf {
+    for p in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!(
+        "nginx is not installed, and the remote-cache tests need it as the HTTP cache: \
+         run `apt-get install nginx` (Debian's build has the WebDAV module), or run .ci/run, \
+         which installs it"
+    );
+}
+
+/// nginx serving WebDAV `PUT` and `GET` from a temporary directory.
+pub fn nginx() -> Server {
+    nginx_with(None)
+}
+
+/// [`nginx`] answering 401 to requests without `Authorization: {authorization}`.
+pub fn nginx_requiring(authorization: &str) -> Server {
+    nginx_with(Some(authorization))
+}
+
+fn nginx_with(authorization: Option<&str>) -> Server {
+    let nginx = find_nginx();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let port = free_port();
+    let log = dir.path().join("error.log");
+    // One process (no master, no workers): it runs as the user that starts it, so PUTs can
+    // write the data directory (workers started by root run as nobody), and stopping it by PID
+    // stops everything.
+    let conf = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         \x20 client_max_body_size 0;\n\
+         \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      root {data};\n\
+         \x20     dav_methods PUT DELETE;\n      create_full_put_path on;\n\
+         \x20     dav_access user:rw group:r all:r;\n    }}\n  }}\n}}\n",
+        d = dir.path().display(),
+        data = data.display(),
+    );
+    let check = authorization
+        .map(|a| format!("      if ($http_authorization != \"{a}\") {{ return 401; }}\n"))
+        .unwrap_or_default();
+    let conf = conf.replace("      root ", &format!("{check}      root "));
+    let conf_path = dir.path().join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let mut child = Command::new(&nginx)
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-e")
+        .arg(&log)
+        .arg("-c")
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", nginx.display()));
+    wait_for_port(port, &mut child, &log, "nginx", Duration::from_secs(20));
+    Server {
+        url: format!("http://127.0.0.1:{port}/cache"),
+        data: data.join("cache"),
+        child: Some(child),
+        log,
+        _dir: dir,
+    }
+}
+
+/// The `bgd` of the BuildGrid 0.4.4 that .ci/run installs into `target/buildgrid-venv`, or
+/// `$FIXGATE_TEST_BGD`.
+fn find_bgd() -> PathBuf {
+    if let Some(p) = std::env::var_os("FIXGATE_TEST_BGD") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/buildgrid-venv/bin/bgd");
+    if venv.exists() {
+        return venv;
+    }
+    panic!(
+        "BuildGrid is not installed, and the remote-cache tests need it as the REAPI server: \
+         run `python3 -m venv target/buildgrid-venv && target/buildgrid-venv/bin/pip install \
+         buildgrid==0.4.4` in the repository (or run .ci/run, which does), or set \
+         FIXGATE_TEST_BGD to a bgd executable"
+    );
+}
+
+/// BuildGrid in cache-only mode: in-memory CAS and action cache, the `cas`, `bytestream` and
+/// `action-cache` services, no database. It offers SHA-256 only.
+pub fn buildgrid() -> Server {
+    let bgd = find_bgd();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = format!(
+        "server:\n  - !channel\n    address: \"127.0.0.1:{port}\"\n    insecure-mode: true\n\
+         authorization:\n  method: none\n\
+         storages:\n  - !lru-storage &cas\n    size: 256MB\n\
+         caches:\n  - !lru-action-cache &ac\n    storage: *cas\n    max-cached-refs: 100000\n\
+         \x20   allow-updates: true\n    cache-failed-actions: true\n\
+         instances:\n  - name: \"\"\n    services:\n      - !action-cache\n        cache: *ac\n\
+         \x20     - !cas\n        storage: *cas\n      - !bytestream\n        storage: *cas\n"
+    );
+    let conf_path = dir.path().join("buildgrid.yml");
+    std::fs::write(&conf_path, conf).unwrap();
+    let log = dir.path().join("bgd.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(&bgd)
+        .args(["server", "start"])
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bgd.display()));
+    wait_for_port(port, &mut child, &log, "BuildGrid", Duration::from_secs(90));
+    Server {
+        url: format!("grpc://127.0.0.1:{port}"),
+        data: dir.path().join("no-data-dir"),
+        child: Some(child),
+        log,
+        _dir: dir,
+    }
+}
