@@ -46,9 +46,9 @@ pub const ENV_ALLOWLIST: &[&str] = &[
 pub struct Runner {
     pub interpreter: Interpreter,
     pub plugin_dir: PathBuf,
-    /// Where the plugin keeps pytest's rewritten test modules between runs (see the end of
-    /// plugin.py): sandboxes are fresh and write no bytecode, so without it every run would
-    /// rewrite and compile every test module again.
+    /// Where the plugin keeps pytest's rewritten test modules between runs (see
+    /// src/pytest/plugin/rewrite.py): sandboxes are fresh and write no bytecode, so without it
+    /// every run would rewrite and compile every test module again.
     pub rewrite_cache: PathBuf,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
