@@ -457,6 +457,8 @@ struct Pyproject {
     groups: BTreeMap<String, Declared>,
     deps: DepsMode,
     budget: BudgetConfig,
+    /// `fork = false`: every run in a fresh interpreter, no fork server.
+    fork: Option<bool>,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -564,10 +566,11 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "groups" => out.groups = parse_groups(&doc, (key, value))?,
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
+            "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\" and \"budget\"",
+                "\"groups\", \"deps\", \"budget\" and \"fork\"",
             )),
         }
     }
@@ -642,6 +645,27 @@ fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Decla
         groups.insert(name.to_owned(), declared);
     }
     Ok(groups)
+}
+
+fn parse_fork(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
+    match value.get_ref() {
+        DeValue::Boolean(b) => Ok(*b),
+        other => Err(doc.err(
+            key.span(),
+            "tool.fixgate.fork",
+            format!(
+                "expected true or false, found {}; write fork = false to run every order in a \
+                 fresh interpreter",
+                a_type(other)
+            ),
+        )),
+    }
+}
+
+/// `[tool.fixgate] fork` of a `pyproject.toml`: `Some(false)` turns the fork server off. A file
+/// that does not parse says nothing here (loading the configuration reports it).
+pub(crate) fn fork_setting(pyproject: &[u8]) -> Option<bool> {
+    parse_pyproject(pyproject).ok().and_then(|p| p.fork)
 }
 
 fn parse_deps(doc: &Doc, (key, value): Entry) -> Result<DepsMode, ConfigError> {
@@ -1119,6 +1143,17 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_fork_is_a_boolean() {
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = false\n"), Some(false));
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = true\n"), Some(true));
+        assert_eq!(fork_setting(b"[tool.fixgate]\ndeps = \"traced\"\n"), None);
+        assert!(pyproject("[tool.fixgate]\nfork = false\n")
+            .warnings
+            .is_empty());
+        assert!(pyproject_err("[tool.fixgate]\nfork = \"no\"\n").contains("expected true or false"));
+    }
+
+    #[test]
     fn pyproject_unknown_keys_warn() {
         let config = pyproject(
             "[tool.fixgate]\n\
@@ -1133,7 +1168,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\" and \"budget\"",
+                 keys are \"groups\", \"deps\", \"budget\" and \"fork\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -168,6 +168,28 @@ impl Sandbox {
         self.dir.join("tmp")
     }
 
+    /// Records the bytes, modes and times of `tree/`, `home/` and `tmp/`, for `restore`.
+    pub(crate) fn record(&self) -> std::io::Result<TreeState> {
+        let mut state = TreeState::default();
+        for sub in SUBTREES {
+            record_dir(&self.dir, Path::new(sub), &mut state.nodes)?;
+        }
+        Ok(state)
+    }
+
+    /// Puts `tree/`, `home/` and `tmp/` back as `state` recorded them: files and directories
+    /// added since are removed, changed or removed ones written again (in place, so a descriptor
+    /// the zygote holds sees the restored bytes), with their modes and modification times.
+    pub(crate) fn restore(&self, state: &mut TreeState) -> std::io::Result<()> {
+        for sub in SUBTREES {
+            remove_extra(&self.dir, Path::new(sub), &state.nodes)?;
+        }
+        for (rel, node) in state.nodes.iter_mut() {
+            restore_node(&self.dir.join(rel), node)?;
+        }
+        Ok(())
+    }
+
     /// Keeps the sandbox on disk after this value is dropped (for debugging a run).
     pub fn keep(&mut self) {
         self.keep = true;
@@ -180,6 +202,174 @@ impl Drop for Sandbox {
             remove_tree(&self.dir);
         }
     }
+}
+
+/// The parts of a sandbox a run may change.
+const SUBTREES: [&str; 3] = ["tree", "home", "tmp"];
+
+/// What a sandbox's tree, home and temporary directory held at one moment, by path relative to
+/// the sandbox (sorted: a directory comes before what it holds).
+#[derive(Default)]
+pub(crate) struct TreeState {
+    nodes: std::collections::BTreeMap<PathBuf, Node>,
+}
+
+enum Node {
+    Dir {
+        mode: u32,
+    },
+    File {
+        bytes: Vec<u8>,
+        mode: u32,
+        modified: std::time::SystemTime,
+        /// Size, modification and change times, inode: any move means the file may differ.
+        stat: (u64, i64, i64, i64, i64, u64),
+    },
+    Link {
+        target: PathBuf,
+    },
+}
+
+fn file_stat(meta: &std::fs::Metadata) -> (u64, i64, i64, i64, i64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+        meta.ino(),
+    )
+}
+
+fn mode_of(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o7777
+}
+
+fn record_dir(
+    base: &Path,
+    rel: &Path,
+    nodes: &mut std::collections::BTreeMap<PathBuf, Node>,
+) -> std::io::Result<()> {
+    let full = base.join(rel);
+    let meta = std::fs::symlink_metadata(&full)?;
+    nodes.insert(
+        rel.to_path_buf(),
+        Node::Dir {
+            mode: mode_of(&meta),
+        },
+    );
+    for entry in std::fs::read_dir(&full)? {
+        let entry = entry?;
+        let child = rel.join(entry.file_name());
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            record_dir(base, &child, nodes)?;
+        } else if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(entry.path())?;
+            nodes.insert(child, Node::Link { target });
+        } else if meta.is_file() {
+            let bytes = std::fs::read(entry.path())?;
+            nodes.insert(
+                child,
+                Node::File {
+                    bytes,
+                    mode: mode_of(&meta),
+                    modified: meta.modified()?,
+                    stat: file_stat(&meta),
+                },
+            );
+        }
+        // sockets and FIFOs a test left are not restored; nothing recorded them
+    }
+    Ok(())
+}
+
+/// Removes what is under `rel` and not in `nodes` (or of another kind).
+fn remove_extra(
+    base: &Path,
+    rel: &Path,
+    nodes: &std::collections::BTreeMap<PathBuf, Node>,
+) -> std::io::Result<()> {
+    let full = base.join(rel);
+    let Ok(rd) = std::fs::read_dir(&full) else {
+        return Ok(()); // removed: restore_node makes it again
+    };
+    for entry in rd {
+        let entry = entry?;
+        let child = rel.join(entry.file_name());
+        let ft = entry.file_type()?;
+        let keep = match nodes.get(&child) {
+            Some(Node::Dir { .. }) => ft.is_dir(),
+            Some(Node::File { .. }) => ft.is_file(),
+            Some(Node::Link { .. }) => ft.is_symlink(),
+            None => false,
+        };
+        if keep && ft.is_dir() {
+            remove_extra(base, &child, nodes)?;
+        } else if !keep {
+            // A directory a test made read-only still has to go.
+            make_writable(&full);
+            if ft.is_dir() {
+                make_writable(&entry.path());
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn restore_node(full: &Path, node: &mut Node) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(full).ok();
+    match node {
+        Node::Dir { mode } => {
+            if meta.is_none() {
+                std::fs::create_dir(full)?;
+            }
+            let now = std::fs::symlink_metadata(full)?;
+            if mode_of(&now) != *mode {
+                std::fs::set_permissions(full, std::fs::Permissions::from_mode(*mode))?;
+            }
+        }
+        Node::Link { target } => {
+            if meta.is_none() || std::fs::read_link(full).ok().as_deref() != Some(target) {
+                let _ = std::fs::remove_file(full);
+                std::os::unix::fs::symlink(&*target, full)?;
+            }
+        }
+        Node::File {
+            bytes,
+            mode,
+            modified,
+            stat,
+        } => {
+            let same = meta
+                .as_ref()
+                .is_some_and(|m| file_stat(m) == *stat && mode_of(m) == *mode);
+            if same {
+                return Ok(());
+            }
+            if meta.is_some() {
+                std::fs::set_permissions(full, std::fs::Permissions::from_mode(0o600))?;
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(full)?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            f.set_modified(*modified)?;
+            f.set_permissions(std::fs::Permissions::from_mode(*mode))?;
+            drop(f);
+            // The change time moved with the write: remember the new one.
+            *stat = file_stat(&std::fs::symlink_metadata(full)?);
+        }
+    }
+    Ok(())
 }
 
 /// Removes a sandbox even when a test left read-only directories in it.

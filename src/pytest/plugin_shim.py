@@ -1,5 +1,5 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
-modules beside this file (events, trace, classify, lease, rewrite, hooks).
+modules beside this file (events, trace, classify, lease, rewrite, forkserver, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. This loader compiles
@@ -23,6 +23,7 @@ _MODULES = (
     "fixgate_plugin_classify",
     "fixgate_plugin_lease",
     "fixgate_plugin_rewrite",
+    "fixgate_plugin_forkserver",
     "fixgate_plugin_hooks",
 )
 

@@ -10,6 +10,7 @@ import traceback
 
 import pytest
 
+import fixgate_plugin_forkserver as _forkserver
 import fixgate_plugin_trace as _trace
 from fixgate_plugin_classify import _Classifier
 from fixgate_plugin_events import (
@@ -64,6 +65,15 @@ def pytest_addoption(parser):
         metavar="PATH",
         help='fixgate: JSON file {"roots": [...]} of repo-relative directories whose files are '
         "checked for changes around every test.",
+    )
+    group.addoption(
+        "--fixgate-forkserver",
+        dest="fixgate_forkserver",
+        default=None,
+        type=int,
+        metavar="FD",
+        help="fixgate: after collection, serve forked runs (replies on file descriptor FD, "
+        "commands on FD + 1) instead of running the tests.",
     )
     group.addoption(
         "--fixgate-root",
@@ -132,14 +142,39 @@ class _FixgatePlugin(object):
         def absolute(p):
             return os.path.normpath(os.path.join(invocation, os.path.expanduser(p)))
 
+        self._absolute = absolute
+
         root = config.getoption("fixgate_root", None)
         if root is None:
             root = str(config.rootpath)
         self.root = absolute(root)
 
-        events = config.getoption("fixgate_events", None)
-        order = config.getoption("fixgate_order", None)
-        watch = config.getoption("fixgate_watch", None)
+        self.forkserver_fd = config.getoption("fixgate_forkserver", None)
+        self._open_run(
+            config.getoption("fixgate_events", None),
+            config.getoption("fixgate_order", None),
+            config.getoption("fixgate_watch", None),
+        )
+        if self.fd is None:
+            return  # ordering only: no trace, no lease
+
+        # What was loaded before the hook could see it (conftest.py files, plugins, the
+        # configuration file) belongs to the session too.
+        for name in list(sys.modules):
+            self.session_trace.add(("modname", name))
+        inipath = getattr(config, "inipath", None)
+        if inipath is not None:
+            self.session_trace.add(("read", os.path.abspath(str(inipath))))
+        _trace._TRACE = self.session_trace
+        if not _trace._HOOK_INSTALLED:
+            sys.addaudithook(_trace._audit_hook)
+            _trace._HOOK_INSTALLED = True
+
+    def _open_run(self, events, order, watch):
+        """The part of the set-up that belongs to one ordered run: the events file, the order,
+        the lease and the classifier. A fresh process does it at configure time; a child of the
+        fork server (fixgate_plugin_forkserver) does it again after the fork."""
+        absolute = self._absolute
         self.events_path = absolute(events) if events is not None else None
         self.order_path = absolute(order) if order is not None else None
         self.watch_path = absolute(watch) if watch is not None else None
@@ -164,7 +199,7 @@ class _FixgatePlugin(object):
                     "pytest": pytest.__version__,
                     "root": _path_text(self.root),
                     "protocol": PROTOCOL_VERSION,
-                    "rootdir": _path_text(str(config.rootpath)),
+                    "rootdir": _path_text(str(self.config.rootpath)),
                     "executable": _path_text(sys.executable or ""),
                 }
             )
@@ -183,7 +218,7 @@ class _FixgatePlugin(object):
             raise
 
         if self.fd is None:
-            return  # ordering only: no trace, no lease
+            return
 
         ignored = [self.events_path, self.order_path, self.watch_path]
         self.classifier = _Classifier(self.root, [p for p in ignored if p])
@@ -220,17 +255,31 @@ class _FixgatePlugin(object):
             self.lease.exclude_dirs = set(
                 d for d in excl_dirs if not any(d == a for a, _ in self.lease.roots)
             )
-        # What was loaded before the hook could see it (conftest.py files, plugins, the
-        # configuration file) belongs to the session too.
-        for name in list(sys.modules):
-            self.session_trace.add(("modname", name))
-        inipath = getattr(config, "inipath", None)
-        if inipath is not None:
-            self.session_trace.add(("read", os.path.abspath(str(inipath))))
+
+    def _begin_forked_run(self, session, command):
+        """In a child of the fork server: become the process a fresh `pytest --fixgate-order`
+        would be right after collection. The collection trace (inherited) stays the session's,
+        as a fresh process records its own collection there; everything of one run is new."""
+        self._close()
+        self.pid = os.getpid()
+        self.forkserver_fd = None
+        self.order = None
+        self.executed = []
+        self.index = 0
+        self.current = None
+        self.lease = None
+        self.collect_event = False
+        self.internal_errors = 0
+        self.finished = False
+        self.announced = None
+        self.announced_pos = None
+        self.last_reported = None
+        self.interrupted_in = None
+        self._open_run(command.get("events"), command.get("order"), command.get("watch"))
+        self.order_state = "failed"
+        self._apply_order(self.config, session.items)
+        self.order_state = "ok"
         _trace._TRACE = self.session_trace
-        if not _trace._HOOK_INSTALLED:
-            sys.addaudithook(_trace._audit_hook)
-            _trace._HOOK_INSTALLED = True
 
     # ---- configuration files ----------------------------------------------------------------
 
@@ -476,6 +525,13 @@ class _FixgatePlugin(object):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
+        if self.forkserver_fd is not None:
+            if not session.config.option.collectonly and not session.testsfailed:
+                # Returns only in a forked child, set up for its run; the zygote exits there.
+                command = _forkserver.serve(self.forkserver_fd, self.config)
+                self._begin_forked_run(session, command)
+            else:
+                _forkserver.refuse(self.forkserver_fd, "collection failed")
         if self.lease is None or self.lease.started:
             return None
         if session.config.option.collectonly:
