@@ -347,3 +347,70 @@ fn an_order_sensitive_collection_falls_back_to_fresh_processes_and_says_why() {
     );
     assert_eq!(v["result"]["tests"].as_array().unwrap().len(), 12);
 }
+
+#[test]
+fn an_audit_with_confirmation_and_bisection_reuses_its_zygotes_and_none_outlives_fixgate() {
+    // The head adds a victim that passes only after the state-setter ran: the audit confirms
+    // and bisects in later batches of the graph, each on worker threads of its own. The zygotes
+    // must outlive those threads (and not fixgate).
+    let repo = TestRepo::new();
+    repo.write(
+        "src/cart.py",
+        "CART = {}\n\ndef add(name, price):\n    CART[name] = price\n\n\
+         def total():\n    return sum(CART.values())\n",
+    )
+    .write(
+        "tests/test_cart.py",
+        "from cart import add, total\n\n\
+         def test_add_item():\n    add('apple', 3)\n    assert total() >= 3\n",
+    );
+    for i in 0..4 {
+        repo.write(
+            &format!("tests/test_other_{i}.py"),
+            format!("def test_other_{i}():\n    pass\n"),
+        );
+    }
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_total.py",
+        "from cart import total\n\ndef test_total_after_apple():\n    assert total() == 3\n",
+    );
+    repo.commit("head");
+    let args = [
+        "audit", "--base", &base, "--head", "HEAD", "--seeds", "4", "--format", "json", "--quiet",
+    ];
+    let (forked, fresh) = same_both_ways(&repo, &args, "tests");
+    for field in ["verdict", "findings", "pairs", "orders", "pytest_processes"] {
+        assert_eq!(
+            untimed(forked[field].clone()),
+            untimed(fresh[field].clone()),
+            "{field}"
+        );
+    }
+    assert_eq!(forked["verdict"], "reject", "{forked}");
+    assert!(!forked["pairs"].as_array().unwrap().is_empty(), "{forked}");
+    let fs = &forked["forkserver"];
+    assert_eq!(fs["fallbacks"], serde_json::json!([]), "{fs}");
+    assert!(
+        fs["zygotes"].as_u64().unwrap() <= 2,
+        "one per snapshot: {fs}"
+    );
+    assert!(fs["forks"].as_u64().unwrap() > 8, "{fs}");
+
+    // Every process that had this repository's plugin directory on its path is gone.
+    let cache = repo.cache.path().display().to_string();
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&cache))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        survivors.is_empty(),
+        "processes outlived fixgate: {survivors:?}"
+    );
+}

@@ -14,9 +14,9 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -347,12 +347,8 @@ impl Zygote {
                 Ok(())
             });
         }
-        let process = cmd
-            .stdin(Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|e| why(e.to_string()))?;
+        cmd.stdin(Stdio::null()).stdout(log_file).stderr(log_err);
+        let process = spawn_steadily(cmd).map_err(|e| why(e.to_string()))?;
         drop(write);
         drop(command_read);
         ZYGOTES.fetch_add(1, Ordering::Relaxed);
@@ -526,6 +522,38 @@ impl Drop for Zygote {
         let _ = self.process.kill();
         let _ = self.process.wait();
     }
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `cmd` from a thread that lives as long as fixgate. PR_SET_PDEATHSIG fires when the
+/// *thread* that forked the process ends, and the graph's worker threads end with every batch:
+/// a zygote they spawned would die with them.
+fn spawn_steadily(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        // Without the thread, requests fail below and the caller falls back to fresh runs.
+        let _ = std::thread::Builder::new()
+            .name("fixgate-zygote-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            });
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    let sent = spawner
+        .lock()
+        .map_err(|_| std::io::Error::other("the spawner's lock is poisoned"))?
+        .send((cmd, reply));
+    if sent.is_err() {
+        return Err(std::io::Error::other("the spawner thread is gone"));
+    }
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
 /// The descriptor the zygote writes its replies to; it reads commands from the next one.
