@@ -431,3 +431,76 @@ fn nonce() -> String {
         .unwrap_or(0);
     format!("{:x}", t & 0xffff_ffff)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn listing(dir: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let meta = std::fs::symlink_metadata(e.path()).unwrap();
+                let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
+                let mode = meta.permissions().mode() & 0o7777;
+                if meta.is_dir() {
+                    stack.push(e.path());
+                    out.push((rel, mode, Vec::new()));
+                } else if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(e.path()).unwrap();
+                    out.push((rel, 0, target.to_string_lossy().as_bytes().to_vec()));
+                } else {
+                    out.push((rel, mode, std::fs::read(e.path()).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn restore_puts_back_the_recorded_bytes_modes_and_links_and_removes_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox {
+            dir: tmp.path().join("s"),
+            keep: false,
+        };
+        for sub in SUBTREES {
+            std::fs::create_dir_all(sandbox.dir.join(sub)).unwrap();
+        }
+        let tree = sandbox.tree();
+        std::fs::create_dir_all(tree.join("tests/fixtures")).unwrap();
+        std::fs::write(tree.join("tests/fixtures/db.json"), "{}\n").unwrap();
+        std::fs::write(tree.join("tests/imported.txt"), "x\n").unwrap();
+        std::fs::write(tree.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(tree.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::os::unix::fs::symlink("tests/imported.txt", tree.join("link")).unwrap();
+        std::fs::write(sandbox.home().join(".rc"), "home\n").unwrap();
+        let before = listing(&sandbox.dir);
+        let mut state = sandbox.record().unwrap();
+
+        for round in 0..2 {
+            // what a run may do: rewrite (same size too), remove, add, chmod, relink, lock a dir
+            std::fs::write(tree.join("tests/fixtures/db.json"), "[]\n").unwrap();
+            std::fs::remove_file(tree.join("tests/imported.txt")).unwrap();
+            std::fs::write(tree.join("tests/new.txt"), "new").unwrap();
+            std::fs::create_dir_all(tree.join("made/deeper")).unwrap();
+            std::fs::write(tree.join("made/deeper/f"), "f").unwrap();
+            std::fs::set_permissions(tree.join("made"), std::fs::Permissions::from_mode(0o500))
+                .unwrap();
+            std::fs::set_permissions(tree.join("run.sh"), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            std::fs::remove_file(tree.join("link")).unwrap();
+            std::os::unix::fs::symlink("elsewhere", tree.join("link")).unwrap();
+            std::fs::write(sandbox.tmp().join("scratch"), "t").unwrap();
+            std::fs::remove_file(sandbox.home().join(".rc")).unwrap();
+            std::fs::create_dir(sandbox.home().join(".rc")).unwrap();
+
+            sandbox.restore(&mut state).unwrap();
+            assert_eq!(listing(&sandbox.dir), before, "round {round}");
+        }
+    }
+}

@@ -483,11 +483,24 @@ impl Zygote {
 
     /// Kills the running child and its process group; its exit comes through `try_wait`.
     pub(crate) fn kill_child(&mut self) {
-        if let Some(pid) = self.running {
+        let Some(pid) = self.running else {
+            return;
+        };
+        if parent_of(pid) == Some(self.process.id() as i32) {
             // SAFETY: kill takes a pid and a signal.
             unsafe {
                 libc::kill(-pid, libc::SIGKILL);
                 libc::kill(pid, libc::SIGKILL);
+            }
+        } else {
+            // The pid the zygote reported is not its child here (the zygote runs in a PID
+            // namespace of its own, or the child is gone): kill the zygote instead, which takes
+            // the child with it (PR_SET_PDEATHSIG), and reuse it no more.
+            self.healthy = false;
+            let zygote = self.process.id() as i32;
+            // SAFETY: kill takes a pid and a signal; the zygote leads its own process group.
+            unsafe {
+                libc::kill(-zygote, libc::SIGKILL);
             }
         }
     }
@@ -554,6 +567,13 @@ fn spawn_steadily(cmd: Command) -> std::io::Result<Child> {
     answer
         .recv()
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat` (the field after the parenthesised name).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The descriptor the zygote writes its replies to; it reads commands from the next one.
@@ -630,5 +650,34 @@ impl Replies {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_of_a_child_is_this_process() {
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(parent_of(pid), Some(std::process::id() as i32));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(parent_of(pid), None, "a reaped child has no /proc entry");
+    }
+
+    #[test]
+    fn replies_come_line_by_line_and_the_end_is_an_error() {
+        let (read, write) = pipe().unwrap();
+        let mut replies = Replies::new(read);
+        assert_eq!(replies.line(0), Ok(None));
+        let mut w = std::fs::File::from(write);
+        w.write_all(b"ready\nforked 12\nexit 1").unwrap();
+        assert_eq!(replies.line(10), Ok(Some("ready".to_owned())));
+        assert_eq!(replies.line(10), Ok(Some("forked 12".to_owned())));
+        assert_eq!(replies.line(0), Ok(None), "a partial line waits");
+        drop(w);
+        assert_eq!(replies.line(10), Err(()));
     }
 }
