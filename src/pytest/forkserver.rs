@@ -95,12 +95,15 @@ fn identity(snapshot: &Snapshot) -> Key {
     *h.finalize().as_bytes()
 }
 
-/// The warm interpreters of one Runner: at most `slots` alive, idle ones kept for the next run
-/// of their snapshot. Dropping the pool kills them.
+/// The warm interpreters of one Runner: per job slot at most two alive (an audit alternates
+/// between the base and the head; with one per slot, every switch would kill a zygote and
+/// collect again), idle ones kept for the next run of their snapshot. Dropping the pool kills
+/// them.
 pub struct Pool {
     /// `Some(reason)`: never fork (`FIXGATE_FORK=0`).
     disabled: Option<String>,
-    slots: usize,
+    /// How many zygotes may be alive at once.
+    capacity: usize,
     live: AtomicUsize,
     idle: Mutex<Vec<Zygote>>,
     /// Snapshots that run fresh, with the reason.
@@ -110,7 +113,7 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool of at most `slots` zygotes. `FIXGATE_FORK=0` (read here, and only here) turns the
+    /// A pool for `slots` job slots. `FIXGATE_FORK=0` (read here, and only here) turns the
     /// fork server off for every run of this process.
     pub fn from_env(slots: usize) -> Pool {
         let off = std::env::var_os("FIXGATE_FORK").is_some_and(|v| v == "0");
@@ -120,7 +123,7 @@ impl Pool {
     pub(crate) fn new(slots: usize, disabled: Option<String>) -> Pool {
         Pool {
             disabled,
-            slots: slots.max(1),
+            capacity: 2 * slots.max(1),
             live: AtomicUsize::new(0),
             idle: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
@@ -232,7 +235,7 @@ impl Pool {
     fn make_room(&self) -> bool {
         loop {
             let live = self.live.load(Ordering::SeqCst);
-            if live < self.slots {
+            if live < self.capacity {
                 if self
                     .live
                     .compare_exchange(live, live + 1, Ordering::SeqCst, Ordering::SeqCst)
