@@ -414,3 +414,45 @@ fn an_audit_with_confirmation_and_bisection_reuses_its_zygotes_and_none_outlives
         "processes outlived fixgate: {survivors:?}"
     );
 }
+
+#[test]
+fn regression_a_process_a_test_left_running_does_not_write_into_the_next_forked_run() {
+    // The test starts a helper that keeps writing a file into the tree. A fresh run's helper
+    // only ever sees its own sandbox; a forked run's would write into the sandbox the next run
+    // forks into, unless the child's process group dies with it.
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_daemon.py",
+        "import os, subprocess, sys, time\n\n\
+         HELPER = '''\n\
+import os, time\n\
+for _ in range(500):\n    \
+    try:\n        \
+        open('tests/late.txt', 'w').write('x')\n    \
+    except OSError:\n        \
+        break\n    \
+    time.sleep(0.02)\n\
+'''\n\n\
+         def test_starts_a_helper():\n    \
+             subprocess.Popen([sys.executable, '-c', HELPER])\n    \
+             while not os.path.exists('tests/late.txt'):\n        \
+                 time.sleep(0.01)\n",
+    )
+    .write(
+        "tests/test_z_check.py",
+        "import os\n\ndef test_no_late_file():\n    assert not os.path.exists('tests/late.txt')\n",
+    );
+    let base = repo.commit("base");
+    repo.write("tests/test_new.py", "def test_added():\n    pass\n");
+    repo.commit("head");
+    let args = [
+        "audit", "--base", &base, "--head", "HEAD", "--seeds", "3", "--format", "json", "--quiet",
+    ];
+    let (forked, fresh) = same_both_ways(&repo, &args, "tests");
+    assert_eq!(forked["verdict"], fresh["verdict"]);
+    assert_eq!(
+        forked["forkserver"]["mode"], "fork",
+        "{}",
+        forked["forkserver"]
+    );
+}

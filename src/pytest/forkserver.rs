@@ -463,6 +463,15 @@ impl Zygote {
                         if p.parse() == Ok(pid) {
                             if let Ok(raw) = s.parse::<i32>() {
                                 self.running = None;
+                                // What the child left running (a server a test started) would
+                                // go on writing into the sandbox the next run forks into; a
+                                // fresh run's leftovers only ever saw their own sandbox. The
+                                // group is the child's: its id is not reused while it has
+                                // members.
+                                // SAFETY: kill takes a pid and a signal.
+                                unsafe {
+                                    libc::kill(-pid, libc::SIGKILL);
+                                }
                                 return Some(ExitStatus::from_raw(raw));
                             }
                         }
