@@ -214,6 +214,64 @@ pub(crate) struct TreeState {
     nodes: std::collections::BTreeMap<PathBuf, Node>,
 }
 
+impl TreeState {
+    /// Whether `other` holds the same paths with the same kinds, bytes, modes and link targets
+    /// (times and inodes aside).
+    pub(crate) fn same_bytes(&self, other: &TreeState) -> bool {
+        self.nodes.len() == other.nodes.len()
+            && self
+                .nodes
+                .iter()
+                .zip(&other.nodes)
+                .all(|((pa, a), (pb, b))| pa == pb && a.same_bytes(b))
+    }
+
+    /// Whether the tree of `sandbox` still holds, at each of `files` (tree-relative), what this
+    /// state recorded (or still nothing), and still lists the same names in each of `dirs`.
+    pub(crate) fn unchanged<'a>(
+        &self,
+        sandbox: &Sandbox,
+        files: impl IntoIterator<Item = &'a str>,
+        dirs: impl IntoIterator<Item = &'a str>,
+    ) -> bool {
+        let tree = sandbox.tree();
+        let files_same = files.into_iter().all(|f| {
+            let rel = Path::new("tree").join(f);
+            let now = std::fs::symlink_metadata(tree.join(f)).ok();
+            match (self.nodes.get(&rel), now) {
+                (None, None) => true,
+                (Some(Node::File { bytes, mode, .. }), Some(m)) if m.is_file() => {
+                    mode_of(&m) == *mode && std::fs::read(tree.join(f)).is_ok_and(|b| b == *bytes)
+                }
+                (Some(Node::Link { target }), Some(m)) if m.file_type().is_symlink() => {
+                    std::fs::read_link(tree.join(f)).is_ok_and(|t| t == *target)
+                }
+                (Some(Node::Dir { .. }), Some(m)) => m.is_dir(),
+                _ => false,
+            }
+        });
+        files_same
+            && dirs.into_iter().all(|d| {
+                let rel = Path::new("tree").join(d);
+                let recorded: std::collections::BTreeSet<std::ffi::OsString> = self
+                    .nodes
+                    .range(rel.clone()..)
+                    .take_while(|(p, _)| p.starts_with(&rel))
+                    .filter(|(p, _)| p.parent() == Some(rel.as_path()))
+                    .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()))
+                    .collect();
+                let now: Option<std::collections::BTreeSet<std::ffi::OsString>> =
+                    std::fs::read_dir(tree.join(d))
+                        .ok()
+                        .map(|rd| rd.flatten().map(|e| e.file_name()).collect());
+                match now {
+                    Some(now) => self.nodes.contains_key(&rel) && now == recorded,
+                    None => !self.nodes.contains_key(&rel),
+                }
+            })
+    }
+}
+
 enum Node {
     Dir {
         mode: u32,
@@ -228,6 +286,24 @@ enum Node {
     Link {
         target: PathBuf,
     },
+}
+
+impl Node {
+    fn same_bytes(&self, other: &Node) -> bool {
+        match (self, other) {
+            (Node::Dir { mode: a }, Node::Dir { mode: b }) => a == b,
+            (Node::Link { target: a }, Node::Link { target: b }) => a == b,
+            (
+                Node::File {
+                    bytes: a, mode: ma, ..
+                },
+                Node::File {
+                    bytes: b, mode: mb, ..
+                },
+            ) => a == b && ma == mb,
+            _ => false,
+        }
+    }
 }
 
 fn file_stat(meta: &std::fs::Metadata) -> (u64, i64, i64, i64, i64, u64) {

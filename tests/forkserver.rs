@@ -208,7 +208,8 @@ fn a_test_past_the_timeout_is_killed_in_a_forked_run_as_in_a_fresh_one() {
     );
     assert_eq!(outcome(&forked, "test_hangs"), "timeout");
     assert_eq!(outcome(&forked, "test_after"), "passed");
-    assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
+    // collection read nothing the killed test changed: the rest runs in a second fork
+    assert_eq!(forked["forkserver"]["forks"], 2, "{}", forked["forkserver"]);
 }
 
 #[test]
@@ -455,4 +456,55 @@ for _ in range(500):\n    \
         "{}",
         forked["forkserver"]
     );
+}
+
+#[test]
+fn a_crashed_run_continues_in_a_fork_only_when_a_fresh_collection_would_see_the_same_tree() {
+    // The test module reads a file at import; the first test rewrites it, the second kills the
+    // interpreter. A fresh process continuing the run imports the module again and sees the
+    // new bytes; a fork of the zygote would hold the old ones, so the rest must run fresh.
+    let repo = TestRepo::new();
+    let module = |rewrite: bool| {
+        format!(
+            "import os\n\nSETTING = open('tests/setting.txt').read()\n\n\
+             def test_1():\n    {}\n\n\
+             def test_2_exits():\n    os._exit(3)\n\n\
+             def test_3_sees_what_a_fresh_import_reads():\n    \
+                 assert SETTING == {:?}\n",
+            if rewrite {
+                "open('tests/setting.txt', 'w').write('new\\n')"
+            } else {
+                "pass"
+            },
+            if rewrite { "new\n" } else { "old\n" },
+        )
+    };
+    repo.write("tests/setting.txt", "old\n")
+        .write("tests/test_crash.py", module(true));
+    repo.commit("base");
+    let (forked, _) = same_both_ways(&repo, &["run", "--seed", "0", "--format", "json"], "result");
+    assert_eq!(outcome(&forked, "test_2_exits"), "crashed");
+    assert_eq!(
+        outcome(&forked, "test_3_sees_what_a_fresh_import_reads"),
+        "passed"
+    );
+    assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
+
+    // Without the rewrite nothing collection read changed: the run goes on in a second fork.
+    repo.write("tests/test_crash.py", module(false));
+    repo.commit("no rewrite");
+    let (forked, _) = same_both_ways(&repo, &["run", "--seed", "0", "--format", "json"], "result");
+    assert_eq!(
+        outcome(&forked, "test_3_sees_what_a_fresh_import_reads"),
+        "passed"
+    );
+    assert_eq!(forked["forkserver"]["forks"], 2, "{}", forked["forkserver"]);
+    assert_eq!(forked["result"]["processes"], 2);
+
+    // A conftest.py pytest imports before the plugin's hook can see it may have read anything:
+    // the rest of a crashed run starts fresh.
+    repo.write("tests/conftest.py", "X = 1\n");
+    repo.commit("a conftest");
+    let (forked, _) = same_both_ways(&repo, &["run", "--seed", "0", "--format", "json"], "result");
+    assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
 }

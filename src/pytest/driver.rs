@@ -397,7 +397,7 @@ impl Runner {
     ) -> Result<RunResult> {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
-            Some(lease) => Place::Warm(lease),
+            Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(Sandbox::create(snapshot, overlay)?),
         };
         let sandbox_dir = place.sandbox().dir().to_path_buf();
@@ -443,10 +443,13 @@ impl Runner {
             let before = result.tests.len();
             let p = match &mut place {
                 // The first process of a run forks. One that continues after a crash or a
-                // timeout starts fresh: a fresh pytest imports and collects again in the tree
-                // the crashed prefix left (import-time writes happen again, import-time reads
-                // see the changes), which no fork of the zygote can reproduce.
-                Place::Warm(lease) if lease.healthy() && k == 0 => {
+                // timeout forks only when a fresh pytest would collect exactly what the zygote
+                // did (see `may_continue_forked`): a fresh one imports and collects again in the
+                // tree the crashed prefix left, so import-time writes happen again and
+                // import-time reads see the prefix's changes.
+                Place::Warm(lease)
+                    if lease.healthy() && (k == 0 || lease.may_continue_forked()) =>
+                {
                     let z = lease.zygote();
                     let events = sandbox_dir.join(format!("events-{k}.jsonl"));
                     std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
@@ -670,7 +673,7 @@ impl Runner {
 /// Where a run happens: a sandbox of its own, or a warm interpreter's.
 enum Place<'p> {
     Own(Sandbox),
-    Warm(Lease<'p>),
+    Warm(Box<Lease<'p>>),
 }
 
 impl Place<'_> {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::pytest::driver::Runner;
-use crate::pytest::events::Event;
+use crate::pytest::events::{Event, Trace};
 use crate::sandbox::{Overlay, Sandbox, TreeState};
 use crate::snapshot::Snapshot;
 
@@ -279,6 +279,13 @@ impl Lease<'_> {
         self.zygote.as_ref().is_some_and(|z| z.healthy)
     }
 
+    /// See `Zygote::may_continue_forked`.
+    pub(crate) fn may_continue_forked(&self) -> bool {
+        self.zygote
+            .as_ref()
+            .is_some_and(Zygote::may_continue_forked)
+    }
+
     pub(crate) fn zygote(&mut self) -> &mut Zygote {
         self.zygote
             .as_mut()
@@ -312,6 +319,9 @@ pub(crate) struct Zygote {
     pub(crate) collected: Vec<String>,
     pub(crate) sandbox: Sandbox,
     pristine: TreeState,
+    /// What collection read, imported and listed (`None`: collection wrote, ran untraced code
+    /// or touched home or tmp, so a run never continues in a fork after a crash).
+    collection: Option<Trace>,
     log: PathBuf,
 }
 
@@ -319,6 +329,9 @@ impl Zygote {
     fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
         let sandbox = Sandbox::create(snapshot, &Overlay::new()).map_err(|e| why(e.to_string()))?;
+        let materialized = sandbox
+            .record()
+            .map_err(|e| why(format!("recording its sandbox: {e}")))?;
         let events = sandbox.dir().join("zygote-events.jsonl");
         let log = sandbox.dir().join("zygote.log");
         std::fs::write(&events, b"").map_err(|e| why(e.to_string()))?;
@@ -366,6 +379,7 @@ impl Zygote {
             collected: Vec::new(),
             sandbox,
             pristine: TreeState::default(),
+            collection: None,
             log,
         };
         let reply = loop {
@@ -390,15 +404,33 @@ impl Zygote {
         if reply != "ready" {
             return Err(format!("the warm interpreter said {reply:?}, not ready"));
         }
+        let mut collection = None;
         for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
-            if let Event::Collected { items } = ev {
-                zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
+            match ev {
+                Event::Collected { items } => {
+                    zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
+                }
+                Event::SessionTrace { trace } => collection = Some(trace),
+                _ => {}
             }
         }
         zygote.pristine = zygote
             .sandbox
             .record()
             .map_err(|e| why(format!("recording its sandbox: {e}")))?;
+        let sandbox_dir = zygote.sandbox.dir().to_path_buf();
+        zygote.collection = collection.filter(|t| {
+            t.write.is_empty()
+                && t.remove.is_empty()
+                && t.mkdir.is_empty()
+                && t.rename.is_empty()
+                && t.unknown.is_empty()
+                && !t
+                    .outside
+                    .iter()
+                    .any(|o| Path::new(&o.path).starts_with(&sandbox_dir))
+                && materialized.same_bytes(&zygote.pristine)
+        });
         zygote.healthy = true;
         Ok(zygote)
     }
@@ -529,6 +561,21 @@ impl Zygote {
         if self.running.is_some() {
             self.healthy = false;
         }
+    }
+
+    /// Whether a run that crashed (or timed out) may continue in a forked child: only when a
+    /// fresh pytest would collect exactly what the zygote collected, because collection wrote
+    /// nothing and nothing it read, imported or listed has changed in the tree since.
+    pub(crate) fn may_continue_forked(&self) -> bool {
+        let Some(t) = &self.collection else {
+            return false;
+        };
+        let files = t.read.iter().chain(&t.import).chain(&t.sqlite);
+        self.pristine.unchanged(
+            &self.sandbox,
+            files.map(String::as_str),
+            t.list.iter().map(String::as_str),
+        )
     }
 
     pub(crate) fn log(&self) -> &Path {

@@ -160,7 +160,8 @@ class _FixgatePlugin(object):
 
         # What was loaded before the hook could see it (conftest.py files, plugins, the
         # configuration file) belongs to the session too.
-        for name in list(sys.modules):
+        self.preloaded = list(sys.modules)
+        for name in self.preloaded:
             self.session_trace.add(("modname", name))
         inipath = getattr(config, "inipath", None)
         if inipath is not None:
@@ -255,6 +256,29 @@ class _FixgatePlugin(object):
             self.lease.exclude_dirs = set(
                 d for d in excl_dirs if not any(d == a for a, _ in self.lease.roots)
             )
+
+    def _emit_collection_trace(self):
+        """The zygote's session trace so far (its collection), for fixgate to tell whether a run
+        may continue after a crash in a forked child: only when nothing collection read has
+        changed since. Rendered with tracing off; the recorded set stays as it is. Not sent
+        when modules of the tree were imported before the hook could see them (conftest.py
+        files pytest loads before configuring plugins): what they read is unknown."""
+        roots = tuple(r + os.sep for r in (self.root, os.path.realpath(self.root)))
+        for name in self.preloaded:
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(path, str) and os.path.abspath(path).startswith(roots):
+                return
+        saved = _trace._TRACE
+        _trace._TRACE = None
+        try:
+            trace = self.classifier.render(set(self.session_trace))
+        except Exception:
+            trace = None
+            self.internal("collection trace")
+        finally:
+            _trace._TRACE = saved
+        if trace is not None:
+            self.emit({"event": "session_trace", "trace": trace})
 
     def _begin_forked_run(self, session, command):
         """In a child of the fork server: become the process a fresh `pytest --fixgate-order`
@@ -527,6 +551,7 @@ class _FixgatePlugin(object):
     def pytest_runtestloop(self, session):
         if self.forkserver_fd is not None:
             if not session.config.option.collectonly and not session.testsfailed:
+                self._emit_collection_trace()
                 # Returns only in a forked child, set up for its run; the zygote exits there.
                 command = _forkserver.serve(self.forkserver_fd, self.config)
                 self._begin_forked_run(session, command)
