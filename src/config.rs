@@ -463,6 +463,8 @@ struct Pyproject {
     lock: Option<String>,
     /// `remote-cache`: the URL of a shared cache (see `engine::store`).
     remote_cache: Option<String>,
+    /// `fork = false`: every run in a fresh interpreter, no fork server.
+    fork: Option<bool>,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -585,10 +587,11 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                     ))
                 }
             },
+            "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"lock\" and \"remote-cache\"",
+                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\" and \"fork\"",
             )),
         }
     }
@@ -668,6 +671,27 @@ fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Decla
         groups.insert(name.to_owned(), declared);
     }
     Ok(groups)
+}
+
+fn parse_fork(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
+    match value.get_ref() {
+        DeValue::Boolean(b) => Ok(*b),
+        other => Err(doc.err(
+            key.span(),
+            "tool.fixgate.fork",
+            format!(
+                "expected true or false, found {}; write fork = false to run every order in a \
+                 fresh interpreter",
+                a_type(other)
+            ),
+        )),
+    }
+}
+
+/// `[tool.fixgate] fork` of a `pyproject.toml`: `Some(false)` turns the fork server off. A file
+/// that does not parse says nothing here (loading the configuration reports it).
+pub(crate) fn fork_setting(pyproject: &[u8]) -> Option<bool> {
+    parse_pyproject(pyproject).ok().and_then(|p| p.fork)
 }
 
 fn parse_deps(doc: &Doc, (key, value): Entry) -> Result<DepsMode, ConfigError> {
@@ -1194,6 +1218,17 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_fork_is_a_boolean() {
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = false\n"), Some(false));
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = true\n"), Some(true));
+        assert_eq!(fork_setting(b"[tool.fixgate]\ndeps = \"traced\"\n"), None);
+        assert!(pyproject("[tool.fixgate]\nfork = false\n")
+            .warnings
+            .is_empty());
+        assert!(pyproject_err("[tool.fixgate]\nfork = \"no\"\n").contains("expected true or false"));
+    }
+
+    #[test]
     fn pyproject_unknown_keys_warn() {
         let config = pyproject(
             "[tool.fixgate]\n\
@@ -1208,7 +1243,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\", \"lock\" and \"remote-cache\"",
+                 keys are \"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\" and \"fork\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -77,6 +77,7 @@ impl Ctx {
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
+            forkserver: Arc::new(crate::pytest::forkserver::Pool::from_env(self.jobs)),
         })
     }
 

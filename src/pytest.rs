@@ -3,6 +3,7 @@
 pub mod driver;
 pub mod events;
 pub mod exit_watch;
+pub mod forkserver;
 pub mod interpreter;
 pub mod order;
 pub mod plugin;

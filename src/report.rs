@@ -183,6 +183,9 @@ pub struct AuditReport {
     pub graph: GraphSummary,
     /// pytest processes this audit started (cached runs start none).
     pub pytest_processes: u32,
+    /// Whether runs were forked from warm interpreters, how many, and why not where they were
+    /// not (the fork server's fallback reasons).
+    pub forkserver: crate::pytest::forkserver::ForkSummary,
     /// Wall seconds of the audit: a timing field.
     pub duration_seconds: f64,
     pub strict: bool,

@@ -168,6 +168,28 @@ impl Sandbox {
         self.dir.join("tmp")
     }
 
+    /// Records the bytes, modes and times of `tree/`, `home/` and `tmp/`, for `restore`.
+    pub(crate) fn record(&self) -> std::io::Result<TreeState> {
+        let mut state = TreeState::default();
+        for sub in SUBTREES {
+            record_dir(&self.dir, Path::new(sub), &mut state.nodes)?;
+        }
+        Ok(state)
+    }
+
+    /// Puts `tree/`, `home/` and `tmp/` back as `state` recorded them: files and directories
+    /// added since are removed, changed or removed ones written again (in place, so a descriptor
+    /// the zygote holds sees the restored bytes), with their modes and modification times.
+    pub(crate) fn restore(&self, state: &mut TreeState) -> std::io::Result<()> {
+        for sub in SUBTREES {
+            remove_extra(&self.dir, Path::new(sub), &state.nodes)?;
+        }
+        for (rel, node) in state.nodes.iter_mut() {
+            restore_node(&self.dir.join(rel), node)?;
+        }
+        Ok(())
+    }
+
     /// Keeps the sandbox on disk after this value is dropped (for debugging a run).
     pub fn keep(&mut self) {
         self.keep = true;
@@ -180,6 +202,250 @@ impl Drop for Sandbox {
             remove_tree(&self.dir);
         }
     }
+}
+
+/// The parts of a sandbox a run may change.
+const SUBTREES: [&str; 3] = ["tree", "home", "tmp"];
+
+/// What a sandbox's tree, home and temporary directory held at one moment, by path relative to
+/// the sandbox (sorted: a directory comes before what it holds).
+#[derive(Default)]
+pub(crate) struct TreeState {
+    nodes: std::collections::BTreeMap<PathBuf, Node>,
+}
+
+impl TreeState {
+    /// Whether `other` holds the same paths with the same kinds, bytes, modes and link targets
+    /// (times and inodes aside).
+    pub(crate) fn same_bytes(&self, other: &TreeState) -> bool {
+        self.nodes.len() == other.nodes.len()
+            && self
+                .nodes
+                .iter()
+                .zip(&other.nodes)
+                .all(|((pa, a), (pb, b))| pa == pb && a.same_bytes(b))
+    }
+
+    /// Whether the tree of `sandbox` still holds, at each of `files` (tree-relative), what this
+    /// state recorded (or still nothing), and still lists the same names in each of `dirs`.
+    pub(crate) fn unchanged<'a>(
+        &self,
+        sandbox: &Sandbox,
+        files: impl IntoIterator<Item = &'a str>,
+        dirs: impl IntoIterator<Item = &'a str>,
+    ) -> bool {
+        let tree = sandbox.tree();
+        let files_same = files.into_iter().all(|f| {
+            let rel = Path::new("tree").join(f);
+            let now = std::fs::symlink_metadata(tree.join(f)).ok();
+            match (self.nodes.get(&rel), now) {
+                (None, None) => true,
+                (Some(Node::File { bytes, mode, .. }), Some(m)) if m.is_file() => {
+                    mode_of(&m) == *mode && std::fs::read(tree.join(f)).is_ok_and(|b| b == *bytes)
+                }
+                (Some(Node::Link { target }), Some(m)) if m.file_type().is_symlink() => {
+                    std::fs::read_link(tree.join(f)).is_ok_and(|t| t == *target)
+                }
+                (Some(Node::Dir { .. }), Some(m)) => m.is_dir(),
+                _ => false,
+            }
+        });
+        files_same
+            && dirs.into_iter().all(|d| {
+                let rel = Path::new("tree").join(d);
+                let recorded: std::collections::BTreeSet<std::ffi::OsString> = self
+                    .nodes
+                    .range(rel.clone()..)
+                    .take_while(|(p, _)| p.starts_with(&rel))
+                    .filter(|(p, _)| p.parent() == Some(rel.as_path()))
+                    .filter_map(|(p, _)| p.file_name().map(|n| n.to_os_string()))
+                    .collect();
+                let now: Option<std::collections::BTreeSet<std::ffi::OsString>> =
+                    std::fs::read_dir(tree.join(d))
+                        .ok()
+                        .map(|rd| rd.flatten().map(|e| e.file_name()).collect());
+                match now {
+                    Some(now) => self.nodes.contains_key(&rel) && now == recorded,
+                    None => !self.nodes.contains_key(&rel),
+                }
+            })
+    }
+}
+
+enum Node {
+    Dir {
+        mode: u32,
+    },
+    File {
+        bytes: Vec<u8>,
+        mode: u32,
+        modified: std::time::SystemTime,
+        /// Size, modification and change times, inode: any move means the file may differ.
+        stat: (u64, i64, i64, i64, i64, u64),
+    },
+    Link {
+        target: PathBuf,
+    },
+}
+
+impl Node {
+    fn same_bytes(&self, other: &Node) -> bool {
+        match (self, other) {
+            (Node::Dir { mode: a }, Node::Dir { mode: b }) => a == b,
+            (Node::Link { target: a }, Node::Link { target: b }) => a == b,
+            (
+                Node::File {
+                    bytes: a, mode: ma, ..
+                },
+                Node::File {
+                    bytes: b, mode: mb, ..
+                },
+            ) => a == b && ma == mb,
+            _ => false,
+        }
+    }
+}
+
+fn file_stat(meta: &std::fs::Metadata) -> (u64, i64, i64, i64, i64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+        meta.ino(),
+    )
+}
+
+fn mode_of(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o7777
+}
+
+fn record_dir(
+    base: &Path,
+    rel: &Path,
+    nodes: &mut std::collections::BTreeMap<PathBuf, Node>,
+) -> std::io::Result<()> {
+    let full = base.join(rel);
+    let meta = std::fs::symlink_metadata(&full)?;
+    nodes.insert(
+        rel.to_path_buf(),
+        Node::Dir {
+            mode: mode_of(&meta),
+        },
+    );
+    for entry in std::fs::read_dir(&full)? {
+        let entry = entry?;
+        let child = rel.join(entry.file_name());
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            record_dir(base, &child, nodes)?;
+        } else if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(entry.path())?;
+            nodes.insert(child, Node::Link { target });
+        } else if meta.is_file() {
+            let bytes = std::fs::read(entry.path())?;
+            nodes.insert(
+                child,
+                Node::File {
+                    bytes,
+                    mode: mode_of(&meta),
+                    modified: meta.modified()?,
+                    stat: file_stat(&meta),
+                },
+            );
+        }
+        // sockets and FIFOs a test left are not restored; nothing recorded them
+    }
+    Ok(())
+}
+
+/// Removes what is under `rel` and not in `nodes` (or of another kind).
+fn remove_extra(
+    base: &Path,
+    rel: &Path,
+    nodes: &std::collections::BTreeMap<PathBuf, Node>,
+) -> std::io::Result<()> {
+    let full = base.join(rel);
+    let Ok(rd) = std::fs::read_dir(&full) else {
+        return Ok(()); // removed: restore_node makes it again
+    };
+    for entry in rd {
+        let entry = entry?;
+        let child = rel.join(entry.file_name());
+        let ft = entry.file_type()?;
+        let keep = match nodes.get(&child) {
+            Some(Node::Dir { .. }) => ft.is_dir(),
+            Some(Node::File { .. }) => ft.is_file(),
+            Some(Node::Link { .. }) => ft.is_symlink(),
+            None => false,
+        };
+        if keep && ft.is_dir() {
+            remove_extra(base, &child, nodes)?;
+        } else if !keep {
+            // A directory a test made read-only still has to go.
+            make_writable(&full);
+            if ft.is_dir() {
+                make_writable(&entry.path());
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn restore_node(full: &Path, node: &mut Node) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(full).ok();
+    match node {
+        Node::Dir { mode } => {
+            if meta.is_none() {
+                std::fs::create_dir(full)?;
+            }
+            let now = std::fs::symlink_metadata(full)?;
+            if mode_of(&now) != *mode {
+                std::fs::set_permissions(full, std::fs::Permissions::from_mode(*mode))?;
+            }
+        }
+        Node::Link { target } => {
+            if meta.is_none() || std::fs::read_link(full).ok().as_deref() != Some(target) {
+                let _ = std::fs::remove_file(full);
+                std::os::unix::fs::symlink(&*target, full)?;
+            }
+        }
+        Node::File {
+            bytes,
+            mode,
+            modified,
+            stat,
+        } => {
+            let same = meta
+                .as_ref()
+                .is_some_and(|m| file_stat(m) == *stat && mode_of(m) == *mode);
+            if same {
+                return Ok(());
+            }
+            if meta.is_some() {
+                std::fs::set_permissions(full, std::fs::Permissions::from_mode(0o600))?;
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(full)?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            f.set_modified(*modified)?;
+            f.set_permissions(std::fs::Permissions::from_mode(*mode))?;
+            drop(f);
+            // The change time moved with the write: remember the new one.
+            *stat = file_stat(&std::fs::symlink_metadata(full)?);
+        }
+    }
+    Ok(())
 }
 
 /// Removes a sandbox even when a test left read-only directories in it.
@@ -240,4 +506,77 @@ fn nonce() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("{:x}", t & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn listing(dir: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let meta = std::fs::symlink_metadata(e.path()).unwrap();
+                let rel = e.path().strip_prefix(dir).unwrap().to_path_buf();
+                let mode = meta.permissions().mode() & 0o7777;
+                if meta.is_dir() {
+                    stack.push(e.path());
+                    out.push((rel, mode, Vec::new()));
+                } else if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(e.path()).unwrap();
+                    out.push((rel, 0, target.to_string_lossy().as_bytes().to_vec()));
+                } else {
+                    out.push((rel, mode, std::fs::read(e.path()).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn restore_puts_back_the_recorded_bytes_modes_and_links_and_removes_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox {
+            dir: tmp.path().join("s"),
+            keep: false,
+        };
+        for sub in SUBTREES {
+            std::fs::create_dir_all(sandbox.dir.join(sub)).unwrap();
+        }
+        let tree = sandbox.tree();
+        std::fs::create_dir_all(tree.join("tests/fixtures")).unwrap();
+        std::fs::write(tree.join("tests/fixtures/db.json"), "{}\n").unwrap();
+        std::fs::write(tree.join("tests/imported.txt"), "x\n").unwrap();
+        std::fs::write(tree.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(tree.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::os::unix::fs::symlink("tests/imported.txt", tree.join("link")).unwrap();
+        std::fs::write(sandbox.home().join(".rc"), "home\n").unwrap();
+        let before = listing(&sandbox.dir);
+        let mut state = sandbox.record().unwrap();
+
+        for round in 0..2 {
+            // what a run may do: rewrite (same size too), remove, add, chmod, relink, lock a dir
+            std::fs::write(tree.join("tests/fixtures/db.json"), "[]\n").unwrap();
+            std::fs::remove_file(tree.join("tests/imported.txt")).unwrap();
+            std::fs::write(tree.join("tests/new.txt"), "new").unwrap();
+            std::fs::create_dir_all(tree.join("made/deeper")).unwrap();
+            std::fs::write(tree.join("made/deeper/f"), "f").unwrap();
+            std::fs::set_permissions(tree.join("made"), std::fs::Permissions::from_mode(0o500))
+                .unwrap();
+            std::fs::set_permissions(tree.join("run.sh"), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            std::fs::remove_file(tree.join("link")).unwrap();
+            std::os::unix::fs::symlink("elsewhere", tree.join("link")).unwrap();
+            std::fs::write(sandbox.tmp().join("scratch"), "t").unwrap();
+            std::fs::remove_file(sandbox.home().join(".rc")).unwrap();
+            std::fs::create_dir(sandbox.home().join(".rc")).unwrap();
+
+            sandbox.restore(&mut state).unwrap();
+            assert_eq!(listing(&sandbox.dir), before, "round {round}");
+        }
+    }
 }

@@ -1381,6 +1381,8 @@ fn without_timing(v: &Value) -> Value {
     o.remove("duration_seconds");
     o.remove("graph");
     o.remove("pytest_processes");
+    // how runs were made (forked or fresh): like the process count, cached runs make none
+    o.remove("forkserver");
     o["budget"]["used"]
         .as_object_mut()
         .unwrap()

@@ -15,6 +15,8 @@ use crate::pytest::interpreter::Fingerprint;
 #[derive(Serialize)]
 pub struct RunReport<'a> {
     pub env_allowlist: Vec<String>,
+    /// Whether the run's processes were forked from a warm interpreter, or why not.
+    pub forkserver: crate::pytest::forkserver::ForkSummary,
     pub interpreter: &'a Fingerprint,
     pub python_hash_seed: &'static str,
     pub result: &'a RunResult,
@@ -84,6 +86,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             .chain(args.sandbox.pass_env.iter().cloned())
             .collect(),
         result: &result,
+        forkserver: crate::pytest::forkserver::summary(),
     };
     if ctx.format == crate::cli::Format::Json {
         return ctx.emit(&report.to_json()).map(|_| exit::PASS);
@@ -224,6 +227,12 @@ mod tests {
             python_hash_seed: HASH_SEED,
             env_allowlist: vec!["PATH".into()],
             result: &result,
+            forkserver: crate::pytest::forkserver::ForkSummary {
+                fallbacks: vec!["FIXGATE_FORK=0".into()],
+                fresh_processes: 2,
+                mode: "fresh".into(),
+                ..Default::default()
+            },
         };
         assert_eq!(report.to_json(), crate::context::to_json(&report));
     }

@@ -120,6 +120,9 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     report
         .warnings
         .extend(run.report.warnings.iter().map(|w| format!("cache: {w}")));
+    // The warm interpreters' counters are this fixgate process's: with several heads, each
+    // report counts the heads before it too.
+    report.forkserver = crate::pytest::forkserver::summary();
     report.duration_seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -19,6 +19,7 @@ use crate::pytest::events::{
     ChangedPath, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace, Violation,
 };
 use crate::pytest::exit_watch::ExitWatch;
+use crate::pytest::forkserver::{Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::repo_path::RepoPath;
 use crate::sandbox::{Overlay, Sandbox};
@@ -46,9 +47,9 @@ pub const ENV_ALLOWLIST: &[&str] = &[
 pub struct Runner {
     pub interpreter: Interpreter,
     pub plugin_dir: PathBuf,
-    /// Where the plugin keeps pytest's rewritten test modules between runs (see the end of
-    /// plugin.py): sandboxes are fresh and write no bytecode, so without it every run would
-    /// rewrite and compile every test module again.
+    /// Where the plugin keeps pytest's rewritten test modules between runs (see
+    /// src/pytest/plugin/rewrite.py): sandboxes are fresh and write no bytecode, so without it
+    /// every run would rewrite and compile every test module again.
     pub rewrite_cache: PathBuf,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
@@ -60,6 +61,8 @@ pub struct Runner {
     /// Leave the network alone (`--allow-network`); by default runs get a network namespace
     /// of their own with only loopback, where the platform permits it.
     pub allow_network: bool,
+    /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
+    pub forkserver: Arc<Pool>,
 }
 
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
@@ -104,16 +107,56 @@ impl RunResult {
     }
 }
 
-struct Process {
-    child: Child,
-    exit: ExitWatch,
+struct Process<'z> {
+    proc: Proc<'z>,
     events: PathBuf,
     log: PathBuf,
 }
 
+/// A pytest process of fixgate's own, or a child forked by a warm interpreter (whose exit the
+/// zygote reports).
+enum Proc<'z> {
+    Fresh(Child, ExitWatch),
+    Forked(&'z mut Zygote),
+}
+
+impl Process<'_> {
+    fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        match &mut self.proc {
+            Proc::Fresh(child, _) => child
+                .try_wait()
+                .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}"))),
+            Proc::Forked(z) => Ok(z.try_wait()),
+        }
+    }
+
+    fn pause(&mut self) {
+        match &mut self.proc {
+            Proc::Fresh(_, exit) => exit.pause(),
+            Proc::Forked(z) => z.pause(),
+        }
+    }
+
+    /// Kills the process and its group (the test timeout); its exit comes through `try_wait`.
+    fn kill(&mut self) {
+        match &mut self.proc {
+            Proc::Fresh(child, _) => kill_group(child),
+            Proc::Forked(z) => z.kill_child(),
+        }
+    }
+
+    /// Kills the process and waits for it (Ctrl-C).
+    fn abort(&mut self) {
+        match &mut self.proc {
+            Proc::Fresh(child, _) => kill_group(child),
+            Proc::Forked(z) => z.kill_and_reap(),
+        }
+    }
+}
+
 impl Runner {
     /// The environment of a run: the allowlist, then the sandbox's own settings.
-    fn command(&self, sandbox: &Sandbox, args: &[String]) -> Command {
+    pub(crate) fn command(&self, sandbox: &Sandbox, args: &[String]) -> Command {
         let tree = sandbox.tree();
         let mut cmd = Command::new(&self.interpreter.path);
         cmd.arg("-m").arg("pytest").args(args);
@@ -167,7 +210,7 @@ impl Runner {
         cmd
     }
 
-    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+    pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -203,7 +246,7 @@ impl Runner {
             .any(|(n, _)| n == name)
     }
 
-    fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process> {
+    fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process<'static>> {
         let events = sandbox.dir().join(format!("events-{k}.jsonl"));
         let log = sandbox.dir().join(format!("pytest-{k}.log"));
         std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
@@ -224,10 +267,10 @@ impl Runner {
                     self.interpreter.path.display()
                 ))
             })?;
+        crate::pytest::forkserver::count_fresh();
         let exit = ExitWatch::new(&child);
         Ok(Process {
-            child,
-            exit,
+            proc: Proc::Fresh(child, exit),
             events,
             log,
         })
@@ -277,13 +320,17 @@ impl Runner {
             return Err(collect_error(snapshot, &errors));
         }
         match items {
-            Some(items) => Ok((
-                Collection {
-                    items,
-                    skipped_collectors,
-                },
-                trace,
-            )),
+            Some(items) => {
+                self.forkserver
+                    .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
+                Ok((
+                    Collection {
+                        items,
+                        skipped_collectors,
+                    },
+                    trace,
+                ))
+            }
             None => Err(Error::Infra(format!(
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),
@@ -348,11 +395,16 @@ impl Runner {
         groups: &FixtureGroups,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
-        let sandbox = Sandbox::create(snapshot, overlay)?;
-        let watch = sandbox.dir().join("watch.json");
+        // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
+        let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
+            Some(lease) => Place::Warm(Box::new(lease)),
+            None => Place::Own(Sandbox::create(snapshot, overlay)?),
+        };
+        let sandbox_dir = place.sandbox().dir().to_path_buf();
+        let watch = sandbox_dir.join("watch.json");
         let roots = serde_json::json!({ "roots": groups.watch_roots() });
         std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
-        let order_file = sandbox.dir().join("order.txt");
+        let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult {
             order: order.map(<[String]>::to_vec).unwrap_or_default(),
@@ -366,6 +418,14 @@ impl Runner {
         };
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
+        if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
+            // The zygote collected already: its collection order is the order.
+            result.order = lease.zygote().collected.clone();
+            if let Some(pb) = progress {
+                pb.set_length(result.order.len() as u64);
+            }
+            remaining = Some(result.order.clone());
+        }
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
             match &remaining {
@@ -381,7 +441,33 @@ impl Runner {
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();
-            let p = self.spawn(&sandbox, k, &extra)?;
+            let p = match &mut place {
+                // The first process of a run forks. One that continues after a crash or a
+                // timeout forks only when a fresh pytest would collect exactly what the zygote
+                // did (see `may_continue_forked`): a fresh one imports and collects again in the
+                // tree the crashed prefix left, so import-time writes happen again and
+                // import-time reads see the prefix's changes.
+                Place::Warm(lease)
+                    if lease.healthy() && (k == 0 || lease.may_continue_forked()) =>
+                {
+                    let z = lease.zygote();
+                    let events = sandbox_dir.join(format!("events-{k}.jsonl"));
+                    std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
+                    match z.fork(&events, &order_file, Some(&watch)) {
+                        Ok(_) => Process {
+                            log: z.log().to_path_buf(),
+                            proc: Proc::Forked(z),
+                            events,
+                        },
+                        Err(reason) => {
+                            // The zygote failed: this run goes on fresh, in its sandbox.
+                            crate::pytest::forkserver::fall_back(reason);
+                            self.spawn(&z.sandbox, k, &extra)?
+                        }
+                    }
+                }
+                place => self.spawn(place.sandbox(), k, &extra)?,
+            };
             let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
@@ -417,7 +503,7 @@ impl Runner {
             left.retain(|id| !done.contains(id.as_str()));
         }
         let order = result.order.clone();
-        scrub_sandbox_paths(&mut result, sandbox.dir());
+        scrub_sandbox_paths(&mut result, &sandbox_dir);
         // Results in the requested order, whatever order the processes reported them in.
         let position: std::collections::HashMap<&str, usize> = order
             .iter()
@@ -458,10 +544,7 @@ impl Runner {
         let mut collect_errors = Vec::new();
         let mut timed_out = false;
         let status = loop {
-            let exited = p
-                .child
-                .try_wait()
-                .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?;
+            let exited = p.try_wait()?;
             for ev in reader.read_new()? {
                 match ev {
                     Event::TestStart { nodeid } => {
@@ -515,16 +598,16 @@ impl Runner {
                 break status;
             }
             if self.interrupted.load(Ordering::SeqCst) {
-                kill_group(&mut p.child);
+                p.abort();
                 return Err(Error::Interrupted);
             }
             if let Some((_, started, _)) = &current {
-                if started.elapsed() > self.test_timeout {
-                    kill_group(&mut p.child);
+                if started.elapsed() > self.test_timeout && !timed_out {
+                    p.kill();
                     timed_out = true;
                 }
             }
-            p.exit.pause();
+            p.pause();
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
@@ -584,6 +667,21 @@ impl Runner {
                 )
             })
             .collect()
+    }
+}
+
+/// Where a run happens: a sandbox of its own, or a warm interpreter's.
+enum Place<'p> {
+    Own(Sandbox),
+    Warm(Box<Lease<'p>>),
+}
+
+impl Place<'_> {
+    fn sandbox(&mut self) -> &Sandbox {
+        match self {
+            Place::Own(s) => s,
+            Place::Warm(lease) => &lease.zygote().sandbox,
+        }
     }
 }
 
@@ -791,18 +889,14 @@ fn wait_interruptibly(
     interrupted: &AtomicBool,
 ) -> Result<std::process::ExitStatus> {
     loop {
-        if let Some(s) = p
-            .child
-            .try_wait()
-            .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}")))?
-        {
+        if let Some(s) = p.try_wait()? {
             return Ok(s);
         }
         if interrupted.load(Ordering::SeqCst) {
-            kill_group(&mut p.child);
+            p.abort();
             return Err(Error::Interrupted);
         }
-        p.exit.pause();
+        p.pause();
     }
 }
 
@@ -836,7 +930,7 @@ fn log_tail(log: &Path) -> String {
 }
 
 /// Reads every event of a finished stream.
-fn read_events(path: &Path) -> Result<Vec<Event>> {
+pub(crate) fn read_events(path: &Path) -> Result<Vec<Event>> {
     let mut r = EventReader::open(path)?;
     r.read_new()
 }

@@ -1,0 +1,742 @@
+//! The fork server: per job slot, a warm interpreter (a zygote) that has imported pytest and the
+//! plugin and collected a snapshot's suite once; each ordered run is a fork of it that runs its
+//! order as a fresh process would after collection. The protocol with the zygote is in
+//! `src/pytest/plugin/forkserver.py` and `docs/plugin-protocol.md`.
+//!
+//! A run forks only when the result would be the same as a fresh process's: the zygote's sandbox
+//! is restored to its post-collection bytes before each run, and snapshots fall back to fresh
+//! processes (the reason recorded) when the zygote has threads after collection, when its
+//! collection differs from a fresh one (collection is order-sensitive), when `[tool.fixgate]
+//! fork = false` or `FIXGATE_FORK=0` says so, or when the zygote fails in any way.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::pytest::driver::Runner;
+use crate::pytest::events::{Event, Trace};
+use crate::sandbox::{Overlay, Sandbox, TreeState};
+use crate::snapshot::Snapshot;
+
+/// How long a poll of the zygote's replies sleeps at most: the driver checks on the test timeout
+/// and Ctrl-C between polls.
+const POLL_MS: i32 = 40;
+
+/// How long a killed child's exit may take to be reported before the zygote counts as dead.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// How the runs of this fixgate process were made: warm (forked from a zygote) or fresh, and why
+/// not warm. Counts are of pytest processes started, so benchmarks can tell the modes apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkSummary {
+    /// Why runs fell back to fresh processes (sorted, each once).
+    pub fallbacks: Vec<String>,
+    /// Runs' processes forked from a zygote.
+    pub forks: u32,
+    /// pytest processes started fresh (collections, runs that did not fork).
+    pub fresh_processes: u32,
+    /// `fork` when any run forked, else `fresh`.
+    pub mode: String,
+    /// Zygotes started (one per snapshot and job slot at most).
+    pub zygotes: u32,
+}
+
+static FORKS: AtomicU32 = AtomicU32::new(0);
+static FRESH: AtomicU32 = AtomicU32::new(0);
+static ZYGOTES: AtomicU32 = AtomicU32::new(0);
+static FALLBACKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// What this process's runs did so far (for the report).
+pub fn summary() -> ForkSummary {
+    let forks = FORKS.load(Ordering::Relaxed);
+    ForkSummary {
+        fallbacks: FALLBACKS
+            .lock()
+            .map(|f| f.iter().cloned().collect())
+            .unwrap_or_default(),
+        forks,
+        fresh_processes: FRESH.load(Ordering::Relaxed),
+        mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
+        zygotes: ZYGOTES.load(Ordering::Relaxed),
+    }
+}
+
+pub(crate) fn count_fresh() {
+    FRESH.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn fall_back(reason: String) {
+    if let Ok(mut f) = FALLBACKS.lock() {
+        f.insert(reason);
+    }
+}
+
+/// A snapshot's identity: its root and every entry with its blob or stat data.
+type Key = [u8; 32];
+
+fn identity(snapshot: &Snapshot) -> Key {
+    let mut h = blake3::Hasher::new_derive_key("fixgate zygote snapshot v1");
+    let root = snapshot.root.display().to_string();
+    h.update(&(root.len() as u64).to_le_bytes());
+    h.update(root.as_bytes());
+    for e in &snapshot.entries {
+        let text = format!("{}\0{:?}\0{:?}\0{:?}", e.path, e.kind, e.blob, e.stat);
+        h.update(&(text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    *h.finalize().as_bytes()
+}
+
+/// The warm interpreters of one Runner: per job slot at most two alive (an audit alternates
+/// between the base and the head; with one per slot, every switch would kill a zygote and
+/// collect again), idle ones kept for the next run of their snapshot. Dropping the pool kills
+/// them.
+pub struct Pool {
+    /// `Some(reason)`: never fork (`FIXGATE_FORK=0`).
+    disabled: Option<String>,
+    /// How many zygotes may be alive at once.
+    capacity: usize,
+    live: AtomicUsize,
+    idle: Mutex<Vec<Zygote>>,
+    /// Snapshots that run fresh, with the reason.
+    refused: Mutex<HashMap<Key, String>>,
+    /// The node ids a fresh collection of each snapshot listed, in order.
+    collections: Mutex<HashMap<Key, Vec<String>>>,
+}
+
+impl Pool {
+    /// A pool for `slots` job slots. `FIXGATE_FORK=0` (read here, and only here) turns the
+    /// fork server off for every run of this process.
+    pub fn from_env(slots: usize) -> Pool {
+        let off = std::env::var_os("FIXGATE_FORK").is_some_and(|v| v == "0");
+        Pool::new(slots, off.then(|| "FIXGATE_FORK=0".to_owned()))
+    }
+
+    pub(crate) fn new(slots: usize, disabled: Option<String>) -> Pool {
+        Pool {
+            disabled,
+            capacity: 2 * slots.max(1),
+            live: AtomicUsize::new(0),
+            idle: Mutex::new(Vec::new()),
+            refused: Mutex::new(HashMap::new()),
+            collections: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Remembers what a fresh collection of `snapshot` listed, to check zygotes against.
+    pub(crate) fn note_collection(&self, snapshot: &Snapshot, ids: Vec<String>) {
+        if let Ok(mut c) = self.collections.lock() {
+            c.insert(identity(snapshot), ids);
+        }
+    }
+
+    fn refuse(&self, key: Key, reason: String) {
+        fall_back(reason.clone());
+        if let Ok(mut r) = self.refused.lock() {
+            r.insert(key, reason);
+        }
+    }
+
+    /// A zygote of `snapshot` for a run of `order` (`None`: collection order), its sandbox
+    /// restored; `None` when this run must use fresh processes.
+    pub(crate) fn checkout(
+        &self,
+        runner: &Runner,
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+        order: Option<&[String]>,
+    ) -> Option<Lease<'_>> {
+        if let Some(reason) = &self.disabled {
+            fall_back(reason.clone());
+            return None;
+        }
+        if !overlay.is_empty() {
+            // Replay runs put other bytes into the tree than the zygote collected from.
+            fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
+            return None;
+        }
+        let key = identity(snapshot);
+        if self.refused.lock().ok()?.contains_key(&key) {
+            return None;
+        }
+        let pyproject = snapshot.read_path("pyproject.toml").ok().flatten();
+        if pyproject.is_some_and(|b| crate::config::fork_setting(&b) == Some(false)) {
+            self.refuse(key, "[tool.fixgate] fork = false".to_owned());
+            return None;
+        }
+        let mut zygote = match self.take_idle(key) {
+            Some(z) => z,
+            None => {
+                if !self.make_room() {
+                    return None; // every slot busy: this run starts fresh
+                }
+                match Zygote::start(runner, snapshot, key) {
+                    Ok(z) => z,
+                    Err(reason) => {
+                        self.live.fetch_sub(1, Ordering::SeqCst);
+                        self.refuse(key, reason);
+                        return None;
+                    }
+                }
+            }
+        };
+        let fresh = self.collections.lock().ok()?.get(&key).cloned();
+        if let Some(fresh) = fresh {
+            if fresh != zygote.collected {
+                drop(zygote);
+                self.live.fetch_sub(1, Ordering::SeqCst);
+                self.refuse(
+                    key,
+                    "collection is order-sensitive: the warm interpreter collected other tests, \
+                     or another order, than a fresh collection"
+                        .to_owned(),
+                );
+                return None;
+            }
+        }
+        if let Some(order) = order {
+            let known: HashSet<&str> = zygote.collected.iter().map(String::as_str).collect();
+            if !order.iter().all(|id| known.contains(id.as_str())) {
+                // A fresh process reports the unknown ids in its own words.
+                self.give_back(zygote);
+                return None;
+            }
+        }
+        if let Err(e) = zygote.sandbox.restore(&mut zygote.pristine) {
+            drop(zygote);
+            self.live.fetch_sub(1, Ordering::SeqCst);
+            self.refuse(
+                key,
+                format!("the warm interpreter's sandbox could not be restored: {e}"),
+            );
+            return None;
+        }
+        Some(Lease {
+            pool: self,
+            zygote: Some(zygote),
+        })
+    }
+
+    fn take_idle(&self, key: Key) -> Option<Zygote> {
+        let mut idle = self.idle.lock().ok()?;
+        let i = idle.iter().position(|z| z.key == key)?;
+        Some(idle.swap_remove(i))
+    }
+
+    /// Reserves a slot for a new zygote, evicting an idle one of another snapshot if need be.
+    fn make_room(&self) -> bool {
+        loop {
+            let live = self.live.load(Ordering::SeqCst);
+            if live < self.capacity {
+                if self
+                    .live
+                    .compare_exchange(live, live + 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            let evicted = self.idle.lock().ok().and_then(|mut i| i.pop());
+            match evicted {
+                Some(z) => {
+                    drop(z);
+                    self.live.fetch_sub(1, Ordering::SeqCst);
+                }
+                None => return false,
+            }
+        }
+    }
+
+    fn give_back(&self, zygote: Zygote) {
+        match self.idle.lock() {
+            Ok(mut idle) => idle.push(zygote),
+            Err(_) => {
+                drop(zygote);
+                self.live.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// A zygote checked out for one run; back to the pool when dropped, unless it failed.
+pub(crate) struct Lease<'p> {
+    pool: &'p Pool,
+    zygote: Option<Zygote>,
+}
+
+impl Lease<'_> {
+    /// Whether the zygote can still fork (it has not failed during this run).
+    pub(crate) fn healthy(&self) -> bool {
+        self.zygote.as_ref().is_some_and(|z| z.healthy)
+    }
+
+    /// See `Zygote::may_continue_forked`.
+    pub(crate) fn may_continue_forked(&self) -> bool {
+        self.zygote
+            .as_ref()
+            .is_some_and(Zygote::may_continue_forked)
+    }
+
+    pub(crate) fn zygote(&mut self) -> &mut Zygote {
+        self.zygote
+            .as_mut()
+            .expect("a lease holds its zygote until dropped")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(z) = self.zygote.take() {
+            if z.healthy && z.running.is_none() {
+                self.pool.give_back(z);
+            } else {
+                drop(z);
+                self.pool.live.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// One warm interpreter: a pytest process that collected in `sandbox` and waits for commands.
+pub(crate) struct Zygote {
+    key: Key,
+    process: Child,
+    commands: std::fs::File,
+    replies: Replies,
+    /// The pid of the child running now.
+    running: Option<i32>,
+    /// False once the zygote misbehaved or died: it is not reused.
+    pub(crate) healthy: bool,
+    pub(crate) collected: Vec<String>,
+    pub(crate) sandbox: Sandbox,
+    pristine: TreeState,
+    /// What collection read, imported and listed (`None`: collection wrote, ran untraced code
+    /// or touched home or tmp, so a run never continues in a fork after a crash).
+    collection: Option<Trace>,
+    log: PathBuf,
+}
+
+impl Zygote {
+    fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
+        let why = |e: String| format!("the warm interpreter could not start: {e}");
+        let sandbox = Sandbox::create(snapshot, &Overlay::new()).map_err(|e| why(e.to_string()))?;
+        let materialized = sandbox
+            .record()
+            .map_err(|e| why(format!("recording its sandbox: {e}")))?;
+        let events = sandbox.dir().join("zygote-events.jsonl");
+        let log = sandbox.dir().join("zygote.log");
+        std::fs::write(&events, b"").map_err(|e| why(e.to_string()))?;
+        let (read, write) = pipe().map_err(|e| why(e.to_string()))?;
+        let (command_read, command_write) = pipe().map_err(|e| why(e.to_string()))?;
+        let mut args = runner.base_args(&sandbox, &events);
+        args.push("--fixgate-collect".into());
+        args.push(format!("--fixgate-forkserver={REPLY_FD}"));
+        let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
+        let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
+        let mut cmd = runner.command(&sandbox, &args);
+        let write_fd = write.as_raw_fd();
+        let command_fd = command_read.as_raw_fd();
+        // SAFETY: the closure runs between fork and exec and only makes system calls (dup,
+        // dup2, fcntl, prctl), which are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Both ends out of the way of the targets first (one may sit on the other's).
+                let (w, c) = (libc::dup(write_fd), libc::dup(command_fd));
+                if w < 0 || c < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // dup2 leaves the new descriptors without close-on-exec
+                if libc::dup2(w, REPLY_FD) < 0 || libc::dup2(c, REPLY_FD + 1) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The zygote dies with fixgate (its children die with it in turn).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                Ok(())
+            });
+        }
+        cmd.stdin(Stdio::null()).stdout(log_file).stderr(log_err);
+        let process = spawn_steadily(cmd).map_err(|e| why(e.to_string()))?;
+        drop(write);
+        drop(command_read);
+        ZYGOTES.fetch_add(1, Ordering::Relaxed);
+        let commands = std::fs::File::from(command_write);
+        let mut zygote = Zygote {
+            key,
+            process,
+            commands,
+            replies: Replies::new(read),
+            running: None,
+            healthy: false,
+            collected: Vec::new(),
+            sandbox,
+            pristine: TreeState::default(),
+            collection: None,
+            log,
+        };
+        let reply = loop {
+            if runner.interrupted.load(Ordering::SeqCst) {
+                return Err("interrupted while the warm interpreter collected".to_owned());
+            }
+            match zygote.replies.line(POLL_MS) {
+                Ok(Some(line)) => break line,
+                Ok(None) => continue,
+                Err(()) => {
+                    let status = zygote.process.wait().ok();
+                    return Err(format!(
+                        "the warm interpreter exited during collection ({})",
+                        status.map_or("no status".to_owned(), |s| s.to_string())
+                    ));
+                }
+            }
+        };
+        if let Some(reason) = reply.strip_prefix("fallback ") {
+            return Err(reason.to_owned());
+        }
+        if reply != "ready" {
+            return Err(format!("the warm interpreter said {reply:?}, not ready"));
+        }
+        let mut collection = None;
+        for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
+            match ev {
+                Event::Collected { items } => {
+                    zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
+                }
+                Event::SessionTrace { trace } => collection = Some(trace),
+                _ => {}
+            }
+        }
+        zygote.pristine = zygote
+            .sandbox
+            .record()
+            .map_err(|e| why(format!("recording its sandbox: {e}")))?;
+        let sandbox_dir = zygote.sandbox.dir().to_path_buf();
+        zygote.collection = collection.filter(|t| {
+            t.write.is_empty()
+                && t.remove.is_empty()
+                && t.mkdir.is_empty()
+                && t.rename.is_empty()
+                && t.unknown.is_empty()
+                && !t
+                    .outside
+                    .iter()
+                    .any(|o| Path::new(&o.path).starts_with(&sandbox_dir))
+                && materialized.same_bytes(&zygote.pristine)
+        });
+        zygote.healthy = true;
+        Ok(zygote)
+    }
+
+    /// Forks a child that runs `order` (an order file) writing `events`; its pid.
+    pub(crate) fn fork(
+        &mut self,
+        events: &Path,
+        order: &Path,
+        watch: Option<&Path>,
+    ) -> Result<i32, String> {
+        let command = serde_json::json!({
+            "events": events.display().to_string(),
+            "order": order.display().to_string(),
+            "watch": watch.map(|w| w.display().to_string()),
+        });
+        let sent = writeln!(self.commands, "{command}").and_then(|_| self.commands.flush());
+        if let Err(e) = sent {
+            self.healthy = false;
+            return Err(format!(
+                "the warm interpreter stopped reading commands: {e}"
+            ));
+        }
+        let deadline = Instant::now() + KILL_GRACE;
+        loop {
+            match self.replies.line(POLL_MS) {
+                Ok(Some(line)) => {
+                    let pid = line
+                        .strip_prefix("forked ")
+                        .and_then(|p| p.parse::<i32>().ok());
+                    match pid {
+                        Some(pid) => {
+                            self.running = Some(pid);
+                            FORKS.fetch_add(1, Ordering::Relaxed);
+                            return Ok(pid);
+                        }
+                        None => {
+                            self.healthy = false;
+                            return Err(format!("the warm interpreter said {line:?}"));
+                        }
+                    }
+                }
+                Ok(None) if Instant::now() < deadline => continue,
+                _ => {
+                    self.healthy = false;
+                    return Err("the warm interpreter did not fork".to_owned());
+                }
+            }
+        }
+    }
+
+    /// The running child's exit status once the zygote has reaped it. A zygote that died takes
+    /// its child with it: reported as killed.
+    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
+        let pid = self.running?;
+        loop {
+            match self.replies.line(0) {
+                Ok(Some(line)) => {
+                    let mut parts = line.split(' ');
+                    let fields = (parts.next(), parts.next(), parts.next());
+                    if let (Some("exit"), Some(p), Some(s)) = fields {
+                        if p.parse() == Ok(pid) {
+                            if let Ok(raw) = s.parse::<i32>() {
+                                self.running = None;
+                                // What the child left running (a server a test started) would
+                                // go on writing into the sandbox the next run forks into; a
+                                // fresh run's leftovers only ever saw their own sandbox. The
+                                // group is the child's: its id is not reused while it has
+                                // members.
+                                // SAFETY: kill takes a pid and a signal.
+                                unsafe {
+                                    libc::kill(-pid, libc::SIGKILL);
+                                }
+                                return Some(ExitStatus::from_raw(raw));
+                            }
+                        }
+                    }
+                    self.healthy = false;
+                }
+                Ok(None) => return None,
+                Err(()) => {
+                    self.healthy = false;
+                    self.running = None;
+                    return Some(ExitStatus::from_raw(libc::SIGKILL));
+                }
+            }
+        }
+    }
+
+    /// Sleeps until the zygote reports something or the next check is due.
+    pub(crate) fn pause(&mut self) {
+        self.replies.wait(POLL_MS);
+    }
+
+    /// Kills the running child and its process group; its exit comes through `try_wait`.
+    pub(crate) fn kill_child(&mut self) {
+        let Some(pid) = self.running else {
+            return;
+        };
+        if parent_of(pid) == Some(self.process.id() as i32) {
+            // SAFETY: kill takes a pid and a signal.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            }
+        } else {
+            // The pid the zygote reported is not its child here (the zygote runs in a PID
+            // namespace of its own, or the child is gone): kill the zygote instead, which takes
+            // the child with it (PR_SET_PDEATHSIG), and reuse it no more.
+            self.healthy = false;
+            let zygote = self.process.id() as i32;
+            // SAFETY: kill takes a pid and a signal; the zygote leads its own process group.
+            unsafe {
+                libc::kill(-zygote, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Kills the child and waits for its exit to be reported (for an interrupted run).
+    pub(crate) fn kill_and_reap(&mut self) {
+        self.kill_child();
+        let deadline = Instant::now() + KILL_GRACE;
+        while self.running.is_some() && Instant::now() < deadline {
+            if self.try_wait().is_none() {
+                self.pause();
+            }
+        }
+        if self.running.is_some() {
+            self.healthy = false;
+        }
+    }
+
+    /// Whether a run that crashed (or timed out) may continue in a forked child: only when a
+    /// fresh pytest would collect exactly what the zygote collected, because collection wrote
+    /// nothing and nothing it read, imported or listed has changed in the tree since.
+    pub(crate) fn may_continue_forked(&self) -> bool {
+        let Some(t) = &self.collection else {
+            return false;
+        };
+        let files = t.read.iter().chain(&t.import).chain(&t.sqlite);
+        self.pristine.unchanged(
+            &self.sandbox,
+            files.map(String::as_str),
+            t.list.iter().map(String::as_str),
+        )
+    }
+
+    pub(crate) fn log(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.kill_child();
+        let pid = self.process.id() as i32;
+        // SAFETY: kill takes a pid and a signal; the zygote leads its own process group.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `cmd` from a thread that lives as long as fixgate. PR_SET_PDEATHSIG fires when the
+/// *thread* that forked the process ends, and the graph's worker threads end with every batch:
+/// a zygote they spawned would die with them.
+fn spawn_steadily(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        // Without the thread, requests fail below and the caller falls back to fresh runs.
+        let _ = std::thread::Builder::new()
+            .name("fixgate-zygote-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            });
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    let sent = spawner
+        .lock()
+        .map_err(|_| std::io::Error::other("the spawner's lock is poisoned"))?
+        .send((cmd, reply));
+    if sent.is_err() {
+        return Err(std::io::Error::other("the spawner thread is gone"));
+    }
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat` (the field after the parenthesised name).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The descriptor the zygote writes its replies to; it reads commands from the next one.
+const REPLY_FD: i32 = 3;
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors into a two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: descriptors the kernel just returned, owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The zygote's replies: lines read from a pipe without blocking longer than asked.
+struct Replies {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    eof: bool,
+}
+
+impl Replies {
+    fn new(fd: OwnedFd) -> Replies {
+        Replies {
+            fd,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// Waits up to `ms` for the pipe to be readable.
+    fn wait(&self, ms: i32) -> bool {
+        if self.eof || self.buf.contains(&b'\n') {
+            return true;
+        }
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    }
+
+    /// The next complete line, waiting up to `ms`; `Ok(None)` when none came, `Err` at the end
+    /// of the stream (the zygote is gone).
+    fn line(&mut self, ms: i32) -> Result<Option<String>, ()> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Ok(Some(
+                    String::from_utf8_lossy(&line[..i]).trim_end().to_owned(),
+                ));
+            }
+            if self.eof {
+                return Err(());
+            }
+            if !self.wait(ms) {
+                return Ok(None);
+            }
+            let mut chunk = [0u8; 4096];
+            // SAFETY: reads into a buffer of the given length.
+            let n =
+                unsafe { libc::read(self.fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) };
+            match n {
+                0 => self.eof = true,
+                n if n > 0 => self.buf.extend_from_slice(&chunk[..n as usize]),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        self.eof = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_of_a_child_is_this_process() {
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(parent_of(pid), Some(std::process::id() as i32));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(parent_of(pid), None, "a reaped child has no /proc entry");
+    }
+
+    #[test]
+    fn replies_come_line_by_line_and_the_end_is_an_error() {
+        let (read, write) = pipe().unwrap();
+        let mut replies = Replies::new(read);
+        assert_eq!(replies.line(0), Ok(None));
+        let mut w = std::fs::File::from(write);
+        w.write_all(b"ready\nforked 12\nexit 1").unwrap();
+        assert_eq!(replies.line(10), Ok(Some("ready".to_owned())));
+        assert_eq!(replies.line(10), Ok(Some("forked 12".to_owned())));
+        assert_eq!(replies.line(0), Ok(None), "a partial line waits");
+        drop(w);
+        assert_eq!(replies.line(10), Err(()));
+    }
+}

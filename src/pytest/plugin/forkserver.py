@@ -1,0 +1,132 @@
+"""fixgate plugin: the fork server, a warm interpreter that has imported pytest and collected the
+suite once and forks a child for each ordered run.
+
+fixgate starts the zygote as `pytest ... --fixgate-forkserver=FD` in a sandbox. After collection
+(in pytest_runtestloop, before any test runs) the zygote checks that it can fork safely and says
+so on FD, one line each:
+
+    ready                       waiting for commands
+    fallback <reason>           not forking (threads alive, collection failed); it exits
+
+then reads commands from descriptor FD + 1 (not standard input: pytest's capture has put
+/dev/null there), one JSON object a line
+({"events": PATH, "order": PATH, "watch": PATH or null}), and for each forks a child, says
+`forked <pid>`, waits for it and says `exit <pid> <raw wait status>`. fixgate restores the
+sandbox before each command (the zygote never touches it) and may kill the child's process group
+(its timeout). The child returns into pytest's session, set up for its run by the plugin, and
+runs the rest of the session as a fresh process would after collection. End of the commands: the
+zygote exits.
+"""
+
+import json
+import os
+import threading
+
+from fixgate_plugin_trace import _Quiet
+
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = 9
+
+
+def _say(fd, line):
+    data = (line + "\n").encode("utf-8", "replace")
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def refuse(fd, reason):
+    """Tells fixgate that this interpreter will not fork, and why; the session goes on."""
+    try:
+        _say(fd, "fallback " + reason.replace("\n", " "))
+        os.close(fd)
+        os.close(fd + 1)
+    except OSError:
+        pass
+
+
+def _threads():
+    """Threads of this process: Python's own count, or the kernel's when a C extension started
+    threads Python does not know about."""
+    count = threading.active_count()
+    try:
+        count = max(count, len(os.listdir("/proc/self/task")))
+    except OSError:
+        pass
+    return count
+
+
+def _prctl():
+    """prctl through ctypes (loaded now, with tracing muted, so that a child need not)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:
+        return None
+
+
+def _read_line(commands, buf):
+    while b"\n" not in buf:
+        chunk = os.read(commands, 65536)
+        if not chunk:
+            return None, buf
+        buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line, rest
+
+
+def serve(fd, config):
+    """Serves forked runs. Returns only in a child, with its command; the zygote exits when its
+    commands end (or at once when it must not fork)."""
+    with _Quiet():
+        threads = _threads()
+        if threads > 1:
+            names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+            refuse(
+                fd,
+                "%d threads alive after collection (%s): forking would copy only this one"
+                % (threads, ", ".join(names) or "started outside Python"),
+            )
+            os._exit(0)
+        prctl = _prctl()
+        zygote = os.getpid()
+        _say(fd, "ready")
+        buf = b""
+        while True:
+            line, buf = _read_line(fd + 1, buf)
+            if line is None:
+                os._exit(0)
+            if not line.strip():
+                continue
+            command = json.loads(line.decode("utf-8"))
+            pid = os.fork()
+            if pid == 0:
+                _become_child(fd, prctl, zygote, config)
+                return command
+            try:
+                os.setpgid(pid, pid)  # also done by the child: whichever runs first
+            except OSError:
+                pass
+            _say(fd, "forked %d" % pid)
+            _, status = os.waitpid(pid, 0)
+            _say(fd, "exit %d %d" % (pid, status))
+
+
+def _become_child(fd, prctl, zygote, config):
+    try:
+        os.setpgid(0, 0)  # its own group, as a fresh pytest: a timeout kills its children too
+    except OSError:
+        pass
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if os.getppid() != zygote:
+        os._exit(1)  # the zygote died before the child could ask to die with it
+    os.close(fd)
+    os.close(fd + 1)
+    # Output a killed child left in pytest's capture file must not be the next child's.
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        try:
+            capman.read_global_capture()
+        except Exception:
+            pass
