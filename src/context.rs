@@ -73,7 +73,7 @@ impl Ctx {
             plugin_dir: plugin::install(&self.cache_dir)?,
             rewrite_cache,
             pass_env: args.pass_env.clone(),
-            test_timeout: Duration::from_secs(args.test_timeout.max(1)),
+            test_timeout: Duration::from_secs(args.test_timeout),
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
@@ -100,7 +100,7 @@ impl Ctx {
 
     pub fn warn(&self, message: &str) {
         if !self.quiet {
-            eprintln!("fixgate: warning: {message}");
+            stderr_line(&format!("fixgate: warning: {message}"));
         }
     }
 
@@ -174,6 +174,17 @@ impl Ctx {
         }
         Ok(m)
     }
+}
+
+/// Writes one line to standard error. Standard error is for people: when it is closed
+/// (`fixgate ... 2>&1 >report.json | head -1`) the line is dropped, and the report and the exit
+/// code are unaffected (`eprintln!` would panic and exit 101).
+pub fn stderr_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(text.as_bytes())
+        .and_then(|()| err.write_all(b"\n"))
+        .and_then(|()| err.flush());
 }
 
 /// Sorted keys, two-space indentation, a trailing newline: byte-identical for equal values.
