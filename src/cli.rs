@@ -230,6 +230,16 @@ pub struct SandboxArgs {
     /// loopback, where the platform permits it
     #[arg(long)]
     pub allow_network: bool,
+    /// auto: contain runs in namespaces where the platform permits them, else run them in the
+    /// plain sandbox and say so; strict: refuse to run uncontained (exit 2)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
+    pub containment: ContainmentArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ContainmentArg {
+    Auto,
+    Strict,
 }
 
 #[derive(Debug, Args)]

@@ -15,7 +15,8 @@ use crate::report::{self, AuditReport};
 
 pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let opts = options(args)?;
-    let report = audit::audit(ctx, &opts)?;
+    let mut report = audit::audit(ctx, &opts)?;
+    report.containment = crate::contain::current().as_str().into();
     emit(ctx, &report)?;
     Ok(report.exit_code)
 }
