@@ -719,6 +719,7 @@ unsafe fn supervise(child: libc::pid_t, status_pipe: libc::c_int, namespaces: bo
 /// passes its status on and exits, which kills whatever is left.
 unsafe fn reap(pytest: libc::pid_t, status_pipe: libc::c_int) -> ! {
     close_all_but(status_pipe);
+    scrub_cmdline();
     let mut status = 0;
     loop {
         let r = libc::waitpid(-1, &mut status, 0);
@@ -730,6 +731,58 @@ unsafe fn reap(pytest: libc::pid_t, status_pipe: libc::c_int) -> ! {
         if r < 0 && *libc::__errno_location() != libc::EINTR {
             libc::_exit(125);
         }
+    }
+}
+
+/// Blanks this process's command line. The reaper is a fork of fixgate, and tests can read
+/// `/proc/1/cmdline`, which would name the user's repository and cache. (Its environment is
+/// out of their reach: reading it needs the capabilities the reaper keeps and they do not.)
+unsafe fn scrub_cmdline() {
+    let fd = libc::open(
+        c"/proc/self/stat".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    let Some(text) = buf.get(..n.max(0) as usize) else {
+        return;
+    };
+    // Fields after the command name (which may hold spaces and parentheses) start with the
+    // state, field 3; arg_start and arg_end are fields 48 and 49.
+    let Some(close) = text.iter().rposition(|&b| b == b')') else {
+        return;
+    };
+    let mut field = 2;
+    let mut values = [0u64; 2];
+    let mut cur: u64 = 0;
+    let mut in_num = false;
+    for &b in text.iter().skip(close + 1) {
+        if b == b' ' || b == b'\n' {
+            if in_num && (48..=49).contains(&field) {
+                values[field - 48] = cur;
+            }
+            if in_num || b == b' ' {
+                field += 1;
+            }
+            cur = 0;
+            in_num = false;
+            if field > 49 {
+                break;
+            }
+        } else if b.is_ascii_digit() {
+            cur = cur.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+            in_num = true;
+        } else {
+            in_num = false;
+        }
+    }
+    let [start, end] = values;
+    if start > 0 && end > start && end - start < (1 << 20) {
+        std::ptr::write_bytes(start as *mut u8, 0, (end - start) as usize);
     }
 }
 
