@@ -161,10 +161,23 @@ struct Plan {
     hide: Vec<(CString, bool)>,
     keep: Vec<Keep>,
     writable: Vec<CString>,
+    /// Host sockets that would hand out the machine (a container engine, the system bus):
+    /// covered by `/dev/null`. Unix sockets on the file system ignore the network namespace.
+    masked: Vec<CString>,
     cwd: CString,
     /// `/proc/self/fd/NNNNNNNNNN`, filled in the child.
     fd_path: [u8; 32],
 }
+
+const MASKED_SOCKETS: [&str; 7] = [
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/crio/crio.sock",
+    "/run/dbus/system_bus_socket",
+    "/run/systemd/private",
+];
 
 const PROC_RO: [&str; 4] = ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
 
@@ -220,6 +233,7 @@ impl Plan {
             hide: Vec::new(),
             keep: Vec::new(),
             writable: Vec::new(),
+            masked: Vec::new(),
             cwd: cstr(paths.cwd),
             fd_path: [0; 32],
         };
@@ -286,6 +300,13 @@ impl Plan {
                 fd: -1,
             });
         }
+        let mut masked: Vec<PathBuf> = MASKED_SOCKETS
+            .iter()
+            .filter_map(|p| real(Path::new(p)))
+            .collect();
+        masked.sort();
+        masked.dedup();
+        plan.masked = masked.iter().map(|m| cstr(m)).collect();
         plan.writable = writable.iter().map(|w| cstr(w)).collect();
         if fresh_shm {
             plan.writable.push(cstr(&shm));
@@ -411,6 +432,15 @@ impl Plan {
                 std::ptr::null(),
             ))?;
             libc::close(fd);
+        }
+        for m in &self.masked {
+            check(libc::mount(
+                c"/dev/null".as_ptr(),
+                m.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
         }
         mount_setattr(c"/", true, MOUNT_ATTR_RDONLY, 0)?;
         for w in &self.writable {
