@@ -16,6 +16,16 @@
 //! every other process of the namespace. Each dies when its parent does (`PR_SET_PDEATHSIG`), so
 //! a SIGKILL of fixgate takes the whole run with it. Where namespaces are not permitted the
 //! supervisor is a child subreaper instead: after pytest exits it kills every descendant left.
+//!
+//! A forking zygote (one warm interpreter per job slot, a fork per run) spawned through
+//! `Runner::command()` gets all of this once, for itself. Per-run containment then needs, in
+//! the zygote, before each fork: `unshare(CLONE_NEWPID)` (the zygote has `CAP_SYS_ADMIN` in its
+//! user namespace only if it keeps its capabilities, so it must be spawned without
+//! `drop_capabilities` and drop them in each forked run instead); in the forked child (PID 1
+//! of the new namespace): fork again and reap, as `reap` does, so that the run's end kills
+//! the rest; mount a fresh `/proc`; bind the run's sandbox writable (or spawn the zygote with
+//! the sandboxes' folder writable); `PR_SET_PDEATHSIG(SIGKILL)`; drop every capability and set
+//! `PR_SET_NO_NEW_PRIVS` before any test code runs.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -49,7 +59,7 @@ impl Mode {
 
 /// Set in tests (and by operators who want today's sandbox) to act as if the platform refused
 /// namespaces. Read here and nowhere else.
-pub const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
+pub(crate) const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
 
 /// What this machine permits, found once per fixgate process.
 struct Host {
@@ -85,14 +95,14 @@ fn host() -> &'static Host {
 }
 
 /// The containment runs of this process get.
-pub fn current() -> Mode {
+pub(crate) fn current() -> Mode {
     host().mode
 }
 
 /// Settles the containment once: with `strict`, a platform without namespaces is an error
 /// (queues that must never run untrusted code uncontained). Otherwise returns the mode and,
 /// for [`Mode::None`], the reason to tell the user.
-pub fn init(strict: bool) -> Result<(Mode, Option<&'static str>)> {
+pub(crate) fn init(strict: bool) -> Result<(Mode, Option<&'static str>)> {
     let h = host();
     if strict && h.mode == Mode::None {
         return Err(Error::Infra(format!(
@@ -109,28 +119,27 @@ pub fn init(strict: bool) -> Result<(Mode, Option<&'static str>)> {
 }
 
 /// The paths of one run that containment must know.
-pub struct RunPaths<'a> {
+pub(crate) struct RunPaths<'a> {
     /// The sandbox folder (tree, home, tmp and the files exchanged with the plugin): writable.
-    pub sandbox: &'a Path,
+    pub(crate) sandbox: &'a Path,
     /// The directory the run starts in (inside the sandbox).
-    pub cwd: &'a Path,
+    pub(crate) cwd: &'a Path,
     /// Readable: the plugin's files.
-    pub plugin_dir: &'a Path,
+    pub(crate) plugin_dir: &'a Path,
     /// Writable: pytest's rewritten test modules.
-    pub rewrite_cache: &'a Path,
+    pub(crate) rewrite_cache: &'a Path,
     /// Hidden: the user's repository.
-    pub origin_root: &'a Path,
+    pub(crate) origin_root: &'a Path,
     /// Readable: what the interpreter needs (its executable as named and as resolved).
-    pub interpreter: &'a [&'a Path],
+    pub(crate) interpreter: &'a [&'a Path],
     /// Leave the network alone.
-    pub allow_network: bool,
+    pub(crate) allow_network: bool,
 }
 
 /// Makes `cmd` a contained run: [`Mode::Namespaces`] where permitted, else the supervisor
 /// alone. Call after every other setting of `cmd` (it adds the last `pre_exec` step).
-pub fn apply(cmd: &mut Command, paths: &RunPaths) {
-    let plan = Plan::new(host(), paths);
-    let mut plan = plan;
+pub(crate) fn apply(cmd: &mut Command, paths: &RunPaths) {
+    let mut plan = Plan::new(host(), paths);
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
     // on memory prepared before the fork (no allocation, no locks), which is what a child of
     // a multithreaded process may do.
@@ -947,7 +956,7 @@ fn probe() -> std::result::Result<(), String> {
         reason: None,
         home: None,
     };
-    let plan = Plan::new(
+    let mut plan = Plan::new(
         &probe_host,
         &RunPaths {
             sandbox: &sandbox,
@@ -959,7 +968,6 @@ fn probe() -> std::result::Result<(), String> {
             allow_network: false,
         },
     );
-    let mut plan = plan;
     let mut cmd = Command::new("true");
     cmd.current_dir(&sandbox)
         .stdin(std::process::Stdio::null())
