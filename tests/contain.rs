@@ -398,6 +398,48 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
 }
 
 #[test]
+fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
+    let marker = unique("fixgate-fallback-killed");
+    let repo = survivors_repo(&marker, true);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["run", "--format", "json", "--python"])
+        .arg(real_python())
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env("FIXGATE_NO_NAMESPACES", "1")
+        .env("HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_until(Duration::from_secs(60), || {
+        processes_with(&marker).len() >= 3
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(started, "the survivors never started");
+    // pytest itself dies with fixgate (a parent-death signal down the chain); daemons that
+    // left its process tree are found by the next command, in the killed run's sandbox.
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[("FIXGATE_NO_NAMESPACES", "1")],
+        &["manifest"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let gone = wait_until(Duration::from_secs(1), || {
+        processes_with(&marker).is_empty()
+    });
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "survivors after the next command: {left:?}");
+}
+
+#[test]
 fn without_namespaces_the_report_says_none_and_outside_writes_are_still_findings() {
     let home = tempfile::tempdir().unwrap();
     let scratch = tempfile::tempdir().unwrap();
