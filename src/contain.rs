@@ -263,10 +263,13 @@ impl Plan {
         readable.extend(real(paths.plugin_dir));
         for exe in paths.interpreter.iter().filter_map(|e| which(e)) {
             // The interpreter's prefix (a virtualenv, a pyenv version): `bin/python`'s
-            // grandparent holds its libraries and configuration. Keeping `/` would keep
+            // grandparent holds its libraries and configuration; for a virtualenv's link, the
+            // base interpreter's too (where the link leads). Keeping `/` would keep
             // everything visible.
-            let prefix = exe.parent().and_then(Path::parent).and_then(real);
-            readable.extend(prefix.filter(|p| p.parent().is_some()));
+            for exe in [Some(exe.clone()), real(&exe)].into_iter().flatten() {
+                let prefix = exe.parent().and_then(Path::parent).and_then(real);
+                readable.extend(prefix.filter(|p| p.parent().is_some()));
+            }
         }
         let sandboxes = paths.sandbox.parent().and_then(real);
         let mut hidden: Vec<PathBuf> = [Some(paths.origin_root), host.home.as_deref()]

@@ -398,6 +398,37 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
 }
 
 #[test]
+fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still_runs() {
+    assert_namespaces_permitted();
+    // The venv's python links to its base interpreter; with the base under the (hidden) home,
+    // the link led nowhere and every run failed to start.
+    let venv = tempfile::tempdir().unwrap();
+    let py = common::private_venv(venv.path());
+    let base = Command::new(&py)
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .unwrap();
+    let base = std::path::PathBuf::from(String::from_utf8(base.stdout).unwrap().trim());
+    let home = base.parent().unwrap();
+    let repo = TestRepo::new();
+    repo.write("tests/test_a.py", "def test_a():\n    pass\n");
+    repo.commit("base");
+    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["run", "--format", "json", "--python"])
+        .arg(&py)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+}
+
+#[test]
 fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
     let marker = unique("fixgate-fallback-killed");
     let repo = survivors_repo(&marker, true);
