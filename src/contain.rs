@@ -943,7 +943,7 @@ unsafe fn isolate_network_best_effort() {
     }
 }
 
-/// Whether namespaces work here: runs `true` contained, in a throwaway sandbox.
+/// Whether namespaces work here: runs a program contained, in a throwaway sandbox.
 fn probe() -> std::result::Result<(), String> {
     let dir = tempfile::Builder::new()
         .prefix("fixgate-probe-")
@@ -971,7 +971,14 @@ fn probe() -> std::result::Result<(), String> {
             allow_network: false,
         },
     );
-    let mut cmd = Command::new("true");
+    // Any program will do; `true` where there is one, else fixgate itself.
+    let program = which(Path::new("true"))
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("true"));
+    let mut cmd = Command::new(&program);
+    if program.file_name() != Some(std::ffi::OsStr::new("true")) {
+        cmd.arg("--version");
+    }
     cmd.current_dir(&sandbox)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
