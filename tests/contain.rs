@@ -563,3 +563,133 @@ fn assert_namespaces_permitted() {
          (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
     );
 }
+
+/// An interpreter with pytest that an unprivileged user can run: a virtualenv under `target/`
+/// made once (under a file lock) from a system `python3` outside any home.
+fn python_for_everyone() -> std::path::PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("..")
+        .join("contain-shared-venv");
+    let python = venv.join("bin").join("python");
+    let has_pytest = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import pytest"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has_pytest(&python) {
+        return python;
+    }
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let lock = std::fs::File::create(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("contain-shared-venv.lock"),
+    )
+    .unwrap();
+    use std::os::unix::io::AsRawFd;
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    if !has_pytest(&python) {
+        let base = ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("this test needs a python3 in /usr/bin or /usr/local/bin (apt-get install python3-venv)");
+        let ok = Command::new(base)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{base} -m venv failed: install python3-venv");
+        let ok = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "pytest>=7.4",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install pytest into {} failed", venv.display());
+    }
+    python
+}
+
+#[test]
+fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
+    assert_namespaces_permitted();
+    let python = python_for_everyone();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("evil.txt");
+    let repo = hostile_writes_repo(home.path(), &target);
+    let origin = repo.path().display().to_string();
+    repo.write(
+        "tests/test_look.py",
+        format!(
+            "import os\n\n\
+             def test_hidden():\n    assert os.listdir({origin:?}) == []\n    assert os.listdir({home:?}) == []\n\n\
+             def test_own_pid_namespace():\n    assert os.getppid() == 1\n\n\
+             def test_no_capabilities():\n    assert 'CapEff:\\t0000000000000000' in open('/proc/self/status').read()\n\n\
+             def test_unprivileged():\n    assert os.getuid() == {uid}\n",
+            home = home.path().display().to_string(),
+            uid = match unsafe { libc::geteuid() } {
+                0 => 65534,
+                uid => uid,
+            },
+        ),
+    );
+    repo.commit("look");
+    let before = tree_bytes(repo.path());
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        // Root runs the binary as `nobody`, who must own what it works on.
+        for dir in [repo.path(), repo.cache.path(), home.path(), scratch.path()] {
+            let ok = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "chown failed");
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_fixgate"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    };
+    let out = cmd
+        .args(["run", "--format", "json", "--python"])
+        .arg(&python)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home.path())
+        .output()
+        .expect("setpriv (util-linux) runs the binary as nobody");
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    for t in [
+        "test_direct",
+        "test_user_repo",
+        "test_real_home",
+        "test_tmp",
+    ] {
+        assert_eq!(outcome(&v, t), "failed", "{t} must be blocked: {v}");
+    }
+    for t in [
+        "test_own_sandbox_is_writable",
+        "test_hidden",
+        "test_own_pid_namespace",
+        "test_no_capabilities",
+        "test_unprivileged",
+    ] {
+        assert_eq!(outcome(&v, t), "passed", "{t}: {v}");
+    }
+    assert!(outside_writes(&v)
+        .iter()
+        .any(|(t, p)| t.ends_with("test_user_repo") && p.ends_with("pkg/INJECTED.py")));
+    assert_eq!(tree_bytes(repo.path()), before);
+    assert!(!target.exists());
+}
