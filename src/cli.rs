@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `fixgate --version`: the package version and the commit it was built from (see build.rs).
@@ -11,6 +12,22 @@ pub const VERSION: &str = concat!(
     env!("FIXGATE_COMMIT"),
     ")"
 );
+
+/// The most shuffled orders one audit may ask for: each is a full run of the suite, and the
+/// orders are held in memory, so a larger number is a typo, not a plan.
+pub const MAX_SEEDS: u64 = 10_000;
+/// The most parallel pytest processes (`--jobs`).
+pub const MAX_JOBS: usize = 1024;
+/// The longest `--test-timeout`: a week, far beyond any test, and small enough that no deadline
+/// computed from it can overflow.
+pub const MAX_TEST_TIMEOUT: u64 = 7 * 24 * 3600;
+
+/// A `usize` option within `min..=max`, with clap's range message when it is not.
+fn bounded_usize(min: usize, max: usize) -> impl clap::builder::TypedValueParser<Value = usize> {
+    clap::value_parser!(u64)
+        .range(min as u64..=max as u64)
+        .map(|n| n as usize)
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,8 +69,8 @@ pub struct GlobalArgs {
     /// repository, else python3 on PATH]
     #[arg(long, global = true, value_name = "PATH")]
     pub python: Option<PathBuf>,
-    /// How many pytest processes may run at once [default: the number of cores]
-    #[arg(long, global = true, value_name = "N")]
+    /// How many pytest processes may run at once, 1 to 1024 [default: the number of cores]
+    #[arg(long, global = true, value_name = "N", value_parser = bounded_usize(1, MAX_JOBS))]
     pub jobs: Option<usize>,
     #[command(flatten)]
     pub remote: RemoteArgs,
@@ -149,16 +166,23 @@ pub struct AuditArgs {
     /// skipped), as with a repeated --head
     #[arg(long, value_name = "FILE")]
     pub heads_from: Option<PathBuf>,
-    /// How many shuffled orders to run after file order and reversed order (seeds 1..N)
+    /// How many shuffled orders to run after file order and reversed order (seeds 1..N), at
+    /// most 10,000
     #[arg(
         long,
         value_name = "N",
         default_value_t = 8,
-        conflicts_with = "seed_list"
+        conflicts_with = "seed_list",
+        value_parser = clap::value_parser!(u64).range(..=MAX_SEEDS)
     )]
     pub seeds: u64,
-    /// Exactly these seeds for the shuffled orders, e.g. 3,5,8
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    /// Exactly these seeds for the shuffled orders, e.g. 3,5,8 (at most 10,000 of them)
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        num_args = 1..=MAX_SEEDS as usize
+    )]
     pub seed_list: Option<Vec<u64>>,
     /// Reject pre-existing findings too (findings the base already has)
     #[arg(long)]
@@ -225,8 +249,8 @@ pub enum CacheAction {
         /// Keep at most this much, e.g. 500M, 2G
         #[arg(long, value_name = "SIZE")]
         max_size: Option<String>,
-        /// Remove entries unused for this many days
-        #[arg(long, value_name = "DAYS")]
+        /// Remove entries unused for this many days (at most 36,500)
+        #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(..=36_500))]
         max_age: Option<u64>,
     },
     /// Remove everything
@@ -251,12 +275,27 @@ pub struct SandboxArgs {
     pub pass_env: Vec<String>,
     /// Kill a test (and its process group) that runs longer than this, record it as timeout,
     /// and go on with the rest of the order
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_TEST_TIMEOUT)
+    )]
     pub test_timeout: u64,
     /// Let tests use the network. By default each run gets a network namespace with only
     /// loopback, where the platform permits it
     #[arg(long)]
     pub allow_network: bool,
+    /// auto: contain runs in namespaces where the platform permits them, else run them in the
+    /// plain sandbox and say so; strict: refuse to run uncontained (exit 2)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
+    pub containment: ContainmentArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ContainmentArg {
+    Auto,
+    Strict,
 }
 
 #[derive(Debug, Args)]

@@ -35,6 +35,19 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(args: &GlobalArgs) -> Result<Ctx> {
+        let ctx = Ctx::open(args)?;
+        // Every command, not only those that run tests: sandboxes (and, without namespaces,
+        // processes) of a fixgate that was killed go at the next start of any command.
+        let removed = crate::sandbox::remove_stale();
+        if removed > 0 {
+            ctx.warn(&format!(
+                "removed {removed} sandbox(es) left by a fixgate that was killed"
+            ));
+        }
+        Ok(ctx)
+    }
+
+    fn open(args: &GlobalArgs) -> Result<Ctx> {
         Ok(Ctx {
             repo: Repo::open(args.repo.as_deref())?,
             format: args.format,
@@ -52,12 +65,13 @@ impl Ctx {
     }
 
     /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
-    /// the environment policy. Also removes sandboxes a killed fixgate left behind.
+    /// the environment policy, the containment (settled once per process).
     pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
-        let removed = crate::sandbox::remove_stale();
-        if removed > 0 {
-            self.warn(&format!(
-                "removed {removed} sandbox(es) left by a fixgate that was killed"
+        let strict = args.containment == crate::cli::ContainmentArg::Strict;
+        if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(strict)? {
+            self.warn_once(&format!(
+                "runs are not contained ({why}): tests can write outside their sandbox and \
+                 processes they start may outlive the run; --containment strict refuses this"
             ));
         }
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
@@ -73,7 +87,7 @@ impl Ctx {
             plugin_dir: plugin::install(&self.cache_dir)?,
             rewrite_cache,
             pass_env: args.pass_env.clone(),
-            test_timeout: Duration::from_secs(args.test_timeout.max(1)),
+            test_timeout: Duration::from_secs(args.test_timeout),
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
@@ -99,9 +113,19 @@ impl Ctx {
         Some(pb)
     }
 
+    /// A warning printed once per fixgate process, however often it comes up.
+    pub fn warn_once(&self, message: &str) {
+        static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.iter().any(|m| m == message) {
+            seen.push(message.to_owned());
+            self.warn(message);
+        }
+    }
+
     pub fn warn(&self, message: &str) {
         if !self.quiet {
-            eprintln!("fixgate: warning: {message}");
+            stderr_line(&format!("fixgate: warning: {message}"));
         }
     }
 
@@ -175,6 +199,17 @@ impl Ctx {
         }
         Ok(m)
     }
+}
+
+/// Writes one line to standard error. Standard error is for people: when it is closed
+/// (`fixgate ... 2>&1 >report.json | head -1`) the line is dropped, and the report and the exit
+/// code are unaffected (`eprintln!` would panic and exit 101).
+pub fn stderr_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(text.as_bytes())
+        .and_then(|()| err.write_all(b"\n"))
+        .and_then(|()| err.flush());
 }
 
 /// Sorted keys, two-space indentation, a trailing newline: byte-identical for equal values.

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod contain;
 pub mod context;
 pub mod delta;
 pub mod engine;

@@ -7,7 +7,8 @@ fn main() {
     let code = match fixgate::cmd::run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("fixgate: error: {err}");
+            // A closed standard error must not turn the exit code into a panic's 101.
+            fixgate::context::stderr_line(&format!("fixgate: error: {err}"));
             err.exit_code()
         }
     };

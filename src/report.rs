@@ -189,6 +189,9 @@ pub struct AuditReport {
     /// Wall seconds of the audit: a timing field.
     pub duration_seconds: f64,
     pub strict: bool,
+    /// How the runs were contained: `namespaces` (a read-only world, no survivors) or `none`
+    /// (the platform refused namespaces; see README, Containment).
+    pub containment: String,
     pub interpreter: Option<String>,
     /// Problems around the audit that did not stop it (an editable install, a damaged cache
     /// entry): also printed on standard error.

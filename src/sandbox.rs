@@ -487,11 +487,33 @@ pub fn remove_stale() -> usize {
             continue;
         };
         if pid != std::process::id() as i32 && !process_alive(pid) {
+            kill_processes_in(&e.path());
             remove_tree(&e.path());
             removed += 1;
         }
     }
     removed
+}
+
+/// Kills the processes still working in a dead fixgate's sandbox (their working directory is
+/// in it). Contained runs never leave any (their PID namespace died with them); runs where
+/// namespaces were refused can leave daemons that escaped the supervisor's sweep.
+fn kill_processes_in(sandbox: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(sandbox)) {
+            // SAFETY: kill(2) with a pid read from /proc; a pid reused meanwhile by a process
+            // in the same folder is the same run's.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 fn process_alive(pid: i32) -> bool {

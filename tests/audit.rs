@@ -534,7 +534,27 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
     repo.write("src/util.py", "def double(x):\n    return x + x\n");
     let head = repo.commit("unrelated code change");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0", "--jobs", "1"]);
+    // The counter is host state shared between runs, which contained runs cannot write (a
+    // write to /tmp is an outside write): this test of flaky detection runs uncontained.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args([
+            "audit", "--base", &base, "--head", &head, "--format", "json", "--quiet",
+        ])
+        .args(["--seeds", "0", "--jobs", "1", "--python"])
+        .arg(common::python())
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_CACHE_DIR")
+        .env("FIXGATE_NO_NAMESPACES", "1")
+        .output()
+        .unwrap();
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    let v = run.json();
     let _ = std::fs::remove_file(&counter);
     let id = "tests/test_flaky.py::test_sometimes";
     let t = test(&v, id);

@@ -1,6 +1,6 @@
 //! The one-line message of each finding, as the report prints it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::audit::bisect::PairKind;
 use crate::audit::budget;
@@ -15,6 +15,7 @@ pub(crate) fn finding_message(
     pairs: &[Pair],
     replay: &[report::ReplayReport],
     new_skips: &[budget::NewSkip],
+    outside: &BTreeMap<Option<String>, BTreeSet<String>>,
 ) -> String {
     let id = &f.subject;
     let base = match f.kind {
@@ -93,6 +94,21 @@ pub(crate) fn finding_message(
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
+        FindingKind::OutsideWrite => {
+            let key = (id != crate::engine::audit::SESSION).then(|| id.clone());
+            let what: Vec<&str> = outside
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            let shown = what.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+            let more = match what.len() {
+                n if n > 5 => format!(" and {} more", n - 5),
+                _ => String::new(),
+            };
+            format!("{id} wrote outside its sandbox: {shown}{more}")
+        }
         k => format!("{id}: {}", k.as_str()),
     };
     if f.introduced {

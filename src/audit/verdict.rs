@@ -103,6 +103,9 @@ pub enum FindingKind {
     FreezeAdded,
     /// A change the patch makes to `fixtures.lock`; the lock is read from the base.
     LockChanged,
+    /// A test wrote (or removed, renamed, made a folder) outside its run's sandbox: in the user's
+    /// repository, their home, `/tmp`. Blocked where runs are contained, a defect either way.
+    OutsideWrite,
 }
 
 impl FindingKind {
@@ -122,6 +125,7 @@ impl FindingKind {
             FindingKind::NewSkip => "new-skip",
             FindingKind::FreezeAdded => "freeze-added",
             FindingKind::LockChanged => "lock-changed",
+            FindingKind::OutsideWrite => "outside-write",
         }
     }
 
@@ -137,6 +141,7 @@ impl FindingKind {
                 | FindingKind::Crashed
                 | FindingKind::Timeout
                 | FindingKind::ErrorBucket
+                | FindingKind::OutsideWrite
         )
     }
 }

@@ -82,12 +82,12 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     };
     write_repo(&dir)?;
     if !ctx.quiet {
-        eprintln!(
+        crate::context::stderr_line(&format!(
             "fixgate demo: the base's tax test fails because another test leaves a book in the \
              shared cart;\nthe head \"fixes\" it by expecting 37.5 (the polluted total) instead \
              of 25.0. Auditing HEAD~1..HEAD in {}",
             dir.display()
-        );
+        ));
     }
     let python = demo_python(ctx)?;
     let demo_ctx = Ctx {
@@ -120,17 +120,18 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             pass_env: Vec::new(),
             test_timeout: 60,
             allow_network: false,
+            containment: crate::cli::ContainmentArg::Auto,
         },
     };
     let opts = crate::cmd::audit::options(&args, Some("HEAD".into()))?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {
-        eprintln!(
+        crate::context::stderr_line(&format!(
             "fixgate demo: verdict {} (exit {} in a real audit); the demo itself exits 0 when the \
              audit completed",
             report.verdict, report.exit_code
-        );
+        ));
     }
     Ok(exit::PASS)
 }
@@ -197,11 +198,11 @@ fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
         return Ok(python);
     }
     if !ctx.quiet {
-        eprintln!(
+        crate::context::stderr_line(&format!(
             "fixgate demo: {} has no pytest; creating {} with pytest (once)",
             chosen.display(),
             venv.display()
-        );
+        ));
     }
     let base = if ctx.python.is_some() {
         chosen.clone()

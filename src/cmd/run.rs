@@ -14,10 +14,14 @@ use crate::pytest::interpreter::Fingerprint;
 
 #[derive(Serialize)]
 pub struct RunReport<'a> {
+    /// `namespaces` or `none` (see `contain`).
+    pub containment: &'static str,
     pub env_allowlist: Vec<String>,
     /// Whether the run's processes were forked from a warm interpreter, or why not.
     pub forkserver: crate::pytest::forkserver::ForkSummary,
     pub interpreter: &'a Fingerprint,
+    /// Writes the run attempted outside its sandbox (each a reason to reject the patch).
+    pub outside_writes: Vec<crate::contain::OutsideWrite>,
     pub python_hash_seed: &'static str,
     pub result: &'a RunResult,
     pub schema: u32,
@@ -71,7 +75,18 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     for w in &result.warnings {
         ctx.warn(w);
     }
+    let outside_writes = crate::contain::outside_writes(&result);
+    for w in &outside_writes {
+        ctx.warn(&format!(
+            "{} tried to {} {} outside its sandbox",
+            w.nodeid.as_deref().unwrap_or("the session"),
+            if w.op == "read-only" { "write" } else { &w.op },
+            w.path
+        ));
+    }
     let report = RunReport {
+        containment: crate::contain::current().as_str(),
+        outside_writes,
         schema: 1,
         snapshot: SnapshotInfo {
             rev: snapshot.rev_label(),
@@ -233,6 +248,12 @@ mod tests {
                 mode: "fresh".into(),
                 ..Default::default()
             },
+            containment: "namespaces",
+            outside_writes: vec![crate::contain::OutsideWrite {
+                nodeid: Some("t.py::test_a".into()),
+                op: "write".into(),
+                path: "/tmp/x".into(),
+            }],
         };
         assert_eq!(report.to_json(), crate::context::to_json(&report));
     }

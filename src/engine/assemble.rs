@@ -28,6 +28,8 @@ pub struct Judged<'a> {
     pub matrix: &'a Matrix,
     pub selection: &'a [CollectedItem],
     pub today: Date,
+    /// What each test (`None`: outside any test) did outside its sandbox.
+    pub outside: &'a BTreeMap<Option<String>, BTreeSet<String>>,
 }
 
 /// Fills the findings, freeze suggestions, pairs and per-test rows of `report`.
@@ -37,7 +39,14 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
         report_findings.push(report::Finding {
             kind: f.kind.as_str().into(),
             tests: vec![f.subject.clone()],
-            message: finding_message(f, j.triaged, j.pairs, &report.fixtures.replay, j.new_skips),
+            message: finding_message(
+                f,
+                j.triaged,
+                j.pairs,
+                &report.fixtures.replay,
+                j.new_skips,
+                j.outside,
+            ),
             repro: j
                 .pairs
                 .iter()

@@ -123,6 +123,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     // The warm interpreters' counters are this fixgate process's: with several heads, each
     // report counts the heads before it too.
     report.forkserver = crate::pytest::forkserver::summary();
+    report.containment = crate::contain::current().as_str().into();
     report.duration_seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -264,8 +265,17 @@ fn phases(
     evidence_nodes.extend(&confirmation.nodes);
     evidence_nodes.extend(pairs.iter().map(|p| p.last));
     let (triage_node, triaged) = judge::triage(engine, evidence.clone(), &evidence_nodes)?;
-    let pre_existing =
-        base_check::run(engine, &triaged, &pairs, &matrix, &base_ids, &[triage_node])?;
+    let outside = outside_writes(&matrix);
+    let writers: Vec<String> = outside.keys().flatten().cloned().collect();
+    let pre_existing = base_check::run(
+        engine,
+        &triaged,
+        &pairs,
+        &matrix,
+        &base_ids,
+        &writers,
+        &[triage_node],
+    )?;
 
     // Findings, the budget and the verdict.
     let mut findings: Vec<verdict::Finding> = Vec::new();
@@ -278,6 +288,25 @@ fn phases(
                 edited_by_patch: edited.contains(id),
             });
         }
+    }
+    // Writes outside the sandbox: a test's is the patch's unless the base's test does it too;
+    // one made outside any test (a conftest at import, a session fixture) is the patch's when
+    // it changed a conftest.py.
+    let session_code_changed = conftests_differ(&sides.base.snapshot, &sides.head.snapshot);
+    for (nodeid, _) in &outside {
+        let (subject, introduced) = match nodeid {
+            Some(id) => (
+                id.clone(),
+                !pre_existing.contains(&(FindingKind::OutsideWrite, id.clone())),
+            ),
+            None => (SESSION.to_string(), session_code_changed),
+        };
+        findings.push(verdict::Finding {
+            kind: FindingKind::OutsideWrite,
+            edited_by_patch: edited.contains(&subject),
+            subject,
+            introduced,
+        });
     }
     for r in &report.fixtures.replay {
         let kind = match r.reading.as_str() {
@@ -373,9 +402,39 @@ fn phases(
             matrix: &matrix,
             selection: &selection,
             today: opts.today,
+            outside: &outside,
         },
     );
     Ok(decision)
+}
+
+/// The subject of what was done outside any test: collection, conftest imports, session fixtures.
+pub(crate) const SESSION: &str = "(collection and session fixtures)";
+
+/// What each test (`None`: outside any test) did outside its sandbox, over the matrix.
+fn outside_writes(matrix: &Matrix) -> BTreeMap<Option<String>, BTreeSet<String>> {
+    let mut out: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
+    for r in matrix.runs.values() {
+        for w in crate::contain::outside_writes(r) {
+            out.entry(w.nodeid)
+                .or_default()
+                .insert(format!("{} {}", w.op, w.path));
+        }
+    }
+    out
+}
+
+/// Whether any `conftest.py` differs between the two snapshots (added, removed or changed).
+fn conftests_differ(base: &crate::snapshot::Snapshot, head: &crate::snapshot::Snapshot) -> bool {
+    let conftests = |s: &crate::snapshot::Snapshot| -> Vec<(String, Option<Vec<u8>>)> {
+        let git = s.open_git().ok().flatten();
+        s.entries
+            .iter()
+            .filter(|e| e.path.file_name() == b"conftest.py")
+            .map(|e| (e.path.to_string(), s.read(e, git.as_ref()).ok()))
+            .collect()
+    };
+    conftests(base) != conftests(head)
 }
 
 /// Every test's evidence from the matrix and the confirmation runs.

@@ -25,6 +25,7 @@ pub fn run(
     pairs: &[Pair],
     matrix: &Matrix,
     base_ids: &HashSet<&str>,
+    outside_writers: &[String],
     after: &[NodeId],
 ) -> Result<HashSet<(FindingKind, String)>> {
     let mut requests: Vec<BaseCheck> = Vec::new();
@@ -61,13 +62,21 @@ pub fn run(
             check: Check::Nothing,
         });
     }
-    for (id, t) in triaged {
+    let outside = outside_writers
+        .iter()
+        .map(|id| (id, FindingKind::OutsideWrite));
+    let kinds = triaged
+        .iter()
+        .flat_map(|(id, t)| t.finding_kinds().into_iter().map(move |k| (id, k)))
+        .chain(outside);
+    for (id, kind) in kinds {
         if !base_ids.contains(id.as_str()) {
             continue;
         }
-        for kind in t.finding_kinds() {
+        {
             match kind {
                 FindingKind::LeaseViolation
+                | FindingKind::OutsideWrite
                 | FindingKind::Failing
                 | FindingKind::Crashed
                 | FindingKind::Timeout
@@ -197,6 +206,9 @@ fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
     let t = r.test(nodeid);
     match kind {
         FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
+        FindingKind::OutsideWrite => crate::contain::outside_writes(r)
+            .iter()
+            .any(|w| w.nodeid.as_deref() == Some(nodeid)),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
         FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
         FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),

@@ -189,24 +189,28 @@ impl Runner {
         .env("PYTHONUNBUFFERED", "1")
         .env("TZ", "UTC")
         .env("NO_COLOR", "1");
-        if let Some(base) = &self.interpreter.user_base {
-            // HOME moved into the sandbox; keep packages installed with `pip install --user`.
-            cmd.env("PYTHONUSERBASE", base);
+        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
+        // unless the caller passes the variable on purpose.
+        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
+            cmd.env("PYTHONNOUSERSITE", "1");
         }
         cmd.stdin(Stdio::null());
-        if !self.allow_network {
-            // SAFETY: the closure runs in the child between fork and exec and only makes
-            // system calls (unshare, socket, ioctl, close), which are async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    isolate_network();
-                    Ok(())
-                });
-            }
-        }
         // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
         // the terminal reaches fixgate, which then cleans up.
         cmd.process_group(0);
+        let executable = Path::new(&self.interpreter.fingerprint.executable);
+        crate::contain::apply(
+            &mut cmd,
+            &crate::contain::RunPaths {
+                sandbox: sandbox.dir(),
+                cwd: &tree,
+                plugin_dir: &self.plugin_dir,
+                rewrite_cache: &self.rewrite_cache,
+                origin_root: &self.origin_root,
+                interpreter: &[&self.interpreter.path, executable],
+                allow_network: self.allow_network,
+            },
+        );
         cmd
     }
 
@@ -840,30 +844,6 @@ fn merge_trace(into: &mut Trace, from: Trace) {
     into.sqlite.extend(from.sqlite);
     into.unknown.extend(from.unknown);
     into.write.extend(from.write);
-}
-
-/// Moves the calling process into a new network namespace with only loopback, up (so tests that
-/// talk to servers they start on localhost still work). Where the platform refuses (no
-/// privilege for namespaces), the run keeps the host's network.
-fn isolate_network() {
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNET) != 0 {
-            return;
-        }
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
-        if fd < 0 {
-            return;
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo\0".iter().enumerate() {
-            req.ifr_name[i] = *b as libc::c_char;
-        }
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0 {
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req);
-        }
-        libc::close(fd);
-    }
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {

@@ -530,21 +530,29 @@ impl Zygote {
         let Some(pid) = self.running else {
             return;
         };
-        if parent_of(pid) == Some(self.process.id() as i32) {
-            // SAFETY: kill takes a pid and a signal.
-            unsafe {
+        let spawned = self.process.id() as i32;
+        // The pid the zygote reported is its own view: in a contained run it lives in a PID
+        // namespace of its own, and the host pid is found through /proc's NSpid.
+        let host = if parent_of(pid) == Some(spawned) {
+            Some(pid)
+        } else {
+            host_pid(pid, spawned)
+        };
+        match host {
+            // SAFETY: kill takes a pid and a signal; the child leads its own process group.
+            Some(pid) => unsafe {
                 libc::kill(-pid, libc::SIGKILL);
                 libc::kill(pid, libc::SIGKILL);
-            }
-        } else {
-            // The pid the zygote reported is not its child here (the zygote runs in a PID
-            // namespace of its own, or the child is gone): kill the zygote instead, which takes
-            // the child with it (PR_SET_PDEATHSIG), and reuse it no more.
-            self.healthy = false;
-            let zygote = self.process.id() as i32;
-            // SAFETY: kill takes a pid and a signal; the zygote leads its own process group.
-            unsafe {
-                libc::kill(-zygote, libc::SIGKILL);
+            },
+            None => {
+                // The child cannot be told apart (it is gone, or /proc says nothing): kill the
+                // zygote instead, which takes the child with it (PR_SET_PDEATHSIG), and reuse
+                // it no more.
+                self.healthy = false;
+                // SAFETY: kill takes a pid and a signal; the zygote leads its own process group.
+                unsafe {
+                    libc::kill(-spawned, libc::SIGKILL);
+                }
             }
         }
     }
@@ -633,6 +641,46 @@ fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is `ancestor` or one of its descendants, walking parent pids up.
+fn descends_from(mut pid: i32, ancestor: i32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        match parent_of(pid) {
+            Some(p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The host pid of the process a contained zygote knows as `ns_pid`: the descendant of
+/// `ancestor` whose innermost pid (the last of /proc's `NSpid` line) is `ns_pid`.
+fn host_pid(ns_pid: i32, ancestor: i32) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|p| p.parse::<i32>().ok());
+        if inner == Some(ns_pid) && pid != ns_pid && descends_from(pid, ancestor) {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 /// The descriptor the zygote writes its replies to; it reads commands from the next one.

@@ -21,11 +21,13 @@ zygote exits.
 import json
 import os
 import threading
+import time
 
 from fixgate_plugin_trace import _Quiet
 
 _PR_SET_PDEATHSIG = 1
 _SIGKILL = 9
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _say(fd, line):
@@ -65,6 +67,51 @@ def _prctl():
         return None
 
 
+def _children(me):
+    """The processes whose parent is `me`."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for p in entries:
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the
+        # last one.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(p))
+    return out
+
+
+def _reap_leftovers(me):
+    """Kills and reaps every process a forked run left behind. The zygote is a child subreaper,
+    so a daemon that called setsid, or a grandchild whose parent exited, is its child now: each
+    run starts with nothing of the one before it, as a fresh process would."""
+    for _ in range(200):
+        left = _children(me)
+        for pid in left:
+            try:
+                os.kill(pid, _SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        if not left:
+            time.sleep(0.002)
+
+
 def _read_line(commands, buf):
     while b"\n" not in buf:
         chunk = os.read(commands, 65536)
@@ -90,6 +137,13 @@ def serve(fd, config):
             os._exit(0)
         prctl = _prctl()
         zygote = os.getpid()
+        # Processes collection started would be killed after the first run, where a fresh
+        # process would still have them.
+        if _children(zygote):
+            refuse(fd, "collection left %d child process(es) running" % len(_children(zygote)))
+            os._exit(0)
+        if prctl is not None:
+            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _say(fd, "ready")
         buf = b""
         while True:
@@ -109,6 +163,7 @@ def serve(fd, config):
                 pass
             _say(fd, "forked %d" % pid)
             _, status = os.waitpid(pid, 0)
+            _reap_leftovers(zygote)
             _say(fd, "exit %d %d" % (pid, status))
 
 

@@ -1,0 +1,745 @@
+//! Containment of untrusted test code: writes outside the sandbox are blocked and reported,
+//! the repository, the home and the host's processes are out of sight, the environment is
+//! clean, and no process a test starts outlives its run, even when fixgate is SIGKILLed.
+//! Namespaces are exercised where the platform permits them (it does here, and in CI, as
+//! root); the fallback is exercised everywhere with `FIXGATE_NO_NAMESPACES`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{tree_bytes, TestRepo};
+
+/// The test interpreter's own executable, not a wrapper (a pyenv shim adds variables of its
+/// own to the environment tests see).
+fn real_python() -> std::path::PathBuf {
+    static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let out = Command::new(common::python())
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().into()
+        })
+        .clone()
+}
+
+/// Runs the binary on `repo` with the test interpreter, a given HOME and extra environment.
+fn fixgate_env(repo: &TestRepo, home: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    cmd.args(args)
+        .arg("--python")
+        .arg(real_python())
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_CACHE_DIR")
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home)
+        .env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("fixgate runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): exit {:?}\n{}\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn outcome(v: &serde_json::Value, test: &str) -> String {
+    v["result"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"].as_str().unwrap().ends_with(test))
+        .unwrap_or_else(|| panic!("no {test} in {v}"))["outcome"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn outside_writes(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["outside_writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["nodeid"].as_str().unwrap_or("").to_string(),
+                w["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Processes on this machine whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+fn unique(prefix: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{t}", std::process::id())
+}
+
+/// The outside-write cases of issue 12, one test each: straight to a file, through a shell
+/// subprocess, into the user's repository, into the real home, into /tmp.
+fn hostile_writes_repo(home: &Path, tmp_target: &Path) -> TestRepo {
+    let repo = TestRepo::new();
+    let origin = repo.path().display().to_string();
+    repo.write("pkg/__init__.py", "VALUE = 1\n").write(
+        "tests/test_hostile.py",
+        format!(
+            "import os, subprocess\n\n\
+             def test_direct():\n    open({tmp:?}, 'w').write('x')\n\n\
+             def test_subprocess():\n    r = subprocess.run(['sh', '-c', 'echo x > {tmp}.sh'], capture_output=True, text=True)\n    assert r.returncode == 0, r.stderr\n\n\
+             def test_user_repo():\n    open(os.path.join({origin:?}, 'pkg', 'INJECTED.py'), 'w').write('x')\n\n\
+             def test_real_home():\n    open(os.path.join({home:?}, 'planted'), 'w').write('x')\n\n\
+             def test_tmp():\n    open('/tmp/' + os.path.basename({tmp:?}) + '.tmp', 'w').write('x')\n\n\
+             def test_own_sandbox_is_writable(tmp_path):\n    (tmp_path / 'ok').write_text('x')\n    open('scratch.txt', 'w').write('x')\n    open(os.path.expanduser('~/dotfile'), 'w').write('x')\n",
+            tmp = tmp_target.display().to_string(),
+            home = home.display().to_string(),
+        ),
+    );
+    repo.commit("base");
+    repo
+}
+
+#[test]
+fn writes_outside_the_sandbox_are_blocked_and_reported_per_test() {
+    assert_namespaces_permitted();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join(".bashrc"), "# mine\n").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("evil.txt");
+    let repo = hostile_writes_repo(home.path(), &target);
+    let tree_before = tree_bytes(repo.path());
+    let home_before = tree_bytes(home.path());
+
+    let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    for t in [
+        "test_direct",
+        "test_subprocess",
+        "test_user_repo",
+        "test_real_home",
+        "test_tmp",
+    ] {
+        assert_eq!(outcome(&v, t), "failed", "{t} must be blocked: {v}");
+    }
+    assert_eq!(outcome(&v, "test_own_sandbox_is_writable"), "passed", "{v}");
+
+    let writes = outside_writes(&v);
+    let reported = |test: &str, path_end: &str| {
+        writes
+            .iter()
+            .any(|(t, p)| t.ends_with(test) && p.ends_with(path_end))
+    };
+    assert!(reported("test_direct", "evil.txt"), "{writes:?}");
+    assert!(reported("test_subprocess", "evil.txt.sh"), "{writes:?}");
+    assert!(reported("test_user_repo", "pkg/INJECTED.py"), "{writes:?}");
+    assert!(reported("test_real_home", "planted"), "{writes:?}");
+    assert!(reported("test_tmp", "evil.txt.tmp"), "{writes:?}");
+    assert!(
+        !writes.iter().any(|(t, _)| t.ends_with("writable")),
+        "{writes:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("outside its sandbox"), "{stderr}");
+
+    assert_eq!(
+        tree_bytes(repo.path()),
+        tree_before,
+        "the user's tree changed"
+    );
+    assert_eq!(tree_bytes(home.path()), home_before, "the home changed");
+    assert!(!target.exists());
+    assert!(!scratch.path().join("evil.txt.sh").exists());
+    assert!(!Path::new("/tmp")
+        .join(format!(
+            "{}.tmp",
+            target.file_name().unwrap().to_string_lossy()
+        ))
+        .exists());
+}
+
+#[test]
+fn tests_see_neither_the_repository_nor_the_home_nor_the_hosts_processes() {
+    assert_namespaces_permitted();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
+    let repo = TestRepo::new();
+    let origin = repo.path().display().to_string();
+    repo.write(
+        "tests/test_look.py",
+        format!(
+            "import os\n\n\
+             def test_repository_hidden():\n    assert os.listdir({origin:?}) == []\n\n\
+             def test_home_hidden():\n    assert os.listdir({home:?}) == []\n\n\
+             def test_own_pid_namespace():\n    pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]\n    assert max(pids) < 100, pids\n    assert os.getppid() in (1, 2)\n    assert b'fixgate' not in open('/proc/1/cmdline', 'rb').read()\n\n\
+             def test_proc_sys_read_only():\n    try:\n        open('/proc/sys/kernel/hostname', 'w').write('x')\n    except OSError:\n        return\n    raise AssertionError('wrote /proc/sys')\n\n\
+             def test_no_capabilities():\n    status = open('/proc/self/status').read()\n    assert 'CapEff:\\t0000000000000000' in status, status\n    assert 'CapBnd:\\t0000000000000000' in status, status\n",
+            home = home.path().display().to_string(),
+        ),
+    );
+    repo.commit("base");
+    let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
+    let v = json(&out);
+    for t in [
+        "test_repository_hidden",
+        "test_home_hidden",
+        "test_own_pid_namespace",
+        "test_proc_sys_read_only",
+        "test_no_capabilities",
+    ] {
+        assert_eq!(outcome(&v, t), "passed", "{t}: {v}");
+    }
+}
+
+#[test]
+fn tests_see_only_the_documented_environment() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_env.py",
+        "import os, site, sys\n\n\
+         def test_interpreter_variables_scrubbed():\n    leaked = sorted(k for k in os.environ if k.startswith('PYTHON') and k not in ('PYTHONPATH', 'PYTHONHASHSEED', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED', 'PYTHONNOUSERSITE', 'PYTHONBREAKPOINT'))\n    assert leaked == []\n    assert 'PYTEST_ADDOPTS' not in os.environ\n\n\
+         def test_user_site_off():\n    assert not site.ENABLE_USER_SITE\n    assert not any('.local' in p for p in sys.path), sys.path\n\n\
+         def test_exact_environment():\n    names = set(os.environ) - {'PATH', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'LC_NUMERIC', 'LC_TIME', 'LC_COLLATE'}\n    expected = {'PYTHONPATH', 'HOME', 'TMPDIR', 'TEMP', 'TMP', 'PYTHONHASHSEED', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED', 'TZ', 'NO_COLOR', 'PYTHONNOUSERSITE', 'PYTHONBREAKPOINT', 'PYTEST_CURRENT_TEST', 'PYTEST_VERSION'}\n    assert names == expected, sorted(names ^ expected)\n\n\
+         def test_passed_on_purpose():\n    assert os.environ.get('PYTHONBREAKPOINT') == '0'\n",
+    );
+    repo.commit("base");
+    let hostile = [
+        ("PYTHONUSERBASE", "/nonexistent/userbase"),
+        ("PYTHONSTARTUP", "/nonexistent/startup.py"),
+        ("PYTHONINSPECT", "1"),
+        ("PYTHONBREAKPOINT", "0"),
+        ("PYTHONWARNINGS", "error"),
+        ("PYTHONOPTIMIZE", "2"),
+        ("PYTHONSAFEPATH", "1"),
+        ("PYTEST_ADDOPTS", "-x"),
+        ("PYTEST_PLUGINS", "nonexistent_plugin"),
+        ("AWS_SECRET_ACCESS_KEY", "hunter2"),
+    ];
+    for no_ns in ["", "1"] {
+        let mut env = hostile.to_vec();
+        env.push(("FIXGATE_NO_NAMESPACES", no_ns));
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &env,
+            &["run", "--format", "json", "--pass-env", "PYTHONBREAKPOINT"],
+        );
+        let v = json(&out);
+        for t in [
+            "test_interpreter_variables_scrubbed",
+            "test_user_site_off",
+            "test_exact_environment",
+            "test_passed_on_purpose",
+        ] {
+            assert_eq!(
+                outcome(&v, t),
+                "passed",
+                "{t} (no namespaces: {no_ns:?}): {v}"
+            );
+        }
+    }
+}
+
+/// A suite whose tests leave processes behind: a plain fork, a setsid daemon, a double fork.
+fn survivors_repo(marker: &str, hang: bool) -> TestRepo {
+    let repo = TestRepo::new();
+    let spawn = format!(
+        "import os, subprocess, sys, time\n\n\
+         def _sleeper():\n    os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 60; true', {marker:?}])\n\n\
+         def test_plain_fork():\n    if os.fork() == 0:\n        _sleeper()\n\n\
+         def test_setsid_daemon():\n    subprocess.Popen(['setsid', 'sh', '-c', 'sleep 60; true', {marker:?}], start_new_session=True)\n\n\
+         def test_double_fork():\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n            _sleeper()\n        os._exit(0)\n    time.sleep(0.2)\n"
+    );
+    let last = if hang {
+        "\ndef test_hangs():\n    time.sleep(600)\n"
+    } else {
+        ""
+    };
+    repo.write("tests/test_spawn.py", format!("{spawn}{last}"));
+    repo.commit("base");
+    repo
+}
+
+#[test]
+fn no_process_a_test_starts_outlives_its_run() {
+    for no_ns in ["", "1"] {
+        let marker = unique("fixgate-survivor");
+        let repo = survivors_repo(&marker, false);
+        let home = tempfile::tempdir().unwrap();
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[("FIXGATE_NO_NAMESPACES", no_ns)],
+            &["run", "--format", "json"],
+        );
+        let v = json(&out);
+        assert_eq!(outcome(&v, "test_setsid_daemon"), "passed", "{v}");
+        let left = processes_with(&marker);
+        for pid in &left {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(
+            left.is_empty(),
+            "survivors {left:?} (no namespaces: {no_ns:?})"
+        );
+    }
+}
+
+#[test]
+fn a_hanging_test_and_everything_it_started_die_at_the_timeout() {
+    assert_namespaces_permitted();
+    let marker = unique("fixgate-hang");
+    let repo = survivors_repo(&marker, true);
+    let home = tempfile::tempdir().unwrap();
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[],
+        &["run", "--format", "json", "--test-timeout", "2"],
+    );
+    let v = json(&out);
+    assert_eq!(outcome(&v, "test_hangs"), "timeout", "{v}");
+    let gone = wait_until(Duration::from_secs(1), || {
+        processes_with(&marker).is_empty()
+    });
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "survivors {left:?}");
+}
+
+#[test]
+fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
+    assert_namespaces_permitted();
+    let marker = unique("fixgate-killed");
+    let repo = survivors_repo(&marker, true);
+    let home = tempfile::tempdir().unwrap();
+    let before = tree_bytes(repo.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["run", "--format", "json", "--python"])
+        .arg(real_python())
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every survivor kind is running, and the test that hangs holds pytest.
+    let started = wait_until(Duration::from_secs(60), || {
+        processes_with(&marker).len() >= 3
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(started, "the survivors never started");
+    let gone = wait_until(Duration::from_secs(1), || {
+        processes_with(&marker).is_empty()
+    });
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "survivors after SIGKILL of fixgate: {left:?}");
+    assert_eq!(tree_bytes(repo.path()), before);
+    // The next command of any kind removes the killed fixgate's sandbox.
+    let out = fixgate_env(&repo, home.path(), &[], &["manifest"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("left by a fixgate that was killed"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still_runs() {
+    assert_namespaces_permitted();
+    // The venv's python links to its base interpreter; with the base under the (hidden) home,
+    // the link led nowhere and every run failed to start.
+    let venv = tempfile::tempdir().unwrap();
+    let py = common::private_venv(venv.path());
+    let base = Command::new(&py)
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .unwrap();
+    let base = std::path::PathBuf::from(String::from_utf8(base.stdout).unwrap().trim());
+    let home = base.parent().unwrap();
+    let repo = TestRepo::new();
+    repo.write("tests/test_a.py", "def test_a():\n    pass\n");
+    repo.commit("base");
+    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["run", "--format", "json", "--python"])
+        .arg(&py)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+}
+
+#[test]
+fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
+    let marker = unique("fixgate-fallback-killed");
+    let repo = survivors_repo(&marker, true);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["run", "--format", "json", "--python"])
+        .arg(real_python())
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env("FIXGATE_NO_NAMESPACES", "1")
+        .env("HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_until(Duration::from_secs(60), || {
+        processes_with(&marker).len() >= 3
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(started, "the survivors never started");
+    // pytest itself dies with fixgate (a parent-death signal down the chain); daemons that
+    // left its process tree are found by the next command, in the killed run's sandbox.
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[("FIXGATE_NO_NAMESPACES", "1")],
+        &["manifest"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let gone = wait_until(Duration::from_secs(1), || {
+        processes_with(&marker).is_empty()
+    });
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "survivors after the next command: {left:?}");
+}
+
+#[test]
+fn without_namespaces_the_report_says_none_and_outside_writes_are_still_findings() {
+    let home = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("fallback.txt");
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_w.py",
+        format!(
+            "def test_writes_outside():\n    open({:?}, 'w').write('x')\n",
+            target.display().to_string()
+        ),
+    );
+    repo.commit("base");
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[("FIXGATE_NO_NAMESPACES", "1")],
+        &["run", "--format", "json"],
+    );
+    let v = json(&out);
+    assert_eq!(v["containment"], "none", "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("runs are not contained").count(),
+        1,
+        "{stderr}"
+    );
+    // Not blocked here, but a finding all the same.
+    assert!(
+        outside_writes(&v)
+            .iter()
+            .any(|(t, p)| t.ends_with("test_writes_outside") && p.ends_with("fallback.txt")),
+        "{v}"
+    );
+
+    let strict = fixgate_env(
+        &repo,
+        home.path(),
+        &[("FIXGATE_NO_NAMESPACES", "1")],
+        &["run", "--containment", "strict"],
+    );
+    assert_eq!(strict.status.code(), Some(2), "{strict:?}");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert!(stderr.contains("--containment strict"), "{stderr}");
+    assert!(stderr.contains("namespaces"), "{stderr}");
+}
+
+#[test]
+fn the_audit_report_names_its_containment() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = TestRepo::new();
+    repo.write("tests/test_a.py", "def test_a():\n    assert True\n");
+    repo.commit("base");
+    for (no_ns, expected) in [("", "namespaces"), ("1", "none")] {
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[("FIXGATE_NO_NAMESPACES", no_ns)],
+            &[
+                "audit",
+                "--base",
+                "HEAD",
+                "--seeds",
+                "1",
+                "--format",
+                "json",
+                "--no-cache",
+            ],
+        );
+        let v = json(&out);
+        assert_eq!(v["verdict"], "pass", "{v}");
+        if no_ns.is_empty() {
+            assert_namespaces_permitted();
+        }
+        assert_eq!(v["containment"], expected, "{v}");
+    }
+}
+
+/// The machines this project runs on (development and CI, as root) permit namespaces; a test
+/// that needs them fails with what to fix rather than passing vacuously.
+fn assert_namespaces_permitted() {
+    let ok = Command::new("unshare")
+        .args(["-Urm", "--pid", "--fork", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "this test needs user, mount and PID namespaces (`unshare -Urm --pid --fork true` \
+         failed): run it as root or enable unprivileged user namespaces \
+         (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
+    );
+}
+
+/// An interpreter with pytest that an unprivileged user can run: a virtualenv under `target/`
+/// made once (under a file lock) from a system `python3` outside any home.
+fn python_for_everyone() -> std::path::PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("..")
+        .join("contain-shared-venv");
+    let python = venv.join("bin").join("python");
+    let has_pytest = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import pytest"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has_pytest(&python) {
+        return python;
+    }
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let lock = std::fs::File::create(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("contain-shared-venv.lock"),
+    )
+    .unwrap();
+    use std::os::unix::io::AsRawFd;
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    if !has_pytest(&python) {
+        let base = ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("this test needs a python3 in /usr/bin or /usr/local/bin (apt-get install python3-venv)");
+        let ok = Command::new(base)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{base} -m venv failed: install python3-venv");
+        let ok = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "pytest>=7.4",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pip install pytest into {} failed", venv.display());
+    }
+    python
+}
+
+#[test]
+fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
+    assert_namespaces_permitted();
+    let python = python_for_everyone();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("evil.txt");
+    let repo = hostile_writes_repo(home.path(), &target);
+    let origin = repo.path().display().to_string();
+    repo.write(
+        "tests/test_look.py",
+        format!(
+            "import os\n\n\
+             def test_hidden():\n    assert os.listdir({origin:?}) == []\n    assert os.listdir({home:?}) == []\n\n\
+             def test_own_pid_namespace():\n    assert os.getppid() in (1, 2)\n\n\
+             def test_no_capabilities():\n    assert 'CapEff:\\t0000000000000000' in open('/proc/self/status').read()\n\n\
+             def test_unprivileged():\n    assert os.getuid() == {uid}\n",
+            home = home.path().display().to_string(),
+            uid = match unsafe { libc::geteuid() } {
+                0 => 65534,
+                uid => uid,
+            },
+        ),
+    );
+    repo.commit("look");
+    let before = tree_bytes(repo.path());
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        // Root runs the binary as `nobody`, who must own what it works on.
+        for dir in [repo.path(), repo.cache.path(), home.path(), scratch.path()] {
+            let ok = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "chown failed");
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_fixgate"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    };
+    let out = cmd
+        .args(["run", "--format", "json", "--python"])
+        .arg(&python)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("FIXGATE_NO_NAMESPACES")
+        .env("HOME", home.path())
+        .output()
+        .expect("setpriv (util-linux) runs the binary as nobody");
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    for t in [
+        "test_direct",
+        "test_user_repo",
+        "test_real_home",
+        "test_tmp",
+    ] {
+        assert_eq!(outcome(&v, t), "failed", "{t} must be blocked: {v}");
+    }
+    for t in [
+        "test_own_sandbox_is_writable",
+        "test_hidden",
+        "test_own_pid_namespace",
+        "test_no_capabilities",
+        "test_unprivileged",
+    ] {
+        assert_eq!(outcome(&v, t), "passed", "{t}: {v}");
+    }
+    assert!(outside_writes(&v)
+        .iter()
+        .any(|(t, p)| t.ends_with("test_user_repo") && p.ends_with("pkg/INJECTED.py")));
+    assert_eq!(tree_bytes(repo.path()), before);
+    assert!(!target.exists());
+}
+
+#[test]
+fn an_audit_rejects_a_patch_whose_test_writes_outside_its_sandbox() {
+    for no_ns in ["", "1"] {
+        let target = std::env::temp_dir().join(unique("fixgate-outside"));
+        let repo = TestRepo::new();
+        repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
+        let base = repo.commit("base");
+        repo.write(
+            "tests/test_sneaky.py",
+            format!(
+                "def test_sneaky():\n    try:\n        open({:?}, 'w').write('x')\n    except OSError:\n        pass\n",
+                target.display().to_string()
+            ),
+        );
+        let head = repo.commit("a test that writes outside");
+        let home = tempfile::tempdir().unwrap();
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[("FIXGATE_NO_NAMESPACES", no_ns)],
+            &[
+                "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json",
+            ],
+        );
+        let v = json(&out);
+        let _ = std::fs::remove_file(&target);
+        assert_eq!(out.status.code(), Some(1), "{v}");
+        let finding = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "outside-write")
+            .unwrap_or_else(|| panic!("no outside-write finding: {v}"));
+        assert_eq!(finding["tests"][0], "tests/test_sneaky.py::test_sneaky");
+        assert_eq!(finding["blocking"], true);
+        assert!(
+            finding["message"]
+                .as_str()
+                .unwrap()
+                .contains(&target.display().to_string()),
+            "{finding}"
+        );
+        assert!(v["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().starts_with("outside-write")));
+    }
+}
