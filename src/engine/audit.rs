@@ -293,7 +293,7 @@ fn phases(
     // one made outside any test (a conftest at import, a session fixture) is the patch's when
     // it changed a conftest.py.
     let session_code_changed = conftests_differ(&sides.base.snapshot, &sides.head.snapshot);
-    for (nodeid, _) in &outside {
+    for nodeid in outside.keys() {
         let (subject, introduced) = match nodeid {
             Some(id) => (
                 id.clone(),
