@@ -200,6 +200,9 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
                 Disposition::KnownDebt
             }
         }
+        // Nondeterminism is the environment's defect, for the ledger; but a test the patch
+        // wrote or edited is the patch's, and a flaky new test is no green at all.
+        FindingKind::Flaky if finding.introduced || finding.edited_by_patch => Disposition::Rejects,
         FindingKind::Flaky => Disposition::Ledger,
         FindingKind::Cosmetic => Disposition::Justify,
         FindingKind::Additive => Disposition::Review,
@@ -425,15 +428,17 @@ mod tests {
     }
 
     #[test]
-    fn flaky_never_rejects() {
-        for (introduced, edited, strict) in [
-            (true, true, true),
-            (true, false, false),
-            (false, false, true),
-        ] {
-            let f = [finding(FindingKind::Flaky, introduced, edited)];
+    fn flaky_rejects_only_a_test_the_patch_wrote_or_edited() {
+        // A test the base has, untouched: the ledger, even under --strict.
+        for strict in [false, true] {
+            let f = [finding(FindingKind::Flaky, false, false)];
             assert_eq!(verdict(&f, strict), Verdict::Pass);
             assert_eq!(disposition(&f[0], strict), Disposition::Ledger);
+        }
+        for (introduced, edited) in [(true, false), (false, true), (true, true)] {
+            let f = [finding(FindingKind::Flaky, introduced, edited)];
+            assert_eq!(verdict(&f, false), Verdict::Reject);
+            assert_eq!(disposition(&f[0], false), Disposition::Rejects);
         }
     }
 
@@ -551,7 +556,7 @@ mod tests {
                 edited_by_patch: false,
             },
             finding(FindingKind::OrderDependent, false, false),
-            finding(FindingKind::Flaky, true, false),
+            finding(FindingKind::Flaky, false, false),
             finding(FindingKind::Cosmetic, true, false),
         ];
         let d = decide(&Gates {
