@@ -3,6 +3,7 @@
 
 pub mod bisect;
 pub mod budget;
+pub(crate) mod collection;
 pub(crate) mod edited;
 pub mod freeze;
 pub(crate) mod message;

@@ -296,3 +296,46 @@ fn a_test_flaky_in_every_order_never_rejects_a_clean_patch_over_twenty_cold_audi
     // Five orders and their reruns: the coin shows its two faces in almost every audit.
     assert!(flaky >= 15, "flaky in only {flaky} of 20 audits");
 }
+
+/// Issue 11: a patch that breaks collection is a reject naming the file and line, not an error
+/// that CI would retry.
+#[test]
+fn a_head_that_does_not_collect_is_a_reject_naming_the_file_and_line() {
+    for (file, text, line, error) in [
+        (
+            "tests/test_ok.py",
+            "def test_ok():\n    assert True\n\ndef test_broken(:\n    pass\n",
+            4,
+            "SyntaxError",
+        ),
+        (
+            "tests/conftest.py",
+            "import os\nraise RuntimeError('no database configured')\n",
+            2,
+            "RuntimeError: no database configured",
+        ),
+    ] {
+        let repo = TestRepo::new();
+        repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
+        let base = repo.commit("base");
+        repo.write(file, text);
+        let head = repo.commit("breaks collection");
+        let run = repo.fixgate_py(&[
+            "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json",
+            "--quiet",
+        ]);
+        assert_eq!(run.code, 1, "{file}: {run:?}");
+        let v = run.json();
+        assert_eq!(v["verdict"], "reject");
+        let f = &v["findings"][0];
+        assert_eq!(f["kind"], "collection-error", "{v:#}");
+        assert_eq!(f["tests"][0], file);
+        let message = f["message"].as_str().unwrap();
+        assert!(message.contains(&format!("{file}:{line}:")), "{message}");
+        assert!(message.contains(error), "{message}");
+        assert!(v["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("collection-error"));
+    }
+}

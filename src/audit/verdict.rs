@@ -106,6 +106,9 @@ pub enum FindingKind {
     /// A test wrote (or removed, renamed, made a folder) outside its run's sandbox: in the user's
     /// repository, their home, `/tmp`. Blocked where runs are contained, a defect either way.
     OutsideWrite,
+    /// The head's suite does not collect while the base's does (a syntax error, a conftest that
+    /// raises): the patch broke the suite.
+    CollectionError,
 }
 
 impl FindingKind {
@@ -126,6 +129,7 @@ impl FindingKind {
             FindingKind::FreezeAdded => "freeze-added",
             FindingKind::LockChanged => "lock-changed",
             FindingKind::OutsideWrite => "outside-write",
+            FindingKind::CollectionError => "collection-error",
         }
     }
 
@@ -142,6 +146,7 @@ impl FindingKind {
                 | FindingKind::Timeout
                 | FindingKind::ErrorBucket
                 | FindingKind::OutsideWrite
+                | FindingKind::CollectionError
         )
     }
 }

@@ -198,6 +198,10 @@ fn phases(
     // Collection, then the seed matrix over the selection (frozen tests deselected). Replay
     // starts as soon as the file-order run and the delta are known.
     let (base_collected, head_collected) = steps::collect_both(engine, fixtures.lock_node)?;
+    let head_collected = match head_collected {
+        Ok(c) => c,
+        Err(why) => return collection_error(engine, report, opts, &why),
+    };
     let (base_items, head_items) = (
         &base_collected.collection.items,
         &head_collected.collection.items,
@@ -405,6 +409,52 @@ fn phases(
             outside: &outside,
         },
     );
+    Ok(decision)
+}
+
+/// The base collects and the head does not: the patch broke the suite, a reject with the file,
+/// line and error (exit 2 is for what cannot be judged at all).
+fn collection_error(
+    engine: &Engine,
+    report: &mut AuditReport,
+    opts: &Options,
+    why: &str,
+) -> Result<verdict::Decision> {
+    let broken = crate::audit::collection::Broken::read(why);
+    let subject = broken
+        .file
+        .clone()
+        .unwrap_or_else(|| "the head's test suite".to_string());
+    let at = match (&broken.file, broken.line) {
+        (Some(f), Some(l)) => format!("{f}:{l}: "),
+        (Some(f), None) => format!("{f}: "),
+        _ => String::new(),
+    };
+    let finding = verdict::Finding {
+        kind: FindingKind::CollectionError,
+        subject: subject.clone(),
+        introduced: true,
+        edited_by_patch: false,
+    };
+    let weighed = Weighed {
+        findings: vec![finding],
+        drift: Vec::new(),
+        expired: Vec::new(),
+        strict: opts.strict,
+    };
+    let after: Vec<NodeId> = engine.live.find("collect(head)").into_iter().collect();
+    let (_, decision) = judge::verdict(engine, weighed, None, &after)?;
+    report.findings.push(report::Finding {
+        kind: FindingKind::CollectionError.as_str().into(),
+        tests: vec![subject],
+        message: format!(
+            "the head's suite does not collect while the base's does: {at}{}",
+            broken.error
+        ),
+        repro: Some("python -m pytest --collect-only -q".into()),
+        introduced: true,
+        blocking: decision.verdict == verdict::Verdict::Reject,
+    });
     Ok(decision)
 }
 

@@ -221,8 +221,12 @@ pub struct Collected {
 }
 
 /// Adds the collections of the base and the head, after `gate` (the lock check: no test runs
-/// before the gates held), and waits for both.
-pub fn collect_both(engine: &Engine, gate: NodeId) -> Result<(Collected, Collected)> {
+/// before the gates held), and waits for both. The base must collect (else nothing can be
+/// judged); a head that does not is the patch's doing, and comes back as its error text.
+pub fn collect_both(
+    engine: &Engine,
+    gate: NodeId,
+) -> Result<(Collected, std::result::Result<Collected, String>)> {
     let add_side = |role, side: &std::sync::Arc<TreeDigests>| {
         engine
             .live
@@ -231,17 +235,27 @@ pub fn collect_both(engine: &Engine, gate: NodeId) -> Result<(Collected, Collect
     };
     let b = add_side("base", &engine.base)?;
     let h = add_side("head", &engine.head)?;
-    let out = outputs(engine, &[b, h])?;
-    Ok((
-        Collected {
-            node: b,
-            collection: decode(&out[0])?,
-        },
-        Collected {
+    let base = outputs(engine, &[b])?;
+    let base = Collected {
+        node: b,
+        collection: decode(&base[0])?,
+    };
+    let head = engine.live.wait(h);
+    if engine
+        .runner
+        .interrupted
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err(Error::Interrupted);
+    }
+    let head = match head.into_result() {
+        Ok(bytes) => Ok(Collected {
             node: h,
-            collection: decode(&out[1])?,
-        },
-    ))
+            collection: decode(&bytes)?,
+        }),
+        Err(why) => Err(why),
+    };
+    Ok((base, head))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {

@@ -315,7 +315,11 @@ impl Runner {
                             .unwrap_or_default(),
                     }],
                 }),
-                Event::CollectError { nodeid, message } => errors.push((nodeid, message)),
+                Event::CollectError {
+                    nodeid,
+                    message,
+                    longrepr,
+                } => errors.push((nodeid, with_location(message, &longrepr))),
                 Event::Error { kind, message } => problems.push(format!("{kind}: {message}")),
                 _ => {}
             }
@@ -588,9 +592,11 @@ impl Runner {
                         }
                         collected = Some(items)
                     }
-                    Event::CollectError { nodeid, message } => {
-                        collect_errors.push((nodeid, message))
-                    }
+                    Event::CollectError {
+                        nodeid,
+                        message,
+                        longrepr,
+                    } => collect_errors.push((nodeid, with_location(message, &longrepr))),
                     Event::Error { kind, message } => {
                         result.incomplete_trace |= kind == "internal";
                         problems.push(format!("{kind}: {message}"));
@@ -715,6 +721,26 @@ impl Announced {
 }
 
 /// The error for test files pytest could not collect, with pytest's own messages.
+/// A collection error's message, with the lines of pytest's report that say where it broke
+/// (a traceback's `File "…", line N` or a `path.py:N:` line, and the offending source line).
+fn with_location(message: String, longrepr: &str) -> String {
+    let lines: Vec<&str> = longrepr.lines().collect();
+    let located = lines.iter().rposition(|l| {
+        l.contains("\", line ")
+            || l.trim_start()
+                .split_once(".py:")
+                .is_some_and(|(p, _)| !p.contains(' '))
+    });
+    match located {
+        Some(i) => {
+            let end = (i + 3).min(lines.len());
+            let context = lines[i..end].join("\n");
+            format!("{message}\n{context}")
+        }
+        None => message,
+    }
+}
+
 fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
     let mut msg = format!(
         "pytest could not collect {} file{} of {}:\n",

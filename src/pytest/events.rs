@@ -21,6 +21,9 @@ pub enum Event {
         nodeid: String,
         #[serde(default)]
         message: String,
+        /// pytest's whole report (the traceback, with the file and line).
+        #[serde(default)]
+        longrepr: String,
     },
     /// A module (or other collector) skipped while collecting: its tests never become items.
     CollectSkip {
