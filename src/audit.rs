@@ -8,5 +8,6 @@ pub(crate) mod edited;
 pub mod freeze;
 pub(crate) mod message;
 pub(crate) mod replay;
+pub(crate) mod source_replay;
 pub mod triage;
 pub mod verdict;

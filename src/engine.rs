@@ -11,5 +11,6 @@ mod replay;
 pub mod runs;
 pub mod search;
 mod sides;
+mod source_replay;
 pub mod steps;
 pub mod store;

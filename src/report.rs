@@ -81,6 +81,21 @@ pub struct ReplayReport {
     pub reading: String,
 }
 
+/// One edited test run with the base's version of its test file on the head's code.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SourceReplay {
+    pub nodeid: String,
+    /// Its outcome at head.
+    pub head: String,
+    /// Its outcome with the base's test code; `None` when the base's file did not run it.
+    pub base_test_code: Option<String>,
+    /// `redefined-test`, `test-refactor` or `inconclusive`.
+    pub reading: String,
+    /// The lines of the test (or around it) only the base has, and only the head has.
+    pub base_lines: Vec<String>,
+    pub head_lines: Vec<String>,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Fixtures {
     pub changed: Vec<ChangedFixture>,
@@ -177,6 +192,8 @@ pub struct AuditReport {
     pub pairs: Vec<PairReport>,
     pub findings: Vec<Finding>,
     pub fixtures: Fixtures,
+    /// The tests the patch edited, replayed with the base's test code (see `engine::source_replay`).
+    pub source_replay: Vec<SourceReplay>,
     pub budget: Budget,
     pub freeze: Freeze,
     pub lock: Lock,

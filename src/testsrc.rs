@@ -1,4 +1,5 @@
-//! Test sources: the text of one test function, to tell whether a patch edited it.
+//! Test sources: the text of one test function and of what surrounds the tests in a file, to
+//! tell whether a patch edited a test.
 
 /// The file and function a node id names: `tests/test_x.py::TestC::test_f[1-2]` →
 /// (`tests/test_x.py`, `test_f`).
@@ -62,8 +63,98 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
+/// Everything of a test file but its test functions: imports, module-level data, helpers,
+/// fixtures, classes with their `setUp` and attributes. A change here decides the outcome of
+/// every test in the file, so it marks them all as edited. Blank and comment lines are left out,
+/// so that reformatting around tests is no edit.
+pub fn outside_tests(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let is_test = trimmed
+            .strip_prefix("async def ")
+            .or_else(|| trimmed.strip_prefix("def "))
+            .is_some_and(|rest| rest.starts_with("test"));
+        if is_test {
+            // Drop decorators already copied above it, then skip the body.
+            while out.ends_with('\n') {
+                let last = out[..out.len() - 1].rfind('\n').map_or(0, |p| p + 1);
+                if out[last..].trim_start().starts_with('@') {
+                    out.truncate(last);
+                } else {
+                    break;
+                }
+            }
+            i += 1;
+            while i < lines.len() {
+                let l = lines[i];
+                let t = l.trim_start();
+                if !t.is_empty()
+                    && (l.len() - t.len()) <= indent
+                    && !t.starts_with('#')
+                    && !t.starts_with(')')
+                {
+                    break;
+                }
+                i += 1;
+            }
+            continue;
+        }
+        if !trimmed.is_empty() && !trimmed.starts_with('#') {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The lines of `base` that `head` lacks and the lines of `head` that `base` lacks, trimmed:
+/// the edited lines of a test, as the report shows them.
+pub fn changed_lines(base: &str, head: &str) -> (Vec<String>, Vec<String>) {
+    let trim = |t: &str| -> Vec<String> {
+        t.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let (b, h) = (trim(base), trim(head));
+    (
+        b.iter().filter(|l| !h.contains(l)).cloned().collect(),
+        h.iter().filter(|l| !b.contains(l)).cloned().collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn outside_tests_keeps_module_data_and_setup_and_drops_tests_with_decorators() {
+        let src = "import json\nRATE = 0.2\n\nclass TestP:\n    def setUp(self):\n        self.x = 1\n\n    @pytest.mark.skip\n    def test_a(self):\n        assert 1\n\n# note\ndef test_b():\n    assert 2\n";
+        assert_eq!(
+            outside_tests(src),
+            "import json\nRATE = 0.2\nclass TestP:\n    def setUp(self):\n        self.x = 1\n"
+        );
+        let moved = src.replace("RATE = 0.2", "RATE = 0.25");
+        assert_ne!(outside_tests(src), outside_tests(&moved));
+        let reformatted = src.replace("assert 2", "assert  2");
+        assert_eq!(outside_tests(src), outside_tests(&reformatted));
+    }
+
+    #[test]
+    fn changed_lines_are_each_sides_own() {
+        let (b, h) = changed_lines(
+            "def t():\n    assert f() == 8.0\n",
+            "def t():\n    assert f() == 7.2\n",
+        );
+        assert_eq!(b, ["assert f() == 8.0"]);
+        assert_eq!(h, ["assert f() == 7.2"]);
+    }
+
     use super::*;
 
     #[test]

@@ -339,3 +339,86 @@ fn a_head_that_does_not_collect_is_a_reject_naming_the_file_and_line() {
             .starts_with("collection-error"));
     }
 }
+
+/// Issue 11: the answer key written in the test itself. An edited assertion that moves the
+/// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
+/// test that demands the same is `test-refactor` (pass).
+#[test]
+fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refactor() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/price.py", "def total(x):\n    return x * 1.6\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        )
+        .write(
+            "tests/test_price.py",
+            "from pkg.price import total\n\n\
+             def test_total():\n    assert round(total(5), 1) == 8.0\n\n\
+             def test_zero():\n    assert total(0) == 0\n",
+        );
+    let base = repo.commit("base");
+    // The agent's patch: the code changes, and the expected value moves with it.
+    repo.write("pkg/price.py", "def total(x):\n    return x * 1.44\n")
+        .write(
+            "tests/test_price.py",
+            "from pkg.price import total\n\n\
+             def test_total():\n    assert round(total(5), 1) == 7.2\n\n\
+             def test_zero():\n    assert total( 0 ) == 0  # reformatted\n",
+        );
+    let head = repo.commit("moves the expected value");
+    let run = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let replays = v["source_replay"].as_array().unwrap();
+    let by_id = |id: &str| {
+        replays
+            .iter()
+            .find(|r| r["nodeid"] == id)
+            .unwrap_or_else(|| panic!("{id} not replayed: {v:#}"))
+    };
+    let total = by_id("tests/test_price.py::test_total");
+    assert_eq!(total["reading"], "redefined-test", "{total:#}");
+    assert_eq!(total["head"], "passed");
+    assert_eq!(total["base_test_code"], "failed");
+    assert_eq!(
+        total["base_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 8.0"])
+    );
+    assert_eq!(
+        total["head_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 7.2"])
+    );
+    assert_eq!(
+        by_id("tests/test_price.py::test_zero")["reading"],
+        "test-refactor"
+    );
+    let finding = |kind: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} finding: {v:#}"))
+            .clone()
+    };
+    let redefined = finding("redefined-test");
+    assert_eq!(redefined["blocking"], true);
+    let message = redefined["message"].as_str().unwrap();
+    assert!(
+        message.contains("== 8.0") && message.contains("== 7.2"),
+        "{message}"
+    );
+    assert_eq!(finding("test-refactor")["blocking"], false);
+    // A stable test without findings introduces nothing.
+    let zero = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == "tests/test_price.py::test_zero")
+        .unwrap();
+    assert_eq!(zero["introduced"], false, "{zero}");
+}

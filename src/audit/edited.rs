@@ -7,8 +7,10 @@ use crate::delta::Delta;
 use crate::pytest::driver::RunResult;
 use crate::snapshot::Snapshot;
 
-/// The tests whose function source the patch changed (a new test counts as edited). Each test
-/// file is read once per side, and only files that differ are parsed.
+/// The tests whose outcome the patch's edits to their file decide: their function changed, or
+/// what surrounds the tests in the file did (module-level data, helpers, fixtures, a class's
+/// `setUp` and attributes). A new test counts as edited. Each test file is read once per side,
+/// and only files that differ are parsed.
 pub(crate) fn edited_tests(
     base: &Snapshot,
     head: &Snapshot,
@@ -34,11 +36,15 @@ pub(crate) fn edited_tests(
             t.as_deref()
                 .and_then(|t| crate::testsrc::function_source(t, func))
         };
+        let around = |t: &Option<String>| t.as_deref().map(crate::testsrc::outside_tests);
         match (source(b), source(h)) {
             (Some(b), Some(h)) if b != h => {
                 edited.insert(id.clone());
             }
             (None, Some(_)) => {
+                edited.insert(id.clone());
+            }
+            (Some(_), Some(_)) if around(b) != around(h) => {
                 edited.insert(id.clone());
             }
             _ => {}

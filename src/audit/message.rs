@@ -16,6 +16,7 @@ pub(crate) fn finding_message(
     replay: &[report::ReplayReport],
     new_skips: &[budget::NewSkip],
     outside: &BTreeMap<Option<String>, BTreeSet<String>>,
+    source_replay: &[report::SourceReplay],
 ) -> String {
     let id = &f.subject;
     let base = match f.kind {
@@ -94,6 +95,25 @@ pub(crate) fn finding_message(
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
+        FindingKind::RedefinedTest | FindingKind::TestRefactor => {
+            let r = source_replay.iter().find(|r| &r.nodeid == id);
+            let lines = |l: Option<&Vec<String>>| {
+                l.filter(|l| !l.is_empty())
+                    .map(|l| l.join(" / "))
+                    .unwrap_or_else(|| "(none)".into())
+            };
+            let (b, h) = (
+                lines(r.map(|r| &r.base_lines)),
+                lines(r.map(|r| &r.head_lines)),
+            );
+            match f.kind {
+                FindingKind::RedefinedTest => format!(
+                    "{id} passes with the head's test code and fails with the base's on the same \
+                     code: the patch changed what the test expects. base: {b}; head: {h}"
+                ),
+                _ => format!("{id} passes with both versions of its test code: a refactor. base: {b}; head: {h}"),
+            }
+        }
         FindingKind::OutsideWrite => {
             let key = (id != crate::engine::audit::SESSION).then(|| id.clone());
             let what: Vec<&str> = outside

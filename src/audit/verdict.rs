@@ -109,6 +109,11 @@ pub enum FindingKind {
     /// The head's suite does not collect while the base's does (a syntax error, a conftest that
     /// raises): the patch broke the suite.
     CollectionError,
+    /// An edited test that passes with the head's test code and fails with the base's on the
+    /// same code: the expected value moved with the code.
+    RedefinedTest,
+    /// An edited test that passes with both versions of its test code.
+    TestRefactor,
 }
 
 impl FindingKind {
@@ -130,6 +135,8 @@ impl FindingKind {
             FindingKind::LockChanged => "lock-changed",
             FindingKind::OutsideWrite => "outside-write",
             FindingKind::CollectionError => "collection-error",
+            FindingKind::RedefinedTest => "redefined-test",
+            FindingKind::TestRefactor => "test-refactor",
         }
     }
 
@@ -147,6 +154,7 @@ impl FindingKind {
                 | FindingKind::ErrorBucket
                 | FindingKind::OutsideWrite
                 | FindingKind::CollectionError
+                | FindingKind::RedefinedTest
         )
     }
 }

@@ -46,6 +46,7 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                 &report.fixtures.replay,
                 j.new_skips,
                 j.outside,
+                &report.source_replay,
             ),
             repro: j
                 .pairs
@@ -128,10 +129,10 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                     .collect(),
                 dirty_groups: e.dirty_groups.clone(),
                 edited_by_patch: j.edited.contains(id),
-                introduced: kinds.is_empty()
-                    || kinds
-                        .iter()
-                        .any(|k| !j.pre_existing.contains(&(*k, id.clone()))),
+                // A test without findings has nothing to be introduced.
+                introduced: kinds
+                    .iter()
+                    .any(|k| !j.pre_existing.contains(&(*k, id.clone()))),
                 file: item.and_then(|i| i.file.clone()),
                 line: item.and_then(|i| i.line),
                 message: j

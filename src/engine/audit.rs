@@ -27,7 +27,7 @@ use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::search::{self, Found, Known, Pair};
 use crate::engine::sides::Sides;
-use crate::engine::{base_check, replay, steps};
+use crate::engine::{base_check, replay, source_replay, steps};
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
@@ -230,6 +230,19 @@ fn phases(
             &[started_matrix.nodes[&OrderLabel::File], fixtures.delta_node],
         )?),
     };
+    // Test-source replay starts as soon as the file-order run says which edited tests pass.
+    let edited = edited_tests(&sides.base.snapshot, &sides.head.snapshot, &nodeids);
+    let source_tests = source_replay::candidates(&edited, &base_ids, &file_run);
+    let source_node = match source_tests.is_empty() {
+        true => None,
+        false => Some(source_replay::start(
+            engine,
+            &sides.base.snapshot,
+            &sides.head.snapshot,
+            &source_tests,
+            &[started_matrix.nodes[&OrderLabel::File]],
+        )?),
+    };
     let matrix = started_matrix.finish(engine)?;
     let mut run_warnings: Vec<String> = matrix
         .runs
@@ -248,7 +261,6 @@ fn phases(
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
     let confirmation = matrix::confirm(engine, &matrix, &selection, &disagreeing, &always_red)?;
-    let edited = edited_tests(&sides.base.snapshot, &sides.head.snapshot, &nodeids);
     let mut evidence = gather(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
 
     // The polluter search for every order-dependent test, after the runs that showed it.
@@ -261,6 +273,16 @@ fn phases(
             &coupled,
             &file_run,
             &base_ids,
+        )?;
+    }
+    if let Some(node) = source_node {
+        report.source_replay = source_replay::read(
+            engine,
+            node,
+            &source_tests,
+            &file_run,
+            &sides.base.snapshot,
+            &sides.head.snapshot,
         )?;
     }
 
@@ -310,6 +332,19 @@ fn phases(
             edited_by_patch: edited.contains(&subject),
             subject,
             introduced,
+        });
+    }
+    for r in &report.source_replay {
+        let kind = match r.reading.as_str() {
+            "redefined-test" => FindingKind::RedefinedTest,
+            "test-refactor" => FindingKind::TestRefactor,
+            _ => continue,
+        };
+        findings.push(verdict::Finding {
+            kind,
+            subject: r.nodeid.clone(),
+            introduced: true,
+            edited_by_patch: true,
         });
     }
     for r in &report.fixtures.replay {
