@@ -118,20 +118,26 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
 }
 
 /// A report without what depends on the cache's history or the clock: the graph's statuses,
-/// processes started, wall time, and where a pair's culprits came from.
+/// processes started (and forked), wall time, and where a pair's culprits came from.
 fn judged(mut v: Value) -> Value {
     let o = v.as_object_mut().unwrap();
-    for k in ["graph", "pytest_processes", "duration_seconds"] {
+    for k in [
+        "graph",
+        "pytest_processes",
+        "duration_seconds",
+        "forkserver",
+    ] {
         o.remove(k);
     }
-    o["budget"]["used"]
-        .as_object_mut()
-        .unwrap()
-        .remove("seconds");
+    let used = o["budget"]["used"].as_object_mut().unwrap();
+    used.remove("seconds");
+    // Proof runs made for a pair found by search, not for one reused from an earlier audit.
+    used.remove("proof_reruns");
     for p in o["pairs"].as_array_mut().unwrap() {
         let p = p.as_object_mut().unwrap();
         p.remove("found_by");
         p.remove("search_runs");
+        p.remove("verify_runs");
     }
     v
 }
@@ -159,6 +165,13 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
     assert_eq!(lines.len(), 2, "one JSON line per head: {both:?}");
     assert_eq!(lines[0]["verdict"], "reject");
     assert_eq!(lines[1]["verdict"], "pass");
+    // Proof costs runs only where a test disagrees between orders.
+    assert!(lines[0]["budget"]["used"]["proof_reruns"].as_u64().unwrap() > 0);
+    assert_eq!(
+        lines[1]["budget"]["used"]["proof_reruns"], 0,
+        "{:#}",
+        lines[1]["budget"]
+    );
     assert_eq!(lines[0]["head"]["commit"], polluting.as_str());
     assert_eq!(lines[1]["head"]["commit"], docs.as_str());
     // The docs head found every base step in the cache the first head filled.

@@ -146,8 +146,15 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
         .collect();
 }
 
-/// The budget section: the limits, what was used, the breach lines.
-pub fn budget_section(limits: &Limits, usage: &Usage, breaches: &[String]) -> report::Budget {
+/// The budget section: the limits, what was used, the breach lines. `proof_runs` are the runs
+/// fixgate itself spent proving order dependence (reruns of orders, pair checks): recorded,
+/// never hidden, and not held to `--max-reruns`, which limits the suite's own reruns.
+pub fn budget_section(
+    limits: &Limits,
+    usage: &Usage,
+    breaches: &[String],
+    proof_runs: u64,
+) -> report::Budget {
     report::Budget {
         limits: [
             ("seconds", limits.max_seconds),
@@ -165,6 +172,7 @@ pub fn budget_section(limits: &Limits, usage: &Usage, breaches: &[String]) -> re
             ("frozen", usage.frozen),
             ("new_skips", usage.new_skips.len() as u64),
             ("reruns", usage.rerun_total()),
+            ("proof_reruns", proof_runs),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

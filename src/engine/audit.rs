@@ -418,7 +418,13 @@ fn phases(
     };
     let (budget_node, breaches) =
         judge::budget(engine, limits.clone(), usage.clone(), &[triage_node])?;
-    report.budget = assemble::budget_section(&limits, &usage, &breaches);
+    let proof_runs = confirmation
+        .reruns
+        .values()
+        .map(|r| r.len() as u64)
+        .sum::<u64>()
+        + pairs.iter().map(|p| u64::from(p.verify_runs)).sum::<u64>();
+    report.budget = assemble::budget_section(&limits, &usage, &breaches, proof_runs);
     let weighed = Weighed {
         findings: findings.clone(),
         drift: Vec::new(),
