@@ -212,11 +212,36 @@ pub struct AuditArgs {
     /// Budget: the most reruns (pytest-rerunfailures and the like)
     #[arg(long, value_name = "N")]
     pub max_reruns: Option<u64>,
+    /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
+    /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
+    /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
     /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
     #[arg(long, value_name = "DATE", hide = true)]
     pub today: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+/// `--shard K/N`: the K-th (1-based) of N shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub k: u32,
+    pub n: u32,
+}
+
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    let usage = || format!("expected K/N with 1 <= K <= N <= 10000, e.g. 2/3; found {text:?}");
+    let (k, n) = text.split_once('/').ok_or_else(usage)?;
+    let (k, n): (u32, u32) = (
+        k.trim().parse().map_err(|_| usage())?,
+        n.trim().parse().map_err(|_| usage())?,
+    );
+    if k == 0 || k > n || n > 10_000 {
+        return Err(usage());
+    }
+    Ok(Shard { k, n })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -81,6 +81,22 @@ pub struct ReplayReport {
     pub reading: String,
 }
 
+/// What one share of a sharded matrix ran (`fixgate audit --shard K/N`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ShardNote {
+    pub schema: u32,
+    /// `K/N`.
+    pub shard: String,
+    /// The order labels of this share.
+    pub orders: Vec<String>,
+    /// Of its seed runs, how many executed here and how many came from a cache.
+    pub executed: usize,
+    pub cached: usize,
+    pub pytest_processes: u32,
+    /// Whether results were written to the remote cache (`--remote-upload`).
+    pub uploaded: bool,
+}
+
 /// One edited test run with the base's version of its test file on the head's code.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SourceReplay {
@@ -216,4 +232,7 @@ pub struct AuditReport {
     /// The graph in Graphviz DOT (kept for `fixgate graph --dot`, not part of the JSON).
     #[serde(skip)]
     pub graph_dot: String,
+    /// With `--shard K/N`: what this share ran (the report is then only this note).
+    #[serde(skip)]
+    pub shard: Option<ShardNote>,
 }

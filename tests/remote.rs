@@ -683,3 +683,84 @@ fn a_large_value_goes_through_buildgrid_bytestream_and_back() {
 fn a_large_value_goes_through_nginx_and_back() {
     large_value_round_trip(&servers::nginx());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sharded matrices
+// ---------------------------------------------------------------------------------------------
+
+/// `--shard K/3` on three machines with their own caches and one remote, then a final audit on
+/// a fourth: the final audit executes no seed run, and judges as one unsharded audit does.
+#[test]
+fn three_shards_then_the_final_audit_runs_no_seed_run_and_judges_as_one_audit() {
+    let server = common::servers::nginx();
+    let url = server.url.as_str();
+    let (repo, base, head) = pricing_repo();
+    let mut ran: Vec<String> = Vec::new();
+    for k in 1..=3 {
+        let machine = clone_of(&repo);
+        let m = Machine {
+            dir: &machine.path().join("repo"),
+            cache: machine.cache.path(),
+        };
+        let shard = format!("{k}/3");
+        let (run, note) = m.audit(
+            &base,
+            &head,
+            &["--shard", &shard, "--remote-cache", url, "--remote-upload"],
+            &[],
+        );
+        assert_eq!(run.code, 0, "shard {shard}: {run:?}");
+        assert_eq!(note["shard"], shard.as_str(), "{note}");
+        assert_eq!(note["uploaded"], true);
+        assert_eq!(note["cached"], 0, "{note}");
+        let orders: Vec<String> = note["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(note["executed"].as_u64().unwrap() as usize, orders.len());
+        ran.extend(orders);
+    }
+    ran.sort();
+    // --seeds 2: file order, reversed, seeds 1 and 2, each in exactly one share.
+    assert_eq!(ran, vec!["0", "1", "2", "rev"]);
+
+    let last = clone_of(&repo);
+    let final_machine = Machine {
+        dir: &last.path().join("repo"),
+        cache: last.cache.path(),
+    };
+    let (run, v) = final_machine.audit(&base, &head, &["--remote-cache", url], &[]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let seed_runs_executed = v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "seed-run")
+        .count();
+    assert_eq!(seed_runs_executed, 0, "{:#}", v["graph"]);
+
+    let alone = clone_of(&repo);
+    let one = Machine {
+        dir: &alone.path().join("repo"),
+        cache: alone.cache.path(),
+    };
+    let (_, unsharded) = one.audit(&base, &head, &[], &[]);
+    assert_eq!(judgment(&v), judgment(&unsharded));
+}
+
+#[test]
+fn a_shard_must_be_k_of_n() {
+    let (repo, base, head) = pricing_repo();
+    for bad in ["0/3", "4/3", "3", "a/b", "1/0"] {
+        let run = fixgate(
+            repo.path(),
+            repo.cache.path(),
+            &["audit", "--base", &base, "--head", &head, "--shard", bad],
+            &[],
+        );
+        assert_eq!(run.code, 2, "{bad}: {run:?}");
+        assert!(run.stderr.contains("K/N"), "{bad}: {}", run.stderr);
+    }
+}

@@ -104,6 +104,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         base: "HEAD~1".into(),
         head: vec!["HEAD".into()],
         heads_from: None,
+        shard: None,
         seeds: 4,
         seed_list: None,
         strict: false,

@@ -121,6 +121,11 @@ pub fn configured() -> Option<&'static RemoteSettings> {
     REMOTE.get().and_then(Option::as_ref)
 }
 
+/// Whether results go to a remote cache (`--remote-upload` with a remote).
+pub fn uploads() -> bool {
+    configured().is_some_and(|s| s.config.upload)
+}
+
 /// Fails when the remote was required and a store found it unusable.
 pub fn finish() -> Result<()> {
     match lock(&REQUIRED_FAILURE).take() {
