@@ -164,6 +164,9 @@ pub struct GraphSummary {
     pub nodes: usize,
     pub executed: usize,
     pub cached: usize,
+    /// Of the cached nodes, those whose result came from the remote cache.
+    #[serde(default)]
+    pub remote: usize,
     pub executed_nodes: Vec<ExecutedNode>,
     /// Every node with its status, in the order the audit ran them.
     pub all_nodes: Vec<NodeStatus>,

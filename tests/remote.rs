@@ -223,6 +223,17 @@ fn hit_across_machines(server: &Server, digest_function: &str) {
     assert_eq!(run_b.code, 1, "{run_b:?}");
     assert_eq!(judgment(&vb), judgment(&va));
     assert_eq!(processes(&vb), 0, "machine B ran pytest: {run_b:?}");
+    assert!(
+        vb["graph"]["remote"].as_u64().unwrap() > 0,
+        "{:#}",
+        vb["graph"]
+    );
+    let explain = fixgate(b.dir, b.cache, &["explain"], &[]);
+    assert!(
+        explain.stdout.contains("came from the remote cache")
+            && explain.stdout.contains("seed-run(0)"),
+        "{explain:?}"
+    );
     assert!(warnings(&vb).is_empty(), "{:?}", warnings(&vb));
     let sb = b.stats();
     assert!(sb["remote_hits"].as_u64().unwrap() > 0, "{sb}");

@@ -78,6 +78,10 @@ pub struct NodeReport {
     pub output: Option<Digest>,
     /// How it fared.
     pub status: Status,
+    /// Its cached result came from a remote cache (fetched by this process), not this
+    /// machine's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
     /// When its work started, from the start of the run (cache lookups included).
     pub started: Option<Duration>,
     /// When its work ended, from the start of the run.

@@ -137,6 +137,7 @@ impl Exec<'_> {
             kind: job.node.kind.to_string(),
             inputs: job.inputs.clone(),
             after: job.after.clone(),
+            remote: false,
             key: None,
             output: None,
             status,
@@ -230,6 +231,7 @@ impl Exec<'_> {
                 last.as_ref(),
             );
             report.key = Some(hit.key);
+            report.remote = self.store.origin(&hit.key) == fixgate_cache::Origin::Remote;
             let mut fresh = None;
             if checking {
                 let (check, bytes) = self.check(node, inputs, &hit);

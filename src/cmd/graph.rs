@@ -64,6 +64,20 @@ pub fn explain(ctx: &Ctx) -> Result<i32> {
     if g.executed_nodes.is_empty() {
         out.push_str("every node of the last audit came from the cache\n");
     }
+    let remote: Vec<&str> = g
+        .all_nodes
+        .iter()
+        .filter(|n| n.status == "cached (remote)")
+        .map(|n| n.label.as_str())
+        .collect();
+    if !remote.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} node(s) came from the remote cache: {}",
+            remote.len(),
+            remote.join(", ")
+        );
+    }
     for n in &g.executed_nodes {
         let _ = writeln!(
             out,

@@ -198,6 +198,7 @@ pub fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::GraphSummar
             label: n.label.clone(),
             kind: n.kind.clone(),
             status: match &n.status {
+                Status::Cached if n.remote => "cached (remote)".into(),
                 Status::Cached => "cached".into(),
                 Status::Executed { reason } => format!("executed: {reason}"),
                 Status::Checked { check } => format!("checked: {check:?}"),
@@ -229,7 +230,10 @@ pub fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::GraphSummar
                     }
                 }));
             }
-            Status::Cached => g.cached += 1,
+            Status::Cached => {
+                g.cached += 1;
+                g.remote += usize::from(n.remote);
+            }
             Status::Executed { reason } => {
                 g.executed += 1;
                 g.executed_nodes.push(ran(reason.to_string()));
