@@ -77,17 +77,53 @@ fn wait_for_port(port: u16, child: &mut Child, log: &Path, what: &str, limit: Du
     }
 }
 
+/// Holds an exclusive lock on `name` under the target directory while installing, so that the
+/// test binaries running at once install a server once.
+fn install_lock(name: &str) -> std::fs::File {
+    use std::os::unix::io::AsRawFd;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(dir).unwrap();
+    let lock = std::fs::File::create(dir.join(format!("{name}.lock"))).unwrap();
+    // SAFETY: flock on a descriptor this function owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    lock
+}
+
+fn installed_nginx() -> Option<PathBuf> {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// nginx, installed with apt-get (as `.ci/run` does) when it is missing and this user may.
 fn find_nginx() -> PathBuf {
-    for p in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
+    if let Some(p) = installed_nginx() {
+        return p;
+    }
+    let _lock = install_lock("nginx-install");
+    if installed_nginx().is_none() {
+        let apt = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !apt(&["install", "-y", "-qq", "nginx"]) {
+            apt(&["update", "-qq"]);
+            apt(&["install", "-y", "-qq", "nginx"]);
         }
     }
-    panic!(
-        "nginx is not installed, and the remote-cache tests need it as the HTTP cache: \
-         run `apt-get install nginx` (Debian's build has the WebDAV module), or run .ci/run, \
-         which installs it"
-    );
+    installed_nginx().unwrap_or_else(|| {
+        panic!(
+            "nginx is not installed and `apt-get install nginx` did not install it; the \
+             remote-cache tests need it as the HTTP cache: install Debian's nginx (its build has \
+             the WebDAV module), or run .ci/run, which installs it"
+        )
+    })
 }
 
 /// nginx serving WebDAV `PUT` and `GET` from a temporary directory.
@@ -150,21 +186,43 @@ fn nginx_with(authorization: Option<&str>) -> Server {
     }
 }
 
-/// The `bgd` of the BuildGrid 0.4.4 that .ci/run installs into `target/buildgrid-venv`, or
-/// `$FIXGATE_TEST_BGD`.
+/// The `bgd` of BuildGrid 0.4.4 in `target/buildgrid-venv` (installed there with pip when
+/// missing, as `.ci/run` does), or `$FIXGATE_TEST_BGD`.
 fn find_bgd() -> PathBuf {
     if let Some(p) = std::env::var_os("FIXGATE_TEST_BGD") {
         return PathBuf::from(p);
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/buildgrid-venv/bin/bgd");
-    if venv.exists() {
-        return venv;
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/buildgrid-venv");
+    let bgd = venv.join("bin/bgd");
+    if bgd.exists() {
+        return bgd;
+    }
+    let _lock = install_lock("buildgrid-install");
+    if !bgd.exists() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        let _ = made
+            && Command::new(venv.join("bin/pip"))
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "buildgrid==0.4.4",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+    }
+    if bgd.exists() {
+        return bgd;
     }
     panic!(
-        "BuildGrid is not installed, and the remote-cache tests need it as the REAPI server: \
-         run `python3 -m venv target/buildgrid-venv && target/buildgrid-venv/bin/pip install \
-         buildgrid==0.4.4` in the repository (or run .ci/run, which does), or set \
-         FIXGATE_TEST_BGD to a bgd executable"
+        "BuildGrid is not installed and pip could not install it; the remote-cache tests need it \
+         as the REAPI server: run `python3 -m venv target/buildgrid-venv && \
+         target/buildgrid-venv/bin/pip install buildgrid==0.4.4` in the repository (or run \
+         .ci/run, which does), or set FIXGATE_TEST_BGD to a bgd executable"
     );
 }
 
