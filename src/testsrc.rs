@@ -65,8 +65,8 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
 
 /// Everything of a test file but its test functions: imports, module-level data, helpers,
 /// fixtures, classes with their `setUp` and attributes. A change here decides the outcome of
-/// every test in the file, so it marks them all as edited. Blank and comment lines are left out,
-/// so that reformatting around tests is no edit.
+/// every test in the file, so it marks them all as edited. Blank, comment and top-level import
+/// lines are left out, so that reformatting or an added import around tests is no edit.
 pub fn outside_tests(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = String::new();
@@ -104,7 +104,11 @@ pub fn outside_tests(text: &str) -> String {
             }
             continue;
         }
-        if !trimmed.is_empty() && !trimmed.starts_with('#') {
+        // Imports decide no outcome by themselves (what they bring in is code under test or a
+        // helper whose own change shows elsewhere): an added import is no edit of every test.
+        let import =
+            indent == 0 && (trimmed.starts_with("import ") || trimmed.starts_with("from "));
+        if !trimmed.is_empty() && !trimmed.starts_with('#') && !import {
             out.push_str(line.trim_end());
             out.push('\n');
         }
@@ -137,8 +141,10 @@ mod tests {
         let src = "import json\nRATE = 0.2\n\nclass TestP:\n    def setUp(self):\n        self.x = 1\n\n    @pytest.mark.skip\n    def test_a(self):\n        assert 1\n\n# note\ndef test_b():\n    assert 2\n";
         assert_eq!(
             outside_tests(src),
-            "import json\nRATE = 0.2\nclass TestP:\n    def setUp(self):\n        self.x = 1\n"
+            "RATE = 0.2\nclass TestP:\n    def setUp(self):\n        self.x = 1\n"
         );
+        let imported = format!("import os\n{src}");
+        assert_eq!(outside_tests(src), outside_tests(&imported));
         let moved = src.replace("RATE = 0.2", "RATE = 0.25");
         assert_ne!(outside_tests(src), outside_tests(&moved));
         let reformatted = src.replace("assert 2", "assert  2");

@@ -255,6 +255,8 @@ fn phases(
             &sides.base.snapshot,
             &sides.head.snapshot,
             &source_tests,
+            &file_run.order,
+            &base_ids,
             &[started_matrix.nodes[&OrderLabel::File]],
         )?),
     };
@@ -684,8 +686,35 @@ fn search_pairs(
             .param("victim", id.as_str())
             .param("kind", kind.as_str())
         };
-        let (answer, after) = match engine.live.lookup(&answer_node, &question) {
-            Some(bytes) => (decode_answer(&bytes)?, question.clone()),
+        // A cached answer is checked again on these runs' code: the seed runs that asked the
+        // question can be the same while another test is now the culprit. The checks are
+        // cached runs themselves, so an audit of unchanged code repeats nothing.
+        let cached = match engine.live.lookup(&answer_node, &question) {
+            Some(bytes) => {
+                let answer = decode_answer(&bytes)?;
+                let holds = match answer.search.outcome.is_found() {
+                    true => {
+                        let (outcome, _, last) = search::verify(
+                            engine,
+                            id,
+                            kind,
+                            &answer.culprits,
+                            alone,
+                            matrix.nodes[&label],
+                        )?;
+                        outcome.is_found().then_some(last)
+                    }
+                    false => question.last().copied(),
+                };
+                holds.map(|last| {
+                    let _ = slot.set(bytes.to_vec());
+                    (answer, vec![last])
+                })
+            }
+            None => None,
+        };
+        let (answer, after) = match cached {
+            Some(hit) => hit,
             None => {
                 let (answer, last) = answer(engine, matrix, confirmation, id, kind, label, alone)?;
                 let bytes = serde_json::to_vec(&answer)
@@ -713,7 +742,12 @@ fn search_pairs(
                 .unwrap_or_else(|e| e.into_inner())
                 .push((kind, answer.culprits.clone()));
         }
-        for c in &answer.culprits {
+        // Culprits that did not hold on every rerun are nobody's polluters.
+        let proven: &[String] = match answer.search.outcome.explains() {
+            true => &answer.culprits,
+            false => &[],
+        };
+        for c in proven {
             if let Some(e) = evidence.get_mut(c) {
                 match kind {
                     PairKind::Polluter => e.polluter_in_pair = true,
@@ -783,7 +817,7 @@ fn answer(
                     PairKind::Polluter => !o.is_green(),
                     PairKind::StateSetter => o.is_green(),
                 });
-            let pair = search::find(
+            search::find(
                 engine,
                 Role::Head,
                 id,
@@ -791,11 +825,7 @@ fn answer(
                 kind,
                 whole_reproduces,
                 &after,
-            )?;
-            if pair.search.outcome.explains() {
-                culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
-            }
-            pair
+            )?
         }
     };
     let mut search = pair.search;
@@ -807,6 +837,10 @@ fn answer(
         if !outcome.is_found() {
             search.outcome = outcome;
         }
+    }
+    // Only a set that held on every rerun is worth trying for the next audit of the base.
+    if search.outcome.is_found() && pair.found == Found::Searched {
+        culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
     }
     Ok((
         search::Answer {

@@ -30,6 +30,10 @@ pub fn run(
 ) -> Result<HashSet<(FindingKind, String)>> {
     let mut requests: Vec<BaseCheck> = Vec::new();
     for p in pairs {
+        // A pair that did not hold on the head has nothing to show on the base.
+        if !p.search.outcome.explains() {
+            continue;
+        }
         if !base_ids.contains(p.victim.as_str())
             || p.culprits.iter().any(|c| !base_ids.contains(c.as_str()))
         {

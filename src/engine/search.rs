@@ -79,10 +79,7 @@ pub fn verify(
         .repeat(k);
         let (node, result) = engine.run_one(&req)?;
         (runs, of, last) = (runs + 1, of + 1, node);
-        if !result
-            .outcome_of(victim)
-            .is_some_and(|o| anomaly(o.is_green()))
-        {
+        if !anomaly(outcome(&result, victim).is_green()) {
             break;
         }
         reproduced += 1;
@@ -99,9 +96,7 @@ pub fn verify(
         .repeat(k);
         let (node, result) = engine.run_one(&req)?;
         (runs, last, alone_seen) = (runs + 1, node, alone_seen + 1);
-        alone_normal = result
-            .outcome_of(victim)
-            .is_some_and(|o| !anomaly(o.is_green()));
+        alone_normal = !anomaly(outcome(&result, victim).is_green());
     }
     let outcome = if reproduced as usize == PROOF_RERUNS && alone_normal {
         bisect::SearchOutcome::Found
@@ -179,7 +174,7 @@ pub fn reuse(
         let (node, result) = engine.run_one(&req)?;
         runs += 1;
         previous = vec![node];
-        let reproduced = result.outcome_of(victim).is_some_and(|o| match kind {
+        let reproduced = Some(outcome(&result, victim)).is_some_and(|o| match kind {
             PairKind::Polluter => !o.is_green(),
             PairKind::StateSetter => o.is_green(),
         });
@@ -241,9 +236,7 @@ pub fn find(
             .after(&previous);
             let (node, result) = engine.run_one(&req)?;
             last.set(Some(node));
-            let outcome = result
-                .outcome_of(victim)
-                .ok_or_else(|| Error::Infra(format!("{} has no result for {victim}", req.label)))?;
+            let outcome = outcome(&result, victim);
             Ok::<bool, Error>(match kind {
                 PairKind::Polluter => !outcome.is_green(),
                 PairKind::StateSetter => outcome.is_green(),
@@ -263,6 +256,18 @@ pub fn find(
         found: Found::Searched,
         verify_runs: 0,
     })
+}
+
+/// The victim's outcome in a run; one that never ran (an earlier test ended the session with
+/// `pytest.exit()`, say) is red: its green is not real. One rule for the search, the reuse and
+/// the checks.
+fn outcome(
+    result: &crate::pytest::driver::RunResult,
+    victim: &str,
+) -> crate::pytest::events::Outcome {
+    result
+        .outcome_of(victim)
+        .unwrap_or(crate::pytest::events::Outcome::Error)
 }
 
 /// The one-line reproduction: `python -m pytest -p no:randomly CULPRITS VICTIM`.

@@ -29,12 +29,16 @@ pub fn candidates(
 }
 
 /// Adds the replay run: the head's tree with the base's bytes of each candidate's test file and
-/// of every `conftest.py` on its way up that differs.
+/// of every `conftest.py` on its way up that differs, running the head's file order (less the
+/// tests the base's files do not have), so each candidate runs after what ran before it when
+/// it passed at head: the same evidence but for the test code.
 pub fn start(
     engine: &Engine,
     base: &Snapshot,
     head: &Snapshot,
     tests: &[String],
+    file_order: &[String],
+    base_ids: &std::collections::HashSet<&str>,
     after: &[NodeId],
 ) -> Result<NodeId> {
     let mut files: BTreeSet<String> = BTreeSet::new();
@@ -49,17 +53,28 @@ pub fn start(
         files.insert("conftest.py".to_string());
     }
     let mut overlay = Vec::new();
-    for f in files {
-        let (b, h) = (base.read_path(&f)?, head.read_path(&f)?);
+    let mut replaced: BTreeSet<&str> = BTreeSet::new();
+    for f in &files {
+        let (b, h) = (base.read_path(f)?, head.read_path(f)?);
         if b != h {
+            replaced.insert(f.as_str());
             overlay.push((RepoPath::from(f.as_str()), b));
         }
     }
+    // A replaced test file holds the base's tests only.
+    let order: Vec<String> = file_order
+        .iter()
+        .filter(|id| {
+            let (file, _) = crate::testsrc::split_nodeid(id);
+            !replaced.contains(file) || base_ids.contains(id.as_str())
+        })
+        .cloned()
+        .collect();
     let mut req = RunRequest::new(
         "source-replay-run".into(),
         "source-replay-run",
         Role::Head,
-        tests.to_vec(),
+        order,
     )
     .after(after);
     req.overlay = overlay;

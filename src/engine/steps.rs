@@ -248,12 +248,20 @@ pub fn collect_both(
     {
         return Err(Error::Interrupted);
     }
-    let head = match head.into_result() {
-        Ok(bytes) => Ok(Collected {
+    let head = match head {
+        fixgate_graph::Outcome::Output(bytes) => Ok(Collected {
             node: h,
             collection: decode(&bytes)?,
         }),
-        Err(why) => Err(why),
+        // The head's own code failed to collect: the patch's doing.
+        fixgate_graph::Outcome::Missing(fixgate_graph::Status::Failed {
+            error: NodeError::Data(why),
+            ..
+        }) => Err(why),
+        other => {
+            let why = other.into_result().err().unwrap_or_default();
+            return Err(Error::Infra(format!("collect(head) failed: {why}")));
+        }
     };
     Ok((base, head))
 }
@@ -285,7 +293,16 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
             runner
                 .collect_traced(&compute_side.snapshot)
                 .map_err(|e| match e {
-                    Error::Infra(m) if m.contains("could not collect") => NodeError::Data(m),
+                    // The suite's own failure (a file that does not import, a conftest that
+                    // raises: pytest ran and exited with its code) is data; a process that
+                    // could not start or was killed is not.
+                    Error::Infra(m)
+                        if m.contains("could not collect")
+                            || (m.starts_with("pytest collection failed")
+                                && m.contains("(exit Some(")) =>
+                    {
+                        NodeError::Data(m)
+                    }
                     e => NodeError::Infra(e.to_string()),
                 })?;
         let mut paths: Vec<String> = trace

@@ -495,15 +495,10 @@ impl Zygote {
                         if p.parse() == Ok(pid) {
                             if let Ok(raw) = s.parse::<i32>() {
                                 self.running = None;
-                                // What the child left running (a server a test started) would
-                                // go on writing into the sandbox the next run forks into; a
-                                // fresh run's leftovers only ever saw their own sandbox. The
-                                // group is the child's: its id is not reused while it has
-                                // members.
-                                // SAFETY: kill takes a pid and a signal.
-                                unsafe {
-                                    libc::kill(-pid, libc::SIGKILL);
-                                }
+                                // What the child left running is the zygote's to kill: it is a
+                                // child subreaper and reaps every leftover before it reports
+                                // the exit. (The pid is the zygote's view, which under
+                                // containment is not a host pid: never signal it from here.)
                                 return Some(ExitStatus::from_raw(raw));
                             }
                         }
@@ -533,7 +528,9 @@ impl Zygote {
         let spawned = self.process.id() as i32;
         // The pid the zygote reported is its own view: in a contained run it lives in a PID
         // namespace of its own, and the host pid is found through /proc's NSpid.
-        let host = if parent_of(pid) == Some(spawned) {
+        // Uncontained, the zygote is the spawned process or its descendant (a supervisor sits
+        // between them) and reports host pids; contained, its pids are its namespace's.
+        let host = if parent_of(pid).is_some_and(|p| descends_from(p, spawned)) {
             Some(pid)
         } else {
             host_pid(pid, spawned)

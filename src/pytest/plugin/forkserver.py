@@ -93,8 +93,10 @@ def _children(me):
 def _reap_leftovers(me):
     """Kills and reaps every process a forked run left behind. The zygote is a child subreaper,
     so a daemon that called setsid, or a grandchild whose parent exited, is its child now: each
-    run starts with nothing of the one before it, as a fresh process would."""
-    for _ in range(200):
+    run starts with nothing of the one before it, as a fresh process would. Returns False when
+    something survived two seconds of it (the zygote then stops serving)."""
+    deadline = time.monotonic() + 2.0
+    while True:
         left = _children(me)
         for pid in left:
             try:
@@ -105,11 +107,12 @@ def _reap_leftovers(me):
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return True
             if pid == 0:
                 break
-        if not left:
-            time.sleep(0.002)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
 
 
 def _read_line(commands, buf):
@@ -163,8 +166,11 @@ def serve(fd, config):
                 pass
             _say(fd, "forked %d" % pid)
             _, status = os.waitpid(pid, 0)
-            _reap_leftovers(zygote)
+            clean = _reap_leftovers(zygote)
             _say(fd, "exit %d %d" % (pid, status))
+            if not clean:
+                # A leftover would see the next run: no more runs from this zygote.
+                os._exit(0)
 
 
 def _become_child(fd, prctl, zygote, config):
