@@ -300,14 +300,26 @@ fn a_test_flaky_in_every_order_never_rejects_a_clean_patch_over_twenty_cold_audi
             .find(|t| t["nodeid"] == "tests/test_flaky.py::test_coin")
             .unwrap();
         let bucket = coin["bucket"].as_str().unwrap();
-        assert!(
-            ["flaky", "stable", "failing"].contains(&bucket),
-            "round {round}: {coin:#}"
-        );
-        flaky += usize::from(bucket == "flaky");
+        let outcomes: Vec<&str> = coin["outcomes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        let mixed = outcomes.contains(&"passed") && outcomes.contains(&"failed");
+        if mixed {
+            // It showed both faces: flaky, whatever the reruns happened to say.
+            assert_eq!(bucket, "flaky", "round {round}: {coin:#}");
+            flaky += 1;
+        } else {
+            assert!(
+                ["stable", "failing", "flaky"].contains(&bucket),
+                "round {round}: {coin:#}"
+            );
+        }
     }
-    // Five orders and their reruns: the coin shows its two faces in almost every audit.
-    assert!(flaky >= 15, "flaky in only {flaky} of 20 audits");
+    // Five orders: the coin shows both faces in about 87% of the audits.
+    assert!(flaky >= 10, "both faces in only {flaky} of 20 audits");
 }
 
 /// Issue 11: a patch that breaks collection is a reject naming the file and line, not an error

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use fixgate_graph::NodeId;
 
 use crate::audit::bisect::PairKind;
-use crate::audit::triage;
+use crate::audit::triage::{self, PROOF_RERUNS};
 use crate::audit::verdict::FindingKind;
 use crate::engine::matrix::{self, Matrix};
 use crate::engine::runs::{Engine, Role, RunRequest};
@@ -154,46 +154,81 @@ pub fn run(
     if requests.is_empty() {
         return Ok(pre);
     }
-    let batch: Vec<RunRequest> = requests
-        .iter()
-        .map(|c| c.request.clone().after(after))
+    // Introduced means reproduced: a check the base does not show is repeated, up to
+    // PROOF_RERUNS runs, stopping at the first that shows it. (A batch of red tests runs once:
+    // each of them was red in every order of the head.)
+    let alone_of = |label: &str| requests.iter().position(|c| c.request.label == label);
+    let mut pending: Vec<usize> = (0..requests.len())
+        .filter(|&i| !matches!(requests[i].check, Check::Nothing))
         .collect();
-    let results = engine.run_batch(&batch)?;
-    for (i, c) in requests.iter().enumerate() {
-        let Ok(r) = &results[i] else { continue };
-        let holds = match &c.check {
-            Check::Nothing => false,
-            Check::Pair {
-                victim,
-                kind,
-                alone,
-            } => {
-                let after = r.outcome_of(victim).map(Outcome::is_green);
-                let alone = requests
-                    .iter()
-                    .position(|c| &c.request.label == alone)
-                    .and_then(|j| results[j].as_ref().ok())
-                    .and_then(|a| a.outcome_of(victim))
-                    .map(Outcome::is_green);
-                match kind {
-                    PairKind::Polluter => after == Some(false) && alone == Some(true),
-                    PairKind::StateSetter => after == Some(true) && alone == Some(false),
-                }
+    for k in 0..PROOF_RERUNS as u32 {
+        if pending.is_empty() {
+            break;
+        }
+        // This round's runs: the pending checks and the alone runs their pair checks read.
+        let mut round: Vec<usize> = pending.clone();
+        for &i in &pending {
+            if let Check::Pair { alone, .. } = &requests[i].check {
+                round.extend(alone_of(alone));
             }
-            Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !o.is_green()),
-            Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
-            Check::Batch(items) => {
-                for (nodeid, kind) in items {
-                    if alone_holds(r, nodeid, *kind) {
-                        pre.insert((*kind, nodeid.clone()));
+        }
+        round.sort_unstable();
+        round.dedup();
+        let batch: Vec<RunRequest> = round
+            .iter()
+            .map(|&i| {
+                let mut r = requests[i].request.clone().after(after).repeat(k);
+                if k > 0 {
+                    r.label = format!("{}#{k}", r.label);
+                }
+                r
+            })
+            .collect();
+        let results = engine.run_batch(&batch)?;
+        let result = |i: usize| {
+            round
+                .iter()
+                .position(|&j| j == i)
+                .and_then(|p| results[p].as_ref().ok())
+        };
+        let mut held = Vec::new();
+        for &i in &pending {
+            let Some(r) = result(i) else { continue };
+            let c = &requests[i];
+            let holds = match &c.check {
+                Check::Nothing => false,
+                Check::Pair {
+                    victim,
+                    kind,
+                    alone,
+                } => {
+                    let after = r.outcome_of(victim).map(Outcome::is_green);
+                    let alone = alone_of(alone)
+                        .and_then(result)
+                        .and_then(|a| a.outcome_of(victim))
+                        .map(Outcome::is_green);
+                    match kind {
+                        PairKind::Polluter => after == Some(false) && alone == Some(true),
+                        PairKind::StateSetter => after == Some(true) && alone == Some(false),
                     }
                 }
-                false
+                Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !o.is_green()),
+                Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
+                Check::Batch(items) => {
+                    for (nodeid, kind) in items {
+                        if alone_holds(r, nodeid, *kind) {
+                            pre.insert((*kind, nodeid.clone()));
+                        }
+                    }
+                    true
+                }
+            };
+            if holds {
+                pre.extend(c.findings.iter().cloned());
+                held.push(i);
             }
-        };
-        if holds {
-            pre.extend(c.findings.iter().cloned());
         }
+        pending.retain(|i| !held.contains(i));
     }
     Ok(pre)
 }
