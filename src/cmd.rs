@@ -1,16 +1,16 @@
 //! The commands: each resolves its arguments, calls into the library and renders a report.
 
-pub mod audit;
-pub mod cache;
-pub mod delta;
-pub mod demo;
-pub mod graph;
-pub mod init;
-pub mod lock;
-pub mod manifest;
-pub mod run;
-pub mod shell;
-pub mod trace;
+pub(crate) mod audit;
+pub(crate) mod cache;
+pub(crate) mod delta;
+pub(crate) mod demo;
+pub(crate) mod graph;
+pub(crate) mod init;
+pub(crate) mod lock;
+pub(crate) mod manifest;
+pub(crate) mod run;
+pub(crate) mod shell;
+pub(crate) mod trace;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;

@@ -1,16 +1,16 @@
 //! The engine: the audit's steps as nodes of one live build graph, run through the cache.
 
 mod assemble;
-pub mod audit;
+pub(crate) mod audit;
 mod base_check;
 mod culprits;
-pub mod digests;
+pub(crate) mod digests;
 mod judge;
-pub mod matrix;
+pub(crate) mod matrix;
 mod replay;
-pub mod runs;
-pub mod search;
+pub(crate) mod runs;
+pub(crate) mod search;
 mod sides;
 mod source_replay;
-pub mod steps;
-pub mod store;
+pub(crate) mod steps;
+pub(crate) mod store;

@@ -1,9 +1,9 @@
 //! Running pytest: the interpreter, the embedded plugin, orders, and the driver.
 
-pub mod driver;
+pub(crate) mod driver;
 pub mod events;
-pub mod exit_watch;
-pub mod forkserver;
-pub mod interpreter;
-pub mod order;
-pub mod plugin;
+pub(crate) mod exit_watch;
+pub(crate) mod forkserver;
+pub(crate) mod interpreter;
+pub(crate) mod order;
+pub(crate) mod plugin;

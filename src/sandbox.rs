@@ -18,7 +18,6 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 pub struct Sandbox {
     dir: PathBuf,
-    keep: bool,
 }
 
 /// Bytes to put over the snapshot's own: `(path, Some(bytes))` writes, `None` removes. Replay
@@ -70,7 +69,7 @@ impl Sandbox {
         }
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = root.join(format!("{}-{n}-{}", std::process::id(), nonce()));
-        let sandbox = Sandbox { dir, keep: false };
+        let sandbox = Sandbox { dir };
         for sub in ["tree", "home", "tmp"] {
             let p = sandbox.dir.join(sub);
             std::fs::create_dir_all(&p).map_err(|e| {
@@ -189,18 +188,11 @@ impl Sandbox {
         }
         Ok(())
     }
-
-    /// Keeps the sandbox on disk after this value is dropped (for debugging a run).
-    pub fn keep(&mut self) {
-        self.keep = true;
-    }
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        if !self.keep {
-            remove_tree(&self.dir);
-        }
+        remove_tree(&self.dir);
     }
 }
 
@@ -563,7 +555,6 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let sandbox = Sandbox {
             dir: tmp.path().join("s"),
-            keep: false,
         };
         for sub in SUBTREES {
             std::fs::create_dir_all(sandbox.dir.join(sub)).unwrap();

@@ -194,6 +194,7 @@ impl StatCache {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.fresh.is_empty()
     }

@@ -130,6 +130,7 @@ pub struct Search {
 
 /// The most oracle calls a search over `prefix_len` tests makes when one test is responsible:
 /// `2·⌈log2 n⌉ + 2`.
+#[cfg(test)]
 pub fn run_bound(prefix_len: usize) -> u32 {
     let levels = match prefix_len {
         0 | 1 => 0,
@@ -141,6 +142,7 @@ pub fn run_bound(prefix_len: usize) -> u32 {
 /// Searches the `prefix_len` tests that preceded the victim for the ones responsible for its
 /// anomaly. `ddmin_cap` bounds the oracle calls of the delta-debugging fallback. An oracle error
 /// stops the search at once and is returned: it means nothing was judged.
+#[cfg(test)]
 pub fn search<E, F>(prefix_len: usize, ddmin_cap: u32, oracle: F) -> Result<Search, E>
 where
     F: FnMut(&[usize]) -> Result<bool, E>,

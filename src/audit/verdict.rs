@@ -247,12 +247,6 @@ pub struct Decision {
     pub dispositions: Vec<Disposition>,
 }
 
-impl Decision {
-    pub fn exit_code(&self) -> i32 {
-        self.verdict.exit_code()
-    }
-}
-
 /// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
 pub fn decide(gates: &Gates) -> Decision {
     let dispositions: Vec<Disposition> = gates
@@ -380,7 +374,7 @@ mod tests {
     fn nothing_found_passes() {
         let d = decide(&Gates::default());
         assert_eq!(
-            (d.verdict, d.reasons.len(), d.exit_code()),
+            (d.verdict, d.reasons.len(), d.verdict.exit_code()),
             (Verdict::Pass, 0, 0)
         );
     }
@@ -490,7 +484,7 @@ mod tests {
             ..Gates::default()
         });
         assert_eq!(d.verdict, Verdict::Unverified);
-        assert_eq!(d.exit_code(), 4);
+        assert_eq!(d.verdict.exit_code(), 4);
         assert_eq!(
             d.reasons,
             ["over budget: 1 new skip (limit 0): tests/t.py::test_s"]

@@ -32,8 +32,6 @@ use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
 
-pub use crate::engine::sides::FREEZE_LEDGER;
-
 pub struct Options {
     pub base: String,
     /// `None`: the working tree.

@@ -22,8 +22,6 @@ pub struct Fixtures {
     pub delta_node: NodeId,
     /// The lock check's node: the gates come after it.
     pub lock_node: NodeId,
-    pub base_manifest: Manifest,
-    pub head_manifest: Manifest,
     pub lock: LockCheck,
     pub delta: Delta,
 }
@@ -207,8 +205,6 @@ pub fn prepare_fixtures(
     Ok(Fixtures {
         delta_node,
         lock_node,
-        base_manifest,
-        head_manifest,
         lock: decode(&out[2])?,
         delta: decode(&out[3])?,
     })
