@@ -37,19 +37,7 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
         while start > 0 && lines[start - 1].trim_start().starts_with('@') {
             start -= 1;
         }
-        let mut end = i + 1;
-        while end < lines.len() {
-            let l = lines[end];
-            let t = l.trim_start();
-            if !t.is_empty()
-                && (l.len() - t.len()) <= indent
-                && !t.starts_with('#')
-                && !t.starts_with(')')
-            {
-                break;
-            }
-            end += 1;
-        }
+        let mut end = block_end(&lines, i, indent);
         let next = end;
         while end > i + 1 && lines[end - 1].trim().is_empty() {
             end -= 1;
@@ -61,6 +49,25 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
         i = next;
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// The line after the block that starts at `start` (a `def` indented by `indent`): the first
+/// later line indented no deeper that is not blank, a comment or a closing parenthesis.
+fn block_end(lines: &[&str], start: usize, indent: usize) -> usize {
+    let mut end = start + 1;
+    while end < lines.len() {
+        let l = lines[end];
+        let t = l.trim_start();
+        if !t.is_empty()
+            && (l.len() - t.len()) <= indent
+            && !t.starts_with('#')
+            && !t.starts_with(')')
+        {
+            break;
+        }
+        end += 1;
+    }
+    end
 }
 
 /// Everything of a test file but its test functions: imports, module-level data, helpers,
@@ -89,19 +96,7 @@ pub fn outside_tests(text: &str) -> String {
                     break;
                 }
             }
-            i += 1;
-            while i < lines.len() {
-                let l = lines[i];
-                let t = l.trim_start();
-                if !t.is_empty()
-                    && (l.len() - t.len()) <= indent
-                    && !t.starts_with('#')
-                    && !t.starts_with(')')
-                {
-                    break;
-                }
-                i += 1;
-            }
+            i = block_end(&lines, i, indent);
             continue;
         }
         // Imports decide no outcome by themselves (what they bring in is code under test or a
