@@ -21,10 +21,7 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
         let line = lines[i];
         let trimmed = line.trim_start();
         let indent = line.len() - trimmed.len();
-        let def = trimmed
-            .strip_prefix("async def ")
-            .or_else(|| trimmed.strip_prefix("def "));
-        let is_target = def.is_some_and(|rest| {
+        let is_target = def_rest(trimmed).is_some_and(|rest| {
             rest.strip_prefix(name)
                 .is_some_and(|after| after.trim_start().starts_with('('))
         });
@@ -49,6 +46,13 @@ pub fn function_source(text: &str, name: &str) -> Option<String> {
         i = next;
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// What follows `def ` (or `async def `) on a trimmed line that defines a function.
+fn def_rest(trimmed: &str) -> Option<&str> {
+    trimmed
+        .strip_prefix("async def ")
+        .or_else(|| trimmed.strip_prefix("def "))
 }
 
 /// The line after the block that starts at `start` (a `def` indented by `indent`): the first
@@ -82,10 +86,7 @@ pub fn outside_tests(text: &str) -> String {
         let line = lines[i];
         let trimmed = line.trim_start();
         let indent = line.len() - trimmed.len();
-        let is_test = trimmed
-            .strip_prefix("async def ")
-            .or_else(|| trimmed.strip_prefix("def "))
-            .is_some_and(|rest| rest.starts_with("test"));
+        let is_test = def_rest(trimmed).is_some_and(|rest| rest.starts_with("test"));
         if is_test {
             // Drop decorators already copied above it, then skip the body.
             while out.ends_with('\n') {
