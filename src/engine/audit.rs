@@ -92,7 +92,6 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
                 live,
                 store: store.as_ref(),
                 base_tree: sides.base.tree,
-                found: Mutex::new(Vec::new()),
                 runner: runner.clone(),
                 groups: sides.config.groups.clone(),
                 deps_mode: opts.deps.unwrap_or(sides.base_config.deps),
@@ -653,6 +652,8 @@ fn search_pairs(
     nodeids: &[String],
 ) -> Result<Vec<Pair>> {
     let mut pairs: Vec<Pair> = Vec::new();
+    // The culprit sets established so far, tried first for the victims after them.
+    let mut established: Vec<(PairKind, Vec<String>)> = Vec::new();
     for id in nodeids {
         let t = crate::audit::triage::triage(&evidence[id]);
         if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
@@ -714,7 +715,13 @@ fn search_pairs(
         let (answer, after) = match cached {
             Some(hit) => hit,
             None => {
-                let (answer, last) = answer(engine, matrix, confirmation, id, kind, label, alone)?;
+                let question = Question {
+                    id,
+                    kind,
+                    label,
+                    alone,
+                };
+                let (answer, last) = answer(engine, matrix, confirmation, &question, &established)?;
                 let bytes = serde_json::to_vec(&answer)
                     .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
                 let _ = slot.set(bytes);
@@ -734,11 +741,7 @@ fn search_pairs(
             }
         }
         if answer.search.outcome.is_found() {
-            engine
-                .found
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((kind, answer.culprits.clone()));
+            established.push((kind, answer.culprits.clone()));
         }
         // Culprits that did not hold on every rerun are nobody's polluters.
         let proven: &[String] = match answer.search.outcome.explains() {
@@ -776,17 +779,30 @@ fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
         .map_err(|e| Error::Infra(format!("bug: a cached pair does not decode: {e}")))
 }
 
+/// Which victim misbehaves how, in which order, and how it fares alone (`Some(true)`: green).
+#[derive(Clone, Copy)]
+struct Question<'a> {
+    id: &'a str,
+    kind: PairKind,
+    label: OrderLabel,
+    alone: Option<bool>,
+}
+
 /// Works out who makes `id` misbehave in the order `label`: a known set confirmed in one run,
 /// else a search. Returns the answer and the last run it made.
 fn answer(
     engine: &Engine,
     matrix: &Matrix,
     confirmation: &Confirmation,
-    id: &str,
-    kind: PairKind,
-    label: OrderLabel,
-    alone: Option<bool>,
+    question: &Question,
+    established: &[(PairKind, Vec<String>)],
 ) -> Result<(search::Answer, NodeId)> {
+    let Question {
+        id,
+        kind,
+        label,
+        alone,
+    } = *question;
     let order = &matrix.runs[&label].order;
     let pos = order.iter().position(|o| o == id).unwrap_or(0);
     let prefix = &order[..pos];
@@ -799,10 +815,7 @@ fn answer(
             from: Found::ReusedEarlierAudit,
         })
         .collect();
-    let this_audit: Vec<Known> = engine
-        .found
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let this_audit: Vec<Known> = established
         .iter()
         .filter(|(k, _)| *k == kind)
         .map(|(_, culprits)| Known {

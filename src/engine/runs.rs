@@ -92,8 +92,6 @@ pub struct Engine<'l, 'a> {
     pub store: &'a dyn fixgate_cache::Store,
     /// The base's tree digest: what remembered culprit sets are keyed by.
     pub base_tree: Digest,
-    /// The culprit sets this audit has established so far, for the victims after them.
-    pub found: Mutex<Vec<(crate::audit::bisect::PairKind, Vec<String>)>>,
     pub runner: Arc<Runner>,
     pub groups: FixtureGroups,
     pub deps_mode: DepsMode,
