@@ -3,6 +3,7 @@
 mod assemble;
 pub(crate) mod audit;
 mod base_check;
+mod compact;
 mod culprits;
 pub(crate) mod digests;
 mod judge;

@@ -297,6 +297,11 @@ impl Store for DiskStore {
         self.read_blob(&self.cas_path(digest), digest, &|w| self.warn(w))
     }
 
+    fn has_blob(&self, digest: &Digest) -> bool {
+        // A damaged file is found when it is read (a miss and a warning), like any other.
+        self.cas_path(digest).is_file()
+    }
+
     fn put_blob(&self, bytes: &[u8]) -> Digest {
         let digest = Digest::of(bytes);
         let path = self.cas_path(&digest);

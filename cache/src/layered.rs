@@ -454,6 +454,10 @@ impl<L: Store> Store for LayeredStore<L> {
         self.local.put_blob(bytes)
     }
 
+    fn has_blob(&self, digest: &Digest) -> bool {
+        self.local.has_blob(digest)
+    }
+
     fn trace_candidates(&self, stable_key: &Digest) -> Vec<TraceEntry> {
         self.local.trace_candidates(stable_key)
     }

@@ -55,6 +55,10 @@ impl Store for MemStore {
         self.lock().cas.get(digest).cloned()
     }
 
+    fn has_blob(&self, digest: &Digest) -> bool {
+        self.lock().cas.contains_key(digest)
+    }
+
     fn put_blob(&self, bytes: &[u8]) -> Digest {
         let digest = Digest::of(bytes);
         self.lock()

@@ -251,6 +251,12 @@ pub trait Store: Send + Sync {
     /// Stores `bytes` and returns their digest.
     fn put_blob(&self, bytes: &[u8]) -> Digest;
 
+    /// Whether the blob is kept here, so that a caller may drop its copy and read it back
+    /// later. Cheaper than [`Store::get_blob`] where the store can tell without reading.
+    fn has_blob(&self, digest: &Digest) -> bool {
+        self.get_blob(digest).is_some()
+    }
+
     /// The candidate traces recorded for `stable_key`, most recent first.
     fn trace_candidates(&self, stable_key: &Digest) -> Vec<TraceEntry>;
 
@@ -304,6 +310,10 @@ impl Store for NoStore {
     }
 
     fn put_action(&self, _key: &Digest, _record: &ActionRecord) {}
+
+    fn has_blob(&self, _digest: &Digest) -> bool {
+        false
+    }
 
     fn get_blob(&self, _digest: &Digest) -> Option<Vec<u8>> {
         None

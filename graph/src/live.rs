@@ -8,7 +8,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use fixgate_cache::Store;
+use fixgate_cache::{Digest, Store};
 use petgraph::graph::NodeIndex;
 
 use crate::run::{Done, Exec, Job, Produced};
@@ -31,6 +31,9 @@ struct State {
     /// Per node, how many of its edges wait on an unfinished node.
     waiting: Vec<usize>,
     ready: VecDeque<NodeIndex>,
+    /// Per node, the digest of an output the caller released (see [`Live::release`]): the
+    /// bytes are gone from memory and read back from the store when asked for again.
+    released: Vec<Option<Digest>>,
     running: usize,
     closing: bool,
 }
@@ -90,6 +93,7 @@ impl<'a> Live<'a> {
                 done: Vec::new(),
                 waiting: Vec::new(),
                 ready: VecDeque::new(),
+                released: Vec::new(),
                 running: 0,
                 closing: false,
             }),
@@ -163,6 +167,7 @@ impl<'a> Live<'a> {
             .filter(|i| st.done[i.index()].is_none())
             .count();
         st.done.push(None);
+        st.released.push(None);
         st.waiting.push(pending);
         if pending == 0 {
             st.ready.push_back(id.0);
@@ -185,14 +190,7 @@ impl<'a> Live<'a> {
             let st = self.lock();
             inputs
                 .iter()
-                .map(|i| {
-                    st.done
-                        .get(i.index())?
-                        .as_ref()?
-                        .output
-                        .as_ref()
-                        .map(|(d, _)| *d)
-                })
+                .map(|i| st.digest(i.index()))
                 .collect::<Option<Vec<_>>>()?
         };
         let derivation = crate::Derivation {
@@ -215,9 +213,21 @@ impl<'a> Live<'a> {
         let mut st = self.lock();
         loop {
             if let Some(Some(d)) = st.done.get(id.index()) {
-                return match &d.output {
-                    Some((_, bytes)) => Outcome::Output(bytes.clone()),
-                    None => Outcome::Missing(d.report.status.clone()),
+                return match (&d.output, st.released[id.index()]) {
+                    (Some((_, bytes)), _) => Outcome::Output(bytes.clone()),
+                    (None, Some(digest)) => {
+                        drop(st);
+                        self.reread(id.index(), &digest).map_or_else(
+                            |error| {
+                                Outcome::Missing(Status::Failed {
+                                    error,
+                                    cached: false,
+                                })
+                            },
+                            Outcome::Output,
+                        )
+                    }
+                    (None, None) => Outcome::Missing(d.report.status.clone()),
                 };
             }
             if st.done.len() <= id.index() {
@@ -259,6 +269,47 @@ impl<'a> Live<'a> {
         st.done.get(id.index())?.as_ref()?.fresh.clone()
     }
 
+    /// Drops the output bytes of node `id`, which the caller has read and keeps what it needs
+    /// of: a graph of thousands of runs must not hold every run's report in memory. The node
+    /// keeps its digest; a node added later with it as input, or a later [`Live::wait`], reads
+    /// the bytes back from the store. A node whose output the store does not keep (transient
+    /// nodes, a store that keeps nothing) keeps its bytes.
+    pub fn release(&self, id: NodeId) {
+        let mut st = self.lock();
+        let i = id.index();
+        if matches!(
+            st.graph.dag.node_weight(id.0).map(|n| &n.caching),
+            Some(crate::node::Caching::Transient) | None
+        ) {
+            return;
+        }
+        let Some(digest) = st.digest(i) else {
+            return;
+        };
+        // A store that keeps nothing (`--no-cache`), or could not write the blob, cannot give
+        // it back: the graph keeps the bytes then.
+        if !self.exec.store.has_blob(&digest) {
+            return;
+        }
+        if let Some(Some(done)) = st.done.get_mut(i) {
+            done.output = None;
+            st.released[i] = Some(digest);
+        }
+    }
+
+    /// The bytes of a released output, from the store.
+    fn reread(&self, i: usize, digest: &Digest) -> Result<Arc<[u8]>, NodeError> {
+        self.exec
+            .store
+            .get_blob(digest)
+            .map(Arc::from)
+            .ok_or_else(|| {
+                NodeError::Infra(format!(
+                    "the output of node {i} was released and the store no longer has it"
+                ))
+            })
+    }
+
     /// Waits until nothing is ready or running.
     fn settle(&self) {
         let mut st = self.lock();
@@ -294,14 +345,11 @@ impl<'a> Live<'a> {
                 inputs: st.graph.input_labels(i),
                 after: st.graph.after_labels(i),
             };
-            let inputs: Vec<(NodeIndex, Option<Produced>)> = st.graph.inputs[i.index()]
+            let inputs: Vec<(NodeIndex, Held)> = st.graph.inputs[i.index()]
                 .iter()
-                .map(|j| {
-                    let out = st.done[j.index()].as_ref().and_then(|d| d.output.clone());
-                    (*j, out)
-                })
+                .map(|j| (*j, st.held(j.index())))
                 .collect();
-            if let Some((failed, _)) = inputs.iter().find(|(_, out)| out.is_none()) {
+            if let Some((failed, _)) = inputs.iter().find(|(_, held)| matches!(held, Held::None)) {
                 let because = match st.done[failed.index()].as_ref().map(|d| &d.report.status) {
                     Some(Status::Skipped { because }) => because.clone(),
                     _ => st.graph.dag[*failed].label.clone(),
@@ -312,11 +360,23 @@ impl<'a> Live<'a> {
             }
             st.running += 1;
             drop(st);
-            let inputs: Vec<Produced> = inputs.into_iter().filter_map(|(_, o)| o).collect();
+            let inputs: Result<Vec<Produced>, NodeError> = inputs
+                .into_iter()
+                .map(|(j, held)| match held {
+                    Held::Bytes(p) => Ok(p),
+                    Held::Stored(d) => self.reread(j.index(), &d).map(|b| (d, b)),
+                    Held::None => unreachable!("inputs without output were skipped above"),
+                })
+                .collect();
             // Node code's panics are caught inside; this catches a bug of our own (or of a
             // store), so that the node still finishes and nobody waits for it forever.
-            let finished = panic::catch_unwind(AssertUnwindSafe(|| self.exec.node(&job, &inputs)))
-                .unwrap_or_else(|payload| self.exec.crashed(&job, &*payload));
+            let finished = match inputs {
+                Ok(inputs) => {
+                    panic::catch_unwind(AssertUnwindSafe(|| self.exec.node(&job, &inputs)))
+                        .unwrap_or_else(|payload| self.exec.crashed(&job, &*payload))
+                }
+                Err(error) => self.exec.failed(&job, error),
+            };
             st = self.lock();
             st.running -= 1;
             self.finish(&mut st, i, finished);
@@ -371,6 +431,35 @@ impl<'a> Live<'a> {
             },
             st.graph,
         )
+    }
+}
+
+/// What the graph holds of a finished node's output.
+enum Held {
+    Bytes(Produced),
+    /// Released: in the store under this digest.
+    Stored(Digest),
+    /// Failed or skipped (or not finished).
+    None,
+}
+
+impl State {
+    fn held(&self, i: usize) -> Held {
+        match (
+            self.done[i].as_ref().and_then(|d| d.output.clone()),
+            self.released[i],
+        ) {
+            (Some(p), _) => Held::Bytes(p),
+            (None, Some(d)) => Held::Stored(d),
+            (None, None) => Held::None,
+        }
+    }
+
+    fn digest(&self, i: usize) -> Option<Digest> {
+        match self.held(i) {
+            Held::Bytes((d, _)) | Held::Stored(d) => Some(d),
+            Held::None => None,
+        }
     }
 }
 

@@ -79,7 +79,8 @@ pub struct Run {
 }
 
 impl Run {
-    /// The output of node `id`; `None` if it failed or was skipped.
+    /// The output of node `id`; `None` if it failed, was skipped, or was released from a live
+    /// graph ([`crate::Live::release`]).
     pub fn output(&self, id: NodeId) -> Option<&[u8]> {
         self.outputs.get(id.index())?.as_deref()
     }
@@ -156,11 +157,16 @@ impl Exec<'_> {
 
     pub(crate) fn crashed(&self, job: &Job, payload: &(dyn Any + Send)) -> Done {
         let message = format!("fixgate bug: panicked: {}", panic_message(payload));
+        self.failed(job, NodeError::Infra(message))
+    }
+
+    /// A node that could not start: `error` says why.
+    pub(crate) fn failed(&self, job: &Job, error: NodeError) -> Done {
         Done {
             report: self.report(
                 job,
                 Status::Failed {
-                    error: NodeError::Infra(message),
+                    error,
                     cached: false,
                 },
             ),

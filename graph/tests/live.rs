@@ -234,3 +234,70 @@ fn lookup_finds_a_static_result_without_computing_it() {
     .unwrap();
     assert_eq!(run.report.node("answer").unwrap().status, Status::Cached);
 }
+
+#[test]
+fn a_released_output_is_read_back_from_the_store_when_asked_for_again() {
+    let store = MemStore::new();
+    let opts = options(2);
+    let ((again, derived, kept, a), run, _) = Live::scope(&store, &opts, "0", |live| {
+        let a = live.add(constant("a", "payload"), &[]).unwrap();
+        assert_eq!(live.wait(a).output(), Some(&b"payload"[..]));
+        live.release(a);
+        // A node added after the release takes the released output as input.
+        let b = live
+            .add(
+                Node::new("b", "copy", |i| {
+                    Ok(Output::new(format!("{}!", String::from_utf8_lossy(i[0]))))
+                }),
+                &[a],
+            )
+            .unwrap();
+        // A transient output is not in the store: releasing it keeps the bytes.
+        let t = live
+            .add(constant("t", "volatile").transient(), &[])
+            .unwrap();
+        live.wait(t);
+        live.release(t);
+        (
+            live.wait(a).output().map(<[u8]>::to_vec),
+            live.wait(b).output().map(<[u8]>::to_vec),
+            live.wait(t).output().map(<[u8]>::to_vec),
+            a,
+        )
+    })
+    .unwrap();
+    assert_eq!(again.as_deref(), Some(&b"payload"[..]));
+    assert_eq!(derived.as_deref(), Some(&b"payload!"[..]));
+    assert_eq!(kept.as_deref(), Some(&b"volatile"[..]));
+    // Every node was computed; a released output is not kept in the run.
+    assert!(run
+        .report
+        .nodes
+        .iter()
+        .all(|n| matches!(n.status, Status::Executed { .. })));
+    assert!(run.output(a).is_none());
+}
+
+#[test]
+fn a_store_that_keeps_nothing_keeps_released_outputs_in_memory() {
+    let store = fixgate_cache::NoStore;
+    let opts = options(1);
+    let (bytes, _, _) = Live::scope(&store, &opts, "0", |live| {
+        let a = live.add(constant("a", "only here"), &[]).unwrap();
+        live.wait(a);
+        live.release(a);
+        let b = live
+            .add(
+                Node::new("b", "copy", |i| Ok(Output::new(i[0].to_vec()))),
+                &[a],
+            )
+            .unwrap();
+        (
+            live.wait(a).output().map(<[u8]>::to_vec),
+            live.wait(b).output().map(<[u8]>::to_vec),
+        )
+    })
+    .unwrap();
+    assert_eq!(bytes.0.as_deref(), Some(&b"only here"[..]));
+    assert_eq!(bytes.1.as_deref(), Some(&b"only here"[..]));
+}

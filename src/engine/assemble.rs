@@ -135,12 +135,7 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                     .any(|k| !j.pre_existing.contains(&(*k, id.clone()))),
                 file: item.and_then(|i| i.file.clone()),
                 line: item.and_then(|i| i.line),
-                message: j
-                    .matrix
-                    .labels
-                    .iter()
-                    .filter_map(|l| j.matrix.runs[l].test(id))
-                    .find_map(|t| (!t.outcome.is_green()).then(|| t.message.clone()).flatten()),
+                message: j.matrix.red_message(id).map(str::to_owned),
             }
         })
         .collect();

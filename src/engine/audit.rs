@@ -257,15 +257,9 @@ fn phases(
             &[started_matrix.nodes[&OrderLabel::File]],
         )?),
     };
-    let matrix = started_matrix.finish(engine)?;
-    let mut run_warnings: Vec<String> = matrix
-        .runs
-        .values()
-        .flat_map(|r| r.warnings.clone())
-        .collect();
-    run_warnings.sort();
-    run_warnings.dedup();
-    report.warnings.extend(run_warnings);
+    let matrix = started_matrix.finish(engine, file_run)?;
+    let file_run = matrix.file_run();
+    report.warnings.extend(matrix.warnings());
     if opts.check {
         check_findings(engine, &matrix, report);
     }
@@ -280,21 +274,15 @@ fn phases(
     // The polluter search for every order-dependent test, after the runs that showed it.
     let pairs = search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
     if let Some(node) = replay_node {
-        report.fixtures.replay = replay::read(
-            engine,
-            node,
-            &fixtures.delta,
-            &coupled,
-            &file_run,
-            &base_ids,
-        )?;
+        report.fixtures.replay =
+            replay::read(engine, node, &fixtures.delta, &coupled, file_run, &base_ids)?;
     }
     if let Some(node) = source_node {
         report.source_replay = source_replay::read(
             engine,
             node,
             &source_tests,
-            &file_run,
+            file_run,
             &sides.base.snapshot,
             &sides.head.snapshot,
         )?;
@@ -486,7 +474,7 @@ fn run_shard(
         .collect();
     let started = matrix::start(engine, &mine, selection, collection)?;
     let nodes: Vec<NodeId> = started.nodes.values().copied().collect();
-    started.finish(engine)?;
+    started.settle(engine)?;
     let executed = nodes
         .iter()
         .filter(|n| {
@@ -564,12 +552,10 @@ pub(crate) const SESSION: &str = "(collection and session fixtures)";
 /// What each test (`None`: outside any test) did outside its sandbox, over the matrix.
 fn outside_writes(matrix: &Matrix) -> BTreeMap<Option<String>, BTreeSet<String>> {
     let mut out: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
-    for r in matrix.runs.values() {
-        for w in crate::contain::outside_writes(r) {
-            out.entry(w.nodeid)
-                .or_default()
-                .insert(format!("{} {}", w.op, w.path));
-        }
+    for w in matrix.outside_writes() {
+        out.entry(w.nodeid.clone())
+            .or_default()
+            .insert(format!("{} {}", w.op, w.path));
     }
     out
 }
@@ -611,25 +597,17 @@ fn gather(
                 passing: reruns(matrix.first(id, true)),
             }
         });
-        let mut dirty: BTreeSet<String> = BTreeSet::new();
-        let mut reruns = 0;
-        for r in matrix.runs.values() {
-            if let Some(t) = r.test(id) {
-                dirty.extend(t.violations.iter().map(|v| v.group.clone()));
-                reruns = reruns.max(t.reruns);
-            }
-        }
         evidence.insert(
             id.clone(),
             Evidence {
                 outcomes,
                 confirm,
                 alone: confirmation.alone.get(id).copied(),
-                dirty_groups: dirty.into_iter().collect(),
+                dirty_groups: matrix.violations(id).into_iter().collect(),
                 polluter_in_pair: false,
                 state_setter_in_pair: false,
                 edited_by_patch: edited.contains(id),
-                reruns,
+                reruns: matrix.reruns(id),
                 unexplained: false,
             },
         );
@@ -803,7 +781,7 @@ fn answer(
         label,
         alone,
     } = *question;
-    let order = &matrix.runs[&label].order;
+    let order = matrix.order(label);
     let pos = order.iter().position(|o| o == id).unwrap_or(0);
     let prefix = &order[..pos];
     let mut after: Vec<NodeId> = vec![matrix.nodes[&label]];
@@ -923,7 +901,7 @@ fn check_findings(engine: &Engine, matrix: &Matrix, report: &mut AuditReport) {
             .processes
             .fetch_add(fresh.processes, Ordering::Relaxed);
         for t in &fresh.tests {
-            let cached = matrix.runs[label].outcome_of(&t.nodeid);
+            let cached = matrix.outcome(*label, &t.nodeid);
             if cached != Some(t.outcome) {
                 report.findings.push(report::Finding {
                     kind: "nondeterministic".into(),

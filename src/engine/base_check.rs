@@ -103,11 +103,10 @@ pub fn run(
                 FindingKind::OrderDependent if !pairs.iter().any(|p| &p.victim == id) => {
                     // Unexplained order dependence: the failing order, restricted to the base.
                     if let Some(l) = matrix.first(id, false) {
-                        let order: Vec<String> = matrix.runs[&l]
-                            .order
-                            .iter()
+                        let order: Vec<String> = matrix
+                            .order(l)
+                            .into_iter()
                             .filter(|o| base_ids.contains(o.as_str()))
-                            .cloned()
                             .collect();
                         requests.push(BaseCheck {
                             request: base_request(format!("base-check(order {id})"), order),

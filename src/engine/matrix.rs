@@ -1,12 +1,14 @@
 //! The seed matrix and what is read off it: outcomes per order, confirmation of disagreeing
 //! tests, and runs of single tests alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use fixgate_graph::NodeId;
 
 use crate::audit::triage::PROOF_RERUNS;
+use crate::contain::OutsideWrite;
+use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::driver::RunResult;
@@ -53,10 +55,14 @@ pub fn labels(seeds: &[u64]) -> Vec<OrderLabel> {
     out
 }
 
-/// The seed runs of the matrix, one per order label, with their nodes.
+/// The seed runs of the matrix, one per order label, with their nodes. Each run is kept
+/// compact once read (see [`crate::engine::compact`]), except the file-order run, whose traces
+/// and skip reasons later steps read.
 pub struct Matrix {
     pub labels: Vec<OrderLabel>,
-    pub runs: BTreeMap<OrderLabel, RunResult>,
+    ids: TestIds,
+    runs: BTreeMap<OrderLabel, CompactRun>,
+    file: RunResult,
     pub nodes: BTreeMap<OrderLabel, NodeId>,
 }
 
@@ -99,15 +105,34 @@ impl Started {
             .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
     }
 
-    /// Waits for every run.
-    pub fn finish(self, engine: &Engine) -> Result<Matrix> {
+    /// Waits for every run, keeping nothing of them (a shard's share: the runs are in the
+    /// cache for the audit that reads them).
+    pub fn settle(&self, engine: &Engine) -> Result<()> {
+        for &l in &self.labels {
+            self.wait(engine, l)?;
+            engine.live.release(self.nodes[&l]);
+        }
+        Ok(())
+    }
+
+    /// Waits for every run but the file-order one, which the caller waited for already and
+    /// hands over. Each run is read once, kept compact, and its bytes released from the graph.
+    pub fn finish(self, engine: &Engine, file: RunResult) -> Result<Matrix> {
+        let mut ids = TestIds::default();
         let mut runs = BTreeMap::new();
         for &l in &self.labels {
-            runs.insert(l, self.wait(engine, l)?);
+            let run = match l {
+                OrderLabel::File => CompactRun::of(&file, &mut ids),
+                _ => CompactRun::of(&self.wait(engine, l)?, &mut ids),
+            };
+            engine.live.release(self.nodes[&l]);
+            runs.insert(l, run);
         }
         Ok(Matrix {
             labels: self.labels,
+            ids,
             runs,
+            file,
             nodes: self.nodes,
         })
     }
@@ -116,10 +141,70 @@ impl Started {
 impl Matrix {
     /// The outcomes of one test, in label order.
     pub fn outcomes(&self, nodeid: &str) -> Vec<(OrderLabel, Outcome)> {
+        let Some(i) = self.ids.get(nodeid) else {
+            return Vec::new();
+        };
         self.labels
             .iter()
-            .filter_map(|l| self.runs[l].outcome_of(nodeid).map(|o| (*l, o)))
+            .filter_map(|l| self.runs[l].outcome(i).map(|o| (*l, o)))
             .collect()
+    }
+
+    /// The outcome of one test in the run of `label`.
+    pub fn outcome(&self, label: OrderLabel, nodeid: &str) -> Option<Outcome> {
+        self.runs.get(&label)?.outcome(self.ids.get(nodeid)?)
+    }
+
+    /// The order the run of `label` was asked to run.
+    pub fn order(&self, label: OrderLabel) -> Vec<String> {
+        self.runs
+            .get(&label)
+            .map(|r| r.order(&self.ids))
+            .unwrap_or_default()
+    }
+
+    /// Where the test stands in the order of `label`.
+    pub fn position(&self, label: OrderLabel, nodeid: &str) -> Option<usize> {
+        self.runs.get(&label)?.position(self.ids.get(nodeid)?)
+    }
+
+    /// The test's message in the first order (in label order) where it was not green.
+    pub fn red_message(&self, nodeid: &str) -> Option<&str> {
+        let i = self.ids.get(nodeid)?;
+        self.labels.iter().find_map(|l| self.runs[l].message(i))
+    }
+
+    /// The fixture groups the test changed without their lease, in any order.
+    pub fn violations(&self, nodeid: &str) -> BTreeSet<String> {
+        let Some(i) = self.ids.get(nodeid) else {
+            return BTreeSet::new();
+        };
+        self.runs
+            .values()
+            .flat_map(|r| r.violations(i).iter().cloned())
+            .collect()
+    }
+
+    /// The most reruns the suite itself gave the test in one order.
+    pub fn reruns(&self, nodeid: &str) -> u32 {
+        self.ids.get(nodeid).map_or(0, |i| {
+            self.runs.values().map(|r| r.reruns(i)).max().unwrap_or(0)
+        })
+    }
+
+    /// Every run's warnings, each once, sorted.
+    pub fn warnings(&self) -> Vec<String> {
+        let all: BTreeSet<String> = self
+            .runs
+            .values()
+            .flat_map(|r| r.warnings.iter().cloned())
+            .collect();
+        all.into_iter().collect()
+    }
+
+    /// What the runs wrote outside their sandboxes.
+    pub fn outside_writes(&self) -> impl Iterator<Item = &OutsideWrite> {
+        self.runs.values().flat_map(|r| r.outside.iter())
     }
 
     /// Tests green in some order and red in another.
@@ -154,9 +239,9 @@ impl Matrix {
             .map(|(l, _)| l)
     }
 
-    /// The file-order run.
+    /// The file-order run, whole.
     pub fn file_run(&self) -> &RunResult {
-        &self.runs[&OrderLabel::File]
+        &self.file
     }
 
     /// Every seed-run node.
@@ -167,8 +252,9 @@ impl Matrix {
 
 /// Reruns of matrix orders (fresh processes, separate cache entries) and runs of single tests.
 pub struct Confirmation {
-    /// Each rerun order's runs, in the order they were made.
-    pub reruns: BTreeMap<OrderLabel, Vec<RunResult>>,
+    /// Each rerun order's runs, in the order they were made: the outcomes of the disagreeing
+    /// tests they ran (nothing else is asked of them).
+    pub reruns: BTreeMap<OrderLabel, Vec<BTreeMap<String, Outcome>>>,
     pub alone: BTreeMap<String, Outcome>,
     /// The nodes of every confirmation run.
     pub nodes: Vec<NodeId>,
@@ -185,7 +271,7 @@ impl Confirmation {
             .get(&label)
             .into_iter()
             .flatten()
-            .filter_map(|r| r.outcome_of(nodeid))
+            .filter_map(|r| r.get(nodeid).copied())
             .collect()
     }
 }
@@ -258,7 +344,7 @@ pub fn confirm(
         let mut needed: BTreeMap<OrderLabel, usize> = BTreeMap::new();
         for (id, f, p) in &live {
             for label in [*f, *p] {
-                if let Some(pos) = matrix.runs[&label].order.iter().position(|o| o == *id) {
+                if let Some(pos) = matrix.position(label, id) {
                     let end = needed.entry(label).or_insert(0);
                     *end = (*end).max(pos + 1);
                 }
@@ -285,7 +371,12 @@ pub fn confirm(
             let r = engine
                 .wait_run(node)?
                 .map_err(|e| Error::Infra(format!("confirm-run({l}) failed: {e}")))?;
-            out.reruns.entry(l).or_default().push(r);
+            engine.live.release(node);
+            let questioned = disagreeing
+                .iter()
+                .filter_map(|id| Some((id.clone(), r.outcome_of(id)?)))
+                .collect();
+            out.reruns.entry(l).or_default().push(questioned);
             out.rerun_nodes.entry(l).or_default().push(node);
             out.nodes.push(node);
         }

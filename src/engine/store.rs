@@ -249,6 +249,10 @@ impl Store for Recorded {
         self.store.put_blob(bytes)
     }
 
+    fn has_blob(&self, digest: &Digest) -> bool {
+        self.store.has_blob(digest)
+    }
+
     fn trace_candidates(&self, stable_key: &Digest) -> Vec<TraceEntry> {
         self.store.trace_candidates(stable_key)
     }
