@@ -8,6 +8,7 @@ mod culprits;
 pub(crate) mod digests;
 mod judge;
 pub(crate) mod matrix;
+mod pairs;
 mod replay;
 pub(crate) mod runs;
 pub(crate) mod search;

@@ -10,24 +10,21 @@ use std::time::Instant;
 
 use fixgate_graph::{Live, Mode, NodeId, RunOptions};
 
-use crate::audit::bisect::PairKind;
 use crate::audit::budget::{self, Limits, Overrides, Usage};
 use crate::audit::edited::{coupled_tests, edited_tests};
 use crate::audit::freeze::{self, Date};
-use crate::audit::triage::{Bucket, Confirm, Evidence, Signal};
+use crate::audit::triage::{Confirm, Evidence};
 use crate::audit::verdict::{self, FindingKind};
 use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
 use crate::context::Ctx;
 use crate::engine::assemble::{self, side_of, Judged};
-use crate::engine::culprits;
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
-use crate::engine::runs::{Engine, Role};
-use crate::engine::search::{self, Found, Known, Pair};
+use crate::engine::runs::Engine;
 use crate::engine::sides::Sides;
-use crate::engine::{base_check, replay, source_replay, steps};
+use crate::engine::{base_check, pairs, replay, source_replay, steps};
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
@@ -272,7 +269,7 @@ fn phases(
     let mut evidence = gather(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
 
     // The polluter search for every order-dependent test, after the runs that showed it.
-    let pairs = search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
+    let pairs = pairs::search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
     if let Some(node) = replay_node {
         report.fixtures.replay =
             replay::read(engine, node, &fixtures.delta, &coupled, file_run, &base_ids)?;
@@ -613,239 +610,6 @@ fn gather(
         );
     }
     evidence
-}
-
-/// The polluter (or state-setter) search of every order-dependent test; marks the culprits in
-/// the evidence. Each answer is a `pair` node computed from the runs that asked the question
-/// (the order that showed the anomaly, its rerun, the victim alone): an audit of the same runs
-/// finds it in the cache and repeats nothing. Otherwise a victim first tries the culprit sets
-/// known from this audit and, for the same base and victim, from earlier audits, and is
-/// searched only when none reproduces; every set a search finds is remembered for the next
-/// audit of the base.
-fn search_pairs(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
-    evidence: &mut BTreeMap<String, Evidence>,
-    nodeids: &[String],
-) -> Result<Vec<Pair>> {
-    let mut pairs: Vec<Pair> = Vec::new();
-    // The culprit sets established so far, tried first for the victims after them.
-    let mut established: Vec<(PairKind, Vec<String>)> = Vec::new();
-    for id in nodeids {
-        let t = crate::audit::triage::triage(&evidence[id]);
-        if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
-            continue;
-        }
-        let alone = evidence[id].alone.map(Outcome::is_green);
-        let (kind, label) = if alone.unwrap_or(true) {
-            (PairKind::Polluter, matrix.first(id, false))
-        } else {
-            (PairKind::StateSetter, matrix.first(id, true))
-        };
-        let Some(label) = label else { continue };
-        let mut question: Vec<NodeId> = vec![matrix.nodes[&label]];
-        question.extend(confirmation.rerun_nodes.get(&label).into_iter().flatten());
-        question.extend(confirmation.alone_nodes.get(id));
-        let slot: Arc<std::sync::OnceLock<Vec<u8>>> = Arc::default();
-        let answer_node = {
-            let slot = slot.clone();
-            fixgate_graph::Node::new(format!("pair({id})"), "pair", move |_| {
-                slot.get()
-                    .cloned()
-                    .map(fixgate_graph::Output::new)
-                    .ok_or_else(|| {
-                        fixgate_graph::NodeError::Infra(
-                            "bug: a pair node without its answer".into(),
-                        )
-                    })
-            })
-            .param("victim", id.as_str())
-            .param("kind", kind.as_str())
-        };
-        // A cached answer is checked again on these runs' code: the seed runs that asked the
-        // question can be the same while another test is now the culprit. The checks are
-        // cached runs themselves, so an audit of unchanged code repeats nothing.
-        let cached = match engine.live.lookup(&answer_node, &question) {
-            Some(bytes) => {
-                let answer = decode_answer(&bytes)?;
-                let holds = match answer.search.outcome.is_found() {
-                    true => {
-                        let (outcome, _, last) = search::verify(
-                            engine,
-                            id,
-                            kind,
-                            &answer.culprits,
-                            alone,
-                            matrix.nodes[&label],
-                        )?;
-                        outcome.is_found().then_some(last)
-                    }
-                    false => question.last().copied(),
-                };
-                holds.map(|last| {
-                    let _ = slot.set(bytes.to_vec());
-                    (answer, vec![last])
-                })
-            }
-            None => None,
-        };
-        let (answer, after) = match cached {
-            Some(hit) => hit,
-            None => {
-                let question = Question {
-                    id,
-                    kind,
-                    label,
-                    alone,
-                };
-                let (answer, last) = answer(engine, matrix, confirmation, &question, &established)?;
-                let bytes = serde_json::to_vec(&answer)
-                    .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
-                let _ = slot.set(bytes);
-                (answer, vec![last])
-            }
-        };
-        let node = engine
-            .live
-            .add_after(answer_node, &question, &after)
-            .map_err(|e| Error::Infra(format!("bug: {e}")))?;
-        if let Err(e) = engine.live.wait(node).into_result() {
-            return Err(Error::Infra(format!("pair({id}) failed: {e}")));
-        }
-        if !answer.search.outcome.explains() {
-            if let Some(e) = evidence.get_mut(id) {
-                e.unexplained = true;
-            }
-        }
-        if answer.search.outcome.is_found() {
-            established.push((kind, answer.culprits.clone()));
-        }
-        // Culprits that did not hold on every rerun are nobody's polluters.
-        let proven: &[String] = match answer.search.outcome.explains() {
-            true => &answer.culprits,
-            false => &[],
-        };
-        for c in proven {
-            if let Some(e) = evidence.get_mut(c) {
-                match kind {
-                    PairKind::Polluter => e.polluter_in_pair = true,
-                    PairKind::StateSetter => e.state_setter_in_pair = true,
-                }
-            }
-        }
-        // A search that explained nothing leaves no pair: the test is flaky (its evidence says
-        // so), and a pair without culprits would read as a finding about order.
-        if !answer.search.outcome.explains() {
-            continue;
-        }
-        pairs.push(Pair {
-            kind: answer.kind,
-            victim: id.clone(),
-            culprits: answer.culprits,
-            search: answer.search,
-            last: node,
-            found: answer.found,
-            verify_runs: answer.verify_runs,
-        });
-    }
-    Ok(pairs)
-}
-
-fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| Error::Infra(format!("bug: a cached pair does not decode: {e}")))
-}
-
-/// Which victim misbehaves how, in which order, and how it fares alone (`Some(true)`: green).
-#[derive(Clone, Copy)]
-struct Question<'a> {
-    id: &'a str,
-    kind: PairKind,
-    label: OrderLabel,
-    alone: Option<bool>,
-}
-
-/// Works out who makes `id` misbehave in the order `label`: a known set confirmed in one run,
-/// else a search. Returns the answer and the last run it made.
-fn answer(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
-    question: &Question,
-    established: &[(PairKind, Vec<String>)],
-) -> Result<(search::Answer, NodeId)> {
-    let Question {
-        id,
-        kind,
-        label,
-        alone,
-    } = *question;
-    let order = matrix.order(label);
-    let pos = order.iter().position(|o| o == id).unwrap_or(0);
-    let prefix = &order[..pos];
-    let mut after: Vec<NodeId> = vec![matrix.nodes[&label]];
-    after.extend(&confirmation.nodes);
-    let known: Vec<Known> = culprits::recall(engine.store, &engine.base_tree, id)
-        .into_iter()
-        .map(|culprits| Known {
-            culprits,
-            from: Found::ReusedEarlierAudit,
-        })
-        .collect();
-    let this_audit: Vec<Known> = established
-        .iter()
-        .filter(|(k, _)| *k == kind)
-        .map(|(_, culprits)| Known {
-            culprits: culprits.clone(),
-            from: Found::ReusedThisAudit,
-        })
-        .collect();
-    let known: Vec<Known> = this_audit.into_iter().chain(known).collect();
-    let pair = match search::reuse(engine, id, prefix, kind, alone, &known, &after)? {
-        Some(pair) => pair,
-        None => {
-            let reruns = confirmation.outcomes(label, id);
-            let whole_reproduces = !reruns.is_empty()
-                && reruns.iter().all(|o| match kind {
-                    PairKind::Polluter => !o.is_green(),
-                    PairKind::StateSetter => o.is_green(),
-                });
-            search::find(
-                engine,
-                Role::Head,
-                id,
-                prefix,
-                kind,
-                whole_reproduces,
-                &after,
-            )?
-        }
-    };
-    let mut search = pair.search;
-    let (mut verify_runs, mut last) = (0, pair.last);
-    if search.outcome.explains() {
-        let (outcome, runs, node) =
-            search::verify(engine, id, kind, &pair.culprits, alone, pair.last)?;
-        (verify_runs, last) = (runs, node);
-        if !outcome.is_found() {
-            search.outcome = outcome;
-        }
-    }
-    // Only a set that held on every rerun is worth trying for the next audit of the base.
-    if search.outcome.is_found() && pair.found == Found::Searched {
-        culprits::remember(engine.store, &engine.base_tree, id, &pair.culprits);
-    }
-    Ok((
-        search::Answer {
-            kind: pair.kind,
-            culprits: pair.culprits,
-            search,
-            found: pair.found,
-            verify_runs,
-        },
-        last,
-    ))
 }
 
 /// New skip markers, and skips inside the body of a test the patch edited.

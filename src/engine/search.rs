@@ -44,9 +44,11 @@ pub struct Answer {
 }
 
 /// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
-/// the victim alone does not (`alone`: what confirmation already saw, one of the reruns). Stops
-/// at the first run that disagrees. Returns the outcome to record (the search's, or
-/// [`bisect::SearchOutcome::Unstable`]), the runs made, and the last run's node.
+/// the victim alone does not (`alone`: what confirmation already saw, one of the reruns). The
+/// two kinds of run are independent, so each round runs one of each side by side (the next
+/// round starts after both); the rounds stop at the first run that disagrees. Returns the
+/// outcome to record (the search's, or [`bisect::SearchOutcome::Unstable`]), the runs made, and
+/// the last round's nodes.
 pub fn verify(
     engine: &Engine,
     victim: &str,
@@ -54,19 +56,19 @@ pub fn verify(
     culprits: &[String],
     alone: Option<bool>,
     after: NodeId,
-) -> Result<(bisect::SearchOutcome, u32, NodeId), Error> {
+) -> Result<(bisect::SearchOutcome, u32, Vec<NodeId>), Error> {
     let anomaly = |green: bool| match kind {
         PairKind::Polluter => !green,
         PairKind::StateSetter => green,
     };
     let mut order = culprits.to_vec();
     order.push(victim.to_string());
-    let mut last = after;
+    let mut last = vec![after];
     let (mut runs, mut reproduced, mut of) = (0, 0, 0);
     let mut alone_normal = alone.map(|g| !anomaly(g)).unwrap_or(true);
     let mut alone_seen = u32::from(alone.is_some());
     for k in 0..PROOF_RERUNS as u32 {
-        let req = RunRequest::new(
+        let both = RunRequest::new(
             match k {
                 0 => format!("verify-run({victim})"),
                 k => format!("verify-run({victim})#{k}"),
@@ -75,28 +77,47 @@ pub fn verify(
             Role::Head,
             order.clone(),
         )
-        .after(&[last])
+        .after(&last)
         .repeat(k);
-        let (node, result) = engine.run_one(&req)?;
-        (runs, of, last) = (runs + 1, of + 1, node);
-        if !anomaly(outcome(&result, victim).is_green()) {
+        let mut requests = vec![both];
+        let alone_run = alone_normal && (alone_seen as usize) < PROOF_RERUNS;
+        if alone_run {
+            let k = alone_seen;
+            requests.push(
+                RunRequest::new(
+                    format!("alone-run({victim})#{k}"),
+                    "alone-run",
+                    Role::Head,
+                    vec![victim.to_string()],
+                )
+                .after(&last)
+                .repeat(k),
+            );
+        }
+        let nodes = requests
+            .iter()
+            .map(|r| engine.add_run(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut results = Vec::with_capacity(nodes.len());
+        for (req, &node) in requests.iter().zip(&nodes) {
+            let result = engine
+                .wait_run(node)?
+                .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
+            engine.live.release(node);
+            results.push(outcome(&result, victim));
+        }
+        (runs, of, last) = (runs + nodes.len() as u32, of + 1, nodes);
+        if alone_run {
+            alone_seen += 1;
+            alone_normal = !anomaly(results[1].is_green());
+        }
+        if !anomaly(results[0].is_green()) {
             break;
         }
         reproduced += 1;
-    }
-    while reproduced == of && alone_normal && (alone_seen as usize) < PROOF_RERUNS {
-        let k = alone_seen;
-        let req = RunRequest::new(
-            format!("alone-run({victim})#{k}"),
-            "alone-run",
-            Role::Head,
-            vec![victim.to_string()],
-        )
-        .after(&[last])
-        .repeat(k);
-        let (node, result) = engine.run_one(&req)?;
-        (runs, last, alone_seen) = (runs + 1, node, alone_seen + 1);
-        alone_normal = !anomaly(outcome(&result, victim).is_green());
+        if !alone_normal {
+            break;
+        }
     }
     let outcome = if reproduced as usize == PROOF_RERUNS && alone_normal {
         bisect::SearchOutcome::Found

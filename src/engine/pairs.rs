@@ -1,0 +1,377 @@
+//! The polluter (or state-setter) search of every order-dependent test. Victims are answered in
+//! waves: every open victim at once tries what is already known (its cached answer, checked
+//! again, or a culprit set established for another victim), and then the first victim that
+//! nothing known explains is searched, alone, so that what it finds is offered to the others
+//! in the next wave. Which sets are offered in which wave depends only on the victims' order, so
+//! the answers do not depend on how many jobs run them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use fixgate_graph::{Node, NodeError, NodeId, Output};
+
+use crate::audit::bisect::PairKind;
+use crate::audit::triage::{Bucket, Evidence, Signal};
+use crate::engine::culprits;
+use crate::engine::matrix::{Confirmation, Matrix, OrderLabel};
+use crate::engine::runs::{Engine, Role};
+use crate::engine::search::{self, Found, Known, Pair};
+use crate::error::{Error, Result};
+use crate::pytest::events::Outcome;
+
+/// How many victims try known sets at once: each waits on runs the graph's workers execute, so
+/// this bounds threads, not processes.
+const SIDE_BY_SIDE: usize = 8;
+
+/// Which victim misbehaves how, in which order, how it fares alone (`Some(true)`: green), and
+/// the runs that asked the question.
+struct Question {
+    id: String,
+    kind: PairKind,
+    label: OrderLabel,
+    alone: Option<bool>,
+    asked: Vec<NodeId>,
+}
+
+/// A victim's answer, with the bytes its `pair` node records and the runs it starts after.
+struct Answered {
+    answer: search::Answer,
+    bytes: Vec<u8>,
+    after: Vec<NodeId>,
+}
+
+/// A culprit set and the anomaly it causes.
+type Established = (PairKind, Vec<String>);
+
+/// Finds the culprits of every order-dependent test and marks them in the evidence. Each answer
+/// is a `pair` node computed from the runs that asked the question (the order that showed the
+/// anomaly, its reruns, the victim alone): an audit of the same runs finds it in the cache,
+/// checks it again on this code, and repeats nothing else. Every set a search finds is
+/// remembered for the next audit of the base.
+pub(crate) fn search_pairs(
+    engine: &Engine,
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    evidence: &mut BTreeMap<String, Evidence>,
+    nodeids: &[String],
+) -> Result<Vec<Pair>> {
+    let questions: Vec<Question> = nodeids
+        .iter()
+        .filter_map(|id| question(matrix, confirmation, &evidence[id], id))
+        .collect();
+    let mut answers: Vec<Option<Answered>> = questions.iter().map(|_| None).collect();
+    let mut established: Vec<Established> = Vec::new();
+    let mut offered = 0;
+    let mut wave = 0;
+    loop {
+        let open: Vec<usize> = (0..questions.len())
+            .filter(|&i| answers[i].is_none())
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        let known = &established[offered..];
+        offered = established.len();
+        let quick = side_by_side(&open, |i| {
+            known_answer(
+                engine,
+                matrix,
+                confirmation,
+                &questions[i],
+                known,
+                wave == 0,
+            )
+        })?;
+        for (&i, answered) in open.iter().zip(quick) {
+            if let Some(a) = answered {
+                establish(&mut established, &a.answer);
+                answers[i] = Some(a);
+            }
+        }
+        wave += 1;
+        // Sets this wave established (from the cache or an earlier audit) are offered to the
+        // victims still open before anything is searched.
+        if established.len() > offered {
+            continue;
+        }
+        if let Some(i) = (0..questions.len()).find(|&i| answers[i].is_none()) {
+            let a = searched(engine, matrix, confirmation, &questions[i])?;
+            establish(&mut established, &a.answer);
+            answers[i] = Some(a);
+        }
+    }
+    let mut pairs = Vec::new();
+    for (q, a) in questions.iter().zip(answers) {
+        let a = a.expect("every victim is answered before the waves end");
+        if let Some(pair) = record(engine, evidence, q, a)? {
+            pairs.push(pair);
+        }
+    }
+    Ok(pairs)
+}
+
+/// The question an order-dependent test asks; `None` for any other test.
+fn question(
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    evidence: &Evidence,
+    id: &str,
+) -> Option<Question> {
+    let t = crate::audit::triage::triage(evidence);
+    if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
+        return None;
+    }
+    let alone = evidence.alone.map(Outcome::is_green);
+    let (kind, label) = match alone.unwrap_or(true) {
+        true => (PairKind::Polluter, matrix.first(id, false)?),
+        false => (PairKind::StateSetter, matrix.first(id, true)?),
+    };
+    let mut asked: Vec<NodeId> = vec![matrix.nodes[&label]];
+    asked.extend(confirmation.rerun_nodes.get(&label).into_iter().flatten());
+    asked.extend(confirmation.alone_nodes.get(id));
+    Some(Question {
+        id: id.to_owned(),
+        kind,
+        label,
+        alone,
+        asked,
+    })
+}
+
+/// Runs `f` for every index, at most [`SIDE_BY_SIDE`] at a time, and returns the results in
+/// order (the first error, if any).
+fn side_by_side<T: Send>(
+    indices: &[usize],
+    f: impl Fn(usize) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(indices.len());
+    for chunk in indices.chunks(SIDE_BY_SIDE) {
+        let results: Vec<Result<T>> = std::thread::scope(|s| {
+            let f = &f;
+            let handles: Vec<_> = chunk.iter().map(|&i| s.spawn(move || f(i))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Infra("bug: a polluter search panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            out.push(r?);
+        }
+    }
+    Ok(out)
+}
+
+/// Adds the culprits of a found answer to the sets offered to other victims.
+fn establish(established: &mut Vec<Established>, answer: &search::Answer) {
+    let set = (answer.kind, answer.culprits.clone());
+    if answer.search.outcome.is_found() && !established.contains(&set) {
+        established.push(set);
+    }
+}
+
+/// The `pair` node of a question, recording `bytes` (none: for a cache lookup only).
+fn pair_node(q: &Question, bytes: Option<Vec<u8>>) -> Node {
+    let slot: Arc<OnceLock<Vec<u8>>> = Arc::default();
+    if let Some(b) = bytes {
+        let _ = slot.set(b);
+    }
+    Node::new(format!("pair({})", q.id), "pair", move |_| {
+        slot.get()
+            .cloned()
+            .map(Output::new)
+            .ok_or_else(|| NodeError::Infra("bug: a pair node without its answer".into()))
+    })
+    .param("victim", q.id.as_str())
+    .param("kind", q.kind.as_str())
+}
+
+/// The answer known without a search: the cached one, if it holds on this code (the seed runs
+/// that asked can be the same while another test is now the culprit; the checks are cached
+/// runs themselves, so an audit of unchanged code repeats nothing), else a set in `known` (or,
+/// in the first wave, one remembered from an earlier audit of the base) that reproduces.
+fn known_answer(
+    engine: &Engine,
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    q: &Question,
+    known: &[Established],
+    first_wave: bool,
+) -> Result<Option<Answered>> {
+    if first_wave {
+        if let Some(bytes) = engine.live.lookup(&pair_node(q, None), &q.asked) {
+            let answer = decode_answer(&bytes)?;
+            let holds = match answer.search.outcome.is_found() {
+                true => {
+                    let (outcome, _, last) = search::verify(
+                        engine,
+                        &q.id,
+                        q.kind,
+                        &answer.culprits,
+                        q.alone,
+                        matrix.nodes[&q.label],
+                    )?;
+                    outcome.is_found().then_some(last)
+                }
+                false => q.asked.last().map(|n| vec![*n]),
+            };
+            if let Some(after) = holds {
+                return Ok(Some(Answered {
+                    answer,
+                    bytes: bytes.to_vec(),
+                    after,
+                }));
+            }
+        }
+    }
+    let mut sets: Vec<Known> = known
+        .iter()
+        .filter(|(k, _)| *k == q.kind)
+        .map(|(_, culprits)| Known {
+            culprits: culprits.clone(),
+            from: Found::ReusedThisAudit,
+        })
+        .collect();
+    if first_wave {
+        sets.extend(
+            culprits::recall(engine.store, &engine.base_tree, &q.id)
+                .into_iter()
+                .map(|culprits| Known {
+                    culprits,
+                    from: Found::ReusedEarlierAudit,
+                }),
+        );
+    }
+    if sets.is_empty() {
+        return Ok(None);
+    }
+    let (prefix, after) = prefix(matrix, confirmation, q);
+    match search::reuse(engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
+        Some(pair) => checked(engine, q, pair).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The answer of a search over the prefix of the order that showed the anomaly.
+fn searched(
+    engine: &Engine,
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    q: &Question,
+) -> Result<Answered> {
+    let (prefix, after) = prefix(matrix, confirmation, q);
+    let reruns = confirmation.outcomes(q.label, &q.id);
+    let whole_reproduces = !reruns.is_empty()
+        && reruns.iter().all(|o| match q.kind {
+            PairKind::Polluter => !o.is_green(),
+            PairKind::StateSetter => o.is_green(),
+        });
+    let pair = search::find(
+        engine,
+        Role::Head,
+        &q.id,
+        &prefix,
+        q.kind,
+        whole_reproduces,
+        &after,
+    )?;
+    checked(engine, q, pair)
+}
+
+/// The tests before the victim in the order that showed the anomaly, and the runs a search of
+/// them starts after.
+fn prefix(
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    q: &Question,
+) -> (Vec<String>, Vec<NodeId>) {
+    let mut order = matrix.order(q.label);
+    let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
+    order.truncate(pos);
+    let mut after: Vec<NodeId> = vec![matrix.nodes[&q.label]];
+    after.extend(&confirmation.nodes);
+    (order, after)
+}
+
+/// A pair found by reuse or search, checked on every rerun; a set that held is remembered for
+/// the victim's next audit of the base (unless it came from there).
+fn checked(engine: &Engine, q: &Question, pair: Pair) -> Result<Answered> {
+    let mut search = pair.search;
+    let (mut verify_runs, mut after) = (0, vec![pair.last]);
+    if search.outcome.explains() {
+        let (outcome, runs, nodes) =
+            search::verify(engine, &q.id, q.kind, &pair.culprits, q.alone, pair.last)?;
+        (verify_runs, after) = (runs, nodes);
+        if !outcome.is_found() {
+            search.outcome = outcome;
+        }
+    }
+    if search.outcome.is_found() && pair.found != Found::ReusedEarlierAudit {
+        culprits::remember(engine.store, &engine.base_tree, &q.id, &pair.culprits);
+    }
+    let answer = search::Answer {
+        kind: pair.kind,
+        culprits: pair.culprits,
+        search,
+        found: pair.found,
+        verify_runs,
+    };
+    let bytes = serde_json::to_vec(&answer)
+        .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
+    Ok(Answered {
+        answer,
+        bytes,
+        after,
+    })
+}
+
+/// Adds the victim's `pair` node and marks its culprits in the evidence; returns the pair, or
+/// `None` when the search explained nothing (the test is flaky then: its evidence says so, and
+/// a pair without culprits would read as a finding about order).
+fn record(
+    engine: &Engine,
+    evidence: &mut BTreeMap<String, Evidence>,
+    q: &Question,
+    a: Answered,
+) -> Result<Option<Pair>> {
+    let node = engine
+        .live
+        .add_after(pair_node(q, Some(a.bytes)), &q.asked, &a.after)
+        .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+    if let Err(e) = engine.live.wait(node).into_result() {
+        return Err(Error::Infra(format!("pair({}) failed: {e}", q.id)));
+    }
+    let answer = a.answer;
+    if !answer.search.outcome.explains() {
+        if let Some(e) = evidence.get_mut(&q.id) {
+            e.unexplained = true;
+        }
+        return Ok(None);
+    }
+    // Culprits that did not hold on every rerun are nobody's polluters.
+    for c in &answer.culprits {
+        if let Some(e) = evidence.get_mut(c) {
+            match q.kind {
+                PairKind::Polluter => e.polluter_in_pair = true,
+                PairKind::StateSetter => e.state_setter_in_pair = true,
+            }
+        }
+    }
+    Ok(Some(Pair {
+        kind: answer.kind,
+        victim: q.id.clone(),
+        culprits: answer.culprits,
+        search: answer.search,
+        last: node,
+        found: answer.found,
+        verify_runs: answer.verify_runs,
+    }))
+}
+
+fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::Infra(format!("bug: a cached pair does not decode: {e}")))
+}
