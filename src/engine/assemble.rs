@@ -48,11 +48,14 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                 j.outside,
                 &report.source_replay,
             ),
-            repro: j
-                .pairs
-                .iter()
-                .find(|p| p.victim == f.subject || p.culprits.contains(&f.subject))
-                .map(search::repro),
+            repro: match f.kind {
+                FindingKind::NonIdempotent => Some(crate::audit::nio::repro(&f.subject)),
+                _ => j
+                    .pairs
+                    .iter()
+                    .find(|p| p.victim == f.subject || p.culprits.contains(&f.subject))
+                    .map(search::repro),
+            },
             introduced: f.introduced,
             blocking: *d == Disposition::Rejects,
         });
