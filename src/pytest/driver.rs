@@ -1017,3 +1017,44 @@ impl EventReader {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(tests: &[(&str, u32, Outcome)]) -> RunResult {
+        RunResult {
+            executed: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
+            incomplete_trace: false,
+            index: Default::default(),
+            order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
+            processes: 1,
+            session_trace: Trace::default(),
+            tests: tests
+                .iter()
+                .map(|&(id, occurrence, outcome)| TestResult {
+                    occurrence,
+                    ..TestResult::missing(id, outcome, String::new(), 0.0, 0.0)
+                })
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_test_run_twice_in_a_row_is_its_first_run_and_its_second_is_again() {
+        let r = result(&[
+            ("t::a", 0, Outcome::Passed),
+            ("t::a", 1, Outcome::Failed),
+            ("t::b", 0, Outcome::Passed),
+            ("t::b", 1, Outcome::Passed),
+        ]);
+        assert_eq!(r.outcome_of("t::a"), Some(Outcome::Passed));
+        assert_eq!(r.again("t::a").map(|t| t.outcome), Some(Outcome::Failed));
+        assert_eq!(r.again("t::b").map(|t| t.outcome), Some(Outcome::Passed));
+        // A test that ran once has no second run.
+        let once = result(&[("t::a", 0, Outcome::Passed), ("t::b", 0, Outcome::Failed)]);
+        assert!(once.again("t::a").is_none() && once.again("t::b").is_none());
+        assert!(once.again("t::c").is_none());
+    }
+}
