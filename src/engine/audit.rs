@@ -493,6 +493,7 @@ fn phases(
             selection: &selection,
             today: opts.today,
             outside: &outside,
+            nio: nio_read.as_ref().map(|n| &n.twice),
         },
     );
     Ok(decision)
@@ -671,6 +672,8 @@ fn gather(
 
 /// What the nio order and its confirmation runs showed.
 struct NioRead {
+    /// Every test's two runs in the nio order, for the report.
+    twice: BTreeMap<String, Twice>,
     /// Each test that passed and then failed in the nio order, read.
     readings: BTreeMap<String, Idempotence>,
     /// The nio run's node and its confirmation runs' nodes.
@@ -685,10 +688,14 @@ struct NioRead {
 fn read_nio(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> Result<NioRead> {
     let run = started.wait(engine, OrderLabel::Twice)?;
     let node = started.nodes[&OrderLabel::Twice];
-    let suspects: Vec<(String, Twice)> = nodeids
+    let twice: BTreeMap<String, Twice> = nodeids
         .iter()
         .filter_map(|id| Some((id.clone(), matrix::twice_of(&run, id)?)))
+        .collect();
+    let suspects: Vec<(String, Twice)> = twice
+        .iter()
         .filter(|(_, t)| t.breaks_itself())
+        .map(|(id, t)| (id.clone(), *t))
         .collect();
     let ids: Vec<String> = suspects.iter().map(|(id, _)| id.clone()).collect();
     let matrix::TwiceRuns {
@@ -712,6 +719,7 @@ fn read_nio(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> R
     let count = nodes.len() as u64;
     nodes.push(node);
     Ok(NioRead {
+        twice,
         readings,
         nodes,
         reruns: count,
