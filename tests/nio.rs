@@ -87,6 +87,8 @@ fn node_labels(v: &Value) -> Vec<String> {
 }
 
 const IDEMPOTENT: &str = "\
+import unittest
+
 import pytest
 
 
@@ -106,6 +108,32 @@ def test_fixture_is_fresh(box, tmp_path):
 
 def test_pure():
     assert sorted([3, 1, 2]) == [1, 2, 3]
+
+
+@pytest.mark.parametrize('n', [1, 2])
+def test_param(n):
+    assert n in (1, 2)
+
+
+@pytest.fixture(scope='class')
+def shared():
+    return {'setups': 0}
+
+
+class TestInClass:
+    def test_method(self, shared, box):
+        shared['setups'] += 1
+        box.append(shared['setups'])
+        assert len(box) == 1
+
+
+class TestUnittestStyle(unittest.TestCase):
+    def setUp(self):
+        self.items = []
+
+    def test_case(self):
+        self.items.append(1)
+        self.assertEqual(self.items, [1])
 ";
 
 const SELF_POLLUTING: &str = "\
@@ -177,6 +205,9 @@ fn assert_non_idempotent_found(run: &Run, v: &Value, fork: bool) {
     for id in [
         "tests/test_ok.py::test_fixture_is_fresh",
         "tests/test_ok.py::test_pure",
+        "tests/test_ok.py::test_param[2]",
+        "tests/test_ok.py::TestInClass::test_method",
+        "tests/test_ok.py::TestUnittestStyle::test_case",
     ] {
         assert_eq!(test(v, id)["bucket"], "stable", "{}", test(v, id));
         assert!(!signals(v, id).contains(&"non-idempotent".to_string()));
@@ -252,6 +283,24 @@ fn the_repro_of_a_non_idempotent_test_passes_then_fails() {
             "fork {fork}: {run:?}"
         );
         assert_eq!(v["result"]["tests"][1]["occurrence"], 1);
+    }
+}
+
+#[test]
+fn an_order_file_may_list_a_test_twice_only_in_a_row() {
+    let (repo, _, _) = self_polluting_repo();
+    let order = repo.path().join("order.txt");
+    let a = "tests/test_ok.py::test_pure";
+    for listed in [[a, SEEN_ONCE, a], [a, a, a]] {
+        std::fs::write(&order, listed.join("\n") + "\n").unwrap();
+        let run = fixgate(
+            &repo,
+            repo.cache.path(),
+            true,
+            &["run", "--order", order.to_str().unwrap()],
+        );
+        assert_eq!(run.code, 2, "{listed:?}: {run:?}");
+        assert!(run.stderr.contains("is listed twice"), "{run:?}");
     }
 }
 
