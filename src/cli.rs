@@ -187,6 +187,12 @@ pub struct AuditArgs {
     /// Reject pre-existing findings too (findings the base already has)
     #[arg(long)]
     pub strict: bool,
+    /// Add the nio order: every test run twice in a row in the same process. A test that
+    /// passes and then fails, and does so again on 3 reruns of it twice by itself, is a
+    /// `non-idempotent` finding (it pollutes its own state); one that does not every time is
+    /// flaky [default: `[tool.fixgate] nio` of the base, else off]
+    #[arg(long)]
+    pub nio: bool,
     /// Ignore the cache: run every step
     #[arg(long)]
     pub no_cache: bool,

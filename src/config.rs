@@ -51,6 +51,9 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
     pub lock: Option<String>,
+    /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
+    /// `--nio` does.
+    pub nio: bool,
     /// Problems that do not stop the run (unknown keys, directories without a default group),
     /// each a full message that names the file and says what to do.
     pub warnings: Vec<String>,
@@ -196,6 +199,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         deps: py.deps,
         budget: py.budget,
         lock: py.lock,
+        nio: py.nio,
         warnings,
     })
 }
@@ -465,6 +469,8 @@ struct Pyproject {
     remote_cache: Option<String>,
     /// `fork = false`: every run in a fresh interpreter, no fork server.
     fork: Option<bool>,
+    /// `nio = true`: the nio order in every audit.
+    nio: bool,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -588,10 +594,12 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                 }
             },
             "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
+            "nio" => out.nio = parse_nio(&doc, (key, value))?,
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\" and \"fork\"",
+                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" and \
+                 \"nio\"",
             )),
         }
     }
@@ -682,6 +690,21 @@ fn parse_fork(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
             format!(
                 "expected true or false, found {}; write fork = false to run every order in a \
                  fresh interpreter",
+                a_type(other)
+            ),
+        )),
+    }
+}
+
+fn parse_nio(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
+    match value.get_ref() {
+        DeValue::Boolean(b) => Ok(*b),
+        other => Err(doc.err(
+            key.span(),
+            "tool.fixgate.nio",
+            format!(
+                "expected true or false, found {}; write nio = true to run every test twice in \
+                 a row in one more order",
                 a_type(other)
             ),
         )),
@@ -1229,6 +1252,16 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_nio_is_a_boolean_and_off_by_default() {
+        assert!(!pyproject("[tool.fixgate]\n").nio);
+        let config = pyproject("[tool.fixgate]\nnio = true\n");
+        assert!(config.nio && config.warnings.is_empty());
+        assert!(pyproject_err("[tool.fixgate]\nnio = 1\n").contains(
+            "tool.fixgate.nio: expected true or false, found an integer; write nio = true"
+        ));
+    }
+
+    #[test]
     fn pyproject_unknown_keys_warn() {
         let config = pyproject(
             "[tool.fixgate]\n\
@@ -1243,7 +1276,8 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\" and \"fork\"",
+                 keys are \"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" \
+                 and \"nio\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

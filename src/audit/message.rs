@@ -91,6 +91,10 @@ pub(crate) fn finding_message(
         FindingKind::Flaky => {
             format!("{id} gives different outcomes in the same order: nondeterminism, not drift")
         }
+        FindingKind::NonIdempotent => format!(
+            "{id} passes, then fails when run again in the same process (every time): it leaves \
+             behind state that breaks its own next run"
+        ),
         FindingKind::FreezeAdded => format!(
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),

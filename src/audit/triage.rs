@@ -31,6 +31,11 @@
 //! - Green in every order: *skipped* when every outcome is `skipped` or `xfailed` (or it never
 //!   ran), else *stable*. If it needed reruns (pytest-rerunfailures) to be green, it failed and then
 //!   passed in the same order: *flaky*, never folded into a pass.
+//! - With `--nio`, a test that passed and then failed when run again in the same process, and
+//!   did so on every one of [`PROOF_RERUNS`] reruns of it twice by itself, gets the signal
+//!   `non-idempotent` (a finding of its own; the bucket stays what the orders say). One that
+//!   did not do it every time is *flaky*. The nio order's outcomes are never among the
+//!   outcomes compared across orders: a second run is not another order.
 //! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
 //!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
 //!
@@ -50,6 +55,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+use crate::audit::nio::Idempotence;
 use crate::audit::verdict::FindingKind;
 use crate::pytest::events::Outcome;
 
@@ -77,6 +83,8 @@ pub struct Evidence {
     /// The polluter (or state-setter) search for it explained nothing: no culprit, or a set that
     /// did not reproduce on every rerun.
     pub unexplained: bool,
+    /// What the nio order (`--nio`) showed, when it showed the test passing and then failing.
+    pub nio: Option<Idempotence>,
 }
 
 /// How many times each way the outcome must follow the order before a test is order-dependent:
@@ -187,6 +195,8 @@ pub enum Signal {
     Flaky,
     /// Red in some orders, green in others, with no confirmation reruns.
     Unconfirmed,
+    /// Passes, then fails when run again in the same process, every time (`--nio`).
+    NonIdempotent,
     Crashed,
     Timeout,
     /// Red in every order, and not a victim.
@@ -211,6 +221,7 @@ impl fmt::Display for Signal {
             Signal::StateSetter => "state-setter",
             Signal::Flaky => "flaky",
             Signal::Unconfirmed => "unconfirmed",
+            Signal::NonIdempotent => "non-idempotent",
             Signal::Crashed => "crashed",
             Signal::Timeout => "timeout",
             Signal::Failing => "failing",
@@ -244,6 +255,7 @@ impl<'de> Deserialize<'de> for Signal {
             Signal::StateSetter,
             Signal::Flaky,
             Signal::Unconfirmed,
+            Signal::NonIdempotent,
             Signal::Crashed,
             Signal::Timeout,
             Signal::Failing,
@@ -297,6 +309,7 @@ impl Triage {
                 Signal::Failing => add(FindingKind::Failing),
                 Signal::Error => add(FindingKind::ErrorBucket),
                 Signal::Flaky => add(FindingKind::Flaky),
+                Signal::NonIdempotent => add(FindingKind::NonIdempotent),
                 _ => {}
             }
         }
@@ -361,6 +374,11 @@ pub fn triage(e: &Evidence) -> Triage {
     if order_dependent && alone_green == Some(true) {
         victim = true;
     }
+    // Read last, so that it changes nothing of the reading of the orders above.
+    let non_idempotent = e.nio == Some(Idempotence::NonIdempotent);
+    if e.nio == Some(Idempotence::Unreproduced) {
+        flaky = true;
+    }
 
     let observed = outcomes
         .iter()
@@ -415,6 +433,7 @@ pub fn triage(e: &Evidence) -> Triage {
     }
     flag(flaky, Signal::Flaky);
     flag(unconfirmed, Signal::Unconfirmed);
+    flag(non_idempotent, Signal::NonIdempotent);
     flag(crashed, Signal::Crashed);
     flag(timeout, Signal::Timeout);
     flag(red_everywhere == Some(Bucket::Failing), Signal::Failing);
@@ -509,6 +528,40 @@ mod tests {
         let mut e = alone(&[Failed, Failed, Failed, Failed], Passed);
         e.unexplained = true;
         assert_eq!(triage(&e).bucket, Bucket::Flaky);
+    }
+
+    #[test]
+    fn the_nio_reading_adds_its_finding_and_changes_nothing_of_the_orders() {
+        // Green in every order, non-idempotent: still stable, with its own finding, never flaky.
+        let mut e = ev(&[Passed, Passed, Passed, Passed]);
+        e.nio = Some(Idempotence::NonIdempotent);
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Stable);
+        assert!(t.has(&Signal::NonIdempotent) && !t.has(&Signal::Flaky));
+        assert_eq!(t.finding_kinds(), [FindingKind::NonIdempotent]);
+        // A proven order dependence stays what it is.
+        let mut e = confirmed(&[Failed, Passed, Passed, Passed], Failed, Passed);
+        e.nio = Some(Idempotence::NonIdempotent);
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::OrderDependent);
+        assert_eq!(
+            t.finding_kinds(),
+            [FindingKind::OrderDependent, FindingKind::NonIdempotent]
+        );
+        // Pass-then-fail that did not reproduce every time: flaky, not non-idempotent.
+        let mut e = ev(&[Passed, Passed, Passed, Passed]);
+        e.nio = Some(Idempotence::Unreproduced);
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Flaky);
+        assert!(!t.has(&Signal::NonIdempotent));
+        assert_eq!(t.finding_kinds(), [FindingKind::Flaky]);
+        // Round trip of the signal's name.
+        let text = serde_json::to_string(&Signal::NonIdempotent).unwrap();
+        assert_eq!(text, "\"non-idempotent\"");
+        assert_eq!(
+            serde_json::from_str::<Signal>(&text).unwrap(),
+            Signal::NonIdempotent
+        );
     }
 
     fn alone(outcomes: &[Outcome], alone: Outcome) -> Evidence {

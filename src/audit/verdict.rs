@@ -114,6 +114,9 @@ pub enum FindingKind {
     RedefinedTest,
     /// An edited test that passes with both versions of its test code.
     TestRefactor,
+    /// A test that passes, then fails when run again in the same process (`--nio`): it
+    /// pollutes its own state.
+    NonIdempotent,
 }
 
 impl FindingKind {
@@ -137,6 +140,7 @@ impl FindingKind {
             FindingKind::CollectionError => "collection-error",
             FindingKind::RedefinedTest => "redefined-test",
             FindingKind::TestRefactor => "test-refactor",
+            FindingKind::NonIdempotent => "non-idempotent",
         }
     }
 
@@ -155,6 +159,7 @@ impl FindingKind {
                 | FindingKind::OutsideWrite
                 | FindingKind::CollectionError
                 | FindingKind::RedefinedTest
+                | FindingKind::NonIdempotent
         )
     }
 }
@@ -340,7 +345,7 @@ mod tests {
         }
     }
 
-    const DEFECTS: [FindingKind; 8] = [
+    const DEFECTS: [FindingKind; 9] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -349,6 +354,7 @@ mod tests {
         FindingKind::Crashed,
         FindingKind::Timeout,
         FindingKind::ErrorBucket,
+        FindingKind::NonIdempotent,
     ];
 
     #[test]

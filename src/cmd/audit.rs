@@ -169,6 +169,7 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
             .clone()
             .unwrap_or_else(|| (1..=args.seeds).collect()),
         strict: args.strict,
+        nio: args.nio,
         cache: !args.no_cache,
         check: args.check,
         deps: args.deps.map(|d| match d {

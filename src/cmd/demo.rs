@@ -108,6 +108,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         seeds: 4,
         seed_list: None,
         strict: false,
+        nio: false,
         no_cache: false,
         check: false,
         deps: None,

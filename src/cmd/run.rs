@@ -138,7 +138,10 @@ pub fn read_order_file(file: &std::path::Path, items: &[CollectedItem]) -> Resul
                 i + 1
             )));
         }
-        if order.iter().any(|o| o == id) {
+        // Twice in a row runs the test again in the same process (the nio order's repro).
+        let again = order.last().is_some_and(|o| o == id)
+            && (order.len() < 2 || order[order.len() - 2] != id);
+        if !again && order.iter().any(|o| o == id) {
             return Err(Error::Usage(format!(
                 "failed to read {} line {}: {id:?} is listed twice",
                 file.display(),

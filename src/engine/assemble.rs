@@ -30,6 +30,8 @@ pub struct Judged<'a> {
     pub today: Date,
     /// What each test (`None`: outside any test) did outside its sandbox.
     pub outside: &'a BTreeMap<Option<String>, BTreeSet<String>>,
+    /// With `--nio`: each test's two runs in the nio order.
+    pub nio: Option<&'a BTreeMap<String, crate::audit::nio::Twice>>,
 }
 
 /// Fills the findings, freeze suggestions, pairs and per-test rows of `report`.
@@ -48,11 +50,14 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                 j.outside,
                 &report.source_replay,
             ),
-            repro: j
-                .pairs
-                .iter()
-                .find(|p| p.victim == f.subject || p.culprits.contains(&f.subject))
-                .map(search::repro),
+            repro: match f.kind {
+                FindingKind::NonIdempotent => Some(crate::audit::nio::repro(&f.subject)),
+                _ => j
+                    .pairs
+                    .iter()
+                    .find(|p| p.victim == f.subject || p.culprits.contains(&f.subject))
+                    .map(search::repro),
+            },
             introduced: f.introduced,
             blocking: *d == Disposition::Rejects,
         });
@@ -126,6 +131,7 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
                     .outcomes
                     .iter()
                     .map(|(l, o)| (l.clone(), o.as_str().to_string()))
+                    .chain(nio_outcomes(j.nio.and_then(|n| n.get(id))))
                     .collect(),
                 dirty_groups: e.dirty_groups.clone(),
                 edited_by_patch: j.edited.contains(id),
@@ -139,6 +145,20 @@ pub fn fill(report: &mut AuditReport, j: &Judged) {
             }
         })
         .collect();
+}
+
+/// A test's runs in the nio order as report outcomes: `nio` the first, `nio#2` the second. Shown
+/// beside the orders' outcomes, never judged with them (see `audit::nio`).
+fn nio_outcomes(twice: Option<&crate::audit::nio::Twice>) -> Vec<(String, String)> {
+    let Some(t) = twice else {
+        return Vec::new();
+    };
+    let label = crate::engine::matrix::OrderLabel::Twice.to_string();
+    let mut out = vec![(label.clone(), t.first.as_str().to_string())];
+    if let Some(second) = t.second {
+        out.push((format!("{label}#2"), second.as_str().to_string()));
+    }
+    out
 }
 
 /// The budget section: the limits, what was used, the breach lines. `proof_runs` are the runs

@@ -13,7 +13,8 @@ use fixgate_graph::{Live, Mode, NodeId, RunOptions};
 use crate::audit::budget::{self, Limits, Overrides, Usage};
 use crate::audit::edited::{coupled_tests, edited_tests};
 use crate::audit::freeze::{self, Date};
-use crate::audit::triage::{Confirm, Evidence};
+use crate::audit::nio::{self, Idempotence, Twice};
+use crate::audit::triage::{Confirm, Evidence, Signal};
 use crate::audit::verdict::{self, FindingKind};
 use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
@@ -22,7 +23,7 @@ use crate::engine::assemble::{self, side_of, Judged};
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
-use crate::engine::runs::Engine;
+use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::{base_check, pairs, replay, source_replay, steps};
 use crate::error::{Error, Result};
@@ -36,6 +37,9 @@ pub struct Options {
     /// The shuffled orders, after file order and reversed order.
     pub seeds: Vec<u64>,
     pub strict: bool,
+    /// `--nio`: add the nio order (each test twice in a row); `[tool.fixgate] nio` of the base
+    /// turns it on too.
+    pub nio: bool,
     pub cache: bool,
     /// Re-execute the cached seed runs and compare (the graph's check mode).
     pub check: bool,
@@ -215,6 +219,7 @@ fn phases(
     let base_ids: HashSet<&str> = base_items.iter().map(|i| i.nodeid.as_str()).collect();
     let labels = matrix::labels(&opts.seeds);
     report.orders = labels.iter().map(|l| l.to_string()).collect();
+    let nio = opts.nio || sides.base_config.nio;
     if let Some(shard) = opts.shard {
         return run_shard(
             engine,
@@ -226,6 +231,20 @@ fn phases(
         );
     }
     let started_matrix = matrix::start(engine, &labels, &selection, head_collected.node)?;
+    // The nio order runs beside the matrix, read apart from it (see `audit::nio`).
+    let started_nio = match nio {
+        true => {
+            report.orders.push(OrderLabel::Twice.to_string());
+            let twice = [OrderLabel::Twice];
+            Some(matrix::start(
+                engine,
+                &twice,
+                &selection,
+                head_collected.node,
+            )?)
+        }
+        false => None,
+    };
     let file_run = started_matrix.wait(engine, OrderLabel::File)?;
     let coupled = coupled_tests(&file_run, &fixtures.delta);
     report.fixtures.coupled = coupled.clone();
@@ -267,6 +286,15 @@ fn phases(
     let always_red = matrix.always_red(&nodeids);
     let confirmation = matrix::confirm(engine, &matrix, &selection, &disagreeing, &always_red)?;
     let mut evidence = gather(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
+    let nio_read = match &started_nio {
+        Some(started) => Some(read_nio(engine, started, &nodeids)?),
+        None => None,
+    };
+    for (id, reading) in nio_read.iter().flat_map(|n| &n.readings) {
+        if let Some(e) = evidence.get_mut(id) {
+            e.nio = Some(*reading);
+        }
+    }
 
     // The polluter search for every order-dependent test, after the runs that showed it.
     let pairs = pairs::search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
@@ -289,10 +317,11 @@ fn phases(
     let mut evidence_nodes = matrix.node_ids();
     evidence_nodes.extend(&confirmation.nodes);
     evidence_nodes.extend(pairs.iter().map(|p| p.last));
+    evidence_nodes.extend(nio_read.iter().flat_map(|n| &n.nodes));
     let (triage_node, triaged) = judge::triage(engine, evidence.clone(), &evidence_nodes)?;
     let outside = outside_writes(&matrix);
     let writers: Vec<String> = outside.keys().flatten().cloned().collect();
-    let pre_existing = base_check::run(
+    let mut pre_existing = base_check::run(
         engine,
         &triaged,
         &pairs,
@@ -301,6 +330,7 @@ fn phases(
         &writers,
         &[triage_node],
     )?;
+    pre_existing.extend(nio_base_check(engine, &triaged, &base_ids, triage_node)?);
 
     // Findings, the budget and the verdict.
     let mut findings: Vec<verdict::Finding> = Vec::new();
@@ -422,7 +452,8 @@ fn phases(
         .values()
         .map(|r| r.len() as u64)
         .sum::<u64>()
-        + pairs.iter().map(|p| u64::from(p.verify_runs)).sum::<u64>();
+        + pairs.iter().map(|p| u64::from(p.verify_runs)).sum::<u64>()
+        + nio_read.as_ref().map_or(0, |n| n.reruns);
     report.budget = assemble::budget_section(&limits, &usage, &breaches, proof_runs);
     let weighed = Weighed {
         findings: findings.clone(),
@@ -447,6 +478,7 @@ fn phases(
             selection: &selection,
             today: opts.today,
             outside: &outside,
+            nio: nio_read.as_ref().map(|n| &n.twice),
         },
     );
     Ok(decision)
@@ -606,10 +638,100 @@ fn gather(
                 edited_by_patch: edited.contains(id),
                 reruns: matrix.reruns(id),
                 unexplained: false,
+                nio: None,
             },
         );
     }
     evidence
+}
+
+/// What the nio order and its confirmation runs showed.
+struct NioRead {
+    /// Every test's two runs in the nio order, for the report.
+    twice: BTreeMap<String, Twice>,
+    /// Each test that passed and then failed in the nio order, read.
+    readings: BTreeMap<String, Idempotence>,
+    /// The nio run's node and its confirmation runs' nodes.
+    nodes: Vec<NodeId>,
+    /// How many confirmation runs were made.
+    reruns: u64,
+}
+
+/// Waits for the nio run; each test that passed and then failed there runs twice in a row by
+/// itself, up to [`PROOF_RERUNS`](crate::audit::triage::PROOF_RERUNS) times, stopping at the
+/// first run that does not show it.
+fn read_nio(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> Result<NioRead> {
+    let run = started.wait(engine, OrderLabel::Twice)?;
+    let node = started.nodes[&OrderLabel::Twice];
+    engine.live.release(node);
+    let twice: BTreeMap<String, Twice> = nodeids
+        .iter()
+        .filter_map(|id| Some((id.clone(), matrix::twice_of(&run, id)?)))
+        .collect();
+    let suspects: Vec<(String, Twice)> = twice
+        .iter()
+        .filter(|(_, t)| t.breaks_itself())
+        .map(|(id, t)| (id.clone(), *t))
+        .collect();
+    let ids: Vec<String> = suspects.iter().map(|(id, _)| id.clone()).collect();
+    let matrix::TwiceRuns {
+        runs: reruns,
+        mut nodes,
+    } = matrix::run_twice(
+        engine,
+        Role::Head,
+        "nio-run",
+        &ids,
+        nio::head_settled,
+        &[node],
+    )?;
+    let readings = suspects
+        .iter()
+        .filter_map(|(id, t)| {
+            let r = reruns.get(id).map(Vec::as_slice).unwrap_or_default();
+            Some((id.clone(), nio::read(*t, r)?))
+        })
+        .collect();
+    let count = nodes.len() as u64;
+    nodes.push(node);
+    Ok(NioRead {
+        twice,
+        readings,
+        nodes,
+        reruns: count,
+    })
+}
+
+/// The base's runs of each non-idempotent test twice in a row: a finding the base shows on any
+/// of up to [`PROOF_RERUNS`](crate::audit::triage::PROOF_RERUNS) runs is pre-existing.
+fn nio_base_check(
+    engine: &Engine,
+    triaged: &BTreeMap<String, crate::audit::triage::Triage>,
+    base_ids: &HashSet<&str>,
+    triage_node: NodeId,
+) -> Result<Vec<(FindingKind, String)>> {
+    let ids: Vec<String> = triaged
+        .iter()
+        .filter(|(id, t)| t.has(&Signal::NonIdempotent) && base_ids.contains(id.as_str()))
+        .map(|(id, _)| id.clone())
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runs = matrix::run_twice(
+        engine,
+        Role::Base,
+        "base-check",
+        &ids,
+        nio::base_settled,
+        &[triage_node],
+    )?;
+    Ok(runs
+        .runs
+        .into_iter()
+        .filter(|(_, r)| nio::base_shows(r))
+        .map(|(id, _)| (FindingKind::NonIdempotent, id))
+        .collect())
 }
 
 /// New skip markers, and skips inside the body of a test the patch edited.

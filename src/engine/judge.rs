@@ -71,7 +71,8 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
             .u64(u64::from(e.state_setter_in_pair))
             .u64(u64::from(e.edited_by_patch))
             .u64(u64::from(e.reruns))
-            .u64(u64::from(e.unexplained));
+            .u64(u64::from(e.unexplained))
+            .str(e.nio.map(|n| n.as_str()).unwrap_or("\0none"));
     }
     w.finish().to_string()
 }

@@ -6,6 +6,7 @@ use std::fmt;
 
 use fixgate_graph::NodeId;
 
+use crate::audit::nio::Twice;
 use crate::audit::triage::PROOF_RERUNS;
 use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
@@ -24,6 +25,9 @@ pub enum OrderLabel {
     Reversed,
     /// A shuffle of the non-serial tests by a portable RNG.
     Seed(u64),
+    /// Collection order with each test run twice in a row in the same process (`--nio`): read
+    /// only for idempotence, never as one more order of the matrix.
+    Twice,
 }
 
 impl OrderLabel {
@@ -33,17 +37,19 @@ impl OrderLabel {
             OrderLabel::File => order::seeded(items, 0),
             OrderLabel::Reversed => order::reversed(items),
             OrderLabel::Seed(s) => order::seeded(items, s),
+            OrderLabel::Twice => order::twice(items),
         }
     }
 }
 
-/// As the report and node labels spell it: `0`, `rev`, or the seed.
+/// As the report and node labels spell it: `0`, `rev`, the seed, or `nio`.
 impl fmt::Display for OrderLabel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OrderLabel::File => f.write_str("0"),
             OrderLabel::Reversed => f.write_str("rev"),
             OrderLabel::Seed(s) => write!(f, "{s}"),
+            OrderLabel::Twice => f.write_str("nio"),
         }
     }
 }
@@ -400,4 +406,69 @@ pub fn confirm(
         out.nodes.push(node);
     }
     Ok(out)
+}
+
+/// A test's two runs in a run that listed it twice in a row; `None` when it did not run.
+pub fn twice_of(run: &RunResult, nodeid: &str) -> Option<Twice> {
+    Some(Twice {
+        first: run.outcome_of(nodeid)?,
+        second: run.again(nodeid).map(|t| t.outcome),
+    })
+}
+
+/// The runs of tests twice in a row by themselves.
+pub struct TwiceRuns {
+    /// Each test's runs, in the order they were made.
+    pub runs: BTreeMap<String, Vec<Twice>>,
+    /// The node of every run.
+    pub nodes: Vec<NodeId>,
+}
+
+/// Runs each of `ids` twice in a row by itself (a process of its own per run), round after
+/// round, up to [`PROOF_RERUNS`] times, until `settled` says its runs so far decide it. The
+/// `kind` names the nodes (`nio-run` on the head, `base-check` on the base).
+pub fn run_twice(
+    engine: &Engine,
+    role: Role,
+    kind: &'static str,
+    ids: &[String],
+    settled: fn(&[Twice]) -> bool,
+    after: &[NodeId],
+) -> Result<TwiceRuns> {
+    let mut runs: BTreeMap<String, Vec<Twice>> = BTreeMap::new();
+    let mut nodes = Vec::new();
+    let mut pending: Vec<&String> = ids.iter().collect();
+    for k in 0..PROOF_RERUNS as u32 {
+        if pending.is_empty() {
+            break;
+        }
+        let mut round = Vec::new();
+        for id in &pending {
+            let label = match (role, k) {
+                (Role::Head, 0) => format!("{kind}({id})"),
+                (Role::Head, k) => format!("{kind}({id})#{k}"),
+                (Role::Base, 0) => format!("{kind}(non-idempotent {id})"),
+                (Role::Base, k) => format!("{kind}(non-idempotent {id})#{k}"),
+            };
+            let req = RunRequest::new(label, kind, role, vec![(*id).clone(), (*id).clone()])
+                .after(after)
+                .repeat(k);
+            round.push((*id, engine.add_run(&req)?));
+        }
+        for (id, node) in round {
+            let r = engine
+                .wait_run(node)?
+                .map_err(|e| Error::Infra(format!("{} failed: {e}", engine.live.label(node))))?;
+            nodes.push(node);
+            let entry = runs.entry(id.clone()).or_default();
+            // A run that could not run the test at all shows nothing, and counts as a run
+            // that did not break it.
+            entry.push(twice_of(&r, id).unwrap_or(Twice {
+                first: Outcome::Error,
+                second: None,
+            }));
+        }
+        pending.retain(|id| !settled(&runs[*id]));
+    }
+    Ok(TwiceRuns { runs, nodes })
 }

@@ -309,7 +309,7 @@ pub fn repro(pair: &Pair) -> String {
     }
 }
 
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     if s.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"/._:-=".contains(&b))
     {

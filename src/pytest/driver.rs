@@ -1,7 +1,7 @@
 //! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
 //! that kill or hang the interpreter, and builds typed results.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -96,14 +96,29 @@ impl RunResult {
 
     /// The result of one test. Call only once `tests` is final.
     pub fn test(&self, nodeid: &str) -> Option<&TestResult> {
+        self.position(nodeid).map(|i| &self.tests[i])
+    }
+
+    /// The second run of a test the order listed twice in a row (the nio order).
+    pub fn again(&self, nodeid: &str) -> Option<&TestResult> {
+        let first = self.position(nodeid)?;
+        self.tests
+            .get(first + 1)
+            .filter(|t| t.nodeid == nodeid && t.occurrence == 1)
+    }
+
+    /// Where a test's (first) result is in `tests`.
+    fn position(&self, nodeid: &str) -> Option<usize> {
         let index = self.index.get_or_init(|| {
-            self.tests
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.nodeid.clone(), i))
-                .collect()
+            let mut index = HashMap::with_capacity(self.tests.len());
+            for (i, t) in self.tests.iter().enumerate() {
+                // A test run twice in a row (the nio order) is its first run here; the second
+                // is `again`'s.
+                index.entry(t.nodeid.clone()).or_insert(i);
+            }
+            index
         });
-        index.get(nodeid).map(|&i| &self.tests[i])
+        index.get(nodeid).copied()
     }
 }
 
@@ -507,20 +522,41 @@ impl Runner {
                 let what = format!("ran none of the {} requested tests", left.len());
                 return Err(outcome.failure(&what, snapshot));
             }
-            let done: HashSet<&str> = result.tests.iter().map(|t| t.nodeid.as_str()).collect();
-            left.retain(|id| !done.contains(id.as_str()));
+            // Counted, not a set: a test listed twice (the nio order) leaves one place per run.
+            let mut done: HashMap<&str, usize> = HashMap::new();
+            for t in &result.tests[before..] {
+                *done.entry(t.nodeid.as_str()).or_default() += 1;
+            }
+            left.retain(|id| match done.get_mut(id.as_str()) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    false
+                }
+                _ => true,
+            });
         }
         let order = result.order.clone();
         scrub_sandbox_paths(&mut result, &sandbox_dir);
+        // Each run of a test listed twice in a row, numbered in the order they executed.
+        if order.windows(2).any(|w| w[0] == w[1]) {
+            let mut runs: HashMap<String, u32> = HashMap::new();
+            for t in &mut result.tests {
+                let n = runs.entry(t.nodeid.clone()).or_default();
+                t.occurrence = *n;
+                *n += 1;
+            }
+        }
         // Results in the requested order, whatever order the processes reported them in.
-        let position: std::collections::HashMap<&str, usize> = order
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.as_str(), i))
-            .collect();
+        let mut position: HashMap<(&str, u32), usize> = HashMap::with_capacity(order.len());
+        let mut listed: HashMap<&str, u32> = HashMap::new();
+        for (i, id) in order.iter().enumerate() {
+            let n = listed.entry(id.as_str()).or_default();
+            position.insert((id.as_str(), *n), i);
+            *n += 1;
+        }
         result.tests.sort_by_key(|t| {
             position
-                .get(t.nodeid.as_str())
+                .get(&(t.nodeid.as_str(), t.occurrence))
                 .copied()
                 .unwrap_or(usize::MAX)
         });
@@ -846,6 +882,7 @@ fn to_result(t: TestEvent) -> TestResult {
     TestResult {
         outcome: Outcome::parse(&t.outcome),
         nodeid: t.nodeid,
+        occurrence: 0,
         phases: t.phases,
         message: t.message,
         skip_reason: t.skip_reason,
@@ -978,5 +1015,46 @@ impl EventReader {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(tests: &[(&str, u32, Outcome)]) -> RunResult {
+        RunResult {
+            executed: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
+            incomplete_trace: false,
+            index: Default::default(),
+            order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
+            processes: 1,
+            session_trace: Trace::default(),
+            tests: tests
+                .iter()
+                .map(|&(id, occurrence, outcome)| TestResult {
+                    occurrence,
+                    ..TestResult::missing(id, outcome, String::new(), 0.0, 0.0)
+                })
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_test_run_twice_in_a_row_is_its_first_run_and_its_second_is_again() {
+        let r = result(&[
+            ("t::a", 0, Outcome::Passed),
+            ("t::a", 1, Outcome::Failed),
+            ("t::b", 0, Outcome::Passed),
+            ("t::b", 1, Outcome::Passed),
+        ]);
+        assert_eq!(r.outcome_of("t::a"), Some(Outcome::Passed));
+        assert_eq!(r.again("t::a").map(|t| t.outcome), Some(Outcome::Failed));
+        assert_eq!(r.again("t::b").map(|t| t.outcome), Some(Outcome::Passed));
+        // A test that ran once has no second run.
+        let once = result(&[("t::a", 0, Outcome::Passed), ("t::b", 0, Outcome::Failed)]);
+        assert!(once.again("t::a").is_none() && once.again("t::b").is_none());
+        assert!(once.again("t::c").is_none());
     }
 }

@@ -254,6 +254,10 @@ pub struct TestResult {
     pub end: f64,
     pub message: Option<String>,
     pub nodeid: String,
+    /// Which run of the test this is in a run that lists it twice in a row (the nio order): 0
+    /// the first, 1 the second. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub occurrence: u32,
     pub outcome: Outcome,
     pub phases: BTreeMap<String, Phase>,
     pub reruns: u32,
@@ -276,6 +280,7 @@ impl TestResult {
     ) -> TestResult {
         TestResult {
             nodeid: nodeid.to_owned(),
+            occurrence: 0,
             outcome,
             phases: BTreeMap::new(),
             message: Some(message),
@@ -289,6 +294,10 @@ impl TestResult {
             violations: Vec::new(),
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -32,6 +32,16 @@ pub fn reversed(items: &[CollectedItem]) -> Vec<String> {
     fill(items, movable)
 }
 
+/// Collection order with every test listed twice in a row (the nio order): each test runs
+/// again in the process where it just ran, so a test that breaks its own state fails the
+/// second time.
+pub fn twice(items: &[CollectedItem]) -> Vec<String> {
+    items
+        .iter()
+        .flat_map(|i| [i.nodeid.clone(), i.nodeid.clone()])
+        .collect()
+}
+
 /// Puts serial tests at their collection positions and `movable` into the other slots.
 fn fill(items: &[CollectedItem], movable: Vec<&str>) -> Vec<String> {
     let mut next = movable.into_iter();
@@ -130,6 +140,12 @@ mod tests {
         }
         let r = reversed(&it);
         assert_eq!(r, ["t7", "t6", "t2", "t4", "t3", "t5", "t1", "t0"]);
+    }
+
+    #[test]
+    fn twice_lists_each_test_twice_in_a_row_in_collection_order() {
+        let it = items(3, &[1]);
+        assert_eq!(twice(&it), ["t0", "t0", "t1", "t1", "t2", "t2"]);
     }
 
     #[test]

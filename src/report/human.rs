@@ -212,6 +212,7 @@ fn kind_noun(kind: &str) -> (String, String) {
         "drift" => fixed("drifted fixture", "drifted fixtures"),
         "expired-freeze" => fixed("expired freeze entry", "expired freeze entries"),
         "edited-assertion" => fixed("edited assertion", "edited assertions"),
+        "non-idempotent" => fixed("non-idempotent test", "non-idempotent tests"),
         other => {
             let other = clean(other);
             (format!("{other} finding"), format!("{other} findings"))
