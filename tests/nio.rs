@@ -377,9 +377,11 @@ fn an_idempotent_suite_with_nio_has_no_finding_and_nothing_else_changes() {
 }
 
 #[test]
-fn a_test_that_fails_its_second_run_only_after_other_tests_is_flaky_not_non_idempotent() {
+fn a_test_that_fails_its_second_run_only_after_other_tests_is_neither_non_idempotent_nor_flaky() {
     // In the nio order test_b runs twice after test_a ran twice and fails its second run; by
-    // itself, twice, it passes both times: not reproduced, so not a non-idempotent test.
+    // itself, twice, it passes both times: not reproduced, so not a non-idempotent test; and
+    // not flaky either (it is deterministic: the nio order's doubled prefix broke it), so a
+    // clean patch is not rejected for it.
     let repo = TestRepo::new();
     repo.write("tests/test_ok.py", IDEMPOTENT)
         .write("state.py", "CALLS = []\n");
@@ -399,11 +401,44 @@ fn a_test_that_fails_its_second_run_only_after_other_tests_is_flaky_not_non_idem
         "{}",
         v["findings"]
     );
-    assert_eq!(test(&v, id)["bucket"], "flaky", "{}", test(&v, id));
-    // A new flaky test is no green: the patch's to fix.
-    assert_eq!(run.code, 1, "{run:?}");
+    assert!(findings(&v, "flaky").is_empty(), "{}", v["findings"]);
+    assert_eq!(test(&v, id)["bucket"], "stable", "{}", test(&v, id));
+    assert_eq!(run.code, 0, "{run:?}");
     let labels = node_labels(&v);
     // It stopped at the first rerun that passed twice.
     let reruns = labels.iter().filter(|l| l.starts_with("nio-run(")).count();
     assert_eq!(reruns, 1, "{labels:?}");
+}
+
+/// A doctest reads its module's names; pytest's doctest runner clears a doctest's globals when
+/// it ends, so a second run in the same process must start from the first run's globals, not
+/// from nothing: an idempotent doctest is no finding, forked or fresh.
+#[test]
+fn a_doctest_that_uses_its_modules_names_is_idempotent() {
+    for fork in [true, false] {
+        let repo = TestRepo::new();
+        repo.write("tests/test_ok.py", IDEMPOTENT)
+            .write(
+                "pyproject.toml",
+                "[tool.pytest.ini_options]\naddopts = \"--doctest-modules\"\n",
+            )
+            .write(
+                "tests/prices.py",
+                "RATE = 2\n\n\ndef double(x):\n    \"\"\"\n    >>> double(RATE)\n    4\n    \"\"\"\n    return x * RATE\n",
+            );
+        let base = repo.commit("base");
+        repo.write("README.md", "docs\n");
+        let head = repo.commit("head");
+        let (run, v) = audit(&repo, repo.cache.path(), fork, &base, &head, &["--nio"]);
+        let id = "tests/prices.py::prices.double";
+        let t = test(&v, id);
+        assert_eq!(t["outcomes"]["nio"], "passed", "fork {fork}: {t}");
+        assert_eq!(t["outcomes"]["nio#2"], "passed", "fork {fork}: {t}");
+        assert!(
+            findings(&v, "non-idempotent").is_empty(),
+            "{}",
+            v["findings"]
+        );
+        assert_eq!(run.code, 0, "fork {fork}: {run:?}");
+    }
 }

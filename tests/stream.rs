@@ -117,6 +117,41 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
     );
 }
 
+/// A victim whose remembered culprits no longer reproduce, while other victims' still do: the
+/// set those victims establish is not tried for it a second time (the same runs under the same
+/// labels), and it is searched instead.
+#[test]
+fn a_remembered_set_that_no_longer_holds_for_one_victim_is_not_tried_twice() {
+    let repo = polluted();
+    let first = audit(&repo, "HEAD~1", "HEAD");
+    assert_eq!(pairs_by_victim(&first).len(), 3, "{:#}", first["pairs"]);
+    // The next head of the same base: test_v1 now reads another value, which another test
+    // pollutes; test_pollute still breaks v2 and v3.
+    repo.write("pkg/other.py", "VALUE = []\n")
+        .write(
+            "tests/test_v1.py",
+            "from pkg import other\n\ndef test_v1():\n    assert other.VALUE == []\n",
+        )
+        .write(
+            "tests/test_a_other.py",
+            "from pkg import other\n\ndef test_other():\n    other.VALUE.append(1)\n",
+        );
+    repo.commit("v1 has another polluter now");
+    let again = audit(&repo, "HEAD~2", "HEAD");
+    let pairs = pairs_by_victim(&again);
+    assert_eq!(pairs.len(), 3, "{:#}", again["pairs"]);
+    let v1 = pairs
+        .iter()
+        .find(|p| p.0 == "tests/test_v1.py::test_v1")
+        .unwrap();
+    assert_eq!(v1.1, "search", "{pairs:?}");
+    assert_eq!(v1.3, ["tests/test_a_other.py::test_other"], "{pairs:?}");
+    for p in pairs.iter().filter(|p| p.0 != v1.0) {
+        assert_eq!(p.1, "reused-from-an-earlier-audit", "{pairs:?}");
+        assert_eq!(p.3, ["tests/test_a_pollute.py::test_pollute"], "{pairs:?}");
+    }
+}
+
 /// A report without what depends on the cache's history or the clock: the graph's statuses,
 /// processes started (and forked), wall time, and where a pair's culprits came from.
 fn judged(mut v: Value) -> Value {

@@ -275,22 +275,26 @@ impl<'a> Live<'a> {
     /// the bytes back from the store. A node whose output the store does not keep (transient
     /// nodes, a store that keeps nothing) keeps its bytes.
     pub fn release(&self, id: NodeId) {
-        let mut st = self.lock();
         let i = id.index();
-        if matches!(
-            st.graph.dag.node_weight(id.0).map(|n| &n.caching),
-            Some(crate::node::Caching::Transient) | None
-        ) {
-            return;
-        }
-        let Some(digest) = st.digest(i) else {
-            return;
+        let digest = {
+            let st = self.lock();
+            if matches!(
+                st.graph.dag.node_weight(id.0).map(|n| &n.caching),
+                Some(crate::node::Caching::Transient) | None
+            ) {
+                return;
+            }
+            match st.digest(i) {
+                Some(d) => d,
+                None => return,
+            }
         };
         // A store that keeps nothing (`--no-cache`), or could not write the blob, cannot give
-        // it back: the graph keeps the bytes then.
+        // it back: the graph keeps the bytes then. (Asked without the lock: it may stat a file.)
         if !self.exec.store.has_blob(&digest) {
             return;
         }
+        let mut st = self.lock();
         if let Some(Some(done)) = st.done.get_mut(i) {
             done.output = None;
             st.released[i] = Some(digest);
@@ -304,8 +308,10 @@ impl<'a> Live<'a> {
             .get_blob(digest)
             .map(Arc::from)
             .ok_or_else(|| {
+                let label = self.lock().graph.dag[NodeIndex::new(i)].label.clone();
                 NodeError::Infra(format!(
-                    "the output of node {i} was released and the store no longer has it"
+                    "the output of {label} ({digest}) was kept only in the cache, and the cache \
+                 no longer has it (cleared or damaged while the audit ran): run the audit again"
                 ))
             })
     }

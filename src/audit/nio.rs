@@ -26,8 +26,8 @@ pub enum Idempotence {
     /// Passed then failed in the nio order and in each of [`PROOF_RERUNS`] runs of the test
     /// twice by itself: `non-idempotent`.
     NonIdempotent,
-    /// Passed then failed in the nio order, but not on every rerun: nondeterminism, read as
-    /// flaky (a coin flip fails the second run one time in two).
+    /// Passed then failed in the nio order, but not on every rerun by itself: not proven, and
+    /// no finding (chance, or the nio order's prefix of tests run twice, broke it there).
     Unreproduced,
 }
 

@@ -74,6 +74,10 @@ impl CompactRun {
             if out.outcomes.len() <= slot {
                 out.outcomes.resize(slot + 1, None);
             }
+            // A test listed twice keeps its first result, as `RunResult::test` reads it.
+            if out.outcomes[slot].is_some() {
+                continue;
+            }
             out.outcomes[slot] = Some(t.outcome);
             if !t.outcome.is_green() {
                 if let Some(m) = &t.message {

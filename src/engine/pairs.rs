@@ -60,6 +60,9 @@ pub(crate) fn search_pairs(
         .filter_map(|id| question(matrix, confirmation, &evidence[id], id))
         .collect();
     let mut answers: Vec<Option<Answered>> = questions.iter().map(|_| None).collect();
+    // Per victim, the sets it has tried (or whose cached answer it checked): a set tried again
+    // would repeat the same runs under the same labels.
+    let mut tried: Vec<Vec<Vec<String>>> = questions.iter().map(|_| Vec::new()).collect();
     let mut established: Vec<Established> = Vec::new();
     let mut offered = 0;
     let mut wave = 0;
@@ -79,10 +82,12 @@ pub(crate) fn search_pairs(
                 confirmation,
                 &questions[i],
                 known,
+                &tried[i],
                 wave == 0,
             )
         })?;
-        for (&i, answered) in open.iter().zip(quick) {
+        for (&i, (answered, more)) in open.iter().zip(quick) {
+            tried[i].extend(more);
             if let Some(a) = answered {
                 establish(&mut established, &a.answer);
                 answers[i] = Some(a);
@@ -192,18 +197,22 @@ fn pair_node(q: &Question, bytes: Option<Vec<u8>>) -> Node {
 /// The answer known without a search: the cached one, if it holds on this code (the seed runs
 /// that asked can be the same while another test is now the culprit; the checks are cached
 /// runs themselves, so an audit of unchanged code repeats nothing), else a set in `known` (or,
-/// in the first wave, one remembered from an earlier audit of the base) that reproduces.
+/// in the first wave, one remembered from an earlier audit of the base) that reproduces. Sets
+/// in `tried` are not tried again. Returns the answer and the sets this call tried.
 fn known_answer(
     engine: &Engine,
     matrix: &Matrix,
     confirmation: &Confirmation,
     q: &Question,
     known: &[Established],
+    tried: &[Vec<String>],
     first_wave: bool,
-) -> Result<Option<Answered>> {
+) -> Result<(Option<Answered>, Vec<Vec<String>>)> {
+    let mut now_tried = Vec::new();
     if first_wave {
         if let Some(bytes) = engine.live.lookup(&pair_node(q, None), &q.asked) {
             let answer = decode_answer(&bytes)?;
+            now_tried.push(answer.culprits.clone());
             let holds = match answer.search.outcome.is_found() {
                 true => {
                     let (outcome, _, last) = search::verify(
@@ -219,11 +228,12 @@ fn known_answer(
                 false => q.asked.last().map(|n| vec![*n]),
             };
             if let Some(after) = holds {
-                return Ok(Some(Answered {
+                let answered = Answered {
                     answer,
                     bytes: bytes.to_vec(),
                     after,
-                }));
+                };
+                return Ok((Some(answered), now_tried));
             }
         }
     }
@@ -245,14 +255,17 @@ fn known_answer(
                 }),
         );
     }
+    sets.retain(|k| !tried.contains(&k.culprits) && !now_tried.contains(&k.culprits));
     if sets.is_empty() {
-        return Ok(None);
+        return Ok((None, now_tried));
     }
+    now_tried.extend(sets.iter().map(|k| k.culprits.clone()));
     let (prefix, after) = prefix(matrix, confirmation, q);
-    match search::reuse(engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
-        Some(pair) => checked(engine, q, pair).map(Some),
-        None => Ok(None),
-    }
+    let answered = match search::reuse(engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
+        Some(pair) => Some(checked(engine, q, pair)?),
+        None => None,
+    };
+    Ok((answered, now_tried))
 }
 
 /// The answer of a search over the prefix of the order that showed the anomaly.

@@ -109,6 +109,36 @@ def pytest_configure(config):
 
 
 
+class _TwiceInARow(object):
+    """What running an item a second time in a row (the nio order) needs, so that the second run
+    starts from what the first one started from, as it would in a fresh slot."""
+
+    def __init__(self):
+        # Doctest item -> its globals before its first run.
+        self.doctest_globs = {}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item):
+        # DocTestRunner.run clears a doctest's globals when it ends: keep them for the rerun.
+        dtest = getattr(item, "dtest", None)
+        if dtest is not None and id(item) not in self.doctest_globs:
+            self.doctest_globs[id(item)] = dict(dtest.globs)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        if nextitem is not item or item.parent is None:
+            return
+        # The item is its own next item: pytest's teardown keeps what the next item shares,
+        # which is all of it, so the second run would find the first run's function-scoped
+        # fixtures and no request. Tear the item itself down, keeping its module, class and
+        # session state.
+        item.session._setupstate.teardown_exact(item.parent)
+        saved = self.doctest_globs.get(id(item))
+        if saved is not None:
+            item.dtest.globs.clear()
+            item.dtest.globs.update(saved)
+
+
 class _FixgatePlugin(object):
     def __init__(self, config):
         self.config = config
@@ -430,6 +460,10 @@ class _FixgatePlugin(object):
         items[:] = new
         if deselected:
             config.hook.pytest_deselected(items=deselected)
+        if len(keep) < len(new) and not config.pluginmanager.has_plugin("fixgate-twice"):
+            # Only the nio order lists a test twice; the hooks a second run needs stay off the
+            # path of every other run.
+            config.pluginmanager.register(_TwiceInARow(), "fixgate-twice")
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_collection_modifyitems(self, session, config, items):
@@ -584,15 +618,6 @@ class _FixgatePlugin(object):
             self.lease = None
             self.internal("lease start")
         return None
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_teardown(self, item, nextitem):
-        # An item listed twice in a row (the nio order) is its own next item: pytest's teardown
-        # keeps what the next item shares, which is all of it, so the second run would find
-        # the first run's function-scoped fixtures and no request. Tear the item itself down,
-        # keeping its module, class and session state, as a rerun in a fresh slot would.
-        if nextitem is item and item.parent is not None:
-            item.session._setupstate.teardown_exact(item.parent)
 
     # pluggy 1.2+ runs new-style wrappers without the Result object and the extra frames of an
     # old-style one: on the path of every test, so the plugin takes it when pluggy has it.
