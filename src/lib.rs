@@ -10,6 +10,7 @@ pub(crate) mod contain;
 pub mod context;
 pub(crate) mod delta;
 pub(crate) mod engine;
+pub mod environment;
 pub mod error;
 pub mod exit;
 pub mod lock;
