@@ -13,6 +13,7 @@ pub(crate) mod engine;
 pub mod environment;
 pub mod error;
 pub mod exit;
+pub(crate) mod git_index;
 pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;

@@ -214,11 +214,25 @@ impl Repo {
 /// only to tell us which files are untracked. Ignore rules are asked only about what the index
 /// does not know, and a directory with no tracked file below that git ignores is never entered.
 fn git_worktree_entries(git: &Repository, root: &Path) -> Result<Vec<Entry>> {
-    let index = git.index()?;
+    let index = match std::fs::read(git.path().join("index"))
+        .ok()
+        .and_then(|bytes| crate::git_index::entries(&bytes))
+    {
+        Some(entries) => entries,
+        // No index yet, or one the direct reader leaves to libgit2.
+        None => git
+            .index()?
+            .iter()
+            .map(|e| crate::git_index::IndexEntry {
+                path: e.path,
+                mode: e.mode,
+            })
+            .collect(),
+    };
     let mut tracked = HashSet::new();
     let mut tracked_dirs = HashSet::new();
     let mut gitlinks = HashSet::new();
-    for e in index.iter() {
+    for e in index {
         let mut end = e.path.len();
         while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
             if !tracked_dirs.insert(e.path[..slash].to_vec()) {
@@ -500,10 +514,12 @@ impl Snapshot {
     }
 
     /// Opens the git repository for a reader thread (git2 handles are not shared across threads).
+    /// Only a commit's files are read from git: a work-tree snapshot gets `None` and reads the
+    /// disk, without the cost of opening the repository (its configuration files) again.
     pub fn open_git(&self) -> Result<Option<Repository>> {
-        match &self.git_dir {
-            Some(dir) => Ok(Some(Repository::open(dir)?)),
-            None => Ok(None),
+        match (&self.source, &self.git_dir) {
+            (Source::Commit { .. }, Some(dir)) => Ok(Some(Repository::open(dir)?)),
+            _ => Ok(None),
         }
     }
 
