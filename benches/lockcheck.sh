@@ -8,7 +8,8 @@
 # eight groups in pyproject.toml's [tool.fixgate.groups], locked with `fixgate lock` and committed.
 # Both commands stat every tracked file: git against its index, fixgate against its stat cache.
 # They run interleaved round by round (benches/interleave.py), after one untimed warm-up round, and
-# the script prints each one's median and the median of the per-round ratios.
+# the script prints each one's median and the median of the per-round ratios, then (with `perf`)
+# each one's mean CPU time and page faults, which a busy machine moves far less than wall time.
 #
 # Self-contained and re-runnable: builds fixgate with `cargo build --release`, generates the
 # repository once (kept while its layout stamp matches) and never writes inside this repository
@@ -132,5 +133,13 @@ log "warm lock --check vs git status --porcelain, $RUNS interleaved rounds after
     python3 "$REPO/benches/interleave.py" --runs "$RUNS" --json "$RESULTS/lockcheck.json" \
         "fixgate-lock-check=$FG" "git-status=$GIT"
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    # CPU time and page faults move far less with the load than wall time does.
+    if command -v perf >/dev/null; then
+        for side in "fixgate-lock-check=$FG" "git-status=$GIT"; do
+            perf stat -x, -r "$RUNS" -e task-clock,page-faults ${side#*=} 2>&1 >/dev/null \
+                | awk -F, -v n="${side%%=*}" '$3 ~ /task-clock/ {c=$1} $3 ~ /page-faults/ {f=$1}
+                    END {printf "%-20s CPU %.1f ms, %d page faults (perf stat, mean of runs)\n", n, c, f}'
+        done
+    fi
 } | tee "$RESULTS/summary.txt"
 echo "results: $RESULTS/lockcheck.json, $RESULTS/summary.txt" >&2
