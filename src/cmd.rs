@@ -24,10 +24,13 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Man => return shell::man(),
         _ => {}
     }
-    let ctx = Ctx::new(&cli.global)?;
+    // The one read of the process environment; everything below gets typed values from it.
+    let env = crate::environment::Environment::read()?;
+    let ctx = Ctx::new(&cli.global, env)?;
     crate::engine::store::configure(crate::engine::store::resolve(
         &cli.global.remote,
         &ctx.repo.root,
+        &ctx.env,
     )?);
     let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),

@@ -32,10 +32,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 
+use crate::environment::Environment;
 use crate::error::{Error, Result};
 
 /// How runs are contained, as the reports say it.
@@ -58,8 +59,8 @@ impl Mode {
 }
 
 /// Set in tests (and by operators who want today's sandbox) to act as if the platform refused
-/// namespaces. Read here and nowhere else.
-pub(crate) const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
+/// namespaces (read with the rest of the environment, in src/environment.rs).
+const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
 
 /// What this machine permits, found once per fixgate process.
 struct Host {
@@ -68,19 +69,34 @@ struct Host {
     reason: Option<String>,
     /// The caller's home, hidden from runs.
     home: Option<PathBuf>,
+    /// The environment read at start: `PATH` to find the interpreter's prefix, the temporary
+    /// directory the probe uses, this executable.
+    env: Arc<Environment>,
 }
 
 static HOST: OnceLock<Host> = OnceLock::new();
 
+/// The host as [`init`] settled it. Runs come only from a `Runner`, which is made after
+/// `init`; reaching this first is a bug, not a state to guess containment for.
 fn host() -> &'static Host {
-    HOST.get_or_init(|| {
-        let home = std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from);
-        let reason = if std::env::var_os(DISABLE_ENV).is_some_and(|v| !v.is_empty()) {
+    HOST.get()
+        .expect("contain::init settles the host before any run is prepared")
+}
+
+/// The containment runs of this process get (`None` before [`init`]: nothing ran).
+pub(crate) fn current() -> Mode {
+    HOST.get().map_or(Mode::None, |h| h.mode)
+}
+
+/// Settles the containment once: with `strict`, a platform without namespaces is an error
+/// (queues that must never run untrusted code uncontained). Otherwise returns the mode and,
+/// for [`Mode::None`], the reason to tell the user.
+pub(crate) fn init(strict: bool, env: &Arc<Environment>) -> Result<(Mode, Option<&'static str>)> {
+    let h = HOST.get_or_init(|| {
+        let reason = if env.no_namespaces {
             Some(format!("{DISABLE_ENV} is set"))
         } else {
-            probe().err()
+            probe(env).err()
         };
         Host {
             mode: if reason.is_none() {
@@ -89,21 +105,10 @@ fn host() -> &'static Host {
                 Mode::None
             },
             reason,
-            home,
+            home: env.home.clone(),
+            env: env.clone(),
         }
-    })
-}
-
-/// The containment runs of this process get.
-pub(crate) fn current() -> Mode {
-    host().mode
-}
-
-/// Settles the containment once: with `strict`, a platform without namespaces is an error
-/// (queues that must never run untrusted code uncontained). Otherwise returns the mode and,
-/// for [`Mode::None`], the reason to tell the user.
-pub(crate) fn init(strict: bool) -> Result<(Mode, Option<&'static str>)> {
-    let h = host();
+    });
     if strict && h.mode == Mode::None {
         return Err(Error::Infra(format!(
             "--containment strict: runs cannot be contained here ({}); run fixgate where user \
@@ -200,17 +205,6 @@ fn real(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(path).ok()
 }
 
-/// The file a command name or path refers to (a bare name is looked up on `PATH`).
-fn which(exe: &Path) -> Option<PathBuf> {
-    if exe.components().count() > 1 {
-        return Some(exe.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(exe))
-        .find(|p| p.is_file())
-}
-
 /// Keeps only the outermost of nested paths.
 fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.sort();
@@ -261,7 +255,7 @@ impl Plan {
             .collect();
         let mut readable: Vec<PathBuf> = writable.clone();
         readable.extend(real(paths.plugin_dir));
-        for exe in paths.interpreter.iter().filter_map(|e| which(e)) {
+        for exe in paths.interpreter.iter().filter_map(|e| host.env.which(e)) {
             // The interpreter's prefix (a virtualenv, a pyenv version): `bin/python`'s
             // grandparent holds its libraries and configuration; for a virtualenv's link, the
             // base interpreter's too (where the link leads). Keeping `/` would keep
@@ -944,10 +938,10 @@ unsafe fn isolate_network_best_effort() {
 }
 
 /// Whether namespaces work here: runs a program contained, in a throwaway sandbox.
-fn probe() -> std::result::Result<(), String> {
+fn probe(env: &Arc<Environment>) -> std::result::Result<(), String> {
     let dir = tempfile::Builder::new()
         .prefix("fixgate-probe-")
-        .tempdir()
+        .tempdir_in(&env.temp_dir)
         .map_err(|e| format!("failed to make a probe folder: {e}"))?;
     let sandbox = dir.path().join("sandbox");
     let cache = dir.path().join("cache");
@@ -958,6 +952,7 @@ fn probe() -> std::result::Result<(), String> {
         mode: Mode::Namespaces,
         reason: None,
         home: None,
+        env: env.clone(),
     };
     let mut plan = Plan::new(
         &probe_host,
@@ -972,8 +967,9 @@ fn probe() -> std::result::Result<(), String> {
         },
     );
     // Any program will do; `true` where there is one, else fixgate itself.
-    let program = which(Path::new("true"))
-        .or_else(|| std::env::current_exe().ok())
+    let program = env
+        .which(Path::new("true"))
+        .or_else(|| env.current_exe.clone())
         .unwrap_or_else(|| PathBuf::from("true"));
     let mut cmd = Command::new(&program);
     if program.file_name() != Some(std::ffi::OsStr::new("true")) {

@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{Format, GlobalArgs, SandboxArgs};
 use crate::config::{self, Config};
+use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::driver::Runner;
@@ -31,14 +32,19 @@ pub struct Ctx {
     pub jobs: usize,
     /// Set by Ctrl-C or SIGTERM; long work checks it, kills its children and cleans up.
     pub interrupted: Arc<AtomicBool>,
+    /// The process environment, read once at start.
+    pub env: Arc<Environment>,
 }
 
 impl Ctx {
-    pub fn new(args: &GlobalArgs) -> Result<Ctx> {
-        let ctx = Ctx::open(args)?;
+    pub fn new(args: &GlobalArgs, env: Environment) -> Result<Ctx> {
+        let ctx = Ctx::open(args, Arc::new(env))?;
+        for w in &ctx.env.warnings {
+            ctx.warn(w);
+        }
         // Every command, not only those that run tests: sandboxes (and, without namespaces,
         // processes) of a fixgate that was killed go at the next start of any command.
-        let removed = crate::sandbox::remove_stale();
+        let removed = crate::sandbox::remove_stale(&ctx.env.temp_dir);
         if removed > 0 {
             ctx.warn(&format!(
                 "removed {removed} sandbox(es) left by a fixgate that was killed"
@@ -47,12 +53,15 @@ impl Ctx {
         Ok(ctx)
     }
 
-    fn open(args: &GlobalArgs) -> Result<Ctx> {
+    fn open(args: &GlobalArgs, env: Arc<Environment>) -> Result<Ctx> {
         Ok(Ctx {
-            repo: Repo::open(args.repo.as_deref())?,
+            repo: Repo::open(args.repo.as_deref(), env.cwd.as_deref())?,
             format: args.format,
             output: args.output.clone(),
-            cache_dir: absolute(resolve_cache_dir(args.cache_dir.as_deref())),
+            cache_dir: absolute(
+                resolve_cache_dir(args.cache_dir.as_deref(), &env),
+                env.cwd.as_deref(),
+            ),
             quiet: args.quiet,
             python: args.python.clone(),
             jobs: match args.jobs {
@@ -61,6 +70,7 @@ impl Ctx {
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
             interrupted: interrupt_flag()?,
+            env,
         })
     }
 
@@ -68,14 +78,14 @@ impl Ctx {
     /// the environment policy, the containment (settled once per process).
     pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
         let strict = args.containment == crate::cli::ContainmentArg::Strict;
-        if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(strict)? {
+        if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(strict, &self.env)? {
             self.warn_once(&format!(
                 "runs are not contained ({why}): tests can write outside their sandbox and \
                  processes they start may outlive the run; --containment strict refuses this"
             ));
         }
-        let path = interpreter::choose(self.python.as_deref(), &self.repo.root);
-        let interpreter = interpreter::probe_cached(&path, &self.cache_dir)?;
+        let path = interpreter::choose(self.python.as_deref(), &self.repo.root, &self.env);
+        let interpreter = interpreter::probe_cached(&path, &self.cache_dir, &self.env)?;
         // One folder per interpreter and installed set: a plugin that changes rewriting comes
         // with a distribution, and a new one starts a new folder.
         let rewrite_cache = self
@@ -84,14 +94,18 @@ impl Ctx {
             .join(&interpreter.fingerprint.digest()[..16]);
         Ok(Runner {
             interpreter,
-            plugin_dir: plugin::install(&self.cache_dir)?,
+            plugin_dir: plugin::install(&self.cache_dir, &self.env.temp_dir)?,
             rewrite_cache,
             pass_env: args.pass_env.clone(),
             test_timeout: Duration::from_secs(args.test_timeout),
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
-            forkserver: Arc::new(crate::pytest::forkserver::Pool::from_env(self.jobs)),
+            forkserver: Arc::new(crate::pytest::forkserver::Pool::new(
+                self.jobs,
+                (!self.env.fork).then(|| "FIXGATE_FORK=0".to_owned()),
+            )),
+            env: self.env.clone(),
         })
     }
 
@@ -226,31 +240,29 @@ pub const REWRITE_CACHE: &str = "pyc";
 
 /// The cache directory is handed to pytest processes that run elsewhere (in sandboxes), so a
 /// relative one is made absolute against the directory fixgate started in.
-fn absolute(dir: PathBuf) -> PathBuf {
-    std::path::absolute(&dir).unwrap_or(dir)
+fn absolute(dir: PathBuf, cwd: Option<&Path>) -> PathBuf {
+    match cwd {
+        Some(cwd) if dir.is_relative() => cwd.join(dir),
+        _ => dir,
+    }
 }
 
 /// `--cache-dir`, else `$FIXGATE_CACHE_DIR`, else `$XDG_CACHE_HOME/fixgate`, else
 /// `~/.cache/fixgate`, else a folder in the system temporary directory.
-fn resolve_cache_dir(flag: Option<&Path>) -> PathBuf {
+fn resolve_cache_dir(flag: Option<&Path>, env: &Environment) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
     }
-    let env = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(dir) = env("FIXGATE_CACHE_DIR") {
-        return dir;
+    if let Some(dir) = &env.cache_dir {
+        return dir.clone();
     }
-    if let Some(dir) = env("XDG_CACHE_HOME") {
+    if let Some(dir) = &env.xdg_cache_home {
         return dir.join("fixgate");
     }
-    if let Some(home) = env("HOME") {
+    if let Some(home) = &env.home {
         return home.join(".cache").join("fixgate");
     }
-    std::env::temp_dir().join("fixgate-cache")
+    env.temp_dir.join("fixgate-cache")
 }
 
 /// Ctrl-C and SIGTERM set a flag instead of killing fixgate at once, so that running children are

@@ -26,22 +26,19 @@ pub type Overlay = Vec<(RepoPath, Option<Vec<u8>>)>;
 
 /// Where sandboxes may live: a RAM file system first (creating and removing a few hundred
 /// files per run costs a disk file system far more: a measurable share of a run), then the
-/// temporary directory.
-fn candidate_roots() -> [PathBuf; 2] {
+/// temporary directory (`temp_dir`, from the environment read at start).
+fn candidate_roots(temp_dir: &Path) -> [PathBuf; 2] {
     let uid = unsafe { libc::getuid() };
     let name = format!("fixgate-sandboxes-{uid}");
-    [
-        PathBuf::from("/dev/shm").join(&name),
-        std::env::temp_dir().join(&name),
-    ]
+    [PathBuf::from("/dev/shm").join(&name), temp_dir.join(&name)]
 }
 
 /// A RAM file system is used only when it has room to spare for any ordinary repository.
 const SHM_MIN_FREE: u64 = 4 << 30;
 
 /// The folder that holds every sandbox of this user.
-pub fn sandboxes_root() -> PathBuf {
-    let [shm, tmp] = candidate_roots();
+pub fn sandboxes_root(temp_dir: &Path) -> PathBuf {
+    let [shm, tmp] = candidate_roots(temp_dir);
     if free_bytes(Path::new("/dev/shm")).is_some_and(|f| f >= SHM_MIN_FREE) {
         return shm;
     }
@@ -61,10 +58,10 @@ fn free_bytes(path: &Path) -> Option<u64> {
 
 impl Sandbox {
     /// Materializes `snapshot` (with `overlay` applied) into a new sandbox.
-    pub fn create(snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
-        let mut root = sandboxes_root();
+    pub fn create(snapshot: &Snapshot, overlay: &Overlay, temp_dir: &Path) -> Result<Sandbox> {
+        let mut root = sandboxes_root(temp_dir);
         if std::fs::create_dir_all(&root).is_err() {
-            root = candidate_roots()[1].clone();
+            root = candidate_roots(temp_dir)[1].clone();
             std::fs::create_dir_all(&root).map_err(|e| Error::io("create", &root, e))?;
         }
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -463,9 +460,9 @@ fn make_writable(dir: &Path) {
 
 /// Removes the sandboxes of fixgate processes that no longer run (killed before they could
 /// clean up). Returns how many were removed.
-pub fn remove_stale() -> usize {
+pub fn remove_stale(temp_dir: &Path) -> usize {
     let mut removed = 0;
-    for e in candidate_roots()
+    for e in candidate_roots(temp_dir)
         .iter()
         .filter_map(|r| std::fs::read_dir(r).ok())
         .flat_map(|rd| rd.flatten())

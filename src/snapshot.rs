@@ -1,9 +1,10 @@
 //! Snapshots: the files of the repository at a revision, read from git objects or from the
 //! working tree, never by checking anything out.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Oid, Repository, Status, StatusOptions, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
 
 use crate::error::{Error, Result};
 use crate::repo_path::RepoPath;
@@ -55,8 +56,9 @@ pub struct Repo {
 }
 
 impl Repo {
-    /// Opens `dir` (or discovers the git root above the current directory when `None`).
-    pub fn open(dir: Option<&Path>) -> Result<Repo> {
+    /// Opens `dir` (or discovers the git root above `cwd`, the directory fixgate started in,
+    /// when `None`).
+    pub fn open(dir: Option<&Path>, cwd: Option<&Path>) -> Result<Repo> {
         match dir {
             Some(dir) => {
                 let root = dir.canonicalize().map_err(|e| {
@@ -81,9 +83,14 @@ impl Repo {
                 Ok(Repo { root, git })
             }
             None => {
-                let cwd = std::env::current_dir()
-                    .map_err(|e| Error::io("read the current directory", ".", e))?;
-                match Repository::discover(&cwd) {
+                let cwd = cwd.ok_or_else(|| {
+                    Error::Usage(
+                        "the current directory no longer exists; cd to the repository or pass \
+                         --repo DIR"
+                            .into(),
+                    )
+                })?;
+                match Repository::discover(cwd) {
                     Ok(repo) => {
                         let root = repo
                             .workdir()
@@ -95,7 +102,7 @@ impl Repo {
                                 )
                             })?
                             .canonicalize()
-                            .map_err(|e| Error::io("resolve", &cwd, e))?;
+                            .map_err(|e| Error::io("resolve", cwd, e))?;
                         Ok(Repo {
                             root,
                             git: Some(repo),
@@ -104,7 +111,7 @@ impl Repo {
                     Err(_) => Ok(Repo {
                         root: cwd
                             .canonicalize()
-                            .map_err(|e| Error::io("resolve", &cwd, e))?,
+                            .map_err(|e| Error::io("resolve", cwd, e))?,
                         git: None,
                     }),
                 }
@@ -187,21 +194,7 @@ impl Repo {
 
     fn worktree_snapshot(&self) -> Result<Snapshot> {
         let mut entries = match &self.git {
-            Some(git) => {
-                // One stat per file, in parallel: on a large tree the stats are most of a warm
-                // manifest.
-                use rayon::prelude::*;
-                let root = &self.root;
-                git_worktree_paths(git)?
-                    .into_par_iter()
-                    .filter_map(|path| {
-                        // A tracked file deleted from the work tree, or a path that vanished
-                        // while we listed, is simply not part of the snapshot.
-                        let meta = std::fs::symlink_metadata(root.join(path.to_os_path())).ok()?;
-                        worktree_entry(path, &meta)
-                    })
-                    .collect()
-            }
+            Some(git) => git_worktree_entries(git, &self.root)?,
             None => walk_plain_dir(&self.root)?,
         };
         entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -215,26 +208,190 @@ impl Repo {
     }
 }
 
-/// Tracked files (from the index) plus untracked files that are not ignored.
-fn git_worktree_paths(git: &Repository) -> Result<Vec<RepoPath>> {
-    let index = git.index()?;
-    let mut paths: Vec<RepoPath> = index
-        .iter()
-        .filter(|e| (e.mode & 0o170000) != 0o160000) // gitlinks (submodules) are not files here
-        .map(|e| RepoPath::from_bytes(e.path))
-        .collect();
-    let mut opts = StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = git.statuses(Some(&mut opts))?;
-    for s in statuses.iter() {
-        if s.status().contains(Status::WT_NEW) {
-            paths.push(RepoPath::from_bytes(s.path_bytes()));
+/// Tracked files (from the index) plus untracked files that git does not ignore, each with its
+/// stat. One parallel walk lists the work tree and stats every file once, relative to its open
+/// directory; libgit2's status would stat every tracked file a second time (and in one thread)
+/// only to tell us which files are untracked. Ignore rules are asked only about what the index
+/// does not know, and a directory with no tracked file below that git ignores is never entered.
+fn git_worktree_entries(git: &Repository, root: &Path) -> Result<Vec<Entry>> {
+    let index = match std::fs::read(git.path().join("index"))
+        .ok()
+        .and_then(|bytes| crate::git_index::entries(&bytes))
+    {
+        Some(entries) => entries,
+        // No index yet, or one the direct reader leaves to libgit2.
+        None => git
+            .index()?
+            .iter()
+            .map(|e| crate::git_index::IndexEntry {
+                path: e.path,
+                mode: e.mode,
+            })
+            .collect(),
+    };
+    let mut tracked = HashSet::new();
+    let mut tracked_dirs = HashSet::new();
+    let mut gitlinks = HashSet::new();
+    for e in index {
+        let mut end = e.path.len();
+        while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
+            if !tracked_dirs.insert(e.path[..slash].to_vec()) {
+                break;
+            }
+            end = slash;
+        }
+        // Gitlinks (submodules) are not files here, and nothing below them is walked.
+        if (e.mode & 0o170000) == 0o160000 {
+            gitlinks.insert(e.path);
+        } else {
+            tracked.insert(e.path);
         }
     }
-    Ok(paths)
+    let known = Known {
+        tracked: &tracked,
+        tracked_dirs: &tracked_dirs,
+        gitlinks: &gitlinks,
+    };
+    let found = Shared::new(Found::default());
+    let failure = Shared::new(None);
+    rayon::scope(|scope| walk_git_dir(scope, root, Vec::new(), known, &found, &failure));
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let Found {
+        mut entries,
+        mut untracked_files,
+        mut untracked_dirs,
+    } = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    // Whatever the index does not know is asked about, in this thread (a `Repository` is not
+    // shared between threads); usually a handful of paths.
+    let ignored = |path: &[u8]| {
+        let path = RepoPath::from_bytes(path.to_vec()).to_os_path();
+        git.is_path_ignored(&path)
+    };
+    while let Some(dir) = untracked_dirs.pop() {
+        let path = root.join(RepoPath::from_bytes(dir.clone()).to_os_path());
+        // A repository nested in the work tree is not ours to list, as for `git status`.
+        if ignored(&dir)? || path.join(".git").exists() {
+            continue;
+        }
+        let rd = match std::fs::read_dir(&path) {
+            Ok(rd) => rd,
+            Err(e) => return Err(Error::io("list", &path, e)),
+        };
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io("list", &path, e))?;
+            let sub = child(&dir, &entry.file_name());
+            match entry.file_type() {
+                Ok(ft) if ft.is_dir() => untracked_dirs.push(sub),
+                Ok(_) => {
+                    if let Ok(meta) = entry.metadata() {
+                        untracked_files.push((sub, meta));
+                    }
+                }
+                Err(e) => return Err(Error::io("stat", entry.path(), e)),
+            }
+        }
+    }
+    for (path, meta) in untracked_files {
+        if !ignored(&path)? {
+            entries.extend(worktree_entry(RepoPath::from_bytes(path), &meta));
+        }
+    }
+    Ok(entries)
+}
+
+/// What the index says about paths, for the work-tree walk.
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    tracked: &'a HashSet<Vec<u8>>,
+    /// Every directory with a tracked file somewhere below it.
+    tracked_dirs: &'a HashSet<Vec<u8>>,
+    gitlinks: &'a HashSet<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Found {
+    entries: Vec<Entry>,
+    untracked_files: Vec<(Vec<u8>, std::fs::Metadata)>,
+    untracked_dirs: Vec<Vec<u8>>,
+}
+
+/// `prefix/name` as repository path bytes.
+fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut path = prefix.to_vec();
+    if !path.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name.as_bytes());
+    path
+}
+
+fn walk_git_dir<'s>(
+    scope: &rayon::Scope<'s>,
+    dir: &Path,
+    prefix: Vec<u8>,
+    known: Known<'s>,
+    found: &'s Shared<Found>,
+    failure: &'s Shared<Option<Error>>,
+) {
+    let fail = |e: Error| {
+        failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        // A tracked directory deleted while we list holds no files of the snapshot.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => return fail(Error::io("list", dir, e)),
+    };
+    let mut local = Found::default();
+    for entry in rd {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return fail(Error::io("list", dir, e)),
+        };
+        let name = entry.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let path = child(&prefix, &name);
+        match entry.file_type() {
+            Ok(ft) if ft.is_dir() => {
+                if known.gitlinks.contains(&path) {
+                    continue;
+                }
+                if known.tracked_dirs.contains(&path) {
+                    let sub = entry.path();
+                    scope
+                        .spawn(move |scope| walk_git_dir(scope, &sub, path, known, found, failure));
+                } else {
+                    local.untracked_dirs.push(path);
+                }
+            }
+            // A tracked file deleted from the work tree, or a file that vanished between the
+            // listing and its stat, is simply not part of the snapshot.
+            Ok(_) => {
+                if let Ok(meta) = entry.metadata() {
+                    if known.tracked.contains(&path) {
+                        local
+                            .entries
+                            .extend(worktree_entry(RepoPath::from_bytes(path), &meta));
+                    } else {
+                        local.untracked_files.push((path, meta));
+                    }
+                }
+            }
+            Err(e) => return fail(Error::io("stat", entry.path(), e)),
+        }
+    }
+    let mut all = found.lock().unwrap_or_else(|p| p.into_inner());
+    all.entries.append(&mut local.entries);
+    all.untracked_files.append(&mut local.untracked_files);
+    all.untracked_dirs.append(&mut local.untracked_dirs);
 }
 
 /// The snapshot entry for a file with this stat; `None` for what is neither a regular file nor
@@ -357,10 +514,12 @@ impl Snapshot {
     }
 
     /// Opens the git repository for a reader thread (git2 handles are not shared across threads).
+    /// Only a commit's files are read from git: a work-tree snapshot gets `None` and reads the
+    /// disk, without the cost of opening the repository (its configuration files) again.
     pub fn open_git(&self) -> Result<Option<Repository>> {
-        match &self.git_dir {
-            Some(dir) => Ok(Some(Repository::open(dir)?)),
-            None => Ok(None),
+        match (&self.source, &self.git_dir) {
+            (Source::Commit { .. }, Some(dir)) => Ok(Some(Repository::open(dir)?)),
+            _ => Ok(None),
         }
     }
 

@@ -393,6 +393,59 @@ fn untracked_files_count_and_ignored_files_do_not() {
     assert!(!files.iter().any(|f| f.ends_with(".tmp")));
 }
 
+/// The work-tree snapshot lists its own files (one parallel walk) instead of asking libgit2's
+/// status, so it is held to git's own answer: `git ls-files --cached --others --exclude-standard`.
+#[test]
+fn worktree_snapshot_lists_the_files_git_lists() {
+    let repo = TestRepo::new();
+    repo.write("pyproject.toml", "[tool.fixgate.groups]\nall = [\"**\"]\n")
+        .write(".gitignore", "*.tmp\nbuild/\nscratch\n")
+        .write("tests/fixtures/db/app.sqlite", "rows")
+        .write("tests/fixtures/db/kept.tmp", "tracked though ignored")
+        .write("build/keep.txt", "tracked in an ignored directory")
+        .write("gone.txt", "deleted below");
+    common::git(
+        repo.path(),
+        &["add", "-f", "tests/fixtures/db/kept.tmp", "build/keep.txt"],
+    );
+    repo.commit("base");
+    repo.remove("gone.txt")
+        .write("tests/fixtures/db/extra.sqlite", "untracked")
+        .write("tests/fixtures/db/scratch.tmp", "ignored")
+        .write("build/out.bin", "ignored, beside a tracked file")
+        .write(
+            "new/deep/er/file.txt",
+            "untracked, three new directories down",
+        )
+        .write("new/deep/.gitignore", "*.log\n")
+        .write("new/deep/er/noise.log", "ignored by a nested .gitignore")
+        .write("scratch/a.txt", "ignored directory named without a slash")
+        .write("other/x/y.txt", "untracked");
+    let nested = repo.path().join("vendored");
+    std::fs::create_dir_all(&nested).unwrap();
+    common::git(&nested, &["init", "-q"]);
+    std::fs::write(nested.join("inner.txt"), "a nested repository's file").unwrap();
+
+    let v = repo.fixgate(&["manifest", "--format", "json"]).json();
+    let mut ours = paths(&v, "files");
+    ours.sort();
+    let listed = common::git(
+        repo.path(),
+        &["ls-files", "--cached", "--others", "--exclude-standard"],
+    );
+    let mut git: Vec<String> = listed
+        .lines()
+        .filter(|l| !l.ends_with('/') && *l != "gone.txt")
+        .map(str::to_owned)
+        .collect();
+    git.sort();
+    git.dedup();
+    assert_eq!(ours, git);
+    assert!(ours.contains(&"build/keep.txt".to_string()));
+    assert!(ours.contains(&"new/deep/er/file.txt".to_string()));
+    assert!(!ours.iter().any(|p| p.starts_with("vendored")));
+}
+
 #[test]
 fn output_flag_writes_the_report_to_a_file() {
     let repo = fixture_repo();

@@ -202,9 +202,7 @@ pub fn today() -> Date {
 /// stream (JSON Lines), sorted and pretty otherwise; other formats are separated by a blank
 /// line.
 fn render(ctx: &Ctx, report: &AuditReport, last: bool, stream: bool) -> String {
-    let color = ctx.output.is_none()
-        && std::env::var_os("NO_COLOR").is_none()
-        && std::io::stdout().is_terminal();
+    let color = ctx.output.is_none() && !ctx.env.no_color && std::io::stdout().is_terminal();
     match ctx.format {
         Format::Json if stream => {
             // Through `Value`, so keys come out sorted as in the single report.

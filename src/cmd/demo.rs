@@ -73,10 +73,8 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         None => {
             tmp = tempfile::Builder::new()
                 .prefix("fixgate-demo-")
-                .tempdir()
-                .map_err(|e| {
-                    Error::io("create a temporary directory in", std::env::temp_dir(), e)
-                })?;
+                .tempdir_in(&ctx.env.temp_dir)
+                .map_err(|e| Error::io("create a temporary directory in", &ctx.env.temp_dir, e))?;
             tmp.path().to_path_buf()
         }
     };
@@ -91,7 +89,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     }
     let python = demo_python(ctx)?;
     let demo_ctx = Ctx {
-        repo: Repo::open(Some(&dir))?,
+        repo: Repo::open(Some(&dir), ctx.env.cwd.as_deref())?,
         format: ctx.format,
         output: ctx.output.clone(),
         cache_dir: ctx.cache_dir.clone(),
@@ -99,6 +97,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         python: Some(python),
         jobs: ctx.jobs,
         interrupted: ctx.interrupted.clone(),
+        env: ctx.env.clone(),
     };
     let args = AuditArgs {
         base: "HEAD~1".into(),
@@ -190,7 +189,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<()> {
 /// An interpreter with pytest: the usual choice when it has pytest, else a virtualenv in the
 /// cache directory made once with `pip install pytest`.
 fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
-    let chosen = interpreter::choose(ctx.python.as_deref(), &ctx.repo.root);
+    let chosen = interpreter::choose(ctx.python.as_deref(), &ctx.repo.root, &ctx.env);
     if interpreter::probe(&chosen).is_ok() {
         return Ok(chosen);
     }

@@ -121,7 +121,7 @@ impl Engine<'_, '_> {
         names.dedup();
         env.list(&names, |w, n| {
             w.str(n);
-            match std::env::var_os(n) {
+            match self.runner.env.var(n) {
                 Some(v) => w.bytes(v.as_encoded_bytes()),
                 None => w.str("\0unset"),
             };

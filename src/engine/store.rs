@@ -18,8 +18,6 @@ pub const LAST_TRANSFER: &str = "last-transfer.json";
 
 /// Request headers for the remote, `Name: value`, one a line. Secret.
 const HEADER_ENV: &str = "FIXGATE_REMOTE_HEADER";
-/// The key that signs and checks remote action results. Secret.
-const KEY_ENV: &str = "FIXGATE_CACHE_KEY";
 
 /// The resolved remote cache settings.
 #[derive(Clone, Debug)]
@@ -47,7 +45,11 @@ static REQUIRED_FAILURE: Mutex<Option<String>> = Mutex::new(None);
 /// Resolves the remote settings: `--remote-cache` or `FIXGATE_REMOTE_CACHE`, else
 /// `[tool.fixgate] remote-cache` in the working tree's `pyproject.toml`; headers from
 /// `FIXGATE_REMOTE_HEADER`, the signing key from `FIXGATE_CACHE_KEY`.
-pub fn resolve(args: &RemoteArgs, repo_root: &Path) -> Result<Option<RemoteSettings>> {
+pub fn resolve(
+    args: &RemoteArgs,
+    repo_root: &Path,
+    env: &crate::environment::Environment,
+) -> Result<Option<RemoteSettings>> {
     let url = match &args.remote_cache {
         Some(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
         Some(_) => None,
@@ -72,13 +74,11 @@ pub fn resolve(args: &RemoteArgs, repo_root: &Path) -> Result<Option<RemoteSetti
     };
     let mut config = RemoteConfig::new(url);
     config.upload = args.remote_upload;
-    if let Ok(text) = std::env::var(HEADER_ENV) {
-        config.headers = parse_headers(&text)?;
+    if let Some(text) = &env.remote_header {
+        config.headers = parse_headers(text)?;
     }
-    if let Ok(key) = std::env::var(KEY_ENV) {
-        if !key.is_empty() {
-            config.mac_key = Some(MacKey::derive(key.as_bytes()));
-        }
+    if let Some(key) = &env.cache_key {
+        config.mac_key = Some(MacKey::derive(key.as_bytes()));
     }
     Ok(Some(RemoteSettings {
         config,

@@ -63,6 +63,9 @@ pub struct Runner {
     pub allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
     pub forkserver: Arc<Pool>,
+    /// The process environment read at start: the variables a run may see, the temporary
+    /// directory sandboxes go to.
+    pub env: Arc<crate::environment::Environment>,
 }
 
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
@@ -181,7 +184,7 @@ impl Runner {
             .copied()
             .chain(self.pass_env.iter().map(String::as_str))
         {
-            if let Some(v) = std::env::var_os(name) {
+            if let Some(v) = self.env.var(name) {
                 cmd.env(name, v);
             }
         }
@@ -302,7 +305,7 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
-        let sandbox = Sandbox::create(snapshot, &Overlay::new())?;
+        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -421,7 +424,7 @@ impl Runner {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => Place::Own(Sandbox::create(snapshot, overlay)?),
+            None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
         };
         let sandbox_dir = place.sandbox().dir().to_path_buf();
         let watch = sandbox_dir.join("watch.json");

@@ -113,13 +113,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool for `slots` job slots. `FIXGATE_FORK=0` (read here, and only here) turns the
-    /// fork server off for every run of this process.
-    pub fn from_env(slots: usize) -> Pool {
-        let off = std::env::var_os("FIXGATE_FORK").is_some_and(|v| v == "0");
-        Pool::new(slots, off.then(|| "FIXGATE_FORK=0".to_owned()))
-    }
-
+    /// A pool for `slots` job slots; `disabled` (`FIXGATE_FORK=0`, with the reason to report)
+    /// turns the fork server off for every run of this process.
     pub(crate) fn new(slots: usize, disabled: Option<String>) -> Pool {
         Pool {
             disabled,
@@ -328,7 +323,8 @@ pub(crate) struct Zygote {
 impl Zygote {
     fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
-        let sandbox = Sandbox::create(snapshot, &Overlay::new()).map_err(|e| why(e.to_string()))?;
+        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &runner.env.temp_dir)
+            .map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
             .record()
             .map_err(|e| why(format!("recording its sandbox: {e}")))?;

@@ -6,6 +6,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
+use crate::environment::Environment;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,20 +47,20 @@ pub struct Interpreter {
 
 /// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
 /// `python3` on PATH.
-pub fn choose(flag: Option<&Path>, repo_root: &Path) -> PathBuf {
+pub fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -> PathBuf {
     if let Some(p) = flag {
         // Runs start in a sandbox, so a relative path must be made absolute here, against the
         // directory the user typed it in. Not canonicalized: resolving a venv's symlinked
         // python would leave the venv. A bare name (`python3.12`) is looked up on PATH.
         if p.components().count() > 1 && p.is_relative() {
-            if let Ok(cwd) = std::env::current_dir() {
+            if let Some(cwd) = &env.cwd {
                 return cwd.join(p);
             }
         }
         return p.to_path_buf();
     }
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(venv).join("bin").join("python");
+    if let Some(venv) = &env.virtual_env {
+        let p = venv.join("bin").join("python");
         if p.exists() {
             return p;
         }
@@ -144,14 +145,14 @@ fn remembered_file(cache_dir: &Path, path: &Path) -> PathBuf {
 
 /// [`probe`], reusing the fingerprint remembered under `cache_dir` while the interpreter's
 /// executable and `sys.path` directories are unchanged.
-pub fn probe_cached(path: &Path, cache_dir: &Path) -> Result<Interpreter> {
+pub fn probe_cached(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
     let file = remembered_file(cache_dir, path);
     let remembered: Option<Remembered> = std::fs::read(&file)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .filter(|r: &Remembered| r.version == REMEMBERED_VERSION);
     if let Some(r) = remembered {
-        let exe_ok = which(path).and_then(|p| stamp(&p)).is_some();
+        let exe_ok = env.which(path).and_then(|p| stamp(&p)).is_some();
         if exe_ok
             && r.stamps
                 .iter()
@@ -190,18 +191,6 @@ pub fn probe_cached(path: &Path, cache_dir: &Path) -> Result<Interpreter> {
         }
     }
     Ok(interpreter)
-}
-
-/// The file a command name or path refers to (PATH lookup for a bare name).
-fn which(path: &Path) -> Option<PathBuf> {
-    if path.components().count() > 1 {
-        return Some(path.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(path))
-            .find(|p| p.is_file())
-    })
 }
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.

@@ -61,13 +61,10 @@ fn digest_of(files: &[(String, &str)]) -> String {
 
 /// Writes the plugin into `<cache_dir>/plugin/<hash>/` (or the temporary directory when the
 /// cache directory is not writable) and returns the directory to put on `PYTHONPATH`.
-pub fn install(cache_dir: &Path) -> Result<PathBuf> {
+pub fn install(cache_dir: &Path, temp_dir: &Path) -> Result<PathBuf> {
     let hash = &digest()[..16];
     let mut last_err = None;
-    for base in [
-        cache_dir.join("plugin"),
-        std::env::temp_dir().join("fixgate-plugin"),
-    ] {
+    for base in [cache_dir.join("plugin"), temp_dir.join("fixgate-plugin")] {
         let dir = base.join(hash);
         match write_files(&dir) {
             Ok(()) => return Ok(dir),
