@@ -368,6 +368,115 @@ fn a_head_that_does_not_collect_is_a_reject_naming_the_file_and_line() {
 /// Issue 11: the answer key written in the test itself. An edited assertion that moves the
 /// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
 /// test that demands the same is `test-refactor` (pass).
+/// A base with `test_total` expecting 8.0 from `total(5)`; the head has `head_code` as
+/// `pkg/price.py` and `head_test` as the test file.
+fn renamed_test_repo(head_code: &str, head_test: &str) -> (TestRepo, String, String) {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/price.py", "def total(x):\n    return x * 1.6\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        )
+        .write(
+            "tests/test_price.py",
+            "from pkg.price import total\n\n\
+             def test_total():\n    assert round(total(5), 1) == 8.0\n\n\
+             def test_zero():\n    assert total(0) == 0\n",
+        );
+    let base = repo.commit("base");
+    repo.write("pkg/price.py", head_code)
+        .write("tests/test_price.py", head_test);
+    let head = repo.commit("renames the test");
+    (repo, base, head)
+}
+
+#[test]
+fn a_renamed_test_whose_expected_value_moved_is_a_redefined_test() {
+    // The rename was the way out: the base has no `test_total_price` to replay.
+    let (repo, base, head) = renamed_test_repo(
+        "def total(x):\n    return x * 1.44\n",
+        "from pkg.price import total\n\n\
+         def test_total_price():\n    assert round(total(5), 1) == 7.2\n\n\
+         def test_zero():\n    assert total(0) == 0\n",
+    );
+    let run = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let replays = v["source_replay"].as_array().unwrap();
+    assert_eq!(replays.len(), 1, "{v:#}");
+    let r = &replays[0];
+    assert_eq!(
+        r["nodeid"], "tests/test_price.py::test_total_price",
+        "{r:#}"
+    );
+    assert_eq!(r["renamed_from"], "tests/test_price.py::test_total");
+    assert_eq!(r["reading"], "redefined-test");
+    assert_eq!(r["head"], "passed");
+    assert_eq!(r["base_test_code"], "failed");
+    assert_eq!(
+        r["base_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 8.0"])
+    );
+    assert_eq!(
+        r["head_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 7.2"])
+    );
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "redefined-test")
+        .unwrap_or_else(|| panic!("no redefined-test finding: {v:#}"));
+    assert_eq!(finding["blocking"], true);
+    let message = finding["message"].as_str().unwrap();
+    assert!(
+        message.contains("renamed from tests/test_price.py::test_total")
+            && message.contains("== 8.0")
+            && message.contains("== 7.2"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_renamed_and_reformatted_test_with_the_same_expectations_is_a_refactor() {
+    // Renamed, split over lines, commented, a trailing comma; the code reformatted too.
+    let (repo, base, head) = renamed_test_repo(
+        "def total(x):\n    # the unit price\n    return x * 1.6\n",
+        "from pkg.price import total\n\n\
+         def test_total_of_five():\n    # five items\n    assert round(\n        total(5),\n        1,\n    ) == 8.0\n\n\
+         def test_zero():\n    assert total(0) == 0\n",
+    );
+    let run = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
+    ]);
+    let v = run.json();
+    let replays = v["source_replay"].as_array().unwrap();
+    let r = replays
+        .iter()
+        .find(|r| r["nodeid"] == "tests/test_price.py::test_total_of_five")
+        .unwrap_or_else(|| panic!("the renamed test was not replayed: {v:#}"));
+    assert_eq!(
+        r["renamed_from"], "tests/test_price.py::test_total",
+        "{r:#}"
+    );
+    assert_eq!(r["reading"], "test-refactor");
+    assert_eq!(r["head"], "passed");
+    assert_eq!(r["base_test_code"], "passed");
+    // Only the renamed test was edited.
+    assert_eq!(replays.len(), 1, "{v:#}");
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "test-refactor")
+        .unwrap_or_else(|| panic!("no test-refactor finding: {v:#}"));
+    assert_eq!(finding["blocking"], false);
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
 #[test]
 fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refactor() {
     let repo = TestRepo::new();
