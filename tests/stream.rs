@@ -556,3 +556,107 @@ fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refacto
         .unwrap();
     assert_eq!(zero["introduced"], false, "{zero}");
 }
+
+/// Issue 11: a victim that fails when both halves of a shared state were set before it (a
+/// two-test polluter), and also fails at random 20% of the time whatever ran before it. The
+/// seed list is chosen so that most orders do not run both halves before it: those are where
+/// its flakiness can show.
+#[test]
+fn a_two_test_polluter_of_a_victim_that_is_also_flaky_is_found_and_the_flakiness_reported() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/state.py", "A = False\nB = False\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        );
+    for f in [1, 3, 5] {
+        repo.write(
+            &format!("tests/test_{f}_plain.py"),
+            format!(
+                "def test_plain_{f}_x():\n    assert True\n\n\ndef test_plain_{f}_y():\n    assert True\n"
+            ),
+        );
+    }
+    repo.write(
+        "tests/test_2_half_a.py",
+        "from pkg import state\n\n\ndef test_sets_a():\n    state.A = True\n",
+    )
+    .write(
+        "tests/test_4_half_b.py",
+        "from pkg import state\n\n\ndef test_sets_b():\n    state.B = True\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_6_victim.py",
+        "import os\n\nfrom pkg import state\n\n\n\
+         def test_victim():\n\
+         \x20   assert not (state.A and state.B)\n\
+         \x20   assert int.from_bytes(os.urandom(2), \"big\") >= int(0.2 * 65536)\n",
+    );
+    let head = repo.commit("adds a flaky, order-dependent test");
+    // Seeds whose orders do not run both halves before the victim (file order does).
+    let seeds = "4,7,9,13,14,15,16,17,19,20,21,22,23,24,25,26,27,28,30,32";
+    let run = repo.fixgate_py(&[
+        "audit",
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--seed-list",
+        seeds,
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let victim = "tests/test_6_victim.py::test_victim";
+    let pair = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["victim"] == victim)
+        .unwrap_or_else(|| panic!("no pair for the victim: {v:#}"));
+    assert_eq!(pair["kind"], "polluter", "{pair:#}");
+    assert_eq!(
+        pair["culprits"],
+        serde_json::json!([
+            "tests/test_2_half_a.py::test_sets_a",
+            "tests/test_4_half_b.py::test_sets_b"
+        ]),
+        "{pair:#}"
+    );
+    let row = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == victim)
+        .unwrap();
+    assert_eq!(row["bucket"], "order-dependent", "{row:#}");
+    let signals: Vec<&str> = row["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(signals.contains(&"flaky"), "{row:#}");
+    let kinds: Vec<(&str, &str)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["kind"].as_str().unwrap(), f["tests"][0].as_str().unwrap()))
+        .collect();
+    for kind in ["order-dependent", "flaky"] {
+        assert!(
+            kinds.contains(&(kind, victim)),
+            "no {kind} finding: {kinds:?}"
+        );
+    }
+    for half in [
+        "tests/test_2_half_a.py::test_sets_a",
+        "tests/test_4_half_b.py::test_sets_b",
+    ] {
+        assert!(kinds.contains(&("polluter", half)), "{half}: {kinds:?}");
+    }
+}

@@ -14,7 +14,7 @@ use crate::audit::bisect::PairKind;
 use crate::audit::budget::{self, Limits, Overrides, Usage};
 use crate::audit::edited::{coupled_tests, edited_tests};
 use crate::audit::freeze::{self, Date};
-use crate::audit::triage::{Bucket, Confirm, Evidence, Signal};
+use crate::audit::triage::{Bucket, Confirm, Evidence, Signal, PROOF_RERUNS};
 use crate::audit::verdict::{self, FindingKind};
 use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
@@ -639,6 +639,7 @@ fn gather(
                 edited_by_patch: edited.contains(id),
                 reruns,
                 unexplained: false,
+                flaky_too: false,
             },
         );
     }
@@ -667,7 +668,27 @@ fn search_pairs(
         if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
             continue;
         }
-        let alone = evidence[id].alone.map(Outcome::is_green);
+        let (seen_alone, settle_nodes) = search::settle_alone(
+            engine,
+            id,
+            evidence[id].alone,
+            &confirmation
+                .alone_nodes
+                .get(id)
+                .copied()
+                .into_iter()
+                .collect::<Vec<_>>(),
+        )?;
+        let alone_greens: Vec<bool> = seen_alone.iter().map(|o| o.is_green()).collect();
+        if let (Some(green), Some(e)) = (
+            seen_alone.iter().find(|o| o.is_green()),
+            evidence.get_mut(id),
+        ) {
+            // Green alone once is green alone: the red runs beside it are the test's flakiness.
+            e.flaky_too |= seen_alone.iter().any(|o| !o.is_green());
+            e.alone = Some(*green);
+        }
+        let alone = (!alone_greens.is_empty()).then(|| alone_greens.contains(&true));
         let (kind, label) = if alone.unwrap_or(true) {
             (PairKind::Polluter, matrix.first(id, false))
         } else {
@@ -677,6 +698,7 @@ fn search_pairs(
         let mut question: Vec<NodeId> = vec![matrix.nodes[&label]];
         question.extend(confirmation.rerun_nodes.get(&label).into_iter().flatten());
         question.extend(confirmation.alone_nodes.get(id));
+        question.extend(&settle_nodes);
         let slot: Arc<std::sync::OnceLock<Vec<u8>>> = Arc::default();
         let answer_node = {
             let slot = slot.clone();
@@ -701,15 +723,15 @@ fn search_pairs(
                 let answer = decode_answer(&bytes)?;
                 let holds = match answer.search.outcome.is_found() {
                     true => {
-                        let (outcome, _, last) = search::verify(
+                        let v = search::verify(
                             engine,
                             id,
                             kind,
                             &answer.culprits,
-                            alone,
+                            &alone_greens,
                             matrix.nodes[&label],
                         )?;
-                        outcome.is_found().then_some(last)
+                        v.outcome.is_found().then_some(v.last)
                     }
                     false => question.last().copied(),
                 };
@@ -728,6 +750,7 @@ fn search_pairs(
                     kind,
                     label,
                     alone,
+                    alone_greens: &alone_greens,
                 };
                 let (answer, last) = answer(engine, matrix, confirmation, &question, &established)?;
                 let bytes = serde_json::to_vec(&answer)
@@ -743,10 +766,9 @@ fn search_pairs(
         if let Err(e) = engine.live.wait(node).into_result() {
             return Err(Error::Infra(format!("pair({id}) failed: {e}")));
         }
-        if !answer.search.outcome.explains() {
-            if let Some(e) = evidence.get_mut(id) {
-                e.unexplained = true;
-            }
+        if let Some(e) = evidence.get_mut(id) {
+            e.unexplained |= !answer.search.outcome.explains();
+            e.flaky_too |= answer.victim_flaky;
         }
         if answer.search.outcome.is_found() {
             established.push((kind, answer.culprits.clone()));
@@ -793,7 +815,24 @@ struct Question<'a> {
     id: &'a str,
     kind: PairKind,
     label: OrderLabel,
+    /// Green alone on some run ([`search::settle_alone`]).
     alone: Option<bool>,
+    /// Whether each of those runs was green.
+    alone_greens: &'a [bool],
+}
+
+/// The seed orders of `id` as [`search::order_check`] reads them: label, the order up to and
+/// with the victim, its outcome there.
+fn seed_orders(matrix: &Matrix, id: &str) -> Vec<(String, Vec<String>, Outcome)> {
+    matrix
+        .runs
+        .iter()
+        .filter_map(|(label, run)| {
+            let pos = run.order.iter().position(|o| o == id)?;
+            let outcome = run.outcome_of(id)?;
+            Some((label.to_string(), run.order[..=pos].to_vec(), outcome))
+        })
+        .collect()
 }
 
 /// Works out who makes `id` misbehave in the order `label`: a known set confirmed in one run,
@@ -810,6 +849,7 @@ fn answer(
         kind,
         label,
         alone,
+        alone_greens,
     } = *question;
     let order = &matrix.runs[&label].order;
     let pos = order.iter().position(|o| o == id).unwrap_or(0);
@@ -848,19 +888,55 @@ fn answer(
                 prefix,
                 kind,
                 whole_reproduces,
+                1,
                 &after,
             )?
         }
     };
-    let mut search = pair.search;
-    let (mut verify_runs, mut last) = (0, pair.last);
-    if search.outcome.explains() {
-        let (outcome, runs, node) =
-            search::verify(engine, id, kind, &pair.culprits, alone, pair.last)?;
-        (verify_runs, last) = (runs, node);
-        if !outcome.is_found() {
-            search.outcome = outcome;
+    let checked = |pair: search::Pair| -> Result<(search::Pair, u32, NodeId, bool)> {
+        let mut pair = pair;
+        if !pair.search.outcome.explains() {
+            let last = pair.last;
+            return Ok((pair, 0, last, false));
         }
+        let v = search::verify(engine, id, kind, &pair.culprits, alone_greens, pair.last)?;
+        if !v.outcome.is_found() {
+            pair.search.outcome = v.outcome;
+        }
+        Ok((pair, v.runs, v.last, v.victim_flaky))
+    };
+    let (mut pair, mut verify_runs, mut last, mut victim_flaky) = checked(pair)?;
+    // A first answer that does not hold may be a flaky victim's doing: one step that showed the
+    // anomaly by chance sends a search the wrong way. Searched again, every step that shows it
+    // must show it on PROOF_RERUNS runs in a row (the runs already made are reused).
+    if !pair.search.outcome.is_found() {
+        let reruns = confirmation.outcomes(label, id);
+        let whole_reproduces = !reruns.is_empty()
+            && reruns.iter().all(|o| match kind {
+                PairKind::Polluter => !o.is_green(),
+                PairKind::StateSetter => o.is_green(),
+            });
+        let first_runs = pair.search.runs + verify_runs;
+        let again = search::find(
+            engine,
+            Role::Head,
+            id,
+            prefix,
+            kind,
+            whole_reproduces,
+            PROOF_RERUNS as u32,
+            &[last],
+        )?;
+        let flaky_before = victim_flaky;
+        (pair, verify_runs, last, victim_flaky) = checked(again)?;
+        victim_flaky |= flaky_before;
+        pair.search.runs += first_runs;
+    }
+    let search = pair.search;
+    if search.outcome.is_found() {
+        let orders = seed_orders(matrix, id);
+        let (flaky, node) = search::order_check(engine, id, kind, &pair.culprits, &orders, last)?;
+        (victim_flaky, last) = (victim_flaky || flaky, node);
     }
     // Only a set that held on every rerun is worth trying for the next audit of the base.
     if search.outcome.is_found() && pair.found == Found::Searched {
@@ -873,6 +949,7 @@ fn answer(
             search,
             found: pair.found,
             verify_runs,
+            victim_flaky,
         },
         last,
     ))

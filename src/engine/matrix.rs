@@ -289,11 +289,9 @@ pub fn confirm(
             out.rerun_nodes.entry(l).or_default().push(node);
             out.nodes.push(node);
         }
-        live.retain(|(id, f, p)| {
-            let failing = out.outcomes(*f, id);
-            let passing = out.outcomes(*p, id);
-            failing.iter().all(|o| !o.is_green()) && passing.iter().all(|o| o.is_green())
-        });
+        // A passing order that failed once ends nothing while the failing order keeps failing:
+        // a flaky test can follow the order too (see `Confirm::fails_every_time_on_one_side`).
+        live.retain(|(id, f, _)| out.outcomes(*f, id).iter().all(|o| !o.is_green()));
         if live.is_empty() {
             break;
         }
