@@ -689,6 +689,12 @@ fn search_pairs(
             e.alone = Some(*green);
         }
         let alone = (!alone_greens.is_empty()).then(|| alone_greens.contains(&true));
+        // Both outcomes in one order already: its pair gets the flaky victim's check.
+        let known_flaky = evidence[id].flaky_too
+            || evidence[id]
+                .confirm
+                .as_ref()
+                .is_some_and(Confirm::fails_every_time_on_one_side);
         let (kind, label) = if alone.unwrap_or(true) {
             (PairKind::Polluter, matrix.first(id, false))
         } else {
@@ -729,6 +735,7 @@ fn search_pairs(
                             kind,
                             &answer.culprits,
                             &alone_greens,
+                            known_flaky,
                             matrix.nodes[&label],
                         )?;
                         v.outcome.is_found().then_some(v.last)
@@ -751,6 +758,7 @@ fn search_pairs(
                     label,
                     alone,
                     alone_greens: &alone_greens,
+                    known_flaky,
                 };
                 let (answer, last) = answer(engine, matrix, confirmation, &question, &established)?;
                 let bytes = serde_json::to_vec(&answer)
@@ -819,6 +827,8 @@ struct Question<'a> {
     alone: Option<bool>,
     /// Whether each of those runs was green.
     alone_greens: &'a [bool],
+    /// It gave both outcomes in one order already.
+    known_flaky: bool,
 }
 
 /// The seed orders of `id` as [`search::order_check`] reads them: label, the order up to and
@@ -850,6 +860,7 @@ fn answer(
         label,
         alone,
         alone_greens,
+        known_flaky,
     } = *question;
     let order = &matrix.runs[&label].order;
     let pos = order.iter().position(|o| o == id).unwrap_or(0);
@@ -899,7 +910,15 @@ fn answer(
             let last = pair.last;
             return Ok((pair, 0, last, false));
         }
-        let v = search::verify(engine, id, kind, &pair.culprits, alone_greens, pair.last)?;
+        let v = search::verify(
+            engine,
+            id,
+            kind,
+            &pair.culprits,
+            alone_greens,
+            known_flaky,
+            pair.last,
+        )?;
         if !v.outcome.is_found() {
             pair.search.outcome = v.outcome;
         }

@@ -71,19 +71,22 @@ pub const FLAKY_ALONE_NORMAL: u32 = 7;
 /// [`settle_alone`]; they count among the alone runs).
 /// Stops at the first run that disagrees.
 ///
-/// A victim that shows the anomaly alone is flaky, but it can be order-dependent too: its
+/// A victim that shows the anomaly alone (or is `known_flaky`: its confirmation or its first
+/// runs alone gave both outcomes in one order) is flaky, but it can be order-dependent too: its
 /// anomaly may follow the culprits every time and show alone only now and then. Then the check
 /// goes on: the culprits then the victim must show the anomaly on all [`FLAKY_PAIR_RUNS`], and
 /// the victim alone must be normal on at least [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
 /// A test that flakes with probability `p` whatever ran before it passes that (with the three
 /// reruns of its failing order that made it a candidate) with probability at most
-/// `max_p p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ (README, "How sure a reject is").
+/// `p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ at its worst `p` (README, "How sure a reject
+/// is").
 pub fn verify(
     engine: &Engine,
     victim: &str,
     kind: PairKind,
     culprits: &[String],
     alone: &[bool],
+    known_flaky: bool,
     after: NodeId,
 ) -> Result<Verified, Error> {
     let mut order = culprits.to_vec();
@@ -114,7 +117,7 @@ pub fn verify(
     while !c.pair_broke && c.anomalous_alone == 0 && c.alone_runs() < PROOF_RERUNS as u32 {
         c.alone()?;
     }
-    let victim_flaky = c.anomalous_alone > 0;
+    let victim_flaky = known_flaky || c.anomalous_alone > 0;
     if !c.pair_broke && victim_flaky {
         c.pair_until(FLAKY_PAIR_RUNS)?;
         while !c.pair_broke
@@ -212,8 +215,8 @@ impl Check<'_, '_, '_> {
     }
 }
 
-/// The victim's runs alone that decide which search it gets: the confirmation's (`first`, whether
-/// it was green), and when that one was red, [`PROOF_RERUNS`]` - 1` more. Red on every one:
+/// The victim's runs alone that decide which search it gets: the confirmation's (`first`), and
+/// while they are all red, more, up to [`PROOF_RERUNS`] in all. Red on every one:
 /// the victim needs a state-setter. Green on some: it has a polluter, and the red ones say it is
 /// flaky too (a test that fails now and then alone would otherwise be searched for a
 /// state-setter on one unlucky run). Returns each run's outcome and the nodes it added.
@@ -227,7 +230,7 @@ pub fn settle_alone(
         return Ok((Vec::new(), Vec::new()));
     };
     let (mut seen, mut nodes) = (vec![first], Vec::new());
-    while !first.is_green() && seen.len() < PROOF_RERUNS {
+    while seen.iter().all(|o| !o.is_green()) && seen.len() < PROOF_RERUNS {
         let k = seen.len() as u32;
         let req = RunRequest::new(
             format!("alone-run({victim})#{k}"),
