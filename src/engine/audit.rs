@@ -947,7 +947,13 @@ fn answer(
             &[last],
         )?;
         let flaky_before = victim_flaky;
-        (pair, verify_runs, last, victim_flaky) = checked(again)?;
+        if again.culprits == pair.culprits && again.search.outcome.explains() {
+            // The same set: its check would read the same runs (they are cached) again.
+            last = again.last;
+            pair.search.runs = again.search.runs;
+        } else {
+            (pair, verify_runs, last, victim_flaky) = checked(again)?;
+        }
         victim_flaky |= flaky_before;
         pair.search.runs += first_runs;
     }
