@@ -8,6 +8,7 @@ pub(crate) mod edited;
 pub mod freeze;
 pub(crate) mod message;
 pub(crate) mod nio;
+pub(crate) mod renamed;
 pub(crate) mod replay;
 pub(crate) mod source_replay;
 pub(crate) mod triage;

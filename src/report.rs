@@ -101,6 +101,9 @@ pub struct ShardNote {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SourceReplay {
     pub nodeid: String,
+    /// The base's node id of a test the patch renamed (its base version ran under this name);
+    /// `None` for a test edited under its own name.
+    pub renamed_from: Option<String>,
     /// Its outcome at head.
     pub head: String,
     /// Its outcome with the base's test code; `None` when the base's file did not run it.

@@ -403,6 +403,115 @@ fn a_head_that_does_not_collect_is_a_reject_naming_the_file_and_line() {
 /// Issue 11: the answer key written in the test itself. An edited assertion that moves the
 /// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
 /// test that demands the same is `test-refactor` (pass).
+/// A base with `test_total` expecting 8.0 from `total(5)`; the head has `head_code` as
+/// `pkg/price.py` and `head_test` as the test file.
+fn renamed_test_repo(head_code: &str, head_test: &str) -> (TestRepo, String, String) {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/price.py", "def total(x):\n    return x * 1.6\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        )
+        .write(
+            "tests/test_price.py",
+            "from pkg.price import total\n\n\
+             def test_total():\n    assert round(total(5), 1) == 8.0\n\n\
+             def test_zero():\n    assert total(0) == 0\n",
+        );
+    let base = repo.commit("base");
+    repo.write("pkg/price.py", head_code)
+        .write("tests/test_price.py", head_test);
+    let head = repo.commit("renames the test");
+    (repo, base, head)
+}
+
+#[test]
+fn a_renamed_test_whose_expected_value_moved_is_a_redefined_test() {
+    // The rename was the way out: the base has no `test_total_price` to replay.
+    let (repo, base, head) = renamed_test_repo(
+        "def total(x):\n    return x * 1.44\n",
+        "from pkg.price import total\n\n\
+         def test_total_price():\n    assert round(total(5), 1) == 7.2\n\n\
+         def test_zero():\n    assert total(0) == 0\n",
+    );
+    let run = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let replays = v["source_replay"].as_array().unwrap();
+    assert_eq!(replays.len(), 1, "{v:#}");
+    let r = &replays[0];
+    assert_eq!(
+        r["nodeid"], "tests/test_price.py::test_total_price",
+        "{r:#}"
+    );
+    assert_eq!(r["renamed_from"], "tests/test_price.py::test_total");
+    assert_eq!(r["reading"], "redefined-test");
+    assert_eq!(r["head"], "passed");
+    assert_eq!(r["base_test_code"], "failed");
+    assert_eq!(
+        r["base_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 8.0"])
+    );
+    assert_eq!(
+        r["head_lines"],
+        serde_json::json!(["assert round(total(5), 1) == 7.2"])
+    );
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "redefined-test")
+        .unwrap_or_else(|| panic!("no redefined-test finding: {v:#}"));
+    assert_eq!(finding["blocking"], true);
+    let message = finding["message"].as_str().unwrap();
+    assert!(
+        message.contains("renamed from tests/test_price.py::test_total")
+            && message.contains("== 8.0")
+            && message.contains("== 7.2"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_renamed_and_reformatted_test_with_the_same_expectations_is_a_refactor() {
+    // Renamed, split over lines, commented, a trailing comma; the code reformatted too.
+    let (repo, base, head) = renamed_test_repo(
+        "def total(x):\n    # the unit price\n    return x * 1.6\n",
+        "from pkg.price import total\n\n\
+         def test_total_of_five():\n    # five items\n    assert round(\n        total(5),\n        1,\n    ) == 8.0\n\n\
+         def test_zero():\n    assert total(0) == 0\n",
+    );
+    let run = repo.fixgate_py(&[
+        "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
+    ]);
+    let v = run.json();
+    let replays = v["source_replay"].as_array().unwrap();
+    let r = replays
+        .iter()
+        .find(|r| r["nodeid"] == "tests/test_price.py::test_total_of_five")
+        .unwrap_or_else(|| panic!("the renamed test was not replayed: {v:#}"));
+    assert_eq!(
+        r["renamed_from"], "tests/test_price.py::test_total",
+        "{r:#}"
+    );
+    assert_eq!(r["reading"], "test-refactor");
+    assert_eq!(r["head"], "passed");
+    assert_eq!(r["base_test_code"], "passed");
+    // Only the renamed test was edited.
+    assert_eq!(replays.len(), 1, "{v:#}");
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "test-refactor")
+        .unwrap_or_else(|| panic!("no test-refactor finding: {v:#}"));
+    assert_eq!(finding["blocking"], false);
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
 #[test]
 fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refactor() {
     let repo = TestRepo::new();
@@ -481,4 +590,108 @@ fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refacto
         .find(|t| t["nodeid"] == "tests/test_price.py::test_zero")
         .unwrap();
     assert_eq!(zero["introduced"], false, "{zero}");
+}
+
+/// Issue 11: a victim that fails when both halves of a shared state were set before it (a
+/// two-test polluter), and also fails at random 20% of the time whatever ran before it. The
+/// seed list is chosen so that most orders do not run both halves before it: those are where
+/// its flakiness can show.
+#[test]
+fn a_two_test_polluter_of_a_victim_that_is_also_flaky_is_found_and_the_flakiness_reported() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/state.py", "A = False\nB = False\n")
+        .write(
+            "tests/conftest.py",
+            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
+        );
+    for f in [1, 3, 5] {
+        repo.write(
+            &format!("tests/test_{f}_plain.py"),
+            format!(
+                "def test_plain_{f}_x():\n    assert True\n\n\ndef test_plain_{f}_y():\n    assert True\n"
+            ),
+        );
+    }
+    repo.write(
+        "tests/test_2_half_a.py",
+        "from pkg import state\n\n\ndef test_sets_a():\n    state.A = True\n",
+    )
+    .write(
+        "tests/test_4_half_b.py",
+        "from pkg import state\n\n\ndef test_sets_b():\n    state.B = True\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_6_victim.py",
+        "import os\n\nfrom pkg import state\n\n\n\
+         def test_victim():\n\
+         \x20   assert not (state.A and state.B)\n\
+         \x20   assert int.from_bytes(os.urandom(2), \"big\") >= int(0.2 * 65536)\n",
+    );
+    let head = repo.commit("adds a flaky, order-dependent test");
+    // Seeds whose orders do not run both halves before the victim (file order does).
+    let seeds = "4,7,9,13,14,15,16,17,19,20,21,22,23,24,25,26,27,28,30,32";
+    let run = repo.fixgate_py(&[
+        "audit",
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--seed-list",
+        seeds,
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let victim = "tests/test_6_victim.py::test_victim";
+    let pair = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["victim"] == victim)
+        .unwrap_or_else(|| panic!("no pair for the victim: {v:#}"));
+    assert_eq!(pair["kind"], "polluter", "{pair:#}");
+    assert_eq!(
+        pair["culprits"],
+        serde_json::json!([
+            "tests/test_2_half_a.py::test_sets_a",
+            "tests/test_4_half_b.py::test_sets_b"
+        ]),
+        "{pair:#}"
+    );
+    let row = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == victim)
+        .unwrap();
+    assert_eq!(row["bucket"], "order-dependent", "{row:#}");
+    let signals: Vec<&str> = row["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(signals.contains(&"flaky"), "{row:#}");
+    let kinds: Vec<(&str, &str)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["kind"].as_str().unwrap(), f["tests"][0].as_str().unwrap()))
+        .collect();
+    for kind in ["order-dependent", "flaky"] {
+        assert!(
+            kinds.contains(&(kind, victim)),
+            "no {kind} finding: {kinds:?}"
+        );
+    }
+    for half in [
+        "tests/test_2_half_a.py::test_sets_a",
+        "tests/test_4_half_b.py::test_sets_b",
+    ] {
+        assert!(kinds.contains(&("polluter", half)), "{half}: {kinds:?}");
+    }
 }

@@ -110,6 +110,10 @@ pub(crate) fn finding_message(
                 lines(r.map(|r| &r.base_lines)),
                 lines(r.map(|r| &r.head_lines)),
             );
+            let id = match r.and_then(|r| r.renamed_from.as_deref()) {
+                Some(old) => format!("{id} (renamed from {old})"),
+                None => id.clone(),
+            };
             match f.kind {
                 FindingKind::RedefinedTest => format!(
                     "{id} passes with the head's test code and fails with the base's on the same \

@@ -20,9 +20,15 @@
 //!   than that, all agreeing, prove nothing either way: *flaky*, with the signal `unconfirmed`.
 //!   Without confirmation at all the evidence is still "the outcome differs by order", so
 //!   *order-dependent*, with the signal `unconfirmed`.
+//!   One exception: the failing order failing on every one of [`PROOF_RERUNS`] reruns while
+//!   the passing order gave both outcomes is *order-dependent* and *flaky* (the signal): a test
+//!   that fails every time after its polluters and now and then without them. Its pair decides.
 //! - An order-dependent test whose polluter search explained nothing (no culprit, or culprits
 //!   that did not reproduce on every rerun) is *flaky*: order dependence is proven by a pair
-//!   that reproduces, never guessed.
+//!   that reproduces, never guessed. A test whose pair held but which showed the anomaly alone
+//!   during the pair's check, or whose outcome in some seed order the pair does not explain
+//!   (`flaky_too`), is order-dependent with the signal `flaky`; the signal adds a `flaky`
+//!   finding beside the `order-dependent` one.
 //! - Red in every order: alone green makes it *order-dependent* (signal `victim`: every order had a
 //!   polluter before it); alone red or not run makes it *failing*, or *error* when every red
 //!   outcome is a setup/teardown error.
@@ -86,6 +92,10 @@ pub struct Evidence {
     pub unexplained: bool,
     /// What the nio order (`--nio`) showed, when it showed the test passing and then failing.
     pub nio: Option<Idempotence>,
+    /// It showed an outcome its order does not explain: the anomaly by itself, or in an order
+    /// without all its culprits before it (or not after them all). Flaky, as well as
+    /// order-dependent when its pair held.
+    pub flaky_too: bool,
 }
 
 /// How many times each way the outcome must follow the order before a test is order-dependent:
@@ -112,6 +122,16 @@ impl Confirm {
     /// Agreement on at least [`PROOF_RERUNS`] reruns each way.
     pub fn proves(&self) -> bool {
         self.agrees() && self.failing.len() >= PROOF_RERUNS && self.passing.len() >= PROOF_RERUNS
+    }
+
+    /// The failing order failed on at least [`PROOF_RERUNS`] reruns, every one, while the passing
+    /// order gave both outcomes: a flaky test that may also follow the order (it fails every
+    /// time after its polluters, and now and then without them). Only its pair can tell.
+    pub fn fails_every_time_on_one_side(&self) -> bool {
+        self.failing.len() >= PROOF_RERUNS
+            && self.failing.iter().all(|o| !o.is_green())
+            && self.passing.iter().any(|o| o.is_green())
+            && self.passing.iter().any(|o| !o.is_green())
     }
 }
 
@@ -339,6 +359,10 @@ pub fn triage(e: &Evidence) -> Triage {
     if some_green && some_red {
         match &e.confirm {
             Some(c) if c.proves() => order_dependent = true,
+            Some(c) if c.fails_every_time_on_one_side() => {
+                order_dependent = true;
+                flaky = true;
+            }
             Some(c) if c.agrees() => {
                 flaky = true;
                 unconfirmed = true;
@@ -364,6 +388,7 @@ pub fn triage(e: &Evidence) -> Triage {
             flaky = true;
         }
     }
+    flaky |= e.flaky_too;
     let mut brittle = some_green && alone_green == Some(false);
     if brittle && !flaky {
         order_dependent = true;
@@ -956,6 +981,43 @@ mod tests {
             .finding_kinds(),
             [FindingKind::Flaky]
         );
+    }
+    #[test]
+    fn a_victim_that_fails_every_time_after_its_polluters_and_sometimes_without_is_both() {
+        let mut e = ev(&[Failed, Passed, Passed, Failed]);
+        e.confirm = Some(Confirm {
+            failing: vec![Failed, Failed, Failed],
+            passing: vec![Passed, Failed, Passed],
+        });
+        e.alone = Some(Passed);
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::OrderDependent);
+        assert!(t.has(&Signal::Flaky) && t.has(&Signal::OrderDependent));
+        assert_eq!(
+            t.finding_kinds(),
+            [FindingKind::OrderDependent, FindingKind::Flaky]
+        );
+        // Its search explained nothing: flaky only.
+        e.unexplained = true;
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+        // The failing order passed once on a rerun: nothing follows the order.
+        e.unexplained = false;
+        e.confirm = Some(Confirm {
+            failing: vec![Failed, Passed],
+            passing: vec![Passed, Failed, Passed],
+        });
+        assert_eq!(triage(&e).bucket, Bucket::Flaky);
+        // A pair that held on a victim that failed alone on some run: both, again.
+        let mut e = ev(&[Failed, Passed, Passed, Failed]);
+        e.confirm = Some(Confirm {
+            failing: vec![Failed; 3],
+            passing: vec![Passed; 3],
+        });
+        e.alone = Some(Passed);
+        e.flaky_too = true;
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::OrderDependent);
+        assert!(t.has(&Signal::Flaky));
     }
 }
 

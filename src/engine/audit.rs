@@ -260,7 +260,15 @@ fn phases(
     };
     // Test-source replay starts as soon as the file-order run says which edited tests pass.
     let edited = edited_tests(&sides.base.snapshot, &sides.head.snapshot, &nodeids);
-    let source_tests = source_replay::candidates(&edited, &base_ids, &file_run);
+    let head_ids: HashSet<&str> = head_items.iter().map(|i| i.nodeid.as_str()).collect();
+    let source_tests = source_replay::candidates(
+        &edited,
+        &base_ids,
+        &head_ids,
+        &file_run,
+        &sides.base.snapshot,
+        &sides.head.snapshot,
+    );
     let source_node = match source_tests.is_empty() {
         true => None,
         false => Some(source_replay::start(
@@ -639,6 +647,7 @@ fn gather(
                 reruns: matrix.reruns(id),
                 unexplained: false,
                 nio: None,
+                flaky_too: false,
             },
         );
     }

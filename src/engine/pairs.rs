@@ -11,25 +11,28 @@ use std::sync::{Arc, OnceLock};
 use fixgate_graph::{Node, NodeError, NodeId, Output};
 
 use crate::audit::bisect::PairKind;
-use crate::audit::triage::{Bucket, Evidence, Signal};
+use crate::audit::triage::{Bucket, Confirm, Evidence, Signal, PROOF_RERUNS};
 use crate::engine::culprits;
 use crate::engine::matrix::{Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::search::{self, Found, Known, Pair};
 use crate::error::{Error, Result};
-use crate::pytest::events::Outcome;
 
 /// How many victims try known sets at once: each waits on runs the graph's workers execute, so
 /// this bounds threads, not processes.
 const SIDE_BY_SIDE: usize = 8;
 
-/// Which victim misbehaves how, in which order, how it fares alone (`Some(true)`: green), and
-/// the runs that asked the question.
+/// Which victim misbehaves how, in which order, how it fares alone (`Some(true)`: green on
+/// some run alone), and the runs that asked the question.
 struct Question {
     id: String,
     kind: PairKind,
     label: OrderLabel,
     alone: Option<bool>,
+    /// Whether each run alone so far was green ([`search::settle_alone`]).
+    alone_greens: Vec<bool>,
+    /// It gave both outcomes in one order already: its pair gets the flaky victim's check.
+    known_flaky: bool,
     asked: Vec<NodeId>,
 }
 
@@ -55,10 +58,46 @@ pub(crate) fn search_pairs(
     evidence: &mut BTreeMap<String, Evidence>,
     nodeids: &[String],
 ) -> Result<Vec<Pair>> {
-    let questions: Vec<Question> = nodeids
+    // Victims red alone run alone again, side by side, before their question is asked: one
+    // unlucky run alone must not send a flaky victim to a search for a state-setter.
+    let candidates: Vec<&String> = nodeids
         .iter()
-        .filter_map(|id| question(matrix, confirmation, &evidence[id], id))
+        .filter(|id| order_dependent(&evidence[id.as_str()]))
         .collect();
+    let settled = {
+        let evidence = &*evidence;
+        let indices: Vec<usize> = (0..candidates.len()).collect();
+        side_by_side(&indices, |i| {
+            let id = candidates[i];
+            let first: Vec<NodeId> = confirmation
+                .alone_nodes
+                .get(id)
+                .copied()
+                .into_iter()
+                .collect();
+            search::settle_alone(engine, id, evidence[id].alone, &first)
+        })?
+    };
+    let mut questions = Vec::new();
+    for (id, (seen_alone, settle_nodes)) in candidates.into_iter().zip(settled) {
+        if let (Some(green), Some(e)) = (
+            seen_alone.iter().find(|o| o.is_green()),
+            evidence.get_mut(id),
+        ) {
+            // Green alone once is green alone: the red runs beside it are the test's flakiness.
+            e.flaky_too |= seen_alone.iter().any(|o| !o.is_green());
+            e.alone = Some(*green);
+        }
+        let greens: Vec<bool> = seen_alone.iter().map(|o| o.is_green()).collect();
+        questions.extend(question(
+            matrix,
+            confirmation,
+            &evidence[id],
+            id,
+            greens,
+            settle_nodes,
+        ));
+    }
     let mut answers: Vec<Option<Answered>> = questions.iter().map(|_| None).collect();
     // Per victim, the sets it has tried (or whose cached answer it checked): a set tried again
     // would repeat the same runs under the same labels.
@@ -115,18 +154,28 @@ pub(crate) fn search_pairs(
     Ok(pairs)
 }
 
-/// The question an order-dependent test asks; `None` for any other test.
+/// Whether the test's evidence reads order-dependent (in its bucket or as a signal).
+fn order_dependent(evidence: &Evidence) -> bool {
+    let t = crate::audit::triage::triage(evidence);
+    t.bucket == Bucket::OrderDependent || t.has(&Signal::OrderDependent)
+}
+
+/// The question an order-dependent test asks, from its runs alone so far (`alone_greens`, and
+/// the nodes [`search::settle_alone`] added); `None` when no order shows its anomaly.
 fn question(
     matrix: &Matrix,
     confirmation: &Confirmation,
     evidence: &Evidence,
     id: &str,
+    alone_greens: Vec<bool>,
+    settle_nodes: Vec<NodeId>,
 ) -> Option<Question> {
-    let t = crate::audit::triage::triage(evidence);
-    if t.bucket != Bucket::OrderDependent && !t.has(&Signal::OrderDependent) {
-        return None;
-    }
-    let alone = evidence.alone.map(Outcome::is_green);
+    let alone = (!alone_greens.is_empty()).then(|| alone_greens.contains(&true));
+    let known_flaky = evidence.flaky_too
+        || evidence
+            .confirm
+            .as_ref()
+            .is_some_and(Confirm::fails_every_time_on_one_side);
     let (kind, label) = match alone.unwrap_or(true) {
         true => (PairKind::Polluter, matrix.first(id, false)?),
         false => (PairKind::StateSetter, matrix.first(id, true)?),
@@ -134,11 +183,14 @@ fn question(
     let mut asked: Vec<NodeId> = vec![matrix.nodes[&label]];
     asked.extend(confirmation.rerun_nodes.get(&label).into_iter().flatten());
     asked.extend(confirmation.alone_nodes.get(id));
+    asked.extend(settle_nodes);
     Some(Question {
         id: id.to_owned(),
         kind,
         label,
         alone,
+        alone_greens,
+        known_flaky,
         asked,
     })
 }
@@ -215,15 +267,16 @@ fn known_answer(
             now_tried.push(answer.culprits.clone());
             let holds = match answer.search.outcome.is_found() {
                 true => {
-                    let (outcome, _, last) = search::verify(
+                    let v = search::verify(
                         engine,
                         &q.id,
                         q.kind,
                         &answer.culprits,
-                        q.alone,
+                        &q.alone_greens,
+                        q.known_flaky,
                         matrix.nodes[&q.label],
                     )?;
-                    outcome.is_found().then_some(last)
+                    v.outcome.is_found().then(|| vec![v.last])
                 }
                 false => q.asked.last().map(|n| vec![*n]),
             };
@@ -262,7 +315,7 @@ fn known_answer(
     now_tried.extend(sets.iter().map(|k| k.culprits.clone()));
     let (prefix, after) = prefix(matrix, confirmation, q);
     let answered = match search::reuse(engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
-        Some(pair) => Some(checked(engine, q, pair)?),
+        Some(pair) => Some(checked(engine, matrix, confirmation, q, pair)?),
         None => None,
     };
     Ok((answered, now_tried))
@@ -276,22 +329,27 @@ fn searched(
     q: &Question,
 ) -> Result<Answered> {
     let (prefix, after) = prefix(matrix, confirmation, q);
-    let reruns = confirmation.outcomes(q.label, &q.id);
-    let whole_reproduces = !reruns.is_empty()
-        && reruns.iter().all(|o| match q.kind {
-            PairKind::Polluter => !o.is_green(),
-            PairKind::StateSetter => o.is_green(),
-        });
     let pair = search::find(
         engine,
         Role::Head,
         &q.id,
         &prefix,
         q.kind,
-        whole_reproduces,
+        whole_reproduces(confirmation, q),
+        1,
         &after,
     )?;
-    checked(engine, q, pair)
+    checked(engine, matrix, confirmation, q, pair)
+}
+
+/// Whether the confirmation reruns of the order showed the anomaly after the whole prefix.
+fn whole_reproduces(confirmation: &Confirmation, q: &Question) -> bool {
+    let reruns = confirmation.outcomes(q.label, &q.id);
+    !reruns.is_empty()
+        && reruns.iter().all(|o| match q.kind {
+            PairKind::Polluter => !o.is_green(),
+            PairKind::StateSetter => o.is_green(),
+        })
 }
 
 /// The tests before the victim in the order that showed the anomaly, and the runs a search of
@@ -309,18 +367,71 @@ fn prefix(
     (order, after)
 }
 
-/// A pair found by reuse or search, checked on every rerun; a set that held is remembered for
-/// the victim's next audit of the base (unless it came from there).
-fn checked(engine: &Engine, q: &Question, pair: Pair) -> Result<Answered> {
-    let mut search = pair.search;
-    let (mut verify_runs, mut after) = (0, vec![pair.last]);
-    if search.outcome.explains() {
-        let (outcome, runs, nodes) =
-            search::verify(engine, &q.id, q.kind, &pair.culprits, q.alone, pair.last)?;
-        (verify_runs, after) = (runs, nodes);
-        if !outcome.is_found() {
-            search.outcome = outcome;
+/// A pair found by reuse or search, checked on every rerun (the flaky victim's check when it
+/// is one). A first answer that does not hold may be a flaky victim's doing (one step that
+/// showed the anomaly by chance sends a search the wrong way): it is searched again, every step
+/// that shows the anomaly showing it on [`PROOF_RERUNS`] runs in a row (the runs already made
+/// are reused). A pair that holds has the orders it does not explain rerun once (another
+/// outcome there is flakiness), and is remembered for the victim's next audit of the base
+/// (unless it came from there).
+fn checked(
+    engine: &Engine,
+    matrix: &Matrix,
+    confirmation: &Confirmation,
+    q: &Question,
+    pair: Pair,
+) -> Result<Answered> {
+    let check = |pair: Pair| -> Result<(Pair, u32, NodeId, bool)> {
+        let mut pair = pair;
+        if !pair.search.outcome.explains() {
+            let last = pair.last;
+            return Ok((pair, 0, last, false));
         }
+        let v = search::verify(
+            engine,
+            &q.id,
+            q.kind,
+            &pair.culprits,
+            &q.alone_greens,
+            q.known_flaky,
+            pair.last,
+        )?;
+        if !v.outcome.is_found() {
+            pair.search.outcome = v.outcome;
+        }
+        Ok((pair, v.runs, v.last, v.victim_flaky))
+    };
+    let (mut pair, mut verify_runs, mut last, mut victim_flaky) = check(pair)?;
+    if !pair.search.outcome.is_found() {
+        let (prefix, _) = prefix(matrix, confirmation, q);
+        let first_runs = pair.search.runs + verify_runs;
+        let again = search::find(
+            engine,
+            Role::Head,
+            &q.id,
+            &prefix,
+            q.kind,
+            whole_reproduces(confirmation, q),
+            PROOF_RERUNS as u32,
+            &[last],
+        )?;
+        let flaky_before = victim_flaky;
+        if again.culprits == pair.culprits && again.search.outcome.explains() {
+            // The same set: its check would read the same runs (they are cached) again.
+            last = again.last;
+            pair.search.runs = again.search.runs;
+        } else {
+            (pair, verify_runs, last, victim_flaky) = check(again)?;
+        }
+        victim_flaky |= flaky_before;
+        pair.search.runs += first_runs;
+    }
+    let search = pair.search;
+    if search.outcome.is_found() {
+        let orders = matrix.seed_orders(&q.id);
+        let (flaky, node) =
+            search::order_check(engine, &q.id, q.kind, &pair.culprits, &orders, last)?;
+        (victim_flaky, last) = (victim_flaky || flaky, node);
     }
     if search.outcome.is_found() && pair.found != Found::ReusedEarlierAudit {
         culprits::remember(engine.store, &engine.base_tree, &q.id, &pair.culprits);
@@ -331,13 +442,14 @@ fn checked(engine: &Engine, q: &Question, pair: Pair) -> Result<Answered> {
         search,
         found: pair.found,
         verify_runs,
+        victim_flaky,
     };
     let bytes = serde_json::to_vec(&answer)
         .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
     Ok(Answered {
         answer,
         bytes,
-        after,
+        after: vec![last],
     })
 }
 
@@ -358,10 +470,11 @@ fn record(
         return Err(Error::Infra(format!("pair({}) failed: {e}", q.id)));
     }
     let answer = a.answer;
+    if let Some(e) = evidence.get_mut(&q.id) {
+        e.unexplained |= !answer.search.outcome.explains();
+        e.flaky_too |= answer.victim_flaky;
+    }
     if !answer.search.outcome.explains() {
-        if let Some(e) = evidence.get_mut(&q.id) {
-            e.unexplained = true;
-        }
         return Ok(None);
     }
     // Culprits that did not hold on every rerun are nobody's polluters.

@@ -9,6 +9,7 @@ use crate::audit::bisect::{self, PairKind, Search};
 use crate::audit::triage::PROOF_RERUNS;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
+use crate::pytest::events::Outcome;
 
 /// Where a pair's culprits came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,90 +42,249 @@ pub struct Answer {
     pub found: Found,
     /// Runs that checked the pair holds (culprits then victim, and the victim alone).
     pub verify_runs: u32,
+    /// The victim showed its anomaly alone: flaky, and order-dependent too when the pair holds.
+    #[serde(default)]
+    pub victim_flaky: bool,
 }
 
+/// What [`verify`] established.
+pub struct Verified {
+    /// The outcome to record: the search's, or [`bisect::SearchOutcome::Unstable`].
+    pub outcome: bisect::SearchOutcome,
+    pub runs: u32,
+    /// The last run's node.
+    pub last: NodeId,
+    /// The victim showed the anomaly alone on some run: it is flaky, whether or not the pair
+    /// also holds.
+    pub victim_flaky: bool,
+}
+
+/// Runs "the culprits then the victim" made of a flaky victim (one that showed the anomaly
+/// alone): every one must show the anomaly.
+pub const FLAKY_PAIR_RUNS: u32 = 12;
+/// Runs of a flaky victim alone, of which at least [`FLAKY_ALONE_NORMAL`] must be normal.
+pub const FLAKY_ALONE_RUNS: u32 = 12;
+pub const FLAKY_ALONE_NORMAL: u32 = 7;
+
 /// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
-/// the victim alone does not (`alone`: what confirmation already saw, one of the reruns). The
-/// two kinds of run are independent, so each round runs one of each side by side (the next
-/// round starts after both); the rounds stop at the first run that disagrees. Returns the
-/// outcome to record (the search's, or [`bisect::SearchOutcome::Unstable`]), the runs made, and
-/// the last round's nodes.
+/// the victim alone does not (`alone`: whether each alone run made so far was green, see
+/// [`settle_alone`]; they count among the alone runs).
+/// Stops at the first run that disagrees.
+///
+/// A victim that shows the anomaly alone (or is `known_flaky`: its confirmation or its first
+/// runs alone gave both outcomes in one order) is flaky, but it can be order-dependent too: its
+/// anomaly may follow the culprits every time and show alone only now and then. Then the check
+/// goes on: the culprits then the victim must show the anomaly on all [`FLAKY_PAIR_RUNS`], and
+/// the victim alone must be normal on at least [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
+/// A test that flakes with probability `p` whatever ran before it passes that (with the three
+/// reruns of its failing order that made it a candidate) with probability at most
+/// `p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ at its worst `p` (README, "How sure a reject
+/// is").
 pub fn verify(
     engine: &Engine,
     victim: &str,
     kind: PairKind,
     culprits: &[String],
-    alone: Option<bool>,
+    alone: &[bool],
+    known_flaky: bool,
     after: NodeId,
-) -> Result<(bisect::SearchOutcome, u32, Vec<NodeId>), Error> {
-    let anomaly = |green: bool| match kind {
-        PairKind::Polluter => !green,
-        PairKind::StateSetter => green,
-    };
+) -> Result<Verified, Error> {
     let mut order = culprits.to_vec();
     order.push(victim.to_string());
-    let mut last = vec![after];
-    let (mut runs, mut reproduced, mut of) = (0, 0, 0);
-    let mut alone_normal = alone.map(|g| !anomaly(g)).unwrap_or(true);
-    let mut alone_seen = u32::from(alone.is_some());
-    for k in 0..PROOF_RERUNS as u32 {
-        let both = RunRequest::new(
-            match k {
-                0 => format!("verify-run({victim})"),
-                k => format!("verify-run({victim})#{k}"),
-            },
-            "verify-run",
+    // Labels name the set: a second search's check is another node (its runs of the victim
+    // alone, the same params, come from the cache).
+    let tag = blake3::hash(order.join("\n").as_bytes()).to_hex()[..12].to_string();
+    let mut c = Check {
+        engine,
+        victim,
+        tag,
+        kind,
+        order,
+        last: after,
+        runs: 0,
+        pair_runs: 0,
+        pair_broke: false,
+        normal_alone: 0,
+        anomalous_alone: 0,
+    };
+    for &green in alone {
+        match c.anomaly(green) {
+            true => c.anomalous_alone += 1,
+            false => c.normal_alone += 1,
+        }
+    }
+    c.pair_until(PROOF_RERUNS as u32)?;
+    while !c.pair_broke && c.anomalous_alone == 0 && c.alone_runs() < PROOF_RERUNS as u32 {
+        c.alone()?;
+    }
+    let victim_flaky = known_flaky || c.anomalous_alone > 0;
+    if !c.pair_broke && victim_flaky {
+        c.pair_until(FLAKY_PAIR_RUNS)?;
+        while !c.pair_broke
+            && c.normal_alone < FLAKY_ALONE_NORMAL
+            && c.anomalous_alone <= FLAKY_ALONE_RUNS - FLAKY_ALONE_NORMAL
+        {
+            c.alone()?;
+        }
+    }
+    let holds = !c.pair_broke && (!victim_flaky || c.normal_alone >= FLAKY_ALONE_NORMAL);
+    let outcome = match holds {
+        true => bisect::SearchOutcome::Found,
+        false => bisect::SearchOutcome::Unstable {
+            reproduced: c.pair_runs - u32::from(c.pair_broke),
+            of: c.pair_runs,
+        },
+    };
+    Ok(Verified {
+        outcome,
+        runs: c.runs,
+        last: c.last,
+        victim_flaky,
+    })
+}
+
+/// The runs of one [`verify`], each after the one before it.
+struct Check<'e, 'l, 'a> {
+    engine: &'e Engine<'l, 'a>,
+    victim: &'e str,
+    tag: String,
+    kind: PairKind,
+    /// The culprits then the victim.
+    order: Vec<String>,
+    last: NodeId,
+    runs: u32,
+    pair_runs: u32,
+    /// A run of the pair was normal.
+    pair_broke: bool,
+    normal_alone: u32,
+    anomalous_alone: u32,
+}
+
+impl Check<'_, '_, '_> {
+    fn anomaly(&self, green: bool) -> bool {
+        match self.kind {
+            PairKind::Polluter => !green,
+            PairKind::StateSetter => green,
+        }
+    }
+
+    fn alone_runs(&self) -> u32 {
+        self.normal_alone + self.anomalous_alone
+    }
+
+    /// Runs the pair until `upto` runs in all, stopping at the first normal outcome.
+    fn pair_until(&mut self, upto: u32) -> Result<(), Error> {
+        while !self.pair_broke && self.pair_runs < upto {
+            let k = self.pair_runs;
+            let req = RunRequest::new(
+                match k {
+                    0 => format!("verify-run({})[{}]", self.victim, self.tag),
+                    k => format!("verify-run({})[{}]#{k}", self.victim, self.tag),
+                },
+                "verify-run",
+                Role::Head,
+                self.order.clone(),
+            )
+            .after(&[self.last])
+            .repeat(k);
+            let (node, result) = self.engine.run_one(&req)?;
+            (self.runs, self.last, self.pair_runs) = (self.runs + 1, node, self.pair_runs + 1);
+            self.pair_broke = !self.anomaly(outcome(&result, self.victim).is_green());
+        }
+        Ok(())
+    }
+
+    /// One more run of the victim alone.
+    fn alone(&mut self) -> Result<(), Error> {
+        let k = self.alone_runs();
+        let req = RunRequest::new(
+            format!("alone-run({})[{}]#{k}", self.victim, self.tag),
+            "alone-run",
+            Role::Head,
+            vec![self.victim.to_string()],
+        )
+        .after(&[self.last])
+        .repeat(k);
+        let (node, result) = self.engine.run_one(&req)?;
+        (self.runs, self.last) = (self.runs + 1, node);
+        match self.anomaly(outcome(&result, self.victim).is_green()) {
+            true => self.anomalous_alone += 1,
+            false => self.normal_alone += 1,
+        }
+        Ok(())
+    }
+}
+
+/// The victim's runs alone that decide which search it gets: the confirmation's (`first`), and
+/// while they are all red, more, up to [`PROOF_RERUNS`] in all. Red on every one:
+/// the victim needs a state-setter. Green on some: it has a polluter, and the red ones say it is
+/// flaky too (a test that fails now and then alone would otherwise be searched for a
+/// state-setter on one unlucky run). Returns each run's outcome and the nodes it added.
+pub fn settle_alone(
+    engine: &Engine,
+    victim: &str,
+    first: Option<Outcome>,
+    after: &[NodeId],
+) -> Result<(Vec<Outcome>, Vec<NodeId>), Error> {
+    let Some(first) = first else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let (mut seen, mut nodes) = (vec![first], Vec::new());
+    while seen.iter().all(|o| !o.is_green()) && seen.len() < PROOF_RERUNS {
+        let k = seen.len() as u32;
+        let req = RunRequest::new(
+            format!("alone-run({victim})#{k}"),
+            "alone-run",
+            Role::Head,
+            vec![victim.to_string()],
+        )
+        .after(nodes.last().map_or(after, std::slice::from_ref))
+        .repeat(k);
+        let (node, result) = engine.run_one(&req)?;
+        seen.push(outcome(&result, victim));
+        nodes.push(node);
+    }
+    Ok((seen, nodes))
+}
+
+/// Whether a victim with a proven pair is flaky too, from its seed orders (`orders`: label, the
+/// order up to and with the victim, its outcome): an order the pair does not explain (the
+/// anomaly without all the culprits before the victim, or the normal outcome after them all)
+/// runs once more. Another outcome in the same order is flakiness; the same one is not (another
+/// polluter, or a test that cleans up between, explains it). Returns the answer and the last
+/// node.
+pub fn order_check(
+    engine: &Engine,
+    victim: &str,
+    kind: PairKind,
+    culprits: &[String],
+    orders: &[(String, Vec<String>, Outcome)],
+    after: NodeId,
+) -> Result<(bool, NodeId), Error> {
+    let anomaly = |o: Outcome| match kind {
+        PairKind::Polluter => !o.is_green(),
+        PairKind::StateSetter => o.is_green(),
+    };
+    let mut last = after;
+    for (label, order, seen) in orders {
+        let after_all = culprits.iter().all(|c| order.contains(c));
+        if anomaly(*seen) == after_all {
+            continue;
+        }
+        let req = RunRequest::new(
+            format!("order-check({victim})[{label}]"),
+            "confirm-run",
             Role::Head,
             order.clone(),
         )
-        .after(&last)
-        .repeat(k);
-        let mut requests = vec![both];
-        let alone_run = alone_normal && (alone_seen as usize) < PROOF_RERUNS;
-        if alone_run {
-            let k = alone_seen;
-            requests.push(
-                RunRequest::new(
-                    format!("alone-run({victim})#{k}"),
-                    "alone-run",
-                    Role::Head,
-                    vec![victim.to_string()],
-                )
-                .after(&last)
-                .repeat(k),
-            );
-        }
-        let nodes = requests
-            .iter()
-            .map(|r| engine.add_run(r))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut results = Vec::with_capacity(nodes.len());
-        for (req, &node) in requests.iter().zip(&nodes) {
-            let result = engine
-                .wait_run(node)?
-                .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
-            engine.live.release(node);
-            results.push(outcome(&result, victim));
-        }
-        (runs, of, last) = (runs + nodes.len() as u32, of + 1, nodes);
-        if alone_run {
-            alone_seen += 1;
-            alone_normal = !anomaly(results[1].is_green());
-        }
-        if !anomaly(results[0].is_green()) {
-            break;
-        }
-        reproduced += 1;
-        if !alone_normal {
-            break;
+        .after(&[last]);
+        let (node, result) = engine.run_one(&req)?;
+        last = node;
+        if anomaly(outcome(&result, victim)) != anomaly(*seen) {
+            return Ok((true, last));
         }
     }
-    let outcome = if reproduced as usize == PROOF_RERUNS && alone_normal {
-        bisect::SearchOutcome::Found
-    } else {
-        bisect::SearchOutcome::Unstable { reproduced, of }
-    };
-    Ok((outcome, runs, last))
+    Ok((false, last))
 }
 
 /// A found (or unexplained) pair.
@@ -224,7 +384,13 @@ pub fn reuse(
 /// state-setter makes it pass. `whole_reproduces`: a confirmation run of the same order already
 /// showed the anomaly after the whole prefix. The first step starts after `after` (the runs
 /// that showed the anomaly), every other after the step before it: one chain in the audit's
-/// graph.
+/// graph. `repeats`: how many runs in a row a step must show the anomaly to count as showing
+/// it (1, or more for a victim known to show it now and then by itself: a step that shows it by
+/// chance would send the search the wrong way).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one search's question, each part named"
+)]
 pub fn find(
     engine: &Engine,
     role: Role,
@@ -232,11 +398,13 @@ pub fn find(
     prefix: &[String],
     kind: PairKind,
     whole_reproduces: bool,
+    repeats: u32,
     after: &[NodeId],
 ) -> Result<Pair, Error> {
     let first = after.to_vec();
     let last: Cell<Option<NodeId>> = Cell::new(None);
-    let search = bisect::search_from(
+    let repeated = Cell::new(0u32);
+    let mut search = bisect::search_from(
         prefix.len(),
         bisect::DEFAULT_DDMIN_CAP,
         whole_reproduces,
@@ -244,26 +412,42 @@ pub fn find(
             let mut order: Vec<String> = subset.iter().map(|&i| prefix[i].clone()).collect();
             order.push(victim.to_string());
             let key = blake3::hash(order.join("\n").as_bytes()).to_hex();
-            let previous = match last.get() {
-                Some(id) => vec![id],
-                None => first.clone(),
-            };
-            let req = RunRequest::new(
-                format!("bisect-run({victim})[{}]", &key[..12]),
-                "bisect-run",
-                role,
-                order,
-            )
-            .after(&previous);
-            let (node, result) = engine.run_one(&req)?;
-            last.set(Some(node));
-            let outcome = outcome(&result, victim);
-            Ok::<bool, Error>(match kind {
-                PairKind::Polluter => !outcome.is_green(),
-                PairKind::StateSetter => outcome.is_green(),
-            })
+            for k in 0..repeats.max(1) {
+                let previous = match last.get() {
+                    Some(id) => vec![id],
+                    None => first.clone(),
+                };
+                // A search with repeats follows one without (same kind, order and repeat: the
+                // run already made is found in the cache), under labels of its own.
+                let req = RunRequest::new(
+                    match (repeats, k) {
+                        (0 | 1, _) => format!("bisect-run({victim})[{}]", &key[..12]),
+                        (r, 0) => format!("bisect-run({victim})[{}]x{r}", &key[..12]),
+                        (r, k) => format!("bisect-run({victim})[{}]x{r}#{k}", &key[..12]),
+                    },
+                    "bisect-run",
+                    role,
+                    order.clone(),
+                )
+                .after(&previous)
+                .repeat(k);
+                let (node, result) = engine.run_one(&req)?;
+                last.set(Some(node));
+                repeated.set(repeated.get() + u32::from(k > 0));
+                let outcome = outcome(&result, victim);
+                let anomaly = match kind {
+                    PairKind::Polluter => !outcome.is_green(),
+                    PairKind::StateSetter => outcome.is_green(),
+                };
+                if !anomaly {
+                    return Ok(false);
+                }
+            }
+            Ok::<bool, Error>(true)
         },
     )?;
+    // The report counts processes: a repeated step is several.
+    search.runs += repeated.get();
     Ok(Pair {
         kind,
         victim: victim.to_string(),
@@ -282,13 +466,8 @@ pub fn find(
 /// The victim's outcome in a run; one that never ran (an earlier test ended the session with
 /// `pytest.exit()`, say) is red: its green is not real. One rule for the search, the reuse and
 /// the checks.
-fn outcome(
-    result: &crate::pytest::driver::RunResult,
-    victim: &str,
-) -> crate::pytest::events::Outcome {
-    result
-        .outcome_of(victim)
-        .unwrap_or(crate::pytest::events::Outcome::Error)
+fn outcome(result: &crate::pytest::driver::RunResult, victim: &str) -> Outcome {
+    result.outcome_of(victim).unwrap_or(Outcome::Error)
 }
 
 /// The one-line reproduction: `python -m pytest -p no:randomly CULPRITS VICTIM`.
