@@ -916,7 +916,7 @@ fn check_findings(engine: &Engine, matrix: &Matrix, report: &mut AuditReport) {
         let Some(fresh) = engine.live.fresh_output(node) else {
             continue;
         };
-        let Ok(fresh) = serde_json::from_slice::<crate::pytest::driver::RunResult>(&fresh) else {
+        let Ok(fresh) = crate::engine::runs::decode_run(&fresh) else {
             continue;
         };
         engine
