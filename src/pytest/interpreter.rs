@@ -76,8 +76,16 @@ import json, sys
 import site
 out = {"user_base": None, "executable": sys.executable, "version": sys.version, "pytest": None, "error": None, "distributions": []}
 try:
-    import pytest
-    out["pytest"] = pytest.__version__
+    # Importing pytest takes most of this probe's time (a fresh machine pays it on every audit):
+    # its version comes from its metadata when it has some, the import only when not.
+    from importlib import metadata, util
+    if util.find_spec("pytest") is None:
+        raise ModuleNotFoundError("No module named 'pytest'")
+    try:
+        out["pytest"] = metadata.version("pytest")
+    except metadata.PackageNotFoundError:
+        import pytest
+        out["pytest"] = pytest.__version__
 except Exception as e:
     out["error"] = "%s: %s" % (type(e).__name__, e)
 try:
