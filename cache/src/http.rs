@@ -103,7 +103,12 @@ impl Resolver for OnceResolver {
             uri.authority().map(|a| a.as_str()).unwrap_or_default()
         );
         // A lookup is one insert or clone: a panic elsewhere cannot leave the map torn.
-        if let Some(addrs) = self.known.lock().unwrap_or_else(|e| e.into_inner()).get(&host) {
+        if let Some(addrs) = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&host)
+        {
             return Ok(addrs.clone());
         }
         let addrs = self.inner.resolve(uri, config, timeout)?;

@@ -53,6 +53,7 @@ pub struct Options {
 /// Runs the whole audit.
 pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let started = Instant::now();
+    ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
     let runner = Arc::new(ctx.runner(&opts.sandbox)?);
     let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
