@@ -344,3 +344,28 @@ fn dependencies(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_result_survives_its_encoding() {
+        let json = br#"{"executed":["t.py::a","t.py::b"],"incomplete_trace":true,"order":["t.py::b","t.py::a"],"processes":2,
+            "session_trace":{"import":["conftest.py"],"list":[],"mkdir":[],"outside":[{"op":"open","path":"/etc/x"}],"read":["data.json"],"remove":[],"rename":[["a","b"]],"sqlite":[],"unknown":[],"write":[]},
+            "tests":[{"changed":[{"change":"modified","path":"data.json"}],"end":0.0,"message":"boom","nodeid":"t.py::a","outcome":"failed",
+            "phases":{"call":{"duration":0.0,"message":"assert 1 == 2","outcome":"failed"},"setup":{"duration":0.0,"message":null,"outcome":"passed"}},
+            "reruns":1,"skip_reason":null,"start":0.0,"trace":{"import":[],"list":["d"],"mkdir":[],"outside":[],"read":["data.json"],"remove":[],"rename":[],"sqlite":["db"],"unknown":[],"write":[]},
+            "violations":[{"files":[{"change":"added","path":"out.txt"}],"group":"db"}],"writes_marker":["db"]}],
+            "warnings":["w"]}"#;
+        let run: RunResult = serde_json::from_slice(json).unwrap();
+        let bytes = postcard::to_allocvec(&run).unwrap();
+        let back = decode_run(&bytes).unwrap();
+        // Compared through JSON: RunResult has no PartialEq (see its doc).
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&run).unwrap()
+        );
+        assert!(decode_run(&bytes[..bytes.len() - 1]).is_err());
+    }
+}
