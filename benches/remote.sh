@@ -93,7 +93,12 @@ audit() { # CACHE_DIR EXTRA... (a reject or pass is a judgment; only errors stop
         --head HEAD --seeds 8 --jobs 2 --quiet --format json --output "$OUT/last.json" "$@"; local c=$?; set -e
     [ $c -le 1 ] || { echo "audit failed with exit $c" >&2; exit 1; }
 }
-now() { python3 -c 'import time; print(time.perf_counter())'; }
+# bash's own clock: a `python3 -c` here would put an interpreter's start-up (20-30 ms, more
+# under load) inside every measured interval.
+now() { echo "$EPOCHREALTIME"; }
+# The 1-minute load average, printed with each result: on a shared machine a loaded round's
+# cold audit takes several times its quiet time, which makes the ratios look better than they are.
+load() { cut -d' ' -f1 /proc/loadavg; }
 median() { python3 -c 'import statistics,sys; print("%.3f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
 
 for server in nginx buildgrid; do
@@ -108,7 +113,7 @@ for server in nginx buildgrid; do
         cold+=("$(python3 -c "print($t1-$t0)")"); fresh+=("$(python3 -c "print($t2-$t1)")")
     done
     c=$(median "${cold[@]}"); f=$(median "${fresh[@]}")
-    echo "fresh machine over $server: cold $c s, fresh $f s = $(python3 -c "print('%.1f%%' % (100*$f/$c))") of cold (target <= 5%), pytest processes on the fresh machine: ${procs[*]} (target 0)" | tee -a "$OUT/summary.txt"
+    echo "fresh machine over $server: cold $c s, fresh $f s = $(python3 -c "print('%.1f%%' % (100*$f/$c))") of cold (target <= 5%), pytest processes on the fresh machine: ${procs[*]} (target 0), load $(load)" | tee -a "$OUT/summary.txt"
 done
 
 # Warm: the local cache full, the remote reachable (nginx holding everything) or down.
@@ -124,4 +129,4 @@ for r in $(seq 1 $((RUNS * 3))); do
 done
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; rm -rf "$d"
 p=$(median "${plain[@]}"); u=$(median "${up[@]}"); w=$(median "${down[@]}")
-echo "warm audit: local only $p s, remote reachable $u s ($(python3 -c "print('%+.1f%%' % (100*($u-$p)/$p))"), target <= +10%), remote down $w s ($(python3 -c "print('%+.2f s' % ($w-$p))"), target <= +2 s)" | tee -a "$OUT/summary.txt"
+echo "warm audit: local only $p s, remote reachable $u s ($(python3 -c "print('%+.1f%%' % (100*($u-$p)/$p))"), target <= +10%), remote down $w s ($(python3 -c "print('%+.2f s' % ($w-$p))"), target <= +2 s), load $(load)" | tee -a "$OUT/summary.txt"

@@ -74,6 +74,12 @@ impl Ctx {
         })
     }
 
+    /// Starts fingerprinting the interpreter [`Ctx::runner`] will use, on another thread.
+    pub fn prefetch_interpreter(&self) {
+        let path = interpreter::choose(self.python.as_deref(), &self.repo.root, &self.env);
+        interpreter::prefetch(path, self.cache_dir.clone(), self.env.clone());
+    }
+
     /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
     /// the environment policy, the containment (settled once per process).
     pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {

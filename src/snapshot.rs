@@ -47,6 +47,19 @@ pub struct Snapshot {
     pub entries: Vec<Entry>,
     /// The git directory, when the root is a git repository.
     git_dir: Option<PathBuf>,
+    /// The handle [`Snapshot::read_path`] reads with, opened on first use: opening a repository
+    /// reads the git configuration files, and an audit reads each test file of both sides.
+    reader: std::sync::Mutex<Option<GitHandle>>,
+}
+
+/// A repository handle kept for reads; git2's `Repository` is `Send` but not `Sync`, hence the
+/// mutex around it.
+struct GitHandle(Repository);
+
+impl std::fmt::Debug for GitHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GitHandle")
+    }
 }
 
 /// The repository fixgate works on: its root and, when it is one, the git repository.
@@ -189,6 +202,7 @@ impl Repo {
             },
             entries,
             git_dir: Some(git.path().to_path_buf()),
+            reader: std::sync::Mutex::new(None),
         })
     }
 
@@ -204,6 +218,7 @@ impl Repo {
             source: Source::Worktree,
             entries,
             git_dir: self.git.as_ref().map(|g| g.path().to_path_buf()),
+            reader: std::sync::Mutex::new(None),
         })
     }
 }
@@ -551,7 +566,24 @@ impl Snapshot {
         let Some(entry) = self.find(&RepoPath::from(path)) else {
             return Ok(None);
         };
-        let git = self.open_git()?;
-        self.read(entry, git.as_ref()).map(Some)
+        if entry.blob.is_none() {
+            return self.read(entry, None).map(Some);
+        }
+        // A panic while reading cannot leave the handle half-changed.
+        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if reader.is_none() {
+            *reader = self.open_git()?.map(GitHandle);
+        }
+        self.read(entry, reader.as_ref().map(|h| &h.0)).map(Some)
+    }
+
+    /// Whether `path` has the same bytes and kind in both snapshots, known without reading
+    /// it: both are commit snapshots naming the same blob. `false` means "unknown or differs".
+    pub fn same_blob(&self, other: &Snapshot, path: &str) -> bool {
+        let path = RepoPath::from(path);
+        match (self.find(&path), other.find(&path)) {
+            (Some(a), Some(b)) => a.blob.is_some() && a.blob == b.blob && a.kind == b.kind,
+            _ => false,
+        }
     }
 }

@@ -339,12 +339,22 @@ impl Store for DiskStore {
     }
 
     fn record_trace(&self, stable_key: &Digest, entry: TraceEntry) {
-        let deps = self.put_blob(&envelope::encode(&MAGIC_DEPS, &entry.deps));
-        let row = Row {
-            deps,
-            output: entry.output,
-        };
-        self.index.push(stable_key, row, &|w| self.warn(w));
+        self.record_traces(vec![(*stable_key, entry)]);
+    }
+
+    fn record_traces(&self, entries: Vec<(Digest, TraceEntry)>) {
+        let rows: Vec<(Digest, Row)> = entries
+            .into_iter()
+            .map(|(stable_key, entry)| {
+                let deps = self.put_blob(&envelope::encode(&MAGIC_DEPS, &entry.deps));
+                let row = Row {
+                    deps,
+                    output: entry.output,
+                };
+                (stable_key, row)
+            })
+            .collect();
+        self.index.push_many(&rows, &|w| self.warn(w));
     }
 
     fn take_warnings(&self) -> Vec<Warning> {

@@ -2,8 +2,13 @@
 //! ActionResults, `{base}/cas/{hash}` hold blobs; SHA-256 digests (what bazel-remote checks and
 //! what nginx with WebDAV stores without looking).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use prost::Message;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::remote::{Backend, DigestFunction, RemoteConfig, RemoteDigest, RemoteError};
 
@@ -18,7 +23,7 @@ pub(crate) struct HttpBackend {
 
 impl HttpBackend {
     pub(crate) fn new(base: &str, config: &RemoteConfig) -> Result<HttpBackend, RemoteError> {
-        let agent = ureq::Agent::config_builder()
+        let agent_config = ureq::Agent::config_builder()
             .timeout_connect(Some(config.connect_timeout))
             .timeout_global(Some(config.request_timeout))
             // Statuses are answers the protocol gives meaning to (404 is a miss), not errors.
@@ -27,8 +32,12 @@ impl HttpBackend {
             // environment, and no proxy is the same on every machine.
             .proxy(None)
             .user_agent(concat!("fixgate/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+            .build();
+        let agent = ureq::Agent::with_parts(
+            agent_config,
+            DefaultConnector::new(),
+            OnceResolver::default(),
+        );
         Ok(HttpBackend {
             agent,
             base: base.trim_end_matches('/').to_owned(),
@@ -69,6 +78,45 @@ impl HttpBackend {
             200..=299 => Ok(()),
             other => Err(RemoteError::Status(format!("HTTP {other} to PUT {url}"))),
         }
+    }
+}
+
+/// Resolves each host once per process. ureq resolves a request's host before it looks for a
+/// pooled connection, so without this every request, even on a kept-alive connection, pays a
+/// name lookup, and with a timeout set a thread to run it in. A failed lookup is not kept.
+#[derive(Debug, Default)]
+struct OnceResolver {
+    inner: DefaultResolver,
+    known: Mutex<HashMap<String, ResolvedSocketAddrs>>,
+}
+
+impl Resolver for OnceResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let host = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or_default(),
+            uri.authority().map(|a| a.as_str()).unwrap_or_default()
+        );
+        // A lookup is one insert or clone: a panic elsewhere cannot leave the map torn.
+        if let Some(addrs) = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&host)
+        {
+            return Ok(addrs.clone());
+        }
+        let addrs = self.inner.resolve(uri, config, timeout)?;
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(host, addrs.clone());
+        Ok(addrs)
     }
 }
 

@@ -296,22 +296,29 @@ impl Index {
         })
     }
 
-    /// Puts `row` first among the candidates of `key`.
-    pub(crate) fn push(&self, key: &Digest, row: Row, warn: &dyn Fn(Warning)) {
+    /// Puts each row first among the candidates of its key, in order, in one transaction: a
+    /// commit syncs the file several times, which a fresh machine taking many traces from the
+    /// remote would otherwise pay per trace.
+    pub(crate) fn push_many(&self, pushes: &[(Digest, Row)], warn: &dyn Fn(Warning)) {
+        if pushes.is_empty() {
+            return;
+        }
         self.write(warn, |txn| {
             let mut table = txn.open_table(TRACES)?;
-            let old = table
-                .get(key.as_bytes().as_slice())?
-                .map(|v| v.value().to_vec());
-            // A damaged value is replaced rather than kept: the new row is good.
-            let mut rows: Vec<Row> = old
-                .and_then(|bytes| envelope::decode(&MAGIC_INDEX, &bytes).ok())
-                .unwrap_or_default();
-            rows.retain(|r| r.output != row.output);
-            rows.insert(0, row);
-            rows.truncate(MAX_TRACE_CANDIDATES);
-            let framed = envelope::encode(&MAGIC_INDEX, &rows);
-            table.insert(key.as_bytes().as_slice(), framed.as_slice())?;
+            for (key, row) in pushes {
+                let old = table
+                    .get(key.as_bytes().as_slice())?
+                    .map(|v| v.value().to_vec());
+                // A damaged value is replaced rather than kept: the new row is good.
+                let mut rows: Vec<Row> = old
+                    .and_then(|bytes| envelope::decode(&MAGIC_INDEX, &bytes).ok())
+                    .unwrap_or_default();
+                rows.retain(|r| r.output != row.output);
+                rows.insert(0, *row);
+                rows.truncate(MAX_TRACE_CANDIDATES);
+                let framed = envelope::encode(&MAGIC_INDEX, &rows);
+                table.insert(key.as_bytes().as_slice(), framed.as_slice())?;
+            }
             Ok(())
         });
     }

@@ -104,6 +104,9 @@ pub struct LayeredStore<L> {
     from_remote: Mutex<HashSet<Digest>>,
     touched: Mutex<(BTreeSet<Digest>, BTreeSet<Digest>)>,
     warnings: Mutex<Vec<Warning>>,
+    /// Traces taken from the remote, recorded locally by [`LayeredStore::flush`] in one write:
+    /// one commit per trace costs a fresh machine more than the downloads.
+    pending_traces: Mutex<Vec<(Digest, TraceEntry)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,7 +126,36 @@ impl<L: Store> LayeredStore<L> {
             from_remote: Mutex::new(HashSet::new()),
             touched: Mutex::new((BTreeSet::new(), BTreeSet::new())),
             warnings: Mutex::new(Vec::new()),
+            pending_traces: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records locally the traces taken from the remote so far. Call it when done with the
+    /// store; until then they are answered from memory.
+    pub fn flush(&self) {
+        let pending = std::mem::take(&mut *lock(&self.pending_traces));
+        self.local.record_traces(pending);
+    }
+
+    /// A trace taken from the remote in this process and not yet flushed, still valid.
+    fn pending_trace(
+        &self,
+        stable_key: &Digest,
+        current: &dyn Fn(&str) -> Option<Digest>,
+    ) -> Option<(TraceEntry, ActionRecord)> {
+        let candidates: Vec<TraceEntry> = lock(&self.pending_traces)
+            .iter()
+            .rev()
+            .filter(|(key, _)| key == stable_key)
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        candidates
+            .into_iter()
+            .filter(|entry| entry.first_changed(current).is_none())
+            .find_map(|entry| {
+                let record = self.local.get_action(&entry.output)?;
+                Some((entry, record))
+            })
     }
 
     /// `local` in front of the remote `config` names. A remote that cannot be connected to
@@ -484,7 +516,11 @@ impl<L: Store> Store for LayeredStore<L> {
         current: &dyn Fn(&str) -> Option<Digest>,
     ) -> Option<(TraceEntry, ActionRecord)> {
         lock(&self.touched).1.insert(*stable_key);
-        if let Some(hit) = self.local.lookup_trace(stable_key, current) {
+        if let Some(hit) = self
+            .local
+            .lookup_trace(stable_key, current)
+            .or_else(|| self.pending_trace(stable_key, current))
+        {
             bump(&self.counters.local_hits, 1);
             lock(&self.touched).0.insert(hit.0.output);
             return Some(hit);
@@ -507,7 +543,7 @@ impl<L: Store> Store for LayeredStore<L> {
         match &found {
             Some((entry, _)) => {
                 bump(&self.counters.remote_hits, 1);
-                self.local.record_trace(stable_key, entry.clone());
+                lock(&self.pending_traces).push((*stable_key, entry.clone()));
             }
             None => bump(&self.counters.remote_misses, 1),
         }
@@ -697,6 +733,11 @@ mod tests {
         assert_eq!(entry.output, out);
         assert_eq!(b.get_blob(&record.output).unwrap(), b"run result");
         assert_eq!(b.origin(&out), Origin::Remote);
+        // Kept in memory (a second lookup is a local hit) until flushed, then recorded locally.
+        assert!(b.local().trace_candidates(&stable).is_empty());
+        assert!(b.lookup_trace(&stable, &|_| Some(f)).is_some());
+        assert_eq!(b.stats().local_hits, 1);
+        b.flush();
         assert_eq!(b.local().trace_candidates(&stable), vec![entry]);
 
         // A second uploader's trace is added in front of the first, not in its place.

@@ -264,6 +264,14 @@ pub trait Store: Send + Sync {
     /// [`MAX_TRACE_CANDIDATES`]; an entry with the same output key moves to the front.
     fn record_trace(&self, stable_key: &Digest, entry: TraceEntry);
 
+    /// [`Store::record_trace`] for each of `entries`, in order; a store whose writes commit
+    /// (the disk store's index) makes it one commit.
+    fn record_traces(&self, entries: Vec<(Digest, TraceEntry)>) {
+        for (stable_key, entry) in entries {
+            self.record_trace(&stable_key, entry);
+        }
+    }
+
     /// Drains the warnings noticed since the last call.
     fn take_warnings(&self) -> Vec<Warning>;
 

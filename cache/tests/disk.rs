@@ -114,6 +114,33 @@ fn trace_lookup_hits_both_sides_of_a_flip_flop() {
 }
 
 #[test]
+fn traces_recorded_in_one_batch_equal_traces_recorded_one_by_one() {
+    let entries = |n: u8| -> Vec<(Digest, TraceEntry)> {
+        (0..n)
+            .map(|i| {
+                // Two stable keys, so that a batch also pushes onto a key it pushed before.
+                let stable = Digest::of(&[i % 2]);
+                let dep = Dep::file("f", Digest::of(&[b'd', i]));
+                (stable, TraceEntry::new(vec![dep], Digest::of(&[b'k', i])))
+            })
+            .collect()
+    };
+    let (one, batch) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = DiskStore::open(one.path()).unwrap();
+    let batch = DiskStore::open(batch.path()).unwrap();
+    for (stable, entry) in entries(6) {
+        one.record_trace(&stable, entry);
+    }
+    batch.record_traces(entries(6));
+    for stable in [Digest::of(&[0]), Digest::of(&[1])] {
+        let got = batch.trace_candidates(&stable);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got, one.trace_candidates(&stable));
+    }
+    assert!(batch.take_warnings().is_empty());
+}
+
+#[test]
 fn damaged_action_records_are_misses_with_warnings() {
     let tmp = tempfile::tempdir().unwrap();
     let store = DiskStore::open(tmp.path()).unwrap();

@@ -54,6 +54,7 @@ pub struct Options {
 /// Runs the whole audit.
 pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let started = Instant::now();
+    ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
     let runner = Arc::new(ctx.runner(&opts.sandbox)?);
     let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
@@ -789,7 +790,7 @@ fn check_findings(engine: &Engine, matrix: &Matrix, report: &mut AuditReport) {
         let Some(fresh) = engine.live.fresh_output(node) else {
             continue;
         };
-        let Ok(fresh) = serde_json::from_slice::<crate::pytest::driver::RunResult>(&fresh) else {
+        let Ok(fresh) = crate::engine::runs::decode_run(&fresh) else {
             continue;
         };
         engine

@@ -210,6 +210,7 @@ struct Recorded {
 
 impl Drop for Recorded {
     fn drop(&mut self) {
+        self.store.flush();
         if self.required {
             if let Some(e) = self.store.remote_error() {
                 *lock(&REQUIRED_FAILURE) = Some(e.to_string());

@@ -255,8 +255,9 @@ pub struct TestResult {
     pub message: Option<String>,
     pub nodeid: String,
     /// Which run of the test this is in a run that lists it twice in a row (the nio order): 0
-    /// the first, 1 the second. Absent from the JSON when 0.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// the first, 1 the second. Always written: run outputs are also kept in postcard, which
+    /// has no field names and cannot skip one.
+    #[serde(default)]
     pub occurrence: u32,
     pub outcome: Outcome,
     pub phases: BTreeMap<String, Phase>,
@@ -294,10 +295,6 @@ impl TestResult {
             violations: Vec::new(),
         }
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 #[cfg(test)]

@@ -77,8 +77,16 @@ import json, sys
 import site
 out = {"user_base": None, "executable": sys.executable, "version": sys.version, "pytest": None, "error": None, "distributions": []}
 try:
-    import pytest
-    out["pytest"] = pytest.__version__
+    # Importing pytest takes most of this probe's time (a fresh machine pays it on every audit):
+    # its version comes from its metadata when it has some, the import only when not.
+    from importlib import metadata, util
+    if util.find_spec("pytest") is None:
+        raise ModuleNotFoundError("No module named 'pytest'")
+    try:
+        out["pytest"] = metadata.version("pytest")
+    except metadata.PackageNotFoundError:
+        import pytest
+        out["pytest"] = pytest.__version__
 except Exception as e:
     out["error"] = "%s: %s" % (type(e).__name__, e)
 try:
@@ -143,9 +151,41 @@ fn remembered_file(cache_dir: &Path, path: &Path) -> PathBuf {
         .join(format!("{}.json", &key[..32]))
 }
 
+/// A [`probe_cached`] started early by [`prefetch`]: the interpreter, the cache directory and
+/// the thread computing it.
+type Prefetched = (
+    PathBuf,
+    PathBuf,
+    std::thread::JoinHandle<Result<Interpreter>>,
+);
+
+static PREFETCHED: std::sync::Mutex<Option<Prefetched>> = std::sync::Mutex::new(None);
+
+/// Starts [`probe_cached`] on another thread: on a machine that has not remembered the
+/// interpreter, Python's start-up then overlaps the snapshots instead of preceding them. The
+/// next [`probe_cached`] for the same arguments takes the result.
+pub fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environment>) {
+    let (p, c) = (path.clone(), cache_dir.clone());
+    let handle = std::thread::spawn(move || probe_cached_now(&p, &c, &env));
+    *PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some((path, cache_dir, handle));
+}
+
 /// [`probe`], reusing the fingerprint remembered under `cache_dir` while the interpreter's
 /// executable and `sys.path` directories are unchanged.
 pub fn probe_cached(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
+    let prefetched = PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((p, c, handle)) = prefetched {
+        // A prefetch thread that panicked is a bug there; probing again here still answers.
+        if p == path && c == cache_dir {
+            if let Ok(result) = handle.join() {
+                return result;
+            }
+        }
+    }
+    probe_cached_now(path, cache_dir, env)
+}
+
+fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
     let file = remembered_file(cache_dir, path);
     let remembered: Option<Remembered> = std::fs::read(&file)
         .ok()
