@@ -496,7 +496,7 @@ impl Plan {
 
 /// A write the run attempted outside its sandbox: blocked (read-only world, hidden folders) or,
 /// without namespaces, possibly done. Either way a finding against the patch (`outside-write`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct OutsideWrite {
     /// The test that attempted it; `None` outside any test (collection, session fixtures).
     pub nodeid: Option<String>,

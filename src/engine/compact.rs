@@ -3,7 +3,7 @@
 //! of 8,000 results each (traces, phases, timings); holding them whole would cost tens of
 //! megabytes for answers that fit in a few hundred kilobytes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::contain::OutsideWrite;
@@ -39,22 +39,39 @@ impl TestIds {
     pub(crate) fn name(&self, i: u32) -> &str {
         &self.ids[i as usize]
     }
+
+    /// Every node id, by index.
+    pub(crate) fn names(&self) -> Vec<&str> {
+        self.ids.iter().map(|s| &**s).collect()
+    }
+
+    /// The table whose [`TestIds::names`] are `names`.
+    pub(crate) fn from_names(names: Vec<String>) -> TestIds {
+        let mut ids = TestIds::default();
+        for n in names {
+            ids.intern(&n);
+        }
+        ids
+    }
 }
 
-/// What the audit keeps of one run.
-#[derive(Default)]
+/// What the audit keeps of one run. (Ordered maps: the bytes of a cached matrix node must be
+/// the same for the same runs.)
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct CompactRun {
     /// The requested order.
     order: Vec<u32>,
     /// Per test index, its outcome in this run (`None`: not run).
     outcomes: Vec<Option<Outcome>>,
     /// The message of each test that was not green.
-    messages: HashMap<u32, String>,
+    messages: BTreeMap<u32, String>,
     /// The fixture groups each test changed without holding their lease.
-    violations: HashMap<u32, Vec<String>>,
+    violations: BTreeMap<u32, Vec<String>>,
     /// The suite's own reruns of each test that had any (pytest-rerunfailures and the like).
-    reruns: HashMap<u32, u32>,
+    reruns: BTreeMap<u32, u32>,
     pub(crate) warnings: Vec<String>,
+    /// pytest processes the run took.
+    pub(crate) processes: u32,
     /// What the run's tests (and its session) wrote outside the sandbox.
     pub(crate) outside: Vec<OutsideWrite>,
 }
@@ -65,6 +82,7 @@ impl CompactRun {
         let mut out = CompactRun {
             order: run.order.iter().map(|id| ids.intern(id)).collect(),
             warnings: run.warnings.clone(),
+            processes: run.processes,
             outside: crate::contain::outside_writes(run),
             ..CompactRun::default()
         };

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use fixgate_graph::NodeId;
+use fixgate_graph::{Node, NodeError, NodeId, Output};
 
 use crate::audit::nio::Twice;
 use crate::audit::triage::PROOF_RERUNS;
@@ -121,22 +121,68 @@ impl Started {
         Ok(())
     }
 
-    /// Waits for every run but the file-order one, which the caller waited for already and
-    /// hands over. Each run is read once, kept compact, and its bytes released from the graph.
+    /// Waits for every run and reads them through one `matrix` node, computed from the runs:
+    /// each kept compact (see [`crate::engine::compact`]). A warm audit finds the node in the
+    /// cache and decodes no run but the file-order one, which the caller waited for already and
+    /// hands over. The runs' bytes are released from the graph.
     pub fn finish(self, engine: &Engine, file: RunResult) -> Result<Matrix> {
-        let mut ids = TestIds::default();
+        let inputs: Vec<NodeId> = self.labels.iter().map(|l| self.nodes[l]).collect();
+        for (l, &id) in self.labels.iter().zip(&inputs) {
+            if let Err(e) = engine.live.wait(id).into_result() {
+                return Err(Error::Infra(format!("seed run {l} failed: {e}")));
+            }
+        }
+        let node = Node::new("matrix", "matrix", |runs: &[&[u8]]| {
+            let mut ids = TestIds::default();
+            let mut compact = Vec::with_capacity(runs.len());
+            for bytes in runs {
+                let run = crate::engine::runs::decode_run(bytes).map_err(|e| {
+                    NodeError::Infra(format!("bug: a seed run does not decode: {e}"))
+                })?;
+                compact.push(CompactRun::of(&run, &mut ids));
+            }
+            postcard::to_allocvec(&(ids.names(), compact))
+                .map(Output::new)
+                .map_err(|e| NodeError::Infra(format!("bug: the matrix does not encode: {e}")))
+        })
+        .param("encoding", "postcard-1");
+        let id = engine
+            .live
+            .add(node, &inputs)
+            .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+        let bytes = engine
+            .live
+            .wait(id)
+            .into_result()
+            .map_err(|e| Error::Infra(format!("the matrix failed: {e}")))?;
+        if engine
+            .runner
+            .interrupted
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(Error::Interrupted);
+        }
+        let (names, compact): (Vec<String>, Vec<CompactRun>) = postcard::from_bytes(&bytes)
+            .map_err(|e| Error::Infra(format!("bug: a cached matrix does not decode: {e}")))?;
+        engine.live.release(id);
         let mut runs = BTreeMap::new();
-        for &l in &self.labels {
-            let run = match l {
-                OrderLabel::File => CompactRun::of(&file, &mut ids),
-                _ => CompactRun::of(&self.wait(engine, l)?, &mut ids),
-            };
-            engine.live.release(self.nodes[&l]);
-            runs.insert(l, run);
+        for ((l, node), run) in self.labels.iter().zip(&inputs).zip(compact) {
+            // The file-order run's processes were counted when the caller waited for it.
+            let executed = engine
+                .live
+                .report(*node)
+                .is_some_and(|r| matches!(r.status, fixgate_graph::Status::Executed { .. }));
+            if executed && *l != OrderLabel::File {
+                engine
+                    .processes
+                    .fetch_add(run.processes, std::sync::atomic::Ordering::Relaxed);
+            }
+            engine.live.release(*node);
+            runs.insert(*l, run);
         }
         Ok(Matrix {
             labels: self.labels,
-            ids,
+            ids: TestIds::from_names(names),
             runs,
             file,
             nodes: self.nodes,
