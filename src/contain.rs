@@ -647,21 +647,27 @@ unsafe fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()>
 fn fd_path(buf: &mut [u8; 32], fd: libc::c_int) {
     let prefix = b"/proc/self/fd/";
     buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 12];
-    let mut n = fd.unsigned_abs();
+    let end = write_decimal(buf, prefix.len(), fd.unsigned_abs());
+    buf[end] = 0;
+}
+
+/// Writes `n` in decimal into `buf` at `at`, without allocating (it runs between fork and
+/// exec); returns where the digits end.
+fn write_decimal(buf: &mut [u8], at: usize, mut n: u32) -> usize {
+    let mut digits = [0u8; 10];
     let mut len = 0;
     loop {
         digits[len] = b'0' + (n % 10) as u8;
         len += 1;
         n /= 10;
-        if n == 0 || len == digits.len() {
+        if n == 0 {
             break;
         }
     }
     for i in 0..len {
-        buf[prefix.len() + i] = digits[len - 1 - i];
+        buf[at + i] = digits[len - 1 - i];
     }
-    buf[prefix.len() + len] = 0;
+    at + len
 }
 
 /// Clears every capability, for good: the bounding set (so that exec as root gains none back),
@@ -828,22 +834,7 @@ unsafe fn sweep_descendants() {
     let pid = libc::getpid();
     let head = b"/proc/self/task/";
     path[..head.len()].copy_from_slice(head);
-    let mut at = head.len();
-    let mut digits = [0u8; 12];
-    let mut n = pid.unsigned_abs();
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 || len == digits.len() {
-            break;
-        }
-    }
-    for i in 0..len {
-        path[at] = digits[len - 1 - i];
-        at += 1;
-    }
+    let at = write_decimal(&mut path, head.len(), pid.unsigned_abs());
     let tail = b"/children";
     path[at..at + tail.len()].copy_from_slice(tail);
     // Bounded: a fork bomb outrunning the sweep must not keep the supervisor forever.

@@ -3,30 +3,18 @@
 
 mod common;
 
-use std::process::Command;
+use std::path::Path;
 
-use common::{python, Run, TestRepo};
+use common::{Run, TestRepo};
 use serde_json::Value;
 
 /// Runs fixgate with the fork server on or off (each mode with its own cache, so both run).
-fn fixgate(repo: &TestRepo, cache: &std::path::Path, fork: bool, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
-        .args(args)
-        .arg("--python")
-        .arg(python())
-        .arg("--cache-dir")
-        .arg(cache)
-        .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
-        .env("FIXGATE_FORK", if fork { "1" } else { "0" })
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("fixgate runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn fixgate(repo: &TestRepo, cache: &Path, fork: bool, args: &[&str]) -> Run {
+    repo.fixgate_with(
+        cache,
+        &[("FIXGATE_FORK", if fork { "1" } else { "0" })],
+        args,
+    )
 }
 
 /// A JSON value without its timing fields (test and phase clocks, durations, graph node

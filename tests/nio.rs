@@ -5,30 +5,17 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{python, Run, TestRepo};
+use common::{Run, TestRepo};
 use serde_json::Value;
 
 /// `fixgate ARGS --python <test python> --cache-dir CACHE` with the fork server on or off.
 fn fixgate(repo: &TestRepo, cache: &Path, fork: bool, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
-        .args(args)
-        .arg("--python")
-        .arg(python())
-        .arg("--cache-dir")
-        .arg(cache)
-        .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
-        .env("FIXGATE_FORK", if fork { "1" } else { "0" })
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("fixgate runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    repo.fixgate_with(
+        cache,
+        &[("FIXGATE_FORK", if fork { "1" } else { "0" })],
+        args,
+    )
 }
 
 /// `fixgate audit --base BASE --head HEAD --format json --quiet --seeds 1 EXTRA...`.

@@ -220,23 +220,16 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
 
     // Each head alone, from a cold cache of its own, judges the same.
     for (head, together) in [(&polluting, &lines[0]), (&docs, &lines[1])] {
-        let alone = TestRepo {
-            dir: tempfile::tempdir().unwrap(),
-            cache: tempfile::tempdir().unwrap(),
-        };
-        let run = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
-            .args([
+        let cache = tempfile::tempdir().unwrap();
+        let run = repo.fixgate_with(
+            cache.path(),
+            &[],
+            &[
                 "audit", "--base", &base, "--head", head, "--seeds", "2", "--format", "json",
-                "--quiet", "--repo",
-            ])
-            .arg(repo.path())
-            .arg("--cache-dir")
-            .arg(alone.cache.path())
-            .arg("--python")
-            .arg(common::python())
-            .output()
-            .unwrap();
-        let v: Value = serde_json::from_slice(&run.stdout).unwrap();
+                "--quiet",
+            ],
+        );
+        let v = run.json();
         assert_eq!(judged(v), judged(together.clone()), "{head}");
     }
 
@@ -303,8 +296,10 @@ fn a_test_flaky_in_every_order_never_rejects_a_clean_patch_over_twenty_cold_audi
     for round in 0..20 {
         let cache = tempfile::tempdir().unwrap();
         let seeds = format!("{},{},{}", 3 * round + 1, 3 * round + 2, 3 * round + 3);
-        let run = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
-            .args([
+        let run = repo.fixgate_with(
+            cache.path(),
+            &[],
+            &[
                 "audit",
                 "--base",
                 &base,
@@ -315,18 +310,11 @@ fn a_test_flaky_in_every_order_never_rejects_a_clean_patch_over_twenty_cold_audi
                 "--format",
                 "json",
                 "--quiet",
-                "--repo",
-            ])
-            .arg(repo.path())
-            .arg("--cache-dir")
-            .arg(cache.path())
-            .arg("--python")
-            .arg(common::python())
-            .output()
-            .unwrap();
-        let v: Value = serde_json::from_slice(&run.stdout)
+            ],
+        );
+        let v: Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("round {round}: {e}: {run:?}"));
-        assert_eq!(run.status.code(), Some(0), "round {round}: {v:#}");
+        assert_eq!(run.code, 0, "round {round}: {v:#}");
         assert_eq!(v["pairs"], serde_json::json!([]), "round {round}");
         let coin = v["tests"]
             .as_array()
@@ -400,12 +388,9 @@ fn a_head_that_does_not_collect_is_a_reject_naming_the_file_and_line() {
     }
 }
 
-/// Issue 11: the answer key written in the test itself. An edited assertion that moves the
-/// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
-/// test that demands the same is `test-refactor` (pass).
 /// A base with `test_total` expecting 8.0 from `total(5)`; the head has `head_code` as
 /// `pkg/price.py` and `head_test` as the test file.
-fn renamed_test_repo(head_code: &str, head_test: &str) -> (TestRepo, String, String) {
+fn price_repo(head_code: &str, head_test: &str) -> (TestRepo, String, String) {
     let repo = TestRepo::new();
     repo.write("pkg/__init__.py", "")
         .write("pkg/price.py", "def total(x):\n    return x * 1.6\n")
@@ -422,14 +407,14 @@ fn renamed_test_repo(head_code: &str, head_test: &str) -> (TestRepo, String, Str
     let base = repo.commit("base");
     repo.write("pkg/price.py", head_code)
         .write("tests/test_price.py", head_test);
-    let head = repo.commit("renames the test");
+    let head = repo.commit("the patch");
     (repo, base, head)
 }
 
 #[test]
 fn a_renamed_test_whose_expected_value_moved_is_a_redefined_test() {
     // The rename was the way out: the base has no `test_total_price` to replay.
-    let (repo, base, head) = renamed_test_repo(
+    let (repo, base, head) = price_repo(
         "def total(x):\n    return x * 1.44\n",
         "from pkg.price import total\n\n\
          def test_total_price():\n    assert round(total(5), 1) == 7.2\n\n\
@@ -478,7 +463,7 @@ fn a_renamed_test_whose_expected_value_moved_is_a_redefined_test() {
 #[test]
 fn a_renamed_and_reformatted_test_with_the_same_expectations_is_a_refactor() {
     // Renamed, split over lines, commented, a trailing comma; the code reformatted too.
-    let (repo, base, head) = renamed_test_repo(
+    let (repo, base, head) = price_repo(
         "def total(x):\n    # the unit price\n    return x * 1.6\n",
         "from pkg.price import total\n\n\
          def test_total_of_five():\n    # five items\n    assert round(\n        total(5),\n        1,\n    ) == 8.0\n\n\
@@ -512,31 +497,18 @@ fn a_renamed_and_reformatted_test_with_the_same_expectations_is_a_refactor() {
     assert_eq!(run.code, 0, "{run:?}");
 }
 
+/// Issue 11: the answer key written in the test itself. An edited assertion that moves the
+/// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
+/// test that demands the same is `test-refactor` (pass).
 #[test]
 fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refactor() {
-    let repo = TestRepo::new();
-    repo.write("pkg/__init__.py", "")
-        .write("pkg/price.py", "def total(x):\n    return x * 1.6\n")
-        .write(
-            "tests/conftest.py",
-            "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n",
-        )
-        .write(
-            "tests/test_price.py",
-            "from pkg.price import total\n\n\
-             def test_total():\n    assert round(total(5), 1) == 8.0\n\n\
-             def test_zero():\n    assert total(0) == 0\n",
-        );
-    let base = repo.commit("base");
     // The agent's patch: the code changes, and the expected value moves with it.
-    repo.write("pkg/price.py", "def total(x):\n    return x * 1.44\n")
-        .write(
-            "tests/test_price.py",
-            "from pkg.price import total\n\n\
-             def test_total():\n    assert round(total(5), 1) == 7.2\n\n\
-             def test_zero():\n    assert total( 0 ) == 0  # reformatted\n",
-        );
-    let head = repo.commit("moves the expected value");
+    let (repo, base, head) = price_repo(
+        "def total(x):\n    return x * 1.44\n",
+        "from pkg.price import total\n\n\
+         def test_total():\n    assert round(total(5), 1) == 7.2\n\n\
+         def test_zero():\n    assert total( 0 ) == 0  # reformatted\n",
+    );
     let run = repo.fixgate_py(&[
         "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",
     ]);

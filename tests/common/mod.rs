@@ -109,20 +109,35 @@ impl TestRepo {
     }
 
     pub fn fixgate_in(&self, cwd: &Path, args: &[&str]) -> Run {
-        let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
-            .args(args)
-            .arg("--cache-dir")
-            .arg(self.cache.path())
-            .current_dir(cwd)
-            .env_remove("FIXGATE_CACHE_DIR")
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("fixgate runs");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        fixgate_at(cwd, self.cache.path(), &[], args)
+    }
+
+    /// Runs the binary on this repository with the test interpreter, the cache directory
+    /// `cache` and the variables `env` set.
+    pub fn fixgate_with(&self, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+        let py = python();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--python", py.to_str().unwrap()]);
+        fixgate_at(self.path(), cache, env, &all)
+    }
+}
+
+/// Runs the real binary in `cwd` with the cache directory `cache` and the variables `env`.
+pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache)
+        .current_dir(cwd)
+        .env_remove("FIXGATE_CACHE_DIR")
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("fixgate runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 
