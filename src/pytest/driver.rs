@@ -313,13 +313,20 @@ impl Runner {
         )?;
         let status = wait_interruptibly(&mut p, &self.interrupted)?;
         let mut items = None;
+        let mut deselected = Vec::new();
         let mut skipped_collectors = Vec::new();
         let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
         for ev in read_events(&p.events)? {
             match ev {
-                Event::Collected { items: i } => items = Some(i),
+                Event::Collected {
+                    items: i,
+                    deselected: d,
+                } => {
+                    items = Some(i);
+                    deselected = d;
+                }
                 Event::SessionTrace { trace: t } => merge_trace(&mut trace, t),
                 Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
                     file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
@@ -353,6 +360,7 @@ impl Runner {
                     Collection {
                         items,
                         skipped_collectors,
+                        deselected,
                     },
                     trace,
                 ))
@@ -624,7 +632,7 @@ impl Runner {
                             _ => (id, Instant::now(), now_secs()),
                         });
                     }
-                    Event::Collected { items } => {
+                    Event::Collected { items, .. } => {
                         if announced.is_none() {
                             let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
                             announced = Some(Announced::new(&ids));
@@ -887,6 +895,7 @@ fn to_result(t: TestEvent) -> TestResult {
         nodeid: t.nodeid,
         occurrence: 0,
         phases: t.phases,
+        reported: t.reported.as_deref().map(Outcome::parse),
         message: t.message,
         skip_reason: t.skip_reason,
         reruns: t.reruns,

@@ -15,6 +15,10 @@ pub enum Event {
     },
     Collected {
         items: Vec<CollectedItem>,
+        /// Collected, then taken out of the session (`-k`, `-m`, `--deselect`, a
+        /// `pytest_collection_modifyitems` hook); written with `--collect-only` only.
+        #[serde(default)]
+        deselected: Vec<String>,
     },
     CollectError {
         #[serde(default)]
@@ -71,9 +75,14 @@ impl Event {
             #[derive(Deserialize)]
             struct Collected {
                 items: Vec<CollectedItem>,
+                #[serde(default)]
+                deselected: Vec<String>,
             }
             if let Ok(c) = serde_json::from_str::<Collected>(line) {
-                return Some(Event::Collected { items: c.items });
+                return Some(Event::Collected {
+                    items: c.items,
+                    deselected: c.deselected,
+                });
             }
         }
         serde_json::from_str::<Event>(line).ok()
@@ -97,6 +106,10 @@ pub struct CollectedItem {
 pub struct Collection {
     pub items: Vec<CollectedItem>,
     pub skipped_collectors: Vec<CollectedItem>,
+    /// Node ids collected and then taken out of the session by a plugin, a conftest's hook or
+    /// an option (`-k`, `-m`, `--deselect`).
+    #[serde(default)]
+    pub deselected: Vec<String>,
 }
 
 impl CollectedItem {
@@ -173,6 +186,10 @@ pub struct TestEvent {
     pub skip_reason: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// What pytest's reports claimed, when a hook made them greener than what the test raised
+    /// (`outcome` is then what it raised).
+    #[serde(default)]
+    pub reported: Option<String>,
     #[serde(default)]
     pub reruns: u32,
     #[serde(default)]
@@ -261,6 +278,11 @@ pub struct TestResult {
     pub occurrence: u32,
     pub outcome: Outcome,
     pub phases: BTreeMap<String, Phase>,
+    /// What pytest's reports claimed when a hook (a conftest's `pytest_runtest_makereport`, a
+    /// `pytest_runtest_call` wrapper) made them greener than what the test raised; `outcome` is
+    /// what it raised.
+    #[serde(default)]
+    pub reported: Option<Outcome>,
     pub reruns: u32,
     pub skip_reason: Option<String>,
     /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
@@ -284,6 +306,7 @@ impl TestResult {
             occurrence: 0,
             outcome,
             phases: BTreeMap::new(),
+            reported: None,
             message: Some(message),
             skip_reason: None,
             reruns: 0,

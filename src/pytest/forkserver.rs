@@ -403,7 +403,7 @@ impl Zygote {
         let mut collection = None;
         for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
-                Event::Collected { items } => {
+                Event::Collected { items, .. } => {
                     zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
                 }
                 Event::SessionTrace { trace } => collection = Some(trace),
