@@ -530,8 +530,26 @@ impl Runner {
             }
             let left = remaining.as_mut().expect("set above");
             if result.tests.len() == before && !left.is_empty() {
-                let what = format!("ran none of the {} requested tests", left.len());
-                return Err(outcome.failure(&what, snapshot));
+                // A session that ended by its own doing (a hook returned early, `pytest.exit`
+                // between tests, `sys.exit` at session start) before running what it was given:
+                // those tests did not pass, they did not run. A process that was killed or that
+                // refused its arguments is no judgment of the tests.
+                let Some(why) = not_run(outcome.status) else {
+                    let what = format!("ran none of the {} requested tests", left.len());
+                    return Err(outcome.failure(&what, snapshot));
+                };
+                let now = now_secs();
+                for id in left.drain(..) {
+                    result.executed.push(id.clone());
+                    result.tests.push(TestResult::missing(
+                        &id,
+                        Outcome::Error,
+                        why.clone(),
+                        now,
+                        now,
+                    ));
+                }
+                break;
             }
             // Counted, not a set: a test listed twice (the nio order) leaves one place per run.
             let mut done: HashMap<&str, usize> = HashMap::new();
@@ -921,6 +939,20 @@ fn merge_trace(into: &mut Trace, from: Trace) {
     into.write.extend(from.write);
 }
 
+/// Why the tests a pytest process was given and did not run count as errors, from its exit
+/// status (`None`: killed by a signal); `None` when the process says nothing of them: killed
+/// (by us, the kernel), an internal error (3) or a usage error (4, unknown node ids), which
+/// are fixgate's to report.
+fn not_run(status: Option<i32>) -> Option<String> {
+    let code = status?;
+    (code != 3 && code != 4).then(|| {
+        format!(
+            "not run: the pytest session ended (exit status {code}) before running this test; \
+             a hook, plugin or `pytest.exit`/`sys.exit` stopped it"
+        )
+    })
+}
+
 fn describe_exit(status: &std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -1068,5 +1100,19 @@ mod tests {
         let once = result(&[("t::a", 0, Outcome::Passed), ("t::b", 0, Outcome::Failed)]);
         assert!(once.again("t::a").is_none() && once.again("t::b").is_none());
         assert!(once.again("t::c").is_none());
+    }
+
+    #[test]
+    fn tests_a_session_ended_without_running_are_errors_unless_it_was_killed_or_refused() {
+        for code in [0, 1, 2, 5, 77] {
+            let why = not_run(Some(code)).expect("a session that ended by itself");
+            assert!(
+                why.starts_with("not run:") && why.contains(&code.to_string()),
+                "{why}"
+            );
+        }
+        for status in [None, Some(3), Some(4)] {
+            assert_eq!(not_run(status), None, "{status:?}");
+        }
     }
 }

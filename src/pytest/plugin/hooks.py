@@ -398,7 +398,7 @@ class _Test(object):
         "end",
         "trace",
         "subtest_failure",
-        "runtest",
+        "wrapped",
     )
 
     def __init__(self, nodeid, index):
@@ -412,7 +412,7 @@ class _Test(object):
         self.end = None
         self.trace = set()
         self.subtest_failure = None
-        self.runtest = None  # the item's own runtest, while the plugin's wrapper stands in
+        self.wrapped = []  # (name, the item's own attribute or None) the plugin stands in for
 
 
 _SKIP_EXCEPTION = pytest.skip.Exception
@@ -442,6 +442,22 @@ def _raised_phase(exc):
     except Exception:
         text = type(exc).__name__
     return _outcome.raised(_exception_kind(exc), _first_line(text))
+
+
+def _watching(inner, item, raised, key):
+    """`inner` (an item's bound setup or runtest), noting in `raised[key]` what it raised."""
+
+    def call():
+        try:
+            inner()
+        except BaseException as e:
+            raised[key] = _raised_phase(e)
+            raise
+        pending = getattr(item, "_excinfo", None)
+        if pending:
+            raised[key] = _raised_phase(pending[0].value)
+
+    return call
 
 
 def _redder(a, b):
@@ -789,28 +805,35 @@ class _FixgatePlugin(object):
                 pending = getattr(item, "_excinfo", None)
                 if pending:
                     phase = _redder(phase, _raised_phase(pending[0].value))
-                phase = _redder(phase, cur.raised.get("runtest"))
+                phase = _redder(phase, cur.raised.get("runruntest"))
+            elif call.when == "setup":
+                phase = _redder(phase, cur.raised.get("runsetup"))
             cur.raised[call.when] = phase
         except Exception:
             self.run.internal("raised outcome")
 
-    def _wrap_runtest(self, item, cur):
-        """Stands in for the item's runtest, so that what the test itself raised is seen before
-        any `pytest_runtest_call` hook could catch it."""
-        inner = item.runtest
+    def _wrap_item(self, item, cur):
+        """Stands in for the item's `setup` and `runtest`, so that what the test's fixtures and
+        the test itself raised is seen before any `pytest_runtest_setup` or `pytest_runtest_call`
+        hook could catch it. Undone by `_unwrap_item`."""
+        for name in ("setup", "runtest"):
+            inner = getattr(item, name, None)
+            if inner is None:
+                continue
+            cur.wrapped.append((name, item.__dict__.get(name)))
+            setattr(item, name, _watching(inner, item, cur.raised, "run" + name))
 
-        def runtest():
+    def _unwrap_item(self, item, cur):
+        """The item's own `setup` and `runtest` again (the nio order runs an item twice)."""
+        for name, own in cur.wrapped:
             try:
-                inner()
-            except BaseException as e:
-                cur.raised["runtest"] = _raised_phase(e)
-                raise
-            pending = getattr(item, "_excinfo", None)
-            if pending:
-                cur.raised["runtest"] = _raised_phase(pending[0].value)
-
-        cur.runtest = inner
-        item.runtest = runtest
+                if own is not None:
+                    setattr(item, name, own)
+                else:
+                    delattr(item, name)
+            except AttributeError:
+                pass
+        cur.wrapped = []
 
     def _test_start(self, item):
         """Before the test's protocol: its record, started (None only when even that failed)."""
@@ -826,7 +849,7 @@ class _FixgatePlugin(object):
             if run.lease is not None and not run.lease.started:
                 run.lease.start()
             if run.streaming:
-                self._wrap_runtest(item, cur)
+                self._wrap_item(item, cur)
                 _trace.record_into(cur.trace)
             return cur
         except Exception:
@@ -839,11 +862,7 @@ class _FixgatePlugin(object):
         run.current = None
         if cur is None:
             return
-        if cur.runtest is not None and item.__dict__.get("runtest") is not None:
-            try:
-                del item.runtest  # the class's own again (the nio order runs the item twice)
-            except AttributeError:
-                pass
+        self._unwrap_item(item, cur)
         try:
             cur.end = time.time()
             if interrupted:
@@ -869,7 +888,7 @@ class _FixgatePlugin(object):
                     "%s: %s" % (report.when, _report_message(report) or "failed")
                 )
                 cur.reports = {}
-                cur.raised = {}
+                cur.raised.clear()
                 return
             if _is_subtest_report(report):
                 # Subtest reports (unittest's subTest under pytest 9, pytest-subtests) come
