@@ -6,55 +6,56 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::delta::Delta;
 use crate::pytest::driver::RunResult;
 use crate::snapshot::Snapshot;
+use crate::testsrc::SourceFile;
 
-/// The tests whose outcome the patch's edits to their file decide: their function changed, or
-/// what surrounds the tests in the file did (module-level data, helpers, fixtures, a class's
-/// `setUp` and attributes). A new test counts as edited. Each test file is read once per side,
-/// and only files that differ are parsed.
+/// The tests the patch edited: a new test, or one whose
+/// [`Definition`](crate::testsrc::Definition) differs between the two
+/// snapshots (see [`crate::testsrc`]: its function, decorators and marks, its class's set-up,
+/// the fixtures, helpers and data of its file that it reads, what runs at import). Comments,
+/// formatting, imports that resolve as before and edits of other tests are no edit of it. A
+/// test whose function cannot be found (a doctest, an inherited or generated test) is edited
+/// when its file's tokens differ. Each file is read and parsed once per side, and only files
+/// that differ are read at all.
 pub(crate) fn edited_tests(
     base: &Snapshot,
     head: &Snapshot,
     nodeids: &[String],
 ) -> BTreeSet<String> {
-    let mut texts: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    // Per file: nothing when the sides hold the same blob, else each side's outline.
+    let mut files: HashMap<String, Option<Sides>> = HashMap::new();
     let read = |s: &Snapshot, file: &str| {
         s.read_path(file)
             .ok()
             .flatten()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map(|b| SourceFile::parse(&String::from_utf8_lossy(&b)))
     };
     let mut edited = BTreeSet::new();
     for id in nodeids {
-        let (file, func) = crate::testsrc::split_nodeid(id);
-        if base.same_blob(head, file) {
+        let (file, _) = crate::testsrc::split_nodeid(id);
+        let sides = files.entry(file.to_string()).or_insert_with(|| {
+            (!base.same_blob(head, file)).then(|| (read(base, file), read(head, file)))
+        });
+        let Some((b, h)) = sides else {
             continue;
-        }
-        let (b, h) = texts
-            .entry(file.to_string())
-            .or_insert_with(|| (read(base, file), read(head, file)));
-        if b == h {
-            continue;
-        }
-        let source = |t: &Option<String>| {
-            t.as_deref()
-                .and_then(|t| crate::testsrc::function_source(t, func))
         };
-        let around = |t: &Option<String>| t.as_deref().map(crate::testsrc::outside_tests);
-        match (source(b), source(h)) {
-            (Some(b), Some(h)) if b != h => {
-                edited.insert(id.clone());
-            }
-            (None, Some(_)) => {
-                edited.insert(id.clone());
-            }
-            (Some(_), Some(_)) if around(b) != around(h) => {
-                edited.insert(id.clone());
-            }
-            _ => {}
+        let is_edited = match (b, h) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(b), Some(h)) => match (b.definition(id), h.definition(id)) {
+                (Some(bd), Some(hd)) => bd != hd,
+                (None, Some(_)) => true,
+                (_, None) => b.all_tokens() != h.all_tokens(),
+            },
+        };
+        if is_edited {
+            edited.insert(id.clone());
         }
     }
     edited
 }
+
+/// A test file's outline on each side (`None`: the side has no such file).
+type Sides = (Option<SourceFile>, Option<SourceFile>);
 
 /// Tests whose traced reads in the file-order run touch a file of the delta.
 pub(crate) fn coupled_tests(run: &RunResult, delta: &Delta) -> Vec<String> {

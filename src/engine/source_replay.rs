@@ -10,9 +10,11 @@ use crate::audit::source_replay::Reading;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::driver::RunResult;
+use crate::pytest::events::Outcome;
 use crate::repo_path::RepoPath;
 use crate::report;
 use crate::snapshot::Snapshot;
+use crate::testsrc::SourceFile;
 
 /// A test to replay: its head node id, and the node id of the base's version of it (the same,
 /// unless the patch renamed the test).
@@ -38,7 +40,13 @@ pub fn candidates(
     base: &Snapshot,
     head: &Snapshot,
 ) -> Vec<Candidate> {
-    let green = |id: &str| head_run.outcome_of(id).is_some_and(|o| o.is_green());
+    // A skipped or xfailed test does not pass with the head's test code: what it hides is the
+    // base-suite replay's (`skipped-test`, `xfailed-test`).
+    let green = |id: &str| {
+        head_run
+            .outcome_of(id)
+            .is_some_and(|o| matches!(o, Outcome::Passed | Outcome::Xpassed))
+    };
     let renamed = renamed_tests(edited, base_ids, head_ids, base, head);
     edited
         .iter()
@@ -186,6 +194,34 @@ pub fn start(
     engine.add_run(&req)
 }
 
+/// A test file's text on one side, and its outline.
+type Side = (String, SourceFile);
+
+/// The lines the patch changed in what defines a test (its function, or what around it it
+/// reads), its base version `base_id` in `base`, its head version `head_id` in `head`; a renamed
+/// test's own name is no change.
+fn edited_lines(
+    base: &Side,
+    head: &Side,
+    base_id: &str,
+    head_id: &str,
+) -> (Vec<String>, Vec<String>) {
+    let ((base, b), (head, h)) = (base, head);
+    let (_, base_func) = crate::testsrc::split_nodeid(base_id);
+    let (_, func) = crate::testsrc::split_nodeid(head_id);
+    if let (Some(bd), Some(hd)) = (b.definition(base_id), h.definition(head_id)) {
+        let (b, h) = crate::testsrc::edit_lines((b, &bd), (h, &hd));
+        let renamed =
+            |l: &String| l.replacen(&format!("def {base_func}("), &format!("def {func}("), 1);
+        let b: Vec<String> = b.iter().map(renamed).collect();
+        return crate::testsrc::changed_lines(&b.join("\n"), &h.join("\n"));
+    }
+    let source = |t: &str, f: &str| crate::testsrc::function_source(t, f).unwrap_or_default();
+    let base_source =
+        source(base, base_func).replacen(&format!("def {base_func}"), &format!("def {func}"), 1);
+    crate::testsrc::changed_lines(&base_source, &source(head, func))
+}
+
 /// Waits for the replay and reads each test, with the lines the patch changed in it.
 pub fn read(
     engine: &Engine,
@@ -198,40 +234,27 @@ pub fn read(
     let result = engine
         .wait_run(node)?
         .map_err(|e| Error::Infra(format!("the test-source replay failed: {e}")))?;
-    let mut texts: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut texts: BTreeMap<String, (Side, Side)> = BTreeMap::new();
     let mut out = Vec::new();
     for c in tests {
         let id = &c.nodeid;
-        let (file, func) = crate::testsrc::split_nodeid(id);
-        let (_, base_func) = crate::testsrc::split_nodeid(&c.base_nodeid);
+        let (file, _) = crate::testsrc::split_nodeid(id);
         if !texts.contains_key(file) {
-            let text = |s: &Snapshot| {
-                s.read_path(file)
+            let side = |s: &Snapshot| -> Side {
+                let text = s
+                    .read_path(file)
                     .ok()
                     .flatten()
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                let outline = SourceFile::parse(&text);
+                (text, outline)
             };
-            texts.insert(file.to_string(), (text(base), text(head)));
+            texts.insert(file.to_string(), (side(base), side(head)));
         }
         let (b, h) = &texts[file];
-        let source = |t: &str, f: &str| crate::testsrc::function_source(t, f).unwrap_or_default();
-        // A renamed test's base source under its head name: the rename is `renamed_from`, and
-        // the lines shown are what else changed.
-        let base_source =
-            source(b, base_func).replacen(&format!("def {base_func}"), &format!("def {func}"), 1);
-        let (mut base_lines, mut head_lines) =
-            crate::testsrc::changed_lines(&base_source, &source(h, func));
-        if base_lines.is_empty() && head_lines.is_empty() {
-            // The test's own lines are the same: the edit is around it.
-            (base_lines, head_lines) = crate::testsrc::changed_lines(
-                &crate::testsrc::outside_tests(b),
-                &crate::testsrc::outside_tests(h),
-            );
-        }
-        let head_outcome = head_run
-            .outcome_of(id)
-            .unwrap_or(crate::pytest::events::Outcome::Error);
+        let (base_lines, head_lines) = edited_lines(b, h, &c.base_nodeid, id);
+        let head_outcome = head_run.outcome_of(id).unwrap_or(Outcome::Error);
         let on_base = result.outcome_of(&c.base_nodeid);
         out.push(report::SourceReplay {
             nodeid: id.clone(),
