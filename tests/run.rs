@@ -712,9 +712,7 @@ fn regression_a_session_stopped_between_tests_crashes_no_test() {
 /// it; the test's result is what it raised, with what pytest's reports claimed beside it.
 #[test]
 fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it_hid() {
-    let repo = TestRepo::new();
-    repo.write(
-        "tests/conftest.py",
+    let v = file_order_run(
         "import pytest\n\n\
          @pytest.hookimpl(hookwrapper=True)\n\
          def pytest_runtest_makereport(item, call):\n    \
@@ -733,8 +731,6 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
              outcome = yield\n    \
              if 'swallowed_setup' in item.name:\n        \
                  outcome.force_result(None)\n",
-    )
-    .write(
         "tests/test_hidden.py",
         "import unittest\nimport pytest\n\n\
          def test_flip():\n    assert 1 == 2\n\n\
@@ -746,10 +742,6 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
          class TestUnit(unittest.TestCase):\n    \
              def test_flip_unit(self):\n        self.assertEqual(1, 2)\n",
     );
-    repo.commit("base");
-    let run = repo.fixgate_py(&["run", "--format", "json"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    let v = run.json();
     let tests = v["result"]["tests"].as_array().unwrap();
     let test = |name: &str| {
         tests
@@ -775,25 +767,28 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
     assert!(test("::test_expected")["reported"].is_null());
 }
 
+/// `fixgate run`'s report of a repository holding `conftest` as `tests/conftest.py` and one test
+/// file, in file order.
+fn file_order_run(conftest: &str, file: &str, tests: &str) -> serde_json::Value {
+    let repo = TestRepo::new();
+    repo.write("tests/conftest.py", conftest).write(file, tests);
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.json()
+}
+
 /// Issue 20: a session that ends before running the tests it was given (a hook that runs
 /// nothing, `pytest.exit` between tests, `sys.exit` in a test) is never a pass.
 #[test]
 fn a_session_that_stops_before_its_tests_leaves_them_errors_never_passes() {
-    let repo = TestRepo::new();
-    repo.write(
-        "tests/conftest.py",
+    let v = file_order_run(
         "import pytest\n\n\
          def pytest_runtestloop(session):\n    \
              return True  # runs nothing, reports nothing\n",
-    )
-    .write(
         "tests/test_stop.py",
         "def test_a():\n    assert False\n\ndef test_b():\n    pass\n",
     );
-    repo.commit("base");
-    let run = repo.fixgate_py(&["run", "--format", "json"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    let v = run.json();
     assert_outcomes(
         &v,
         &[
@@ -806,27 +801,20 @@ fn a_session_that_stops_before_its_tests_leaves_them_errors_never_passes() {
 
     // pytest.exit(0) as the first test finishes, sys.exit in a test, os._exit in a session
     // fixture's teardown: none of them a pass.
-    let repo = TestRepo::new();
-    repo.write(
-        "tests/conftest.py",
+    let v = file_order_run(
         "import os, pytest\n\n\
          def pytest_runtest_logfinish(nodeid, location):\n    \
              if nodeid.endswith('test_first'):\n        \
                  pytest.exit('enough', returncode=0)\n\n\
          @pytest.fixture(scope='session')\ndef ends_hard():\n    yield\n    os._exit(0)\n",
-    )
-    .write(
         "tests/test_exits.py",
         "import sys\n\n\
          def test_first():\n    pass\n\n\
          def test_exits():\n    sys.exit(0)\n\n\
          def test_last(ends_hard):\n    pass\n",
     );
-    repo.commit("base");
-    let run = repo.fixgate_py(&["run", "--format", "json"]);
-    assert_eq!(run.code, 0, "{run:?}");
     assert_outcomes(
-        &run.json(),
+        &v,
         &[
             // interrupted inside its protocol (logfinish): no result of its own
             ("tests/test_exits.py::test_first", "crashed"),

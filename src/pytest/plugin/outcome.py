@@ -54,6 +54,14 @@ def altered(raised_phase, reported, xfail_marked):
     return not expected_failure
 
 
+def _not_run(phase):
+    """A skipped phase's (outcome, skip reason, xfail reason): an expected failure (`wasxfail`)
+    is `xfailed`, anything else `skipped`."""
+    if phase.xfail is not None:
+        return "xfailed", None, phase.xfail
+    return "skipped", phase.skip_reason, None
+
+
 def test_outcome(setup, call, teardown, subtest_failed=False):
     """The test's outcome from its phases (each a Phase, or None for a phase without a report):
     (outcome, the failing phase's name or None, skip reason, xfail reason).
@@ -70,23 +78,13 @@ def test_outcome(setup, call, teardown, subtest_failed=False):
     if setup is not None and setup.outcome == "failed":
         failing = "setup"
     elif setup is not None and setup.outcome == "skipped":
-        if setup.xfail is not None:
-            outcome = "xfailed"
-            xfail_reason = setup.xfail
-        else:
-            outcome = "skipped"
-            skip_reason = setup.skip_reason
+        outcome, skip_reason, xfail_reason = _not_run(setup)
     elif call is not None:
         if call.outcome == "failed":
             outcome = "failed"
             failing = "call"
         elif call.outcome == "skipped":
-            if call.xfail is not None:
-                outcome = "xfailed"
-                xfail_reason = call.xfail
-            else:
-                outcome = "skipped"
-                skip_reason = call.skip_reason
+            outcome, skip_reason, xfail_reason = _not_run(call)
         elif call.xfail is not None:
             outcome = "xpassed"
             xfail_reason = call.xfail
