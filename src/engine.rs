@@ -3,6 +3,7 @@
 mod assemble;
 pub(crate) mod audit;
 mod base_check;
+mod base_suite;
 mod compact;
 mod culprits;
 pub(crate) mod digests;

@@ -4,6 +4,7 @@ pub(crate) mod driver;
 pub mod events;
 pub(crate) mod exit_watch;
 pub(crate) mod forkserver;
+pub(crate) mod ini;
 pub(crate) mod interpreter;
 pub(crate) mod order;
 pub(crate) mod plugin;

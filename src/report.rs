@@ -79,6 +79,8 @@ pub struct ReplayReport {
     pub base: String,
     /// `redefined`, `cosmetic` or `additive`.
     pub reading: String,
+    /// The changed files the test read, whose base bytes the replay ran it on.
+    pub files: Vec<String>,
 }
 
 /// What one share of a sharded matrix ran (`fixgate audit --shard K/N`).
@@ -113,6 +115,39 @@ pub struct SourceReplay {
     /// The lines of the test (or around it) only the base has, and only the head has.
     pub base_lines: Vec<String>,
     pub head_lines: Vec<String>,
+}
+
+/// The base-suite replay: the base's tests with the base's test code on the head's code.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BaseSuiteReport {
+    /// The whole base suite ran (a conftest, the configuration or a hook changed).
+    pub whole: bool,
+    /// Why the replay ran.
+    pub reasons: Vec<String>,
+    /// How many base tests it ran.
+    pub ran: usize,
+    /// The tests whose reading is not `holds`, and the base tests the head does not have.
+    pub tests: Vec<BaseSuiteTest>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BaseSuiteTest {
+    pub nodeid: String,
+    /// `present`, `renamed`, `deselected`, `uncollected` or `deleted`.
+    pub at_head: String,
+    /// What it became at head (renamed), or where its function is (uncollected).
+    pub head_nodeid: Option<String>,
+    /// Its outcome (or what it became's) in the head's file-order run.
+    pub head: Option<String>,
+    /// Its outcome with the base's test code on the head's code.
+    pub replay: String,
+    /// Its outcome in the same order on the base (run only when the replay is red).
+    pub base: Option<String>,
+    /// `holds`, `shown-at-head`, `fails-on-base`, `unconfirmed`, `deleted-with-its-code` or the
+    /// finding's kind.
+    pub reading: String,
+    /// The replay's failure.
+    pub message: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -216,6 +251,8 @@ pub struct AuditReport {
     pub fixtures: Fixtures,
     /// The tests the patch edited, replayed with the base's test code (see `engine::source_replay`).
     pub source_replay: Vec<SourceReplay>,
+    /// The base-suite replay, when the patch touched the tests (`null` when it ran nothing).
+    pub base_suite: Option<BaseSuiteReport>,
     pub budget: Budget,
     pub freeze: Freeze,
     pub lock: Lock,

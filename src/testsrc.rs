@@ -199,6 +199,31 @@ impl SourceFile {
         Some(walk.finish())
     }
 
+    /// The names of every function the file defines, at module level and in its classes.
+    pub(crate) fn functions(&self) -> Vec<String> {
+        fn walk(stmts: &[Stmt], out: &mut Vec<String>) {
+            for s in stmts {
+                match &s.kind {
+                    StmtKind::Def(n) => out.push(n.clone()),
+                    StmtKind::Class(_, body) => walk(body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.stmts, &mut out);
+        out
+    }
+
+    /// Whether the file binds `name` at module level, or defines it in a class (a method).
+    pub(crate) fn binds(&self, name: &str) -> bool {
+        self.stmts.iter().any(|s| {
+            s.binds().contains(&name)
+                || matches!(&s.kind, StmtKind::Class(_, body)
+                    if body.iter().any(|m| m.defined_name() == Some(name)))
+        })
+    }
+
     /// The whole file's tokens: what is compared when a test's function cannot be found.
     pub(crate) fn all_tokens(&self) -> String {
         self.normalised(0, self.lines.len(), None)
@@ -414,6 +439,21 @@ impl Walk<'_> {
             self.unbound.insert(name.to_string());
         }
     }
+}
+
+/// The names of the `pytest_*` functions a Python source defines (hooks, wherever they are
+/// registered from).
+pub(crate) fn pytest_hooks(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = def_rest(l.trim_start())?;
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            name.starts_with("pytest_").then_some(name)
+        })
+        .collect()
 }
 
 /// The lines a patch changed in what defines a test: the lines of each part of `base` that
@@ -641,6 +681,22 @@ mod tests {
                 vec!["return total(x)".to_string()],
                 vec!["return total(x) * 0.9".to_string()]
             )
+        );
+    }
+
+    #[test]
+    fn functions_bindings_and_hooks_are_found() {
+        let f = SourceFile::parse(FILE);
+        assert_eq!(
+            f.functions(),
+            ["helper", "cart", "test_a", "test_b", "setUp", "test_m", "test_n"]
+        );
+        assert!(f.binds("CASES") && f.binds("total") && f.binds("setUp"));
+        assert!(!f.binds("x"));
+        let hooks = pytest_hooks("def pytest_configure(config):\n    pass\nclass P:\n    async def pytest_runtest_call(self, item):\n        pass\ndef pytestish():\n    pass\n");
+        assert_eq!(
+            hooks.into_iter().collect::<Vec<_>>(),
+            ["pytest_configure", "pytest_runtest_call"]
         );
     }
 

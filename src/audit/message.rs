@@ -65,8 +65,9 @@ pub(crate) fn finding_message(
             let (h, b) = r
                 .map(|r| (r.head.as_str(), r.base.as_str()))
                 .unwrap_or(("?", "?"));
+            let files = r.map(|r| r.files.join(", ")).unwrap_or_default();
             match f.kind {
-                FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test"),
+                FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test by changing {files}, which it reads"),
                 FindingKind::Cosmetic => format!("{id} passes on both fixture versions: the fixture change is cosmetic; justify it in one line"),
                 _ => format!("{id} is new and reads only new fixtures: review the fixture as new code"),
             }

@@ -117,6 +117,22 @@ pub enum FindingKind {
     /// A test that passes, then fails when run again in the same process (`--nio`): it
     /// pollutes its own state.
     NonIdempotent,
+    /// A base test the patch deleted that fails on the head's code (`audit::hidden`).
+    DeletedTest,
+    /// A base test the patch deleted with the code it exercised: reported (`deleted-test`, not
+    /// blocking).
+    DeletedWithItsCode,
+    /// A base test the head's collection or configuration drops, that fails on the head's code.
+    DeselectedTest,
+    /// A base test renamed or moved out of what pytest collects, that fails on the head's code.
+    UncollectedTest,
+    /// A base test the patch skips, that fails on the head's code.
+    SkippedTest,
+    /// A base test the patch marks as an expected failure, that fails on the head's code.
+    XfailedTest,
+    /// A test whose outcome a hook, a conftest or the configuration made green: the plugin saw
+    /// it fail, or it fails on the head's code with the base's conftests and configuration.
+    HookAlteredOutcome,
 }
 
 impl FindingKind {
@@ -141,6 +157,12 @@ impl FindingKind {
             FindingKind::RedefinedTest => "redefined-test",
             FindingKind::TestRefactor => "test-refactor",
             FindingKind::NonIdempotent => "non-idempotent",
+            FindingKind::DeletedTest | FindingKind::DeletedWithItsCode => "deleted-test",
+            FindingKind::DeselectedTest => "deselected-test",
+            FindingKind::UncollectedTest => "uncollected-test",
+            FindingKind::SkippedTest => "skipped-test",
+            FindingKind::XfailedTest => "xfailed-test",
+            FindingKind::HookAlteredOutcome => "hook-altered-outcome",
         }
     }
 
@@ -160,6 +182,12 @@ impl FindingKind {
                 | FindingKind::CollectionError
                 | FindingKind::RedefinedTest
                 | FindingKind::NonIdempotent
+                | FindingKind::DeletedTest
+                | FindingKind::DeselectedTest
+                | FindingKind::UncollectedTest
+                | FindingKind::SkippedTest
+                | FindingKind::XfailedTest
+                | FindingKind::HookAlteredOutcome
         )
     }
 }

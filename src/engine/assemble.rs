@@ -32,12 +32,25 @@ pub struct Judged<'a> {
     pub outside: &'a BTreeMap<Option<String>, BTreeSet<String>>,
     /// With `--nio`: each test's two runs in the nio order.
     pub nio: Option<&'a BTreeMap<String, crate::audit::nio::Twice>>,
+    /// The base-suite replay's messages and repros, by (kind, subject).
+    pub spec: &'a crate::engine::base_suite::Messages,
 }
 
 /// Fills the findings, freeze suggestions, pairs and per-test rows of `report`.
 pub fn fill(report: &mut AuditReport, j: &Judged) {
     let mut report_findings = Vec::new();
     for (f, d) in j.findings.iter().zip(&j.decision.dispositions) {
+        if let Some((message, repro)) = j.spec.get(&(f.kind, f.subject.clone())) {
+            report_findings.push(report::Finding {
+                kind: f.kind.as_str().into(),
+                tests: vec![f.subject.clone()],
+                message: message.clone(),
+                repro: repro.clone(),
+                introduced: f.introduced,
+                blocking: *d == Disposition::Rejects,
+            });
+            continue;
+        }
         report_findings.push(report::Finding {
             kind: f.kind.as_str().into(),
             tests: vec![f.subject.clone()],

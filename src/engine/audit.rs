@@ -25,7 +25,7 @@ use crate::engine::judge::{self, Weighed};
 use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
-use crate::engine::{base_check, pairs, replay, source_replay, steps};
+use crate::engine::{base_check, base_suite, pairs, replay, source_replay, steps};
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
@@ -247,19 +247,23 @@ fn phases(
         false => None,
     };
     let file_run = started_matrix.wait(engine, OrderLabel::File)?;
-    let coupled = coupled_tests(&file_run, &fixtures.delta);
+    // Coupling follows the trace: files in no group that the tests read count too.
+    let delta = replay::with_traced(engine, &fixtures.delta, &file_run);
+    report.fixtures.changed.extend(traced_fixtures(&delta));
+    let coupled = coupled_tests(&file_run, &delta);
     report.fixtures.coupled = coupled.clone();
     let replay_node = match coupled.is_empty() {
         true => None,
         false => Some(replay::start(
             engine,
             &sides.base.snapshot,
-            &fixtures.delta,
+            &delta,
             &coupled,
             &[started_matrix.nodes[&OrderLabel::File], fixtures.delta_node],
         )?),
     };
-    // Test-source replay starts as soon as the file-order run says which edited tests pass.
+    // The base-suite replay starts as soon as the file-order run gives the head's order; the
+    // test-source replay reads the edited tests that pass from its runs.
     let edited = edited_tests(&sides.base.snapshot, &sides.head.snapshot, &nodeids);
     let head_ids: HashSet<&str> = head_items.iter().map(|i| i.nodeid.as_str()).collect();
     let source_tests = source_replay::candidates(
@@ -270,17 +274,26 @@ fn phases(
         &sides.base.snapshot,
         &sides.head.snapshot,
     );
-    let source_node = match source_tests.is_empty() {
-        true => None,
-        false => Some(source_replay::start(
+    let base_suite_plan = base_suite::plan(
+        engine,
+        &sides.base.snapshot,
+        &sides.head.snapshot,
+        &base_collected.collection,
+        &head_collected.collection,
+        &delta,
+        &frozen,
+    )?;
+    let session_changed = base_suite_plan
+        .as_ref()
+        .is_some_and(|p| p.session_changed());
+    let base_suite_started = match base_suite_plan {
+        Some(plan) => Some(base_suite::start(
             engine,
-            &sides.base.snapshot,
-            &sides.head.snapshot,
-            &source_tests,
+            plan,
             &file_run.order,
-            &base_ids,
             &[started_matrix.nodes[&OrderLabel::File]],
         )?),
+        None => None,
     };
     let matrix = started_matrix.finish(engine, file_run)?;
     let file_run = matrix.file_run();
@@ -308,19 +321,26 @@ fn phases(
     // The polluter search for every order-dependent test, after the runs that showed it.
     let pairs = pairs::search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
     if let Some(node) = replay_node {
-        report.fixtures.replay =
-            replay::read(engine, node, &fixtures.delta, &coupled, file_run, &base_ids)?;
+        report.fixtures.replay = replay::read(engine, node, &delta, &coupled, file_run, &base_ids)?;
     }
-    if let Some(node) = source_node {
-        report.source_replay = source_replay::read(
-            engine,
-            node,
-            &source_tests,
-            file_run,
-            &sides.base.snapshot,
-            &sides.head.snapshot,
-        )?;
-    }
+    let (spec_findings, spec_messages) = match base_suite_started {
+        Some(started) => {
+            let cx = base_suite::Context {
+                base: &sides.base.snapshot,
+                head: &sides.head.snapshot,
+                head_collection: &head_collected.collection,
+                head_run: file_run,
+                candidates: &source_tests,
+                edited: &edited,
+                delta: &delta,
+            };
+            let read = base_suite::read(engine, started, &cx)?;
+            report.source_replay = read.source_replay;
+            report.base_suite = Some(read.report);
+            (read.findings, read.messages)
+        }
+        None => base_suite::hook_altered(file_run, session_changed, &edited),
+    };
 
     // Triage, then each finding checked on the base with the same evidence.
     let mut evidence_nodes = matrix.node_ids();
@@ -385,6 +405,7 @@ fn phases(
             edited_by_patch: true,
         });
     }
+    findings.extend(spec_findings);
     for r in &report.fixtures.replay {
         let kind = match r.reading.as_str() {
             "redefined" => FindingKind::Redefined,
@@ -488,6 +509,7 @@ fn phases(
             today: opts.today,
             outside: &outside,
             nio: nio_read.as_ref().map(|n| &n.twice),
+            spec: &spec_messages,
         },
     );
     Ok(decision)
@@ -582,6 +604,20 @@ fn collection_error(
         blocking: decision.verdict == verdict::Verdict::Reject,
     });
     Ok(decision)
+}
+
+/// The report's lines of the files coupling found by the trace (the group-less changes).
+fn traced_fixtures(delta: &crate::delta::Delta) -> Vec<report::ChangedFixture> {
+    delta
+        .changed
+        .iter()
+        .filter(|c| c.group.is_empty())
+        .map(|c| report::ChangedFixture {
+            path: c.path.to_string(),
+            group: String::new(),
+            change: c.change.as_str().into(),
+        })
+        .collect()
 }
 
 /// The subject of what was done outside any test: collection, conftest imports, session fixtures.

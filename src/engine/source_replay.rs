@@ -1,17 +1,13 @@
-//! Test-source replay: every test the patch edited (not added) that passes at head runs again
-//! with the base's version of its test file, and of the conftest files above it, on the head's
-//! code. The answer key written in the test itself is caught like the one in fixtures.
+//! Test-source replay: every test the patch edited (not added) that passes at head is read from
+//! the base-suite replay (`engine::base_suite`), where the base's version of its test file,
+//! and the base's conftests, ran on the head's code. The answer key written in the test itself
+//! is caught like the one in fixtures.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use fixgate_graph::NodeId;
-
 use crate::audit::source_replay::Reading;
-use crate::engine::runs::{Engine, Role, RunRequest};
-use crate::error::{Error, Result};
 use crate::pytest::driver::RunResult;
 use crate::pytest::events::Outcome;
-use crate::repo_path::RepoPath;
 use crate::report;
 use crate::snapshot::Snapshot;
 use crate::testsrc::SourceFile;
@@ -134,66 +130,6 @@ fn renamed_tests(
     out
 }
 
-/// Adds the replay run: the head's tree with the base's bytes of each candidate's test file and
-/// of every `conftest.py` on its way up that differs, running the head's file order (less the
-/// tests the base's files do not have; a renamed test under its base name, in its head place),
-/// so each candidate runs after what ran before it when it passed at head: the same evidence
-/// but for the test code.
-pub fn start(
-    engine: &Engine,
-    base: &Snapshot,
-    head: &Snapshot,
-    tests: &[Candidate],
-    file_order: &[String],
-    base_ids: &HashSet<&str>,
-    after: &[NodeId],
-) -> Result<NodeId> {
-    let mut files: BTreeSet<String> = BTreeSet::new();
-    for c in tests {
-        let (file, _) = crate::testsrc::split_nodeid(&c.nodeid);
-        files.insert(file.to_string());
-        let mut dir = file;
-        while let Some((parent, _)) = dir.rsplit_once('/') {
-            files.insert(format!("{parent}/conftest.py"));
-            dir = parent;
-        }
-        files.insert("conftest.py".to_string());
-    }
-    let mut overlay = Vec::new();
-    let mut replaced: BTreeSet<&str> = BTreeSet::new();
-    for f in &files {
-        let (b, h) = (base.read_path(f)?, head.read_path(f)?);
-        if b != h {
-            replaced.insert(f.as_str());
-            overlay.push((RepoPath::from(f.as_str()), b));
-        }
-    }
-    // A replaced test file holds the base's tests only.
-    let base_name: BTreeMap<&str, &str> = tests
-        .iter()
-        .filter(|c| c.renamed())
-        .map(|c| (c.nodeid.as_str(), c.base_nodeid.as_str()))
-        .collect();
-    let order: Vec<String> = file_order
-        .iter()
-        .map(|id| base_name.get(id.as_str()).copied().unwrap_or(id.as_str()))
-        .filter(|id| {
-            let (file, _) = crate::testsrc::split_nodeid(id);
-            !replaced.contains(file) || base_ids.contains(id)
-        })
-        .map(str::to_string)
-        .collect();
-    let mut req = RunRequest::new(
-        "source-replay-run".into(),
-        "source-replay-run",
-        Role::Head,
-        order,
-    )
-    .after(after);
-    req.overlay = overlay;
-    engine.add_run(&req)
-}
-
 /// A test file's text on one side, and its outline.
 type Side = (String, SourceFile);
 
@@ -222,49 +158,39 @@ fn edited_lines(
     crate::testsrc::changed_lines(&base_source, &source(head, func))
 }
 
-/// Waits for the replay and reads each test, with the lines the patch changed in it.
-pub fn read(
-    engine: &Engine,
-    node: NodeId,
-    tests: &[Candidate],
-    head_run: &RunResult,
+/// The report of one edited test: its outcomes, its reading and the lines the patch changed.
+pub(crate) fn report_of(
+    c: &Candidate,
+    head_outcome: Outcome,
+    on_base: Option<Outcome>,
+    reading: Reading,
     base: &Snapshot,
     head: &Snapshot,
-) -> Result<Vec<report::SourceReplay>> {
-    let result = engine
-        .wait_run(node)?
-        .map_err(|e| Error::Infra(format!("the test-source replay failed: {e}")))?;
-    let mut texts: BTreeMap<String, (Side, Side)> = BTreeMap::new();
-    let mut out = Vec::new();
-    for c in tests {
-        let id = &c.nodeid;
+) -> report::SourceReplay {
+    let side = |s: &Snapshot, id: &str| -> Side {
         let (file, _) = crate::testsrc::split_nodeid(id);
-        if !texts.contains_key(file) {
-            let side = |s: &Snapshot| -> Side {
-                let text = s
-                    .read_path(file)
-                    .ok()
-                    .flatten()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                let outline = SourceFile::parse(&text);
-                (text, outline)
-            };
-            texts.insert(file.to_string(), (side(base), side(head)));
-        }
-        let (b, h) = &texts[file];
-        let (base_lines, head_lines) = edited_lines(b, h, &c.base_nodeid, id);
-        let head_outcome = head_run.outcome_of(id).unwrap_or(Outcome::Error);
-        let on_base = result.outcome_of(&c.base_nodeid);
-        out.push(report::SourceReplay {
-            nodeid: id.clone(),
-            renamed_from: c.renamed().then(|| c.base_nodeid.clone()),
-            head: head_outcome.as_str().into(),
-            base_test_code: on_base.map(|o| o.as_str().to_string()),
-            reading: Reading::of(head_outcome, on_base).as_str().into(),
-            base_lines,
-            head_lines,
-        });
+        let text = s
+            .read_path(file)
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let outline = SourceFile::parse(&text);
+        (text, outline)
+    };
+    let (base_lines, head_lines) = edited_lines(
+        &side(base, &c.base_nodeid),
+        &side(head, &c.nodeid),
+        &c.base_nodeid,
+        &c.nodeid,
+    );
+    report::SourceReplay {
+        nodeid: c.nodeid.clone(),
+        renamed_from: c.renamed().then(|| c.base_nodeid.clone()),
+        head: head_outcome.as_str().into(),
+        base_test_code: on_base.map(|o| o.as_str().to_string()),
+        reading: reading.as_str().into(),
+        base_lines,
+        head_lines,
     }
-    Ok(out)
 }

@@ -301,31 +301,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     }
                     e => NodeError::Infra(e.to_string()),
                 })?;
-        let mut paths: Vec<String> = trace
-            .read
-            .iter()
-            .chain(&trace.import)
-            .chain(&trace.list)
-            .cloned()
-            .collect();
-        if !trace.unknown.is_empty() {
-            paths.extend(
-                compute_side
-                    .snapshot
-                    .entries
-                    .iter()
-                    .map(|e| e.path.to_string()),
-            );
-        }
-        paths.sort();
-        paths.dedup();
-        let deps = paths
-            .into_iter()
-            .map(|p| match compute_side.digest(&p) {
-                Some(d) => Dep::file(p, d),
-                None => Dep::absent(p),
-            })
-            .collect();
+        let deps = collection_deps(&trace, &compute_side.snapshot, |p| compute_side.digest(p));
         Ok(json(&items)?.with_reads(deps))
     })
     .param("role", role)
@@ -340,6 +316,34 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     }
     let probe = side.clone();
     node.traced(move |p| probe.digest(p))
+}
+
+/// What a collection depended on: every file it read, imported or listed (every file of the
+/// tree when it ran something untraced), by its digest now (`probe`).
+pub(crate) fn collection_deps(
+    trace: &crate::pytest::events::Trace,
+    snapshot: &crate::snapshot::Snapshot,
+    probe: impl Fn(&str) -> Option<Digest>,
+) -> Vec<Dep> {
+    let mut paths: Vec<String> = trace
+        .read
+        .iter()
+        .chain(&trace.import)
+        .chain(&trace.list)
+        .cloned()
+        .collect();
+    if !trace.unknown.is_empty() {
+        paths.extend(snapshot.entries.iter().map(|e| e.path.to_string()));
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .map(|p| match probe(&p) {
+            Some(d) => Dep::file(p, d),
+            None => Dep::absent(p),
+        })
+        .collect()
 }
 
 /// The lock gate. The pins are the base's; a patch that re-locks shows as changed pins (a

@@ -305,7 +305,22 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
+        let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
+        if !errors.is_empty() {
+            return Err(collect_error(snapshot, &errors));
+        }
+        Ok((collection, trace))
+    }
+
+    /// Collects `snapshot` with `overlay` over it: what collected, what collection read and
+    /// imported, and the files that did not collect with pytest's message for each (the
+    /// base's test files on the head's code may import what the head removed).
+    pub fn collect_overlaid(
+        &self,
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+    ) -> Result<(Collection, Trace, Vec<CollectFailure>)> {
+        let sandbox = Sandbox::create(snapshot, overlay, &self.env.temp_dir)?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -349,23 +364,12 @@ impl Runner {
                 _ => {}
             }
         }
-        if !errors.is_empty() {
-            return Err(collect_error(snapshot, &errors));
+        // Every file failed: nothing was collected, which is data too.
+        if items.is_none() && !errors.is_empty() {
+            items = Some(Vec::new());
         }
-        match items {
-            Some(items) => {
-                self.forkserver
-                    .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
-                Ok((
-                    Collection {
-                        items,
-                        skipped_collectors,
-                        deselected,
-                    },
-                    trace,
-                ))
-            }
-            None => Err(Error::Infra(format!(
+        let Some(items) = items else {
+            return Err(Error::Infra(format!(
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),
                 status.code(),
@@ -375,8 +379,18 @@ impl Runner {
                     format!(": {}", problems.join("; "))
                 },
                 log_tail(&p.log)
-            ))),
+            )));
+        };
+        if overlay.is_empty() && errors.is_empty() {
+            self.forkserver
+                .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
         }
+        let collection = Collection {
+            items,
+            skipped_collectors,
+            deselected,
+        };
+        Ok((collection, trace, errors))
     }
 
     /// Runs `order` in a fresh sandbox of `snapshot` (with `overlay`), continuing in a new
@@ -784,6 +798,9 @@ impl Announced {
         self.ids.get(i + 1).map(String::as_str)
     }
 }
+
+/// A file pytest could not collect: its node id and pytest's message with where it broke.
+pub type CollectFailure = (String, String);
 
 /// The error for test files pytest could not collect, with pytest's own messages.
 /// A collection error's message, with the lines of pytest's report that say where it broke

@@ -856,6 +856,7 @@ pub(crate) mod tests {
                     head: "passed".into(),
                     base: "failed".into(),
                     reading: "redefined".into(),
+                    files: Vec::new(),
                 }],
             },
             budget: Budget {
