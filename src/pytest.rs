@@ -5,5 +5,6 @@ pub mod events;
 pub(crate) mod exit_watch;
 pub(crate) mod forkserver;
 pub(crate) mod interpreter;
+pub(crate) mod lease;
 pub(crate) mod order;
 pub(crate) mod plugin;

@@ -9,7 +9,8 @@ use crate::config::FixtureGroups;
 use crate::context::Ctx;
 use crate::error::Result;
 use crate::exit;
-use crate::pytest::events::{OutsideAccess, TestResult, Violation};
+use crate::pytest::events::{OutsideAccess, TestResult};
+use crate::pytest::lease::Violation;
 use crate::repo_path::RepoPath;
 
 #[derive(Serialize)]

@@ -144,7 +144,8 @@ impl CompactRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pytest::events::{TestResult, Violation};
+    use crate::pytest::events::TestResult;
+    use crate::pytest::lease::Violation;
 
     fn result(nodeid: &str, outcome: Outcome) -> TestResult {
         TestResult::missing(nodeid, outcome, format!("{nodeid} said so"), 0.0, 0.0)

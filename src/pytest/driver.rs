@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
 use crate::pytest::events::{
-    ChangedPath, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace, Violation,
+    CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace,
 };
 use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::forkserver::{Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
-use crate::repo_path::RepoPath;
+use crate::pytest::lease::lease_violations;
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
@@ -817,32 +817,6 @@ struct ProcessOutcome {
     collect_errors: Vec<(String, String)>,
     problems: Vec<String>,
     log_tail: String,
-}
-
-/// A group changed by a test that does not hold its lease.
-pub fn lease_violations(
-    changed: &[ChangedPath],
-    writes: &[String],
-    groups: &FixtureGroups,
-) -> Vec<Violation> {
-    let mut out: Vec<Violation> = Vec::new();
-    for c in changed {
-        let Some(group) = groups.group_of(&RepoPath::parse_lossless(&c.path)) else {
-            continue;
-        };
-        if writes.iter().any(|w| w == group) {
-            continue;
-        }
-        match out.iter_mut().find(|v| v.group == group) {
-            Some(v) => v.files.push(c.clone()),
-            None => out.push(Violation {
-                group: group.to_owned(),
-                files: vec![c.clone()],
-            }),
-        }
-    }
-    out.sort_by(|a, b| a.group.cmp(&b.group));
-    out
 }
 
 /// Reports must not depend on where this run's sandbox was: failure messages lose the sandbox

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pytest::lease::Violation;
+
 /// What one line of the stream says. Unknown events are ignored, so the plugin may grow.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -234,13 +236,6 @@ impl Outcome {
     pub fn is_green(self) -> bool {
         matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
     }
-}
-
-/// A fixture group changed by a test that does not hold its lease.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Violation {
-    pub files: Vec<ChangedPath>,
-    pub group: String,
 }
 
 /// One test's result in one run.
