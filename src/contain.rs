@@ -513,7 +513,7 @@ const WRITE_OPS: [&str; 4] = ["write", "remove", "rename", "mkdir"];
 /// Every write the run attempted outside its sandbox, per test, sorted: the audit hook's
 /// record of accesses outside the sandbox, and failures whose message is a read-only file
 /// system error naming a path.
-pub fn outside_writes(result: &crate::pytest::driver::RunResult) -> Vec<OutsideWrite> {
+pub fn outside_writes(result: &crate::pytest::result::RunResult) -> Vec<OutsideWrite> {
     let mut out = Vec::new();
     let traces = result
         .tests

@@ -8,3 +8,4 @@ pub(crate) mod interpreter;
 pub(crate) mod lease;
 pub(crate) mod order;
 pub(crate) mod plugin;
+pub(crate) mod result;

@@ -1,6 +1,6 @@
 //! The fixture decision table: how a coupled test's replay on the base's fixture bytes reads.
 
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// How one replayed test reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Test-source replay read as the decision table: a test the patch edited, run with the base's
 //! version of its test file on the head's code.
 
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// How an edited test's replay reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::lock::{self, Lock};
 use crate::manifest::{self, Hashing};
-use crate::pytest::driver::RunResult;
+use crate::pytest::result::RunResult;
 use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 

@@ -8,9 +8,10 @@ use crate::cli::RunArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::pytest::driver::{RunResult, ENV_ALLOWLIST, HASH_SEED};
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::driver::{ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::events::CollectedItem;
 use crate::pytest::interpreter::Fingerprint;
+use crate::pytest::result::{Outcome, RunResult};
 
 #[derive(Serialize)]
 pub struct RunReport<'a> {

@@ -27,7 +27,8 @@ use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::{base_check, pairs, replay, source_replay, steps};
 use crate::error::{Error, Result};
-use crate::pytest::events::{CollectedItem, Collection, Outcome};
+use crate::pytest::events::{CollectedItem, Collection};
+use crate::pytest::result::Outcome;
 use crate::report::{self, AuditReport};
 
 pub struct Options {

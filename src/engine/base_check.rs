@@ -13,8 +13,7 @@ use crate::engine::matrix::{self, Matrix};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::engine::search::Pair;
 use crate::error::Result;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::{Outcome, RunResult};
 
 /// Checks each head finding on the base snapshot with the same evidence; returns the
 /// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the

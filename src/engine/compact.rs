@@ -7,8 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::contain::OutsideWrite;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::{Outcome, RunResult};
 
 /// Test node ids, each stored once and named by its index.
 #[derive(Default)]
@@ -144,8 +143,8 @@ impl CompactRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pytest::events::TestResult;
     use crate::pytest::lease::Violation;
+    use crate::pytest::result::TestResult;
 
     fn result(nodeid: &str, outcome: Outcome) -> TestResult {
         TestResult::missing(nodeid, outcome, format!("{nodeid} said so"), 0.0, 0.0)

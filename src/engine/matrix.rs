@@ -12,9 +12,9 @@ use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::CollectedItem;
 use crate::pytest::order;
+use crate::pytest::result::{Outcome, RunResult};
 
 /// An order of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -9,8 +9,7 @@ use crate::audit::replay::Reading;
 use crate::delta::{Change, Delta};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::{Outcome, RunResult};
 use crate::report;
 use crate::snapshot::Snapshot;
 

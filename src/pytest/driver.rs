@@ -11,17 +11,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use serde::{Deserialize, Serialize};
 
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
-use crate::pytest::events::{
-    CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace,
-};
+use crate::pytest::events::{CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::forkserver::{Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
+use crate::pytest::result::{Outcome, RunResult, TestResult};
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
@@ -66,63 +64,6 @@ pub struct Runner {
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
     pub env: Arc<crate::environment::Environment>,
-}
-
-/// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
-/// differ by whether one was looked into.)
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunResult {
-    /// The order that executed, as the plugin recorded it.
-    pub executed: Vec<String>,
-    /// The plugin hit an internal error while tracing: some accesses may be missing, so the
-    /// run must be treated as depending on the whole tree.
-    #[serde(default)]
-    pub incomplete_trace: bool,
-    /// Node id → position in `tests`, built on first use (audits look tests up thousands of
-    /// times).
-    #[serde(skip)]
-    index: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
-    /// The requested order.
-    pub order: Vec<String>,
-    /// How many pytest processes the run took (more than one after a crash or a timeout).
-    pub processes: u32,
-    /// File accesses outside any test (collection, session fixtures).
-    pub session_trace: Trace,
-    pub tests: Vec<TestResult>,
-    pub warnings: Vec<String>,
-}
-
-impl RunResult {
-    pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
-        self.test(nodeid).map(|t| t.outcome)
-    }
-
-    /// The result of one test. Call only once `tests` is final.
-    pub fn test(&self, nodeid: &str) -> Option<&TestResult> {
-        self.position(nodeid).map(|i| &self.tests[i])
-    }
-
-    /// The second run of a test the order listed twice in a row (the nio order).
-    pub fn again(&self, nodeid: &str) -> Option<&TestResult> {
-        let first = self.position(nodeid)?;
-        self.tests
-            .get(first + 1)
-            .filter(|t| t.nodeid == nodeid && t.occurrence == 1)
-    }
-
-    /// Where a test's (first) result is in `tests`.
-    fn position(&self, nodeid: &str) -> Option<usize> {
-        let index = self.index.get_or_init(|| {
-            let mut index = HashMap::with_capacity(self.tests.len());
-            for (i, t) in self.tests.iter().enumerate() {
-                // A test run twice in a row (the nio order) is its first run here; the second
-                // is `again`'s.
-                index.entry(t.nodeid.clone()).or_insert(i);
-            }
-            index
-        });
-        index.get(nodeid).copied()
-    }
 }
 
 struct Process<'z> {
@@ -432,16 +373,7 @@ impl Runner {
         std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
         let order_file = sandbox_dir.join("order.txt");
 
-        let mut result = RunResult {
-            order: order.map(<[String]>::to_vec).unwrap_or_default(),
-            executed: Vec::new(),
-            tests: Vec::new(),
-            processes: 0,
-            session_trace: Trace::default(),
-            warnings: Vec::new(),
-            incomplete_trace: false,
-            index: Default::default(),
-        };
+        let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -609,7 +541,7 @@ impl Runner {
                             pb.set_message(next.clone());
                         }
                         result.executed.push(t.nodeid.clone());
-                        result.tests.push(to_result(*t));
+                        result.tests.push(TestResult::from_event(*t));
                         if let Some(pb) = progress {
                             pb.inc(1);
                         }
@@ -855,24 +787,6 @@ fn scrub_sandbox_paths(result: &mut RunResult, sandbox_dir: &Path) {
         .retain(|o| !under_sandbox(&o.path));
 }
 
-fn to_result(t: TestEvent) -> TestResult {
-    TestResult {
-        outcome: Outcome::parse(&t.outcome),
-        nodeid: t.nodeid,
-        occurrence: 0,
-        phases: t.phases,
-        message: t.message,
-        skip_reason: t.skip_reason,
-        reruns: t.reruns,
-        writes_marker: t.writes_marker,
-        start: t.start,
-        end: t.end,
-        trace: t.trace,
-        changed: t.changed,
-        violations: Vec::new(),
-    }
-}
-
 fn merge_trace(into: &mut Trace, from: Trace) {
     into.import.extend(from.import);
     into.list.extend(from.list);
@@ -992,46 +906,5 @@ impl EventReader {
             }
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn result(tests: &[(&str, u32, Outcome)]) -> RunResult {
-        RunResult {
-            executed: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
-            incomplete_trace: false,
-            index: Default::default(),
-            order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
-            processes: 1,
-            session_trace: Trace::default(),
-            tests: tests
-                .iter()
-                .map(|&(id, occurrence, outcome)| TestResult {
-                    occurrence,
-                    ..TestResult::missing(id, outcome, String::new(), 0.0, 0.0)
-                })
-                .collect(),
-            warnings: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_test_run_twice_in_a_row_is_its_first_run_and_its_second_is_again() {
-        let r = result(&[
-            ("t::a", 0, Outcome::Passed),
-            ("t::a", 1, Outcome::Failed),
-            ("t::b", 0, Outcome::Passed),
-            ("t::b", 1, Outcome::Passed),
-        ]);
-        assert_eq!(r.outcome_of("t::a"), Some(Outcome::Passed));
-        assert_eq!(r.again("t::a").map(|t| t.outcome), Some(Outcome::Failed));
-        assert_eq!(r.again("t::b").map(|t| t.outcome), Some(Outcome::Passed));
-        // A test that ran once has no second run.
-        let once = result(&[("t::a", 0, Outcome::Passed), ("t::b", 0, Outcome::Failed)]);
-        assert!(once.again("t::a").is_none() && once.again("t::b").is_none());
-        assert!(once.again("t::c").is_none());
     }
 }
