@@ -9,3 +9,4 @@ pub(crate) mod lease;
 pub(crate) mod order;
 pub(crate) mod plugin;
 pub(crate) mod result;
+pub(crate) mod stream;

@@ -2,7 +2,6 @@
 //! that kill or hang the interpreter, and builds typed results.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,6 +19,7 @@ use crate::pytest::forkserver::{Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
 use crate::pytest::result::{Outcome, RunResult, TestResult};
+use crate::pytest::stream::{read_events, EventReader};
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
@@ -861,50 +861,4 @@ fn log_tail(log: &Path) -> String {
         return String::new();
     }
     format!("pytest said:\n{}", tail.join("\n"))
-}
-
-/// Reads every event of a finished stream.
-pub(crate) fn read_events(path: &Path) -> Result<Vec<Event>> {
-    let mut r = EventReader::open(path)?;
-    r.read_new()
-}
-
-/// Reads complete lines appended to the events file since the last call.
-struct EventReader {
-    file: BufReader<std::fs::File>,
-    partial: String,
-}
-
-impl EventReader {
-    fn open(path: &Path) -> Result<EventReader> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
-        Ok(EventReader {
-            file: BufReader::new(file),
-            partial: String::new(),
-        })
-    }
-
-    fn read_new(&mut self) -> Result<Vec<Event>> {
-        let mut out = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = self
-                .file
-                .read_line(&mut line)
-                .map_err(|e| Error::Infra(format!("failed to read the plugin's events: {e}")))?;
-            if n == 0 {
-                break;
-            }
-            if !line.ends_with('\n') {
-                // A line the plugin is still writing: keep it for the next call.
-                self.partial.push_str(&line);
-                break;
-            }
-            let full = std::mem::take(&mut self.partial) + &line;
-            if let Some(ev) = Event::parse(full.trim_end()) {
-                out.push(ev);
-            }
-        }
-        Ok(out)
-    }
 }

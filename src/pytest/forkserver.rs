@@ -401,7 +401,7 @@ impl Zygote {
             return Err(format!("the warm interpreter said {reply:?}, not ready"));
         }
         let mut collection = None;
-        for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
+        for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
                 Event::Collected { items } => {
                     zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
