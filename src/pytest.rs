@@ -7,6 +7,7 @@ pub(crate) mod forkserver;
 pub(crate) mod interpreter;
 pub(crate) mod lease;
 pub(crate) mod order;
+pub(crate) mod outside;
 pub(crate) mod plugin;
 pub(crate) mod result;
 pub(crate) mod stream;

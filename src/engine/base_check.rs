@@ -243,7 +243,7 @@ fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
     let t = r.test(nodeid);
     match kind {
         FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
-        FindingKind::OutsideWrite => crate::contain::outside_writes(r)
+        FindingKind::OutsideWrite => crate::pytest::outside::outside_writes(r)
             .iter()
             .any(|w| w.nodeid.as_deref() == Some(nodeid)),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),

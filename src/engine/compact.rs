@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::contain::OutsideWrite;
+use crate::pytest::outside::OutsideWrite;
 use crate::pytest::result::{Outcome, RunResult};
 
 /// Test node ids, each stored once and named by its index.
@@ -82,7 +82,7 @@ impl CompactRun {
             order: run.order.iter().map(|id| ids.intern(id)).collect(),
             warnings: run.warnings.clone(),
             processes: run.processes,
-            outside: crate::contain::outside_writes(run),
+            outside: crate::pytest::outside::outside_writes(run),
             ..CompactRun::default()
         };
         for t in &run.tests {

@@ -8,12 +8,12 @@ use fixgate_graph::{Node, NodeError, NodeId, Output};
 
 use crate::audit::nio::Twice;
 use crate::audit::triage::PROOF_RERUNS;
-use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
 use crate::pytest::order;
+use crate::pytest::outside::OutsideWrite;
 use crate::pytest::result::{Outcome, RunResult};
 
 /// An order of the matrix.
