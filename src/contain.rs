@@ -18,7 +18,7 @@
 //! supervisor is a child subreaper instead: after pytest exits it kills every descendant left.
 //!
 //! A forking zygote (one warm interpreter per job slot, a fork per run) spawned through
-//! `Runner::command()` gets all of this once, for itself. Per-run containment then needs, in
+//! `PreparedCommand::command` gets all of this once, for itself. Per-run containment then needs, in
 //! the zygote, before each fork: `unshare(CLONE_NEWPID)` (the zygote has `CAP_SYS_ADMIN` in its
 //! user namespace only if it keeps its capabilities, so it must be spawned without
 //! `drop_capabilities` and drop them in each forked run instead); in the forked child (PID 1

@@ -1,5 +1,6 @@
 //! Running pytest: the interpreter, the embedded plugin, orders, and the driver.
 
+pub(crate) mod command;
 pub(crate) mod driver;
 pub mod events;
 pub(crate) mod exit_watch;

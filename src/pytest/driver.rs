@@ -1,10 +1,10 @@
 //! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
 //! that kill or hang the interpreter, and builds typed results.
 
-use std::collections::{BTreeSet, HashMap};
-use std::os::unix::process::CommandExt;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +13,10 @@ use indicatif::ProgressBar;
 
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
+use crate::pytest::command::PreparedCommand;
 use crate::pytest::events::{CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
-use crate::pytest::forkserver::{Lease, Pool, Zygote};
+use crate::pytest::forkserver::{Launch, Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
 use crate::pytest::result::{Outcome, RunResult, TestResult};
@@ -114,19 +115,18 @@ impl Process<'_> {
 }
 
 impl Runner {
-    /// The environment of a run: the allowlist, then the sandbox's own settings.
-    pub(crate) fn command(&self, sandbox: &Sandbox, args: &[String]) -> Command {
+    /// The command of a pytest process in `sandbox` with pytest's `args`: the interpreter, the
+    /// environment (the allowlist, then the sandbox's own settings) and what containment needs.
+    fn prepare(&self, sandbox: &Sandbox, args: &[String]) -> PreparedCommand {
         let tree = sandbox.tree();
-        let mut cmd = Command::new(&self.interpreter.path);
-        cmd.arg("-m").arg("pytest").args(args);
-        cmd.current_dir(&tree).env_clear();
+        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
         for name in ENV_ALLOWLIST
             .iter()
             .copied()
             .chain(self.pass_env.iter().map(String::as_str))
         {
             if let Some(v) = self.env.var(name) {
-                cmd.env(name, v);
+                env.insert(name.to_owned(), v.to_owned());
             }
         }
         let mut pythonpath = vec![tree.clone()];
@@ -134,46 +134,48 @@ impl Runner {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin_dir.clone());
-        cmd.env(
+        let mut set = |name: &str, value: OsString| {
+            env.insert(name.to_owned(), value);
+        };
+        set(
             "PYTHONPATH",
             std::env::join_paths(pythonpath).unwrap_or_default(),
-        )
-        .env("HOME", sandbox.home())
-        .env("TMPDIR", sandbox.tmp())
-        .env("TEMP", sandbox.tmp())
-        .env("TMP", sandbox.tmp())
-        .env("PYTHONHASHSEED", HASH_SEED)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("FIXGATE_PYC_CACHE", &self.rewrite_cache)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("TZ", "UTC")
-        .env("NO_COLOR", "1");
+        );
+        set("HOME", sandbox.home().into());
+        set("TMPDIR", sandbox.tmp().into());
+        set("TEMP", sandbox.tmp().into());
+        set("TMP", sandbox.tmp().into());
+        set("PYTHONHASHSEED", HASH_SEED.into());
+        set("PYTHONDONTWRITEBYTECODE", "1".into());
+        set("FIXGATE_PYC_CACHE", self.rewrite_cache.clone().into());
+        set("PYTHONUNBUFFERED", "1".into());
+        set("TZ", "UTC".into());
+        set("NO_COLOR", "1".into());
         // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
         // unless the caller passes the variable on purpose.
         if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
-            cmd.env("PYTHONNOUSERSITE", "1");
+            set("PYTHONNOUSERSITE", "1".into());
         }
-        cmd.stdin(Stdio::null());
-        // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
-        // the terminal reaches fixgate, which then cleans up.
-        cmd.process_group(0);
-        let executable = Path::new(&self.interpreter.fingerprint.executable);
-        crate::contain::apply(
-            &mut cmd,
-            &crate::contain::RunPaths {
-                sandbox: sandbox.dir(),
-                cwd: &tree,
-                plugin_dir: &self.plugin_dir,
-                rewrite_cache: &self.rewrite_cache,
-                origin_root: &self.origin_root,
-                interpreter: &[&self.interpreter.path, executable],
-                allow_network: self.allow_network,
-            },
-        );
-        cmd
+        let mut all_args = vec!["-m".to_owned(), "pytest".to_owned()];
+        all_args.extend_from_slice(args);
+        PreparedCommand {
+            program: self.interpreter.path.clone(),
+            args: all_args,
+            env,
+            cwd: tree,
+            sandbox: sandbox.dir().to_path_buf(),
+            plugin_dir: self.plugin_dir.clone(),
+            rewrite_cache: self.rewrite_cache.clone(),
+            origin_root: self.origin_root.clone(),
+            interpreter: vec![
+                self.interpreter.path.clone(),
+                PathBuf::from(&self.interpreter.fingerprint.executable),
+            ],
+            allow_network: self.allow_network,
+        }
     }
 
-    pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -220,7 +222,8 @@ impl Runner {
             .try_clone()
             .map_err(|e| Error::io("open", &log, e))?;
         let child = self
-            .command(sandbox, &args)
+            .prepare(sandbox, &args)
+            .command()
             .stdout(log_file)
             .stderr(log_err)
             .spawn()
@@ -363,7 +366,15 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
-        let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
+        let prepare = |sandbox: &Sandbox, events: &Path| {
+            self.prepare(sandbox, &self.base_args(sandbox, events))
+        };
+        let launch = Launch {
+            temp_dir: &self.env.temp_dir,
+            interrupted: &self.interrupted,
+            prepare: &prepare,
+        };
+        let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
         };
