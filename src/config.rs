@@ -16,5 +16,5 @@ pub use groups::FixtureGroups;
 pub use load::{load, Config, ConfigInputs};
 pub use manifest::MANIFEST_FILE;
 pub use model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group};
-pub(crate) use pyproject::fork_setting;
-pub use pyproject::{remote_cache, PYPROJECT_FILE};
+pub use pyproject::PYPROJECT_FILE;
+pub(crate) use pyproject::{fork_setting, remote_cache};

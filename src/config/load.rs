@@ -98,8 +98,10 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
 
 #[cfg(test)]
 mod tests {
+    //! The files' rules as a user meets them: through `load`, the one entry, so that each
+    //! parser's messages are checked with the line and key `load` reports.
+
     use super::*;
-    use crate::config::pyproject::{fork_setting, remote_cache};
 
     fn paths(list: &[&str]) -> Vec<RepoPath> {
         let mut v: Vec<RepoPath> = list.iter().map(|p| RepoPath::from(*p)).collect();
@@ -139,27 +141,6 @@ mod tests {
             Ok(c) => panic!("expected an error, got {:?}", c.groups.groups()),
             Err(e) => e.to_string(),
         }
-    }
-
-    #[test]
-    fn remote_cache_is_read_from_tool_fixgate_and_must_be_a_string() {
-        let with = b"[tool.fixgate]\nremote-cache = \"grpc://cache.example:8980\"\n";
-        assert_eq!(
-            remote_cache(with).unwrap().as_deref(),
-            Some("grpc://cache.example:8980")
-        );
-        assert!(pyproject(std::str::from_utf8(with).unwrap())
-            .warnings
-            .is_empty());
-        assert_eq!(
-            remote_cache(b"[tool.fixgate]\ndeps = \"traced\"\n").unwrap(),
-            None
-        );
-        let err = remote_cache(b"[tool.fixgate]\nremote-cache = 8980\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("tool.fixgate.remote-cache"), "{err}");
-        assert!(err.contains("expected a URL string"), "{err}");
     }
 
     fn pyproject_err(text: &str) -> String {
@@ -440,17 +421,6 @@ mod tests {
         assert_eq!(config.deps, DepsMode::Traced);
         assert!(config.warnings.is_empty());
         assert!(pyproject("").warnings.is_empty());
-    }
-
-    #[test]
-    fn pyproject_fork_is_a_boolean() {
-        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = false\n"), Some(false));
-        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = true\n"), Some(true));
-        assert_eq!(fork_setting(b"[tool.fixgate]\ndeps = \"traced\"\n"), None);
-        assert!(pyproject("[tool.fixgate]\nfork = false\n")
-            .warnings
-            .is_empty());
-        assert!(pyproject_err("[tool.fixgate]\nfork = \"no\"\n").contains("expected true or false"));
     }
 
     #[test]

@@ -150,8 +150,22 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                     ))
                 }
             },
-            "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
-            "nio" => out.nio = parse_nio(&doc, (key, value))?,
+            "fork" => {
+                out.fork = Some(parse_bool(
+                    &doc,
+                    (key, value),
+                    "tool.fixgate.fork",
+                    "write fork = false to run every order in a fresh interpreter",
+                )?)
+            }
+            "nio" => {
+                out.nio = parse_bool(
+                    &doc,
+                    (key, value),
+                    "tool.fixgate.nio",
+                    "write nio = true to run every test twice in a row in one more order",
+                )?
+            }
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
@@ -164,7 +178,7 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
 }
 
 /// `[tool.fixgate] remote-cache` of a `pyproject.toml`, if set.
-pub fn remote_cache(pyproject: &[u8]) -> Result<Option<String>, ConfigError> {
+pub(crate) fn remote_cache(pyproject: &[u8]) -> Result<Option<String>, ConfigError> {
     Ok(parse_pyproject(pyproject)?.remote_cache)
 }
 
@@ -238,32 +252,14 @@ fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Decla
     Ok(groups)
 }
 
-fn parse_fork(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
+/// A boolean setting (`fork`, `nio`); the error says what writing it does.
+fn parse_bool(doc: &Doc, (key, value): Entry, path: &str, hint: &str) -> Result<bool, ConfigError> {
     match value.get_ref() {
         DeValue::Boolean(b) => Ok(*b),
         other => Err(doc.err(
             key.span(),
-            "tool.fixgate.fork",
-            format!(
-                "expected true or false, found {}; write fork = false to run every order in a \
-                 fresh interpreter",
-                a_type(other)
-            ),
-        )),
-    }
-}
-
-fn parse_nio(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
-    match value.get_ref() {
-        DeValue::Boolean(b) => Ok(*b),
-        other => Err(doc.err(
-            key.span(),
-            "tool.fixgate.nio",
-            format!(
-                "expected true or false, found {}; write nio = true to run every test twice in \
-                 a row in one more order",
-                a_type(other)
-            ),
+            path,
+            format!("expected true or false, found {}; {hint}", a_type(other)),
         )),
     }
 }
@@ -373,4 +369,43 @@ fn parse_budget(
         ));
     }
     Ok(budget)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_cache_is_read_from_tool_fixgate_and_must_be_a_string() {
+        let with = b"[tool.fixgate]\nremote-cache = \"grpc://cache.example:8980\"\n";
+        assert_eq!(
+            remote_cache(with).unwrap().as_deref(),
+            Some("grpc://cache.example:8980")
+        );
+        assert!(parse_pyproject(with).unwrap().warnings.is_empty());
+        assert_eq!(
+            remote_cache(b"[tool.fixgate]\ndeps = \"traced\"\n").unwrap(),
+            None
+        );
+        let err = remote_cache(b"[tool.fixgate]\nremote-cache = 8980\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tool.fixgate.remote-cache"), "{err}");
+        assert!(err.contains("expected a URL string"), "{err}");
+    }
+
+    #[test]
+    fn pyproject_fork_is_a_boolean() {
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = false\n"), Some(false));
+        assert_eq!(fork_setting(b"[tool.fixgate]\nfork = true\n"), Some(true));
+        assert_eq!(fork_setting(b"[tool.fixgate]\ndeps = \"traced\"\n"), None);
+        assert!(parse_pyproject(b"[tool.fixgate]\nfork = false\n")
+            .unwrap()
+            .warnings
+            .is_empty());
+        assert!(parse_pyproject(b"[tool.fixgate]\nfork = \"no\"\n")
+            .unwrap_err()
+            .to_string()
+            .contains("expected true or false"));
+    }
 }
