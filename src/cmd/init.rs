@@ -47,7 +47,7 @@ struct Report {
     tests: usize,
 }
 
-pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(None)?;
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;

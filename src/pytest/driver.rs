@@ -1,5 +1,6 @@
-//! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
-//! that kill or hang the interpreter, and builds typed results.
+//! The runner: prepares the command of each pytest process, starts it fresh or forks it from a
+//! warm interpreter, follows it to its end (the test timeout, Ctrl-C), continues the order in a
+//! new process after a test that killed or hung the interpreter, and assembles the run's result.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -25,11 +26,11 @@ use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
-pub const HASH_SEED: &str = "0";
+pub(crate) const HASH_SEED: &str = "0";
 
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.
-pub const ENV_ALLOWLIST: &[&str] = &[
+pub(crate) const ENV_ALLOWLIST: &[&str] = &[
     "PATH",
     "LANG",
     "LANGUAGE",
@@ -264,7 +265,7 @@ impl Runner {
         for ev in read_events(&p.events)? {
             match ev {
                 Event::Collected { items: i } => items = Some(i),
-                Event::SessionTrace { trace: t } => merge_trace(&mut trace, t),
+                Event::SessionTrace { trace: t } => trace.merge(t),
                 Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
                     file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
                     nodeid,
@@ -557,7 +558,7 @@ impl Runner {
                             pb.inc(1);
                         }
                     }
-                    Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
+                    Event::SessionTrace { trace } => result.session_trace.merge(trace),
                     // The session ended cleanly: the test it names was running, and a test
                     // inferred to follow the last result never started (a plugin or conftest
                     // stopped the session between tests).
@@ -796,19 +797,6 @@ fn scrub_sandbox_paths(result: &mut RunResult, sandbox_dir: &Path) {
         .session_trace
         .outside
         .retain(|o| !under_sandbox(&o.path));
-}
-
-fn merge_trace(into: &mut Trace, from: Trace) {
-    into.import.extend(from.import);
-    into.list.extend(from.list);
-    into.mkdir.extend(from.mkdir);
-    into.outside.extend(from.outside);
-    into.read.extend(from.read);
-    into.remove.extend(from.remove);
-    into.rename.extend(from.rename);
-    into.sqlite.extend(from.sqlite);
-    into.unknown.extend(from.unknown);
-    into.write.extend(from.write);
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {

@@ -128,6 +128,22 @@ pub struct Trace {
     pub write: Vec<String>,
 }
 
+impl Trace {
+    /// Adds what `from` recorded (a session's trace arrives in parts, one per process).
+    pub(crate) fn merge(&mut self, from: Trace) {
+        self.import.extend(from.import);
+        self.list.extend(from.list);
+        self.mkdir.extend(from.mkdir);
+        self.outside.extend(from.outside);
+        self.read.extend(from.read);
+        self.remove.extend(from.remove);
+        self.rename.extend(from.rename);
+        self.sqlite.extend(from.sqlite);
+        self.unknown.extend(from.unknown);
+        self.write.extend(from.write);
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct OutsideAccess {
     pub op: String,

@@ -15,7 +15,7 @@ pub struct Violation {
 }
 
 /// A group changed by a test that does not hold its lease.
-pub fn lease_violations(
+pub(crate) fn lease_violations(
     changed: &[ChangedPath],
     writes: &[String],
     groups: &FixtureGroups,

@@ -8,14 +8,14 @@ use crate::pytest::result::RunResult;
 /// A write the run attempted outside its sandbox: blocked (read-only world, hidden folders) or,
 /// without namespaces, possibly done. Either way a finding against the patch (`outside-write`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct OutsideWrite {
+pub(crate) struct OutsideWrite {
     /// The test that attempted it; `None` outside any test (collection, session fixtures).
-    pub nodeid: Option<String>,
+    pub(crate) nodeid: Option<String>,
     /// `write`, `remove`, `rename` or `mkdir` as the audit hook saw it; `read-only` when the
     /// evidence is the failure itself (an EROFS error in the test's message, as a write made
     /// through a subprocess reports it when the test passes the error on).
-    pub op: String,
-    pub path: String,
+    pub(crate) op: String,
+    pub(crate) path: String,
 }
 
 /// Operations of the plugin's trace that change the file system.
@@ -24,7 +24,7 @@ const WRITE_OPS: [&str; 4] = ["write", "remove", "rename", "mkdir"];
 /// Every write the run attempted outside its sandbox, per test, sorted: the audit hook's
 /// record of accesses outside the sandbox, and failures whose message is a read-only file
 /// system error naming a path.
-pub fn outside_writes(result: &RunResult) -> Vec<OutsideWrite> {
+pub(crate) fn outside_writes(result: &RunResult) -> Vec<OutsideWrite> {
     let mut out = Vec::new();
     let traces = result
         .tests

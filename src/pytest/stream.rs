@@ -53,3 +53,34 @@ impl EventReader {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn a_line_still_being_written_is_read_once_it_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut w = std::fs::File::create(&path).unwrap();
+        let mut r = EventReader::open(&path).unwrap();
+        w.write_all(b"{\"event\":\"test_start\",\"nodeid\":\"t.py::a\"}\n{\"event\":\"test_st")
+            .unwrap();
+        let first = r.read_new().unwrap();
+        assert!(
+            matches!(&first[..], [Event::TestStart { nodeid }] if nodeid == "t.py::a"),
+            "{first:?}"
+        );
+        assert!(r.read_new().unwrap().is_empty(), "half a line is no event");
+        w.write_all(b"art\",\"nodeid\":\"t.py::b\"}\nnot json\n")
+            .unwrap();
+        let second = r.read_new().unwrap();
+        assert!(
+            matches!(&second[..], [Event::TestStart { nodeid }] if nodeid == "t.py::b"),
+            "{second:?}"
+        );
+        assert_eq!(read_events(&path).unwrap().len(), 2);
+    }
+}
