@@ -1,4 +1,5 @@
-//! Running pytest: the interpreter, the embedded plugin, orders, and the driver.
+//! Running pytest: the interpreter, the embedded plugin, orders, the prepared command of a process,
+//! the runner (`driver`), the event stream it follows and the run result it builds.
 
 pub(crate) mod command;
 pub(crate) mod driver;
