@@ -27,7 +27,7 @@ use crate::audit::triage::{Bucket, Signal};
 use crate::audit::verdict::{FindingKind, Verdict};
 use crate::audit::{replay, source_replay};
 use crate::delta::Change;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 pub const SCHEMA: u32 = 1;
 

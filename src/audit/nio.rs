@@ -3,7 +3,7 @@
 //! runs again pollutes its own state; that is proven only when it does so every time.
 
 use crate::audit::triage::PROOF_RERUNS;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// A test's two runs in a row in one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

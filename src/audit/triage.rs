@@ -65,7 +65,7 @@ use std::fmt;
 use crate::audit::nio::Idempotence;
 use crate::audit::order::OrderLabel;
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// What the audit knows about one test.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
