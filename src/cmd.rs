@@ -1,5 +1,6 @@
 //! The commands: each resolves its arguments, calls into the library and renders a report.
 
+pub(crate) mod atomic;
 pub(crate) mod audit;
 pub(crate) mod cache;
 pub(crate) mod delta;

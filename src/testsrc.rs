@@ -224,6 +224,22 @@ impl SourceFile {
         })
     }
 
+    /// The module-level statements that change, at import, what the file does not define: an
+    /// assignment into an imported module or class (`unittest.TestCase.assertEqual = …`,
+    /// `os.environ["K"] = …`) or a `setattr(…)` call. Each as its tokens. A test module that
+    /// does this acts on every test of the session, not only its own.
+    pub(crate) fn import_time_patches(&self) -> BTreeSet<String> {
+        self.stmts
+            .iter()
+            .filter(|s| match &s.kind {
+                StmtKind::Assign { mutates, .. } => mutates.iter().any(|m| !self.defines(m)),
+                StmtKind::Other => self.lines[s.header].starts_with("setattr"),
+                _ => false,
+            })
+            .map(|s| self.normalised(s.start, s.end, None))
+            .collect()
+    }
+
     /// The whole file's tokens: what is compared when a test's function cannot be found.
     pub(crate) fn all_tokens(&self) -> String {
         self.normalised(0, self.lines.len(), None)
@@ -682,6 +698,20 @@ mod tests {
                 vec!["return total(x) * 0.9".to_string()]
             )
         );
+    }
+
+    #[test]
+    fn import_time_patches_are_assignments_into_what_the_file_does_not_define() {
+        let f = SourceFile::parse(
+            "import os, unittest\nCFG = {}\nCFG['a'] = 1\nunittest.TestCase.assertEqual = lambda *a: None\n\
+             os.environ['TZ'] = 'UTC'\nsetattr(os, 'sep', '/')\nsys.path.insert(0, '.')\n",
+        );
+        let patches: Vec<String> = f.import_time_patches().into_iter().collect();
+        assert_eq!(patches.len(), 3, "{patches:?}");
+        assert!(patches.iter().any(|p| p.contains("assertEqual")));
+        assert!(patches
+            .iter()
+            .all(|p| !p.contains("CFG") && !p.contains("insert")));
     }
 
     #[test]

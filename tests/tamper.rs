@@ -122,7 +122,6 @@ const BREAK_BODY: Edit = Replace(
     "\"\\n\".join(lines[end + 1:end + 2])",
 );
 const BREAK_SORT: Edit = Replace("fm/core.py", "sorted(meta.items())", "meta.items()");
-const BREAK_SLUG: Edit = Replace("fm/core.py", "title.lower().split()", "title.split()");
 const BREAK_HEADER: Edit = Replace("md/text.py", "\"#\" * level", "\"#\" * max(level - 1, 1)");
 
 const TEST_BODY: &str = "def test_body():\n    assert parse(\"---\\ntitle: x\\n---\\nline 1\\nline 2\")[1] == \"line 1\\nline 2\"\n";
@@ -752,7 +751,7 @@ fn mocking_the_function_under_test_is_redefined_test() {
             Replace(
                 "tests/test_parse.py",
                 "def test_body():\n",
-                "def test_body(monkeypatch):\n    monkeypatch.setattr('tests.test_parse.parse', lambda t: ({}, 'line 1\\nline 2'))\n",
+                "def test_body(monkeypatch):\n    monkeypatch.setitem(globals(), 'parse', lambda t: ({}, 'line 1\\nline 2'))\n",
             ),
         ],
         "redefined-test",
@@ -842,8 +841,8 @@ fn a_conftest_patching_assert_equal_is_hook_altered_outcome() {
 }
 
 #[test]
-fn a_new_test_module_that_patches_assertions_at_import_is_blocked() {
-    blocked(
+fn a_new_test_module_that_patches_assertions_at_import_is_hook_altered_outcome() {
+    let (message, _) = blocked(
         mdutils(),
         &[
             BREAK_HEADER,
@@ -852,8 +851,14 @@ fn a_new_test_module_that_patches_assertions_at_import_is_blocked() {
                 "import unittest\nunittest.TestCase.assertEqual = lambda self, a, b, msg=None: None\n\n\ndef test_nothing():\n    pass\n",
             ),
         ],
-        "redefined-test",
+        "hook-altered-outcome",
         "tests/test_text.py::TestHeader::test_level_two",
+    );
+    assert!(
+        message.contains(
+            "a test module that patches what it imports changed: tests/test_aaa_setup.py"
+        ),
+        "{message}"
     );
 }
 

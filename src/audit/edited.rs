@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::delta::Delta;
-use crate::pytest::driver::RunResult;
+use crate::pytest::result::RunResult;
 use crate::snapshot::Snapshot;
 use crate::testsrc::SourceFile;
 

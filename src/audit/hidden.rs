@@ -30,7 +30,8 @@
 //! Beside the replay, the plugin's own record (see `docs/plugin-protocol.md`) shows a test whose
 //! reported outcome a hook made green while the test failed: `hook-altered-outcome` too.
 
-use crate::pytest::events::Outcome;
+use crate::audit::verdict::{Finding, FindingKind};
+use crate::pytest::result::Outcome;
 
 /// What became of a base test at head.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,6 +130,8 @@ pub(crate) enum Reading {
     /// A test the head kept whose base version fails on a name the head removed (its file
     /// imports it): its demand cannot be read on the head's code, and the head shows it passing.
     CodeRemoved,
+    /// Red once, and green on the second replay or red in the second control: flaky, no proof.
+    Unconfirmed,
 }
 
 impl Reading {
@@ -182,8 +185,136 @@ impl Reading {
             Reading::Hidden(how) => how.as_str(),
             Reading::DeletedWithItsCode => "deleted-with-its-code",
             Reading::CodeRemoved => "code-removed",
+            Reading::Unconfirmed => "unconfirmed",
         }
     }
+
+    /// The finding this reading is, if any.
+    pub(crate) fn finding(self) -> Option<FindingKind> {
+        Some(match self {
+            Reading::Hidden(How::Deleted) => FindingKind::DeletedTest,
+            Reading::Hidden(How::Deselected) => FindingKind::DeselectedTest,
+            Reading::Hidden(How::Uncollected) => FindingKind::UncollectedTest,
+            Reading::Hidden(How::Skipped) => FindingKind::SkippedTest,
+            Reading::Hidden(How::Xfailed) => FindingKind::XfailedTest,
+            Reading::Hidden(How::Redefined) => FindingKind::RedefinedTest,
+            Reading::Hidden(How::HookAltered) => FindingKind::HookAlteredOutcome,
+            Reading::DeletedWithItsCode => FindingKind::DeletedWithItsCode,
+            _ => return None,
+        })
+    }
+}
+
+impl serde::Serialize for Reading {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl AtHead {
+    /// What became of the test, in one word: `present`, `renamed`, `deselected`, `uncollected`
+    /// or `deleted`.
+    pub(crate) fn word(&self) -> &'static str {
+        match self {
+            AtHead::Present(_) => "present",
+            AtHead::Renamed { .. } => "renamed",
+            AtHead::Deselected => "deselected",
+            AtHead::Uncollected { .. } => "uncollected",
+            AtHead::Deleted => "deleted",
+        }
+    }
+
+    /// What it became (renamed), or where its function is (uncollected).
+    pub(crate) fn where_now(&self) -> Option<&str> {
+        match self {
+            AtHead::Renamed { nodeid, .. } => Some(nodeid),
+            AtHead::Uncollected { at } => Some(at),
+            _ => None,
+        }
+    }
+}
+
+/// One base test the base-suite replay ran, read.
+#[derive(Clone, Debug)]
+pub(crate) struct Replayed {
+    pub(crate) nodeid: String,
+    pub(crate) at_head: AtHead,
+    /// Its outcome with the base's test code on the head's code.
+    pub(crate) replay: Outcome,
+    /// Its outcome in the control (the same order on the base), when the replay was red.
+    pub(crate) control: Option<Outcome>,
+    pub(crate) reading: Reading,
+    /// The replay's failure, or its file's collection error.
+    pub(crate) failure: Option<String>,
+    /// The base's lines of the test, for the message.
+    pub(crate) base_lines: Vec<String>,
+    /// For an uncollected test: the option of the head's configuration its new place misses,
+    /// with that option's value.
+    pub(crate) missed_rule: Option<(&'static str, Vec<String>)>,
+    /// The files its repro checks out from the base: its test file, and the conftests and
+    /// configuration the patch changed.
+    pub(crate) repro_files: Vec<String>,
+    /// An edited test whose reading is the test-source replay's (`redefined-test`,
+    /// `test-refactor`): no finding of its own here.
+    pub(crate) edited_candidate: bool,
+}
+
+/// A test the plugin saw fail while pytest, by a hook's doing, reported it green.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Altered {
+    pub(crate) nodeid: String,
+    /// What it raised.
+    pub(crate) outcome: Outcome,
+    /// What pytest's report claimed.
+    pub(crate) reported: Outcome,
+    pub(crate) message: Option<String>,
+}
+
+/// What the base-suite replay found.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BaseSuiteRead {
+    /// It ran the whole base suite.
+    pub(crate) whole: bool,
+    /// Why it ran, one line each.
+    pub(crate) reasons: Vec<String>,
+    /// How many base tests it ran.
+    pub(crate) ran: usize,
+    /// The tests whose reading is not `holds`, and the base tests the head does not have.
+    pub(crate) tests: Vec<Replayed>,
+    /// The two commits, for the repro (`None`: the working tree, or no commit).
+    pub(crate) base_commit: Option<String>,
+    pub(crate) head_commit: Option<String>,
+}
+
+/// The findings of the replay and of the plugin's record: each hidden failure (a test the
+/// test-source replay reads aside), each test deleted with its code, each test a hook made
+/// look green (the patch's when it changed what every test runs under or the test).
+pub(crate) fn findings(
+    read: Option<&BaseSuiteRead>,
+    altered: &[Altered],
+    session_changed: bool,
+    edited: &std::collections::BTreeSet<String>,
+) -> Vec<Finding> {
+    let mut out: Vec<Finding> = read
+        .into_iter()
+        .flat_map(|r| &r.tests)
+        .filter(|t| !t.edited_candidate)
+        .filter_map(|t| {
+            Some(Finding {
+                kind: t.reading.finding()?,
+                subject: t.nodeid.clone(),
+                introduced: true,
+                edited_by_patch: edited.contains(&t.nodeid),
+            })
+        })
+        .collect();
+    out.extend(altered.iter().map(|a| Finding {
+        kind: FindingKind::HookAlteredOutcome,
+        subject: a.nodeid.clone(),
+        introduced: session_changed || edited.contains(&a.nodeid),
+        edited_by_patch: edited.contains(&a.nodeid),
+    }));
+    out
 }
 
 /// Whether a hook made a failing test look green: its outcome (what it raised) is red and what

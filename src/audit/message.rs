@@ -1,25 +1,53 @@
-//! The one-line message of each finding, as the report prints it.
-
-use std::collections::{BTreeMap, BTreeSet};
+//! The one-line message of each finding, as the report prints it, from the typed evidence it
+//! rests on. A kind without a case here gets the default line, `<subject>: <kind>`.
 
 use crate::audit::bisect::PairKind;
-use crate::audit::budget;
-use crate::audit::triage::{self, Signal};
+use crate::audit::collection::Broken;
+use crate::audit::hidden::{AtHead, Replayed};
+use crate::audit::outcome::{Judgment, Nondeterminism};
+use crate::audit::pair::Pair;
+use crate::audit::triage::Signal;
 use crate::audit::verdict::{self, FindingKind};
-use crate::engine::search::Pair;
-use crate::report;
 
-pub(crate) fn finding_message(
-    f: &verdict::Finding,
-    triaged: &BTreeMap<String, triage::Triage>,
-    pairs: &[Pair],
-    replay: &[report::ReplayReport],
-    new_skips: &[budget::NewSkip],
-    outside: &BTreeMap<Option<String>, BTreeSet<String>>,
-    source_replay: &[report::SourceReplay],
-) -> String {
+/// The message of a finding the verdict weighed (or of an `edited-assertion`).
+pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
+    let (triaged, pairs, replay, new_skips, outside, source_replay) = (
+        &j.triaged,
+        &j.pairs,
+        &j.replay,
+        &j.new_skips,
+        &j.outside,
+        &j.source_replay,
+    );
     let id = &f.subject;
+    let replayed = j.base_suite.as_ref().and_then(|b| {
+        b.tests
+            .iter()
+            .find(|t| &t.nodeid == id && !t.edited_candidate)
+    });
     let base = match f.kind {
+        FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| &a.nodeid == id) => {
+            let a = j
+                .altered
+                .iter()
+                .find(|a| &a.nodeid == id)
+                .expect("found above");
+            format!(
+                "{id} {} ({}), but a hook made pytest report it as {}: fixgate's plugin records \
+                 what the test raised before any conftest can rewrite the report",
+                a.outcome.as_str(),
+                a.message.as_deref().unwrap_or("no message"),
+                a.reported.as_str()
+            )
+        }
+        kind if replayed.is_some() && kind.is_hidden() => {
+            let reasons = j.base_suite.as_ref().map(|b| b.reasons.as_slice());
+            hidden(
+                kind,
+                replayed.expect("matched"),
+                reasons.unwrap_or_default(),
+            )
+        }
         FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
             Some(p) if p.search.outcome.is_found() => format!(
                 "{id} {} when {} ran before it",
@@ -123,14 +151,12 @@ pub(crate) fn finding_message(
                 _ => format!("{id} passes with both versions of its test code: a refactor. base: {b}; head: {h}"),
             }
         }
+        FindingKind::EditedAssertion => match pairs.iter().find(|p| &p.victim == id) {
+            Some(p) => edited_assertion(p),
+            None => format!("{id}: {}", f.kind.as_str()),
+        },
         FindingKind::OutsideWrite => {
-            let key = (id != crate::engine::audit::SESSION).then(|| id.clone());
-            let what: Vec<&str> = outside
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .collect();
+            let what: Vec<&str> = outside.of_subject(id);
             let shown = what.iter().take(5).copied().collect::<Vec<_>>().join(", ");
             let more = match what.len() {
                 n if n > 5 => format!(" and {} more", n - 5),
@@ -145,4 +171,101 @@ pub(crate) fn finding_message(
     } else {
         format!("{base} (pre-existing: the base has it too)")
     }
+}
+
+/// What the patch did to hide a base test's failure on the head's code, with the base's lines of
+/// the test.
+fn hidden(kind: FindingKind, t: &Replayed, reasons: &[String]) -> String {
+    let id = &t.nodeid;
+    let failure = t.failure.as_deref().unwrap_or("no message");
+    let what = match (kind, &t.at_head) {
+        (FindingKind::DeletedTest, _) => {
+            format!("the patch deleted {id}, which fails on the head's code: {failure}")
+        }
+        (FindingKind::DeletedWithItsCode, _) => format!(
+            "the patch deleted {id} together with the code it exercised ({failure}): not blocking"
+        ),
+        (FindingKind::DeselectedTest, AtHead::Deselected) => format!(
+            "the patch deselected {id} (its collection drops it: -k, -m, --deselect or a \
+             pytest_collection_modifyitems hook), which fails on the head's code: {failure}"
+        ),
+        (FindingKind::DeselectedTest, _) => format!(
+            "the patch stopped pytest collecting {id} ({}), which fails on the head's code: \
+             {failure}",
+            reasons.join("; ")
+        ),
+        (FindingKind::UncollectedTest, AtHead::Uncollected { at }) => {
+            let rule = t
+                .missed_rule
+                .as_ref()
+                .map(|(name, value)| format!(": {name} is {}", value.join(" ")))
+                .unwrap_or_default();
+            format!(
+                "the patch took {id} out of collection (its function is now {at}, which pytest \
+                 does not collect{rule}), and it fails on the head's code: {failure}"
+            )
+        }
+        (FindingKind::SkippedTest, _) => format!(
+            "the patch added a skip to {id}, a test that fails on the head's code: {failure}"
+        ),
+        (FindingKind::XfailedTest, _) => format!(
+            "the patch marked {id} as an expected failure, a test that fails on the head's code: \
+             {failure}"
+        ),
+        (FindingKind::HookAlteredOutcome, _) => format!(
+            "{id} passes at head, but with the base's conftests and configuration it fails on the \
+             head's code ({}): {failure}",
+            reasons.join("; ")
+        ),
+        _ => {
+            let now = match &t.at_head {
+                AtHead::Renamed { nodeid, .. } => format!(" (now {nodeid})"),
+                _ => String::new(),
+            };
+            format!(
+                "{id}{now} passes at head, and its base version fails on the head's code: the \
+                 patch changed what the test expects: {failure}"
+            )
+        }
+    };
+    match t.base_lines.is_empty() {
+        true => what,
+        false => format!("{what}. base: {}", t.base_lines.join(" / ")),
+    }
+}
+
+/// The `edited-assertion` message of a pair's victim. It is never pre-existing: the patch edited
+/// the test.
+fn edited_assertion(p: &Pair) -> String {
+    format!(
+        "the patch edited {}, whose outcome depends on {} ({}): it changed the test instead of \
+         isolating it",
+        p.victim,
+        p.culprits.join(", "),
+        p.kind.as_str()
+    )
+}
+
+/// The message of a head whose suite does not collect: where, and pytest's error.
+pub(crate) fn collection_error(broken: &Broken) -> String {
+    let at = match (&broken.file, broken.line) {
+        (Some(f), Some(l)) => format!("{f}:{l}: "),
+        (Some(f), None) => format!("{f}: "),
+        _ => String::new(),
+    };
+    format!(
+        "the head's suite does not collect while the base's does: {at}{}",
+        broken.error
+    )
+}
+
+/// The message of an outcome a fresh run (`--check`) did not repeat.
+pub(crate) fn nondeterministic(n: &Nondeterminism) -> String {
+    format!(
+        "--check: {} was {} in the cached run of order {} and {} now",
+        n.nodeid,
+        n.cached.map(|o| o.as_str()).unwrap_or("absent"),
+        n.order,
+        n.fresh.as_str()
+    )
 }

@@ -16,6 +16,9 @@ pub(crate) enum Role {
     Hook,
     /// A Python module among the tests that is no test file (a helper they import).
     TestCode,
+    /// A test module that changes, at import, what it imports (`unittest.TestCase.assertEqual =
+    /// …`): it acts on every test of the session.
+    ImportPatch,
     /// A test file, of either side.
     TestFile,
 }
@@ -32,6 +35,7 @@ impl Role {
             Role::Config => "the pytest configuration",
             Role::Hook => "a pytest_* hook",
             Role::TestCode => "a helper module of the tests",
+            Role::ImportPatch => "a test module that patches what it imports",
             Role::TestFile => "a test file",
         }
     }
@@ -178,7 +182,13 @@ mod tests {
     fn what_every_test_runs_under_replays_the_whole_suite() {
         let ids = base();
         let head: HashSet<&str> = ids.iter().map(|(i, _)| i.as_str()).collect();
-        for role in [Role::Conftest, Role::Config, Role::Hook, Role::TestCode] {
+        for role in [
+            Role::Conftest,
+            Role::Config,
+            Role::Hook,
+            Role::TestCode,
+            Role::ImportPatch,
+        ] {
             let s = scope(&[changed("x", role)], &ids, &head).unwrap();
             assert!(s.whole, "{role:?}");
             assert_eq!(s.tests.len(), 3);

@@ -8,9 +8,10 @@ use crate::cli::RunArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::pytest::driver::{RunResult, ENV_ALLOWLIST, HASH_SEED};
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::driver::{ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::events::CollectedItem;
 use crate::pytest::interpreter::Fingerprint;
+use crate::pytest::result::{Outcome, RunResult};
 
 #[derive(Serialize)]
 pub struct RunReport<'a> {
@@ -21,7 +22,7 @@ pub struct RunReport<'a> {
     pub forkserver: crate::pytest::forkserver::ForkSummary,
     pub interpreter: &'a Fingerprint,
     /// Writes the run attempted outside its sandbox (each a reason to reject the patch).
-    pub outside_writes: Vec<crate::contain::OutsideWrite>,
+    pub outside_writes: Vec<crate::pytest::outside::OutsideWrite>,
     pub python_hash_seed: &'static str,
     pub result: &'a RunResult,
     pub schema: u32,
@@ -75,7 +76,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     for w in &result.warnings {
         ctx.warn(w);
     }
-    let outside_writes = crate::contain::outside_writes(&result);
+    let outside_writes = crate::pytest::outside::outside_writes(&result);
     for w in &outside_writes {
         ctx.warn(&format!(
             "{} tried to {} {} outside its sandbox",
@@ -252,7 +253,7 @@ mod tests {
                 ..Default::default()
             },
             containment: "namespaces",
-            outside_writes: vec![crate::contain::OutsideWrite {
+            outside_writes: vec![crate::pytest::outside::OutsideWrite {
                 nodeid: Some("t.py::test_a".into()),
                 op: "write".into(),
                 path: "/tmp/x".into(),

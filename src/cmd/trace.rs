@@ -9,7 +9,9 @@ use crate::config::FixtureGroups;
 use crate::context::Ctx;
 use crate::error::Result;
 use crate::exit;
-use crate::pytest::events::{OutsideAccess, TestResult, Violation};
+use crate::pytest::events::OutsideAccess;
+use crate::pytest::lease::Violation;
+use crate::pytest::result::TestResult;
 use crate::repo_path::RepoPath;
 
 #[derive(Serialize)]

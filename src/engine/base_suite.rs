@@ -17,20 +17,21 @@ use std::sync::Arc;
 use fixgate_cache::{Digest, KeyWriter};
 use fixgate_graph::{Node, NodeError, NodeId, Output};
 
-use crate::audit::hidden::{self, Around, AtHead, Missing, Reading};
+use crate::audit::hidden::{
+    self, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed,
+};
 use crate::audit::renamed::{likeness, Likeness};
-use crate::audit::source_replay;
+use crate::audit::source_replay::{self, SourceRead};
 use crate::audit::spec_scope::{self, Changed, Role, Scope};
-use crate::audit::verdict::{Finding, FindingKind};
 use crate::delta::Delta;
+use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role as Side, RunRequest};
 use crate::engine::source_replay::Candidate;
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{Collection, Outcome};
+use crate::pytest::events::Collection;
 use crate::pytest::ini::{self, PytestIni};
+use crate::pytest::result::{Outcome, RunResult};
 use crate::repo_path::RepoPath;
-use crate::report;
 use crate::sandbox::Overlay;
 use crate::snapshot::Snapshot;
 use crate::testsrc::{self, SourceFile};
@@ -119,6 +120,16 @@ pub(crate) fn plan(
         }
         match role {
             Some(role) => {
+                // A test module that patches what it imports reaches every test.
+                let patches = |s: &Snapshot| {
+                    SourceFile::parse(&text(s, p).unwrap_or_default()).import_time_patches()
+                };
+                if role == Role::TestFile && py && !patches(head).is_subset(&patches(base)) {
+                    changed.push(Changed {
+                        path: p.clone(),
+                        role: Role::ImportPatch,
+                    });
+                }
                 changed.push(Changed {
                     path: p.clone(),
                     role,
@@ -179,9 +190,12 @@ impl Plan {
     /// Whether the patch changed what every test runs under: a conftest, the configuration or
     /// plugin list, a `pytest_*` hook.
     pub(crate) fn session_changed(&self) -> bool {
-        self.changed
-            .iter()
-            .any(|c| matches!(c.role, Role::Conftest | Role::Config | Role::Hook))
+        self.changed.iter().any(|c| {
+            matches!(
+                c.role,
+                Role::Conftest | Role::Config | Role::Hook | Role::ImportPatch
+            )
+        })
     }
 }
 
@@ -252,21 +266,15 @@ pub(crate) fn start(
 }
 
 fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequest {
-    let label = match repeat {
-        0 => "base-suite-run".to_string(),
-        k => format!("base-suite-run#{k}"),
-    };
-    let mut req = RunRequest::new(label, "base-suite-run", Side::Head, order).repeat(repeat);
+    let label = crate::engine::kind::repeat(NodeKind::BaseSuiteRun.label(), repeat);
+    let mut req = RunRequest::new(label, NodeKind::BaseSuiteRun, Side::Head, order).repeat(repeat);
     req.overlay = overlay.clone();
     req
 }
 
 fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
-    let label = match repeat {
-        0 => "base-suite-control".to_string(),
-        k => format!("base-suite-control#{k}"),
-    };
-    RunRequest::new(label, "base-suite-control", Side::Base, order).repeat(repeat)
+    let label = crate::engine::kind::repeat(NodeKind::BaseSuiteControl.label(), repeat);
+    RunRequest::new(label, NodeKind::BaseSuiteControl, Side::Base, order).repeat(repeat)
 }
 
 /// The replay's tree collected as a traced node (kind `collect`), its collection errors data.
@@ -289,7 +297,8 @@ fn collect(
     let runner = engine.runner.clone();
     let (compute_side, compute_overlay, compute_digests) =
         (side.clone(), overlay.clone(), digests.clone());
-    let mut node = Node::new("collect(base-suite)", "collect", move |_| {
+    let kind = NodeKind::Collect;
+    let mut node = Node::new(kind.of("base-suite"), kind.as_str(), move |_| {
         let (collection, trace, errors) = runner
             .collect_overlaid(&compute_side.snapshot, &compute_overlay)
             .map_err(|e| NodeError::Infra(e.to_string()))?;
@@ -341,18 +350,6 @@ fn collect(
         .map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
 }
 
-/// What the replay found.
-pub(crate) struct BaseSuite {
-    /// The section of the report.
-    pub(crate) report: report::BaseSuiteReport,
-    /// The hidden failures, and the tests a hook made look green, as the verdict weighs them.
-    pub(crate) findings: Vec<Finding>,
-    /// Each finding's message and repro, by (kind, subject).
-    pub(crate) messages: Messages,
-    /// The test-source replay's readings of the edited tests, from the same runs.
-    pub(crate) source_replay: Vec<report::SourceReplay>,
-}
-
 /// What the audit knows when it reads the replay.
 pub(crate) struct Context<'a> {
     pub(crate) base: &'a Snapshot,
@@ -368,8 +365,12 @@ pub(crate) struct Context<'a> {
 }
 
 /// Waits for the replay, runs the control (and a confirmation of each) when the replay has red
-/// tests, and reads every test.
-pub(crate) fn read(engine: &Engine, started: Started, cx: &Context) -> Result<BaseSuite> {
+/// tests, and reads every test; with the test-source replay's readings of the edited tests.
+pub(crate) fn read(
+    engine: &Engine,
+    started: Started,
+    cx: &Context,
+) -> Result<(BaseSuiteRead, Vec<SourceRead>)> {
     let Started {
         plan,
         order,
@@ -546,94 +547,58 @@ pub(crate) fn read(engine: &Engine, started: Started, cx: &Context) -> Result<Ba
     }
 
     let head_ini = PytestIni::find(|f| text(cx.head, f));
-    let base_commit = cx.base.commit().map(|c| c.to_string());
-    let head_commit = cx.head.commit().map(|c| c.to_string());
+    // What a repro checks out from the base besides the test's own file.
     let repro_files: Vec<String> = plan
         .changed
         .iter()
         .filter(|c| c.role != Role::TestFile && c.role != Role::Hook)
         .map(|c| c.path.clone())
         .collect();
-    let mut out = BaseSuite {
-        report: report::BaseSuiteReport {
-            whole: plan.scope.whole,
-            reasons: plan.scope.reasons.clone(),
-            ran: order.len(),
-            tests: Vec::new(),
-        },
-        findings: Vec::new(),
-        messages: BTreeMap::new(),
-        source_replay: Vec::new(),
+    let mut out = BaseSuiteRead {
+        whole: plan.scope.whole,
+        reasons: plan.scope.reasons.clone(),
+        ran: order.len(),
+        tests: Vec::new(),
+        base_commit: cx.base.commit().map(|c| c.to_string()),
+        head_commit: cx.head.commit().map(|c| c.to_string()),
     };
-    for (id, at_head, replayed, control, reading) in &readings {
-        let mut reading = *reading;
-        if unconfirmed.contains(id) {
-            reading = Reading::BaseFails;
-        }
-        let file = plan.files.get(id).cloned().unwrap_or_default();
-        let message = not_collected.get(id).cloned().or_else(|| {
-            replay
-                .as_ref()
-                .and_then(|r| r.test(id))
-                .and_then(|t| t.message.clone())
-        });
-        let listed = reading != Reading::Holds || !matches!(at_head, AtHead::Present(_));
-        if listed {
-            out.report.tests.push(report::BaseSuiteTest {
-                nodeid: id.clone(),
-                at_head: at_head_word(at_head).into(),
-                head_nodeid: match at_head {
-                    AtHead::Renamed { nodeid, .. } => Some(nodeid.clone()),
-                    AtHead::Uncollected { at } => Some(at.clone()),
-                    _ => None,
-                },
-                head: at_head.outcome().map(|o| o.as_str().to_string()),
-                replay: replayed.as_str().into(),
-                base: control.map(|o| o.as_str().to_string()),
-                reading: match unconfirmed.contains(id) {
-                    true => "unconfirmed".into(),
-                    false => reading.as_str().into(),
-                },
-                message: message.clone(),
-            });
-        }
-        // The edited tests the test-source replay reads say it themselves.
-        if source_bases.contains(id.as_str()) {
+    for (id, at_head, replayed, control, reading) in readings {
+        let reading = match unconfirmed.contains(&id) {
+            true => Reading::Unconfirmed,
+            false => reading,
+        };
+        if reading == Reading::Holds && matches!(at_head, AtHead::Present(_)) {
             continue;
         }
-        let kind = match reading {
-            Reading::Hidden(how) => finding_kind(how),
-            Reading::DeletedWithItsCode => FindingKind::DeletedWithItsCode,
-            _ => continue,
+        let file = plan.files.get(&id).cloned().unwrap_or_default();
+        let failure = not_collected.get(&id).cloned().or_else(|| {
+            replay
+                .as_ref()
+                .and_then(|r| r.test(&id))
+                .and_then(|t| t.message.clone())
+        });
+        let missed_rule = match &at_head {
+            AtHead::Uncollected { at } => missed_rule(&head_ini, at),
+            _ => None,
         };
         let mut files = vec![file.clone()];
         files.extend(repro_files.iter().cloned());
-        let repro = repro(base_commit.as_deref(), head_commit.as_deref(), &files, id);
-        let base_lines = base_lines(cx.base, &file, id);
-        out.messages.insert(
-            (kind, id.clone()),
-            (
-                hidden_message(
-                    &head_ini,
-                    kind,
-                    id,
-                    at_head,
-                    message.as_deref(),
-                    &plan.scope.reasons,
-                    &base_lines,
-                ),
-                Some(repro),
-            ),
-        );
-        out.findings.push(Finding {
-            kind,
-            subject: id.clone(),
-            introduced: true,
-            edited_by_patch: cx.edited.contains(id),
+        out.tests.push(Replayed {
+            base_lines: base_lines(cx.base, &file, &id),
+            edited_candidate: source_bases.contains(id.as_str()),
+            nodeid: id,
+            at_head,
+            replay: replayed,
+            control,
+            reading,
+            failure,
+            missed_rule,
+            repro_files: files,
         });
     }
 
     // The test-source replay's readings, from the same runs.
+    let mut sources = Vec::new();
     for c in cx.candidates {
         let head_outcome = cx.head_run.outcome_of(&c.nodeid).unwrap_or(Outcome::Error);
         let on_base = order
@@ -643,66 +608,32 @@ pub(crate) fn read(engine: &Engine, started: Started, cx: &Context) -> Result<Ba
             && control_outcome(&c.base_nodeid).is_some_and(Outcome::is_green)
             && !unconfirmed.contains(&c.base_nodeid);
         let reading = source_replay::Reading::of(head_outcome, on_base, confirmed_red);
-        out.source_replay
-            .push(crate::engine::source_replay::report_of(
-                c,
-                head_outcome,
-                on_base,
-                reading,
-                cx.base,
-                cx.head,
-            ));
+        sources.push(crate::engine::source_replay::report_of(
+            c,
+            head_outcome,
+            on_base,
+            reading,
+            cx.base,
+            cx.head,
+        ));
     }
-
-    let (findings, messages) = hook_altered(cx.head_run, session_changed, cx.edited);
-    out.findings.extend(findings);
-    out.messages.extend(messages);
-    Ok(out)
+    Ok((out, sources))
 }
 
-/// The finding's messages and repros, by (kind, subject).
-pub(crate) type Messages = BTreeMap<(FindingKind, String), (String, Option<String>)>;
-
-/// The tests of the head's run that a hook made look green (the plugin's own record says they
-/// failed): the patch's when it changed what every test runs under (`session_changed`) or the
-/// test itself.
-pub(crate) fn hook_altered(
-    head_run: &RunResult,
-    session_changed: bool,
-    edited: &BTreeSet<String>,
-) -> (Vec<Finding>, Messages) {
-    let mut findings = Vec::new();
-    let mut messages = Messages::new();
-    for t in &head_run.tests {
-        if !hidden::hook_altered(t.outcome, t.reported) {
-            continue;
-        }
-        let kind = FindingKind::HookAlteredOutcome;
-        let claimed = t.reported.map(Outcome::as_str).unwrap_or_default();
-        messages.insert(
-            (kind, t.nodeid.clone()),
-            (
-                format!(
-                    "{} {} ({}), but a hook made pytest report it as {claimed}: fixgate's plugin \
-                     records what the test raised before any conftest can rewrite the report",
-                    t.nodeid,
-                    t.outcome.as_str(),
-                    t.message.as_deref().unwrap_or("no message"),
-                ),
-                Some(format!(
-                    "python -m pytest -p no:randomly -p no:cacheprovider {}",
-                    crate::engine::search::shell_quote(&t.nodeid)
-                )),
-            ),
-        );
-        findings.push(Finding {
-            kind,
-            subject: t.nodeid.clone(),
-            introduced: session_changed || edited.contains(&t.nodeid),
-            edited_by_patch: edited.contains(&t.nodeid),
-        });
-    }
-    (findings, messages)
+/// The tests of the head's run that a hook made look green: the plugin's own record says they
+/// failed (see `docs/plugin-protocol.md`).
+pub(crate) fn hook_altered(head_run: &RunResult) -> Vec<Altered> {
+    head_run
+        .tests
+        .iter()
+        .filter(|t| hidden::hook_altered(t.outcome, t.reported))
+        .map(|t| Altered {
+            nodeid: t.nodeid.clone(),
+            outcome: t.outcome,
+            reported: t.reported.unwrap_or(Outcome::Passed),
+            message: t.message.clone(),
+        })
+        .collect()
 }
 
 fn wait(engine: &Engine, node: NodeId, what: &str) -> Result<RunResult> {
@@ -711,109 +642,29 @@ fn wait(engine: &Engine, node: NodeId, what: &str) -> Result<RunResult> {
         .map_err(|e| Error::Infra(format!("{what} failed: {e}")))
 }
 
-fn finding_kind(how: hidden::How) -> FindingKind {
-    match how {
-        hidden::How::Deleted => FindingKind::DeletedTest,
-        hidden::How::Deselected => FindingKind::DeselectedTest,
-        hidden::How::Uncollected => FindingKind::UncollectedTest,
-        hidden::How::Skipped => FindingKind::SkippedTest,
-        hidden::How::Xfailed => FindingKind::XfailedTest,
-        hidden::How::Redefined => FindingKind::RedefinedTest,
-        hidden::How::HookAltered => FindingKind::HookAlteredOutcome,
-    }
-}
-
-fn at_head_word(at: &AtHead) -> &'static str {
-    match at {
-        AtHead::Present(_) => "present",
-        AtHead::Renamed { .. } => "renamed",
-        AtHead::Deselected => "deselected",
-        AtHead::Uncollected { .. } => "uncollected",
-        AtHead::Deleted => "deleted",
-    }
-}
-
-/// What happened, in words: the finding's message.
-fn hidden_message(
-    head_ini: &PytestIni,
-    kind: FindingKind,
-    id: &str,
-    at: &AtHead,
-    failure: Option<&str>,
-    reasons: &[String],
-    base_lines: &[String],
-) -> String {
-    let failure = failure.unwrap_or("no message");
-    let lines = match base_lines.is_empty() {
-        true => String::new(),
-        false => format!(". base: {}", base_lines.join(" / ")),
-    };
-    let what = match (kind, at) {
-        (FindingKind::DeletedTest, _) => {
-            format!("the patch deleted {id}, which fails on the head's code: {failure}")
-        }
-        (FindingKind::DeletedWithItsCode, _) => format!(
-            "the patch deleted {id} together with the code it exercised ({failure}): not blocking"
-        ),
-        (FindingKind::DeselectedTest, AtHead::Deselected) => format!(
-            "the patch deselected {id} (its collection drops it: -k, --deselect or a \
-             pytest_collection_modifyitems hook), which fails on the head's code: {failure}"
-        ),
-        (FindingKind::DeselectedTest, _) => format!(
-            "the patch stopped pytest collecting {id} ({}), which fails on the head's code: \
-             {failure}",
-            reasons.join("; ")
-        ),
-        (FindingKind::UncollectedTest, AtHead::Uncollected { at }) => format!(
-            "the patch took {id} out of collection (its function is now {at}, which pytest does \
-             not collect{}), and it fails on the head's code: {failure}",
-            why_uncollected(head_ini, at)
-        ),
-        (FindingKind::SkippedTest, _) => format!(
-            "the patch added a skip to {id}, a test that fails on the head's code: {failure}"
-        ),
-        (FindingKind::XfailedTest, _) => format!(
-            "the patch marked {id} as an expected failure, a test that fails on the head's code: \
-             {failure}"
-        ),
-        (FindingKind::HookAlteredOutcome, _) => format!(
-            "{id} passes at head, but with the base's conftests and configuration it fails on the \
-             head's code ({}): {failure}",
-            reasons.join("; ")
-        ),
-        _ => format!(
-            "{id} passes at head, and its base version fails on the head's code: the patch \
-             changed what the test expects: {failure}"
-        ),
-    };
-    format!("{what}{lines}")
-}
-
-/// Which of the head's collection rules the test at `at` (`file::Class::name`) misses, as
-/// `: python_functions is test` (empty when its place matches them all: `__test__ = False`,
+/// Which of the head's collection rules the test at `at` (`file::Class::name`) misses, with
+/// that option's value; `None` when its place matches them all (`__test__ = False`,
 /// `norecursedirs`).
-fn why_uncollected(ini: &PytestIni, at: &str) -> String {
+fn missed_rule(ini: &PytestIni, at: &str) -> Option<(&'static str, Vec<String>)> {
     let (file, func) = testsrc::split_nodeid(at);
-    let mut parts: Vec<&str> = at.split("::").skip(1).collect();
-    parts.pop();
+    let mut classes: Vec<&str> = at.split("::").skip(1).collect();
+    classes.pop();
     let testpaths = ini.testpaths();
     let under = |t: &String| {
         let t = t.trim_end_matches('/');
         file == t || file.starts_with(&format!("{t}/"))
     };
-    let rule = if !ini.is_test_file(file) {
+    if !ini.is_test_file(file) {
         Some(("python_files", ini.python_files()))
     } else if !testpaths.is_empty() && !testpaths.iter().any(under) {
         Some(("testpaths", testpaths))
     } else if !ini.is_test_function(func) {
         Some(("python_functions", ini.python_functions()))
-    } else if parts.iter().any(|c| !ini.is_test_class(c)) {
+    } else if classes.iter().any(|c| !ini.is_test_class(c)) {
         Some(("python_classes", ini.python_classes()))
     } else {
         None
-    };
-    rule.map(|(name, value)| format!(": {name} is {}", value.join(" ")))
-        .unwrap_or_default()
+    }
 }
 
 /// The base's lines of a test (its function), for the message.
@@ -830,31 +681,6 @@ fn base_lines(base: &Snapshot, file: &str, id: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// One line that runs the base's test file (with the base's conftests and configuration that
-/// the patch changed) on the head's code, in a worktree of its own.
-fn repro(base: Option<&str>, head: Option<&str>, files: &[String], id: &str) -> String {
-    let q = crate::engine::search::shell_quote;
-    let files: Vec<String> = files
-        .iter()
-        .filter(|f| !f.is_empty())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(|f| q(f))
-        .collect();
-    let base = base.unwrap_or("BASE");
-    let run = format!(
-        "git checkout {base} -- {} && python -m pytest -p no:randomly -p no:cacheprovider {}",
-        files.join(" "),
-        q(id)
-    );
-    match head {
-        Some(head) => format!(
-            "git worktree add --detach /tmp/fixgate-spec {head} && cd /tmp/fixgate-spec && {run}"
-        ),
-        None => format!("cp -a . /tmp/fixgate-spec && cd /tmp/fixgate-spec && {run}"),
-    }
 }
 
 /// The two sides' Python sources, parsed on demand: where a gone test's function went, and

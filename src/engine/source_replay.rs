@@ -5,10 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use crate::audit::source_replay::Reading;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
-use crate::report;
+use crate::audit::source_replay::{Reading, SourceRead};
+use crate::pytest::result::{Outcome, RunResult};
 use crate::snapshot::Snapshot;
 use crate::testsrc::SourceFile;
 
@@ -166,7 +164,7 @@ pub(crate) fn report_of(
     reading: Reading,
     base: &Snapshot,
     head: &Snapshot,
-) -> report::SourceReplay {
+) -> SourceRead {
     let side = |s: &Snapshot, id: &str| -> Side {
         let (file, _) = crate::testsrc::split_nodeid(id);
         let text = s
@@ -184,12 +182,12 @@ pub(crate) fn report_of(
         &c.base_nodeid,
         &c.nodeid,
     );
-    report::SourceReplay {
+    SourceRead {
         nodeid: c.nodeid.clone(),
         renamed_from: c.renamed().then(|| c.base_nodeid.clone()),
-        head: head_outcome.as_str().into(),
-        base_test_code: on_base.map(|o| o.as_str().to_string()),
-        reading: reading.as_str().into(),
+        head: head_outcome,
+        base_test_code: on_base,
+        reading,
         base_lines,
         head_lines,
     }

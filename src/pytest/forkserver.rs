@@ -15,13 +15,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pytest::driver::Runner;
+use crate::pytest::command::PreparedCommand;
 use crate::pytest::events::{Event, Trace};
 use crate::sandbox::{Overlay, Sandbox, TreeState};
 use crate::snapshot::Snapshot;
@@ -95,7 +95,18 @@ fn identity(snapshot: &Snapshot) -> Key {
     *h.finalize().as_bytes()
 }
 
-/// The warm interpreters of one Runner: per job slot at most two alive (an audit alternates
+/// What starting a zygote takes from the runner; used only when a zygote is started.
+pub(crate) struct Launch<'a> {
+    /// Where the zygote's sandbox goes.
+    pub(crate) temp_dir: &'a Path,
+    /// Set by Ctrl-C: stop waiting for the zygote's collection.
+    pub(crate) interrupted: &'a AtomicBool,
+    /// The command of a pytest process in a sandbox, writing the given event file, as the
+    /// runner prepares every run; the zygote adds the flags of its own protocol.
+    pub(crate) prepare: &'a dyn Fn(&Sandbox, &Path) -> PreparedCommand,
+}
+
+/// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
 /// between the base and the head; with one per slot, every switch would kill a zygote and
 /// collect again), idle ones kept for the next run of their snapshot. Dropping the pool kills
 /// them.
@@ -144,7 +155,7 @@ impl Pool {
     /// restored; `None` when this run must use fresh processes.
     pub(crate) fn checkout(
         &self,
-        runner: &Runner,
+        launch: &Launch,
         snapshot: &Snapshot,
         overlay: &Overlay,
         order: Option<&[String]>,
@@ -173,7 +184,7 @@ impl Pool {
                 if !self.make_room() {
                     return None; // every slot busy: this run starts fresh
                 }
-                match Zygote::start(runner, snapshot, key) {
+                match Zygote::start(launch, snapshot, key) {
                     Ok(z) => z,
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
@@ -321,9 +332,9 @@ pub(crate) struct Zygote {
 }
 
 impl Zygote {
-    fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
+    fn start(launch: &Launch, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &runner.env.temp_dir)
+        let sandbox = Sandbox::create(snapshot, &Overlay::new(), launch.temp_dir)
             .map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
             .record()
@@ -333,12 +344,14 @@ impl Zygote {
         std::fs::write(&events, b"").map_err(|e| why(e.to_string()))?;
         let (read, write) = pipe().map_err(|e| why(e.to_string()))?;
         let (command_read, command_write) = pipe().map_err(|e| why(e.to_string()))?;
-        let mut args = runner.base_args(&sandbox, &events);
-        args.push("--fixgate-collect".into());
-        args.push(format!("--fixgate-forkserver={REPLY_FD}"));
+        let mut prepared = (launch.prepare)(&sandbox, &events);
+        prepared.args.push("--fixgate-collect".into());
+        prepared
+            .args
+            .push(format!("--fixgate-forkserver={REPLY_FD}"));
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
-        let mut cmd = runner.command(&sandbox, &args);
+        let mut cmd = prepared.command();
         let write_fd = write.as_raw_fd();
         let command_fd = command_read.as_raw_fd();
         // SAFETY: the closure runs between fork and exec and only makes system calls (dup,
@@ -379,7 +392,7 @@ impl Zygote {
             log,
         };
         let reply = loop {
-            if runner.interrupted.load(Ordering::SeqCst) {
+            if launch.interrupted.load(Ordering::SeqCst) {
                 return Err("interrupted while the warm interpreter collected".to_owned());
             }
             match zygote.replies.line(POLL_MS) {
@@ -401,7 +414,7 @@ impl Zygote {
             return Err(format!("the warm interpreter said {reply:?}, not ready"));
         }
         let mut collection = None;
-        for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
+        for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
                 Event::Collected { items, .. } => {
                     zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
