@@ -246,7 +246,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "verdict",
-        "b3:2588bbbc117d525730decc6d1cefd8e0602358e42f0d00279c06657d518559d7",
+        "b3:76f226f16ddce2526cdc7aab5072c6815bd681ad9207ab11556a1f6437938d7c",
     ),
 ];
 

@@ -427,7 +427,7 @@ fn collect_ignore_in_a_conftest_is_deselected_test() {
             Append("tests/conftest.py", "\ncollect_ignore = ['test_dump.py']\n"),
         ],
         "deselected-test",
-        "tests/test_dump.py::TestDump::test_empty_body",
+        "tests/test_dump.py::TestDump::test_sorted",
     );
 }
 
