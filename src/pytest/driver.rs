@@ -63,6 +63,8 @@ pub struct Runner {
     pub allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
     pub forkserver: Arc<Pool>,
+    /// How runs are contained on this machine.
+    pub(crate) host: Arc<crate::contain::Host>,
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
     pub env: Arc<crate::environment::Environment>,
@@ -218,6 +220,7 @@ impl Runner {
         cmd.process_group(0);
         let executable = Path::new(&self.interpreter.fingerprint.executable);
         crate::contain::apply(
+            &self.host,
             &mut cmd,
             &crate::contain::RunPaths {
                 sandbox: sandbox.dir(),
@@ -289,7 +292,7 @@ impl Runner {
                     self.interpreter.path.display()
                 ))
             })?;
-        crate::pytest::forkserver::count_fresh();
+        self.forkserver.stats().count_fresh();
         let exit = ExitWatch::new(&child);
         Ok(Process {
             proc: Proc::Fresh(child, exit),
@@ -487,7 +490,7 @@ impl Runner {
                         },
                         Err(reason) => {
                             // The zygote failed: this run goes on fresh, in its sandbox.
-                            crate::pytest::forkserver::fall_back(reason);
+                            self.forkserver.stats().fall_back(reason);
                             self.spawn(&z.sandbox, k, &extra)?
                         }
                     }

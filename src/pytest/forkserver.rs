@@ -16,7 +16,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -49,33 +49,41 @@ pub struct ForkSummary {
     pub zygotes: u32,
 }
 
-static FORKS: AtomicU32 = AtomicU32::new(0);
-static FRESH: AtomicU32 = AtomicU32::new(0);
-static ZYGOTES: AtomicU32 = AtomicU32::new(0);
-static FALLBACKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// The counts behind a [`ForkSummary`]: kept by the context of one fixgate invocation and
+/// shared by every pool it makes, so that a report counts the runs of the heads before it too.
+#[derive(Debug, Default)]
+pub struct ForkStats {
+    forks: AtomicU32,
+    fresh: AtomicU32,
+    zygotes: AtomicU32,
+    fallbacks: Mutex<BTreeSet<String>>,
+}
 
-/// What this process's runs did so far (for the report).
-pub fn summary() -> ForkSummary {
-    let forks = FORKS.load(Ordering::Relaxed);
-    ForkSummary {
-        fallbacks: FALLBACKS
-            .lock()
-            .map(|f| f.iter().cloned().collect())
-            .unwrap_or_default(),
-        forks,
-        fresh_processes: FRESH.load(Ordering::Relaxed),
-        mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
-        zygotes: ZYGOTES.load(Ordering::Relaxed),
+impl ForkStats {
+    /// What the runs did so far (for the report).
+    pub fn summary(&self) -> ForkSummary {
+        let forks = self.forks.load(Ordering::Relaxed);
+        ForkSummary {
+            fallbacks: self
+                .fallbacks
+                .lock()
+                .map(|f| f.iter().cloned().collect())
+                .unwrap_or_default(),
+            forks,
+            fresh_processes: self.fresh.load(Ordering::Relaxed),
+            mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
+            zygotes: self.zygotes.load(Ordering::Relaxed),
+        }
     }
-}
 
-pub(crate) fn count_fresh() {
-    FRESH.fetch_add(1, Ordering::Relaxed);
-}
+    pub(crate) fn count_fresh(&self) {
+        self.fresh.fetch_add(1, Ordering::Relaxed);
+    }
 
-pub(crate) fn fall_back(reason: String) {
-    if let Ok(mut f) = FALLBACKS.lock() {
-        f.insert(reason);
+    pub(crate) fn fall_back(&self, reason: String) {
+        if let Ok(mut f) = self.fallbacks.lock() {
+            f.insert(reason);
+        }
     }
 }
 
@@ -110,12 +118,13 @@ pub struct Pool {
     refused: Mutex<HashMap<Key, String>>,
     /// The node ids a fresh collection of each snapshot listed, in order.
     collections: Mutex<HashMap<Key, Vec<String>>>,
+    stats: Arc<ForkStats>,
 }
 
 impl Pool {
     /// A pool for `slots` job slots; `disabled` (`FIXGATE_FORK=0`, with the reason to report)
     /// turns the fork server off for every run of this process.
-    pub(crate) fn new(slots: usize, disabled: Option<String>) -> Pool {
+    pub(crate) fn new(slots: usize, disabled: Option<String>, stats: Arc<ForkStats>) -> Pool {
         Pool {
             disabled,
             capacity: 2 * slots.max(1),
@@ -123,7 +132,13 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             collections: Mutex::new(HashMap::new()),
+            stats,
         }
+    }
+
+    /// Where this pool counts what its runs did.
+    pub(crate) fn stats(&self) -> &ForkStats {
+        &self.stats
     }
 
     /// Remembers what a fresh collection of `snapshot` listed, to check zygotes against.
@@ -134,7 +149,7 @@ impl Pool {
     }
 
     fn refuse(&self, key: Key, reason: String) {
-        fall_back(reason.clone());
+        self.stats.fall_back(reason.clone());
         if let Ok(mut r) = self.refused.lock() {
             r.insert(key, reason);
         }
@@ -150,12 +165,13 @@ impl Pool {
         order: Option<&[String]>,
     ) -> Option<Lease<'_>> {
         if let Some(reason) = &self.disabled {
-            fall_back(reason.clone());
+            self.stats.fall_back(reason.clone());
             return None;
         }
         if !overlay.is_empty() {
             // Replay runs put other bytes into the tree than the zygote collected from.
-            fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
+            self.stats
+                .fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
             return None;
         }
         let key = identity(snapshot);
@@ -318,6 +334,8 @@ pub(crate) struct Zygote {
     /// or touched home or tmp, so a run never continues in a fork after a crash).
     collection: Option<Trace>,
     log: PathBuf,
+    /// Where its forks are counted.
+    stats: Arc<ForkStats>,
 }
 
 impl Zygote {
@@ -363,7 +381,11 @@ impl Zygote {
         let process = spawn_steadily(cmd).map_err(|e| why(e.to_string()))?;
         drop(write);
         drop(command_read);
-        ZYGOTES.fetch_add(1, Ordering::Relaxed);
+        runner
+            .forkserver
+            .stats
+            .zygotes
+            .fetch_add(1, Ordering::Relaxed);
         let commands = std::fs::File::from(command_write);
         let mut zygote = Zygote {
             key,
@@ -377,6 +399,7 @@ impl Zygote {
             pristine: TreeState::default(),
             collection: None,
             log,
+            stats: runner.forkserver.stats.clone(),
         };
         let reply = loop {
             if runner.interrupted.load(Ordering::SeqCst) {
@@ -460,7 +483,7 @@ impl Zygote {
                     match pid {
                         Some(pid) => {
                             self.running = Some(pid);
-                            FORKS.fetch_add(1, Ordering::Relaxed);
+                            self.stats.forks.fetch_add(1, Ordering::Relaxed);
                             return Ok(pid);
                         }
                         None => {
