@@ -382,8 +382,8 @@ fn reload(edits: &Edits, snapshot: &Snapshot) -> Result<Config> {
         paths: &paths,
     })
     .map_err(|e| {
-        Error::Infra(format!(
-            "bug: the group set-up `fixgate init` wrote is invalid: {e}"
+        Error::bug(format!(
+            "the group set-up `fixgate init` wrote is invalid: {e}"
         ))
     })
 }

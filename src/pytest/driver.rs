@@ -360,17 +360,25 @@ impl Runner {
                     trace,
                 ))
             }
-            None => Err(Error::Infra(format!(
-                "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
-                snapshot.rev_label(),
-                status.code(),
-                if problems.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", problems.join("; "))
-                },
-                log_tail(&p.log)
-            ))),
+            None => {
+                let why = format!(
+                    "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
+                    snapshot.rev_label(),
+                    status.code(),
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", problems.join("; "))
+                    },
+                    log_tail(&p.log)
+                );
+                // pytest ran to its end with an exit code: the suite's failure. Killed (no
+                // code): the run's.
+                Err(match status.code() {
+                    Some(_) => Error::NotCollected(why),
+                    None => Error::Infra(why),
+                })
+            }
         }
     }
 
@@ -794,7 +802,7 @@ fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
         msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
     }
     msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
-    Error::Infra(msg)
+    Error::NotCollected(msg)
 }
 
 impl ProcessOutcome {
