@@ -32,7 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -62,8 +62,9 @@ impl Mode {
 /// namespaces (read with the rest of the environment, in src/environment.rs).
 const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
 
-/// What this machine permits, found once per fixgate process.
-struct Host {
+/// What this machine permits, probed once per fixgate process (the context keeps it) and handed
+/// to every run through its runner.
+pub(crate) struct Host {
     mode: Mode,
     /// Why namespaces are not used (`None` when they are).
     reason: Option<String>,
@@ -74,25 +75,9 @@ struct Host {
     env: Arc<Environment>,
 }
 
-static HOST: OnceLock<Host> = OnceLock::new();
-
-/// The host as [`init`] settled it. Runs come only from a `Runner`, which is made after
-/// `init`; reaching this first is a bug, not a state to guess containment for.
-fn host() -> &'static Host {
-    HOST.get()
-        .expect("contain::init settles the host before any run is prepared")
-}
-
-/// The containment runs of this process get (`None` before [`init`]: nothing ran).
-pub(crate) fn current() -> Mode {
-    HOST.get().map_or(Mode::None, |h| h.mode)
-}
-
-/// Settles the containment once: with `strict`, a platform without namespaces is an error
-/// (queues that must never run untrusted code uncontained). Otherwise returns the mode and,
-/// for [`Mode::None`], the reason to tell the user.
-pub(crate) fn init(strict: bool, env: &Arc<Environment>) -> Result<(Mode, Option<&'static str>)> {
-    let h = HOST.get_or_init(|| {
+impl Host {
+    /// Finds what this machine permits (a user namespace is tried in a child).
+    pub(crate) fn probe(env: &Arc<Environment>) -> Host {
         let reason = if env.no_namespaces {
             Some(format!("{DISABLE_ENV} is set"))
         } else {
@@ -108,19 +93,33 @@ pub(crate) fn init(strict: bool, env: &Arc<Environment>) -> Result<(Mode, Option
             home: env.home.clone(),
             env: env.clone(),
         }
-    });
-    if strict && h.mode == Mode::None {
-        return Err(Error::Infra(format!(
-            "--containment strict: runs cannot be contained here ({}); run fixgate where user \
-             and mount namespaces are permitted (e.g. sysctl user.max_user_namespaces > 0, or a \
-             container started with --privileged or a seccomp profile that allows unshare), or \
-             drop --containment strict to run uncontained",
-            h.reason
-                .as_deref()
-                .unwrap_or("namespaces are not permitted")
-        )));
     }
-    Ok((h.mode, h.reason.as_deref()))
+
+    /// The containment runs get here.
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// With `strict`, a platform without namespaces is an error (queues that must never run
+    /// untrusted code uncontained). Otherwise, for [`Mode::None`], the reason to tell the user.
+    pub(crate) fn check(&self, strict: bool) -> Result<Option<&str>> {
+        let h = self;
+        if h.mode == Mode::Namespaces {
+            return Ok(None);
+        }
+        if strict {
+            return Err(Error::Infra(format!(
+                "--containment strict: runs cannot be contained here ({}); run fixgate where \
+                 user and mount namespaces are permitted (e.g. sysctl user.max_user_namespaces \
+                 > 0, or a container started with --privileged or a seccomp profile that allows \
+                 unshare), or drop --containment strict to run uncontained",
+                h.reason
+                    .as_deref()
+                    .unwrap_or("namespaces are not permitted")
+            )));
+        }
+        Ok(h.reason.as_deref())
+    }
 }
 
 /// The paths of one run that containment must know.
@@ -143,8 +142,8 @@ pub(crate) struct RunPaths<'a> {
 
 /// Makes `cmd` a contained run: [`Mode::Namespaces`] where permitted, else the supervisor
 /// alone. Call after every other setting of `cmd` (it adds the last `pre_exec` step).
-pub(crate) fn apply(cmd: &mut Command, paths: &RunPaths) {
-    let mut plan = Plan::new(host(), paths);
+pub(crate) fn apply(host: &Host, cmd: &mut Command, paths: &RunPaths) {
+    let mut plan = Plan::new(host, paths);
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
     // on memory prepared before the fork (no allocation, no locks), which is what a child of
     // a multithreaded process may do.

@@ -50,7 +50,7 @@ struct Report {
 pub(crate) fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(None)?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&args.sandbox)?;
+    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
     let pb = ctx.progress(0, "init");
     let result = runner.run_seed(&snapshot, 0, &config.groups, pb.as_ref());
     if let Some(pb) = pb {

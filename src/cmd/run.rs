@@ -50,7 +50,7 @@ pub struct SnapshotInfo {
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&args.sandbox)?;
+    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
     let pb = ctx.progress(0, "run");
     let (result, seed) = match &args.order {
         Some(file) => {
@@ -86,7 +86,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
         ));
     }
     let report = RunReport {
-        containment: crate::contain::current().as_str(),
+        containment: runner.host.mode().as_str(),
         outside_writes,
         schema: 1,
         snapshot: SnapshotInfo {
@@ -102,9 +102,9 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             .chain(args.sandbox.pass_env.iter().cloned())
             .collect(),
         result: &result,
-        forkserver: crate::pytest::forkserver::summary(),
+        forkserver: ctx.fork_stats.summary(),
     };
-    if ctx.format == crate::cli::Format::Json {
+    if ctx.format == crate::report::Format::Json {
         return ctx.emit(&report.to_json()).map(|_| exit::PASS);
     }
     ctx.emit_report(&report, || {

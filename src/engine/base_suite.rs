@@ -25,7 +25,7 @@ use crate::audit::source_replay::{self, SourceRead};
 use crate::audit::spec_scope::{self, Changed, Role, Scope};
 use crate::delta::Delta;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{Engine, Role as Side, RunRequest};
+use crate::engine::runs::{node_bug, Engine, Role as Side, RunRequest};
 use crate::engine::source_replay::Candidate;
 use crate::error::{Error, Result};
 use crate::pytest::events::Collection;
@@ -309,7 +309,7 @@ fn collect(
         let deps = crate::engine::steps::collection_deps(&trace, &compute_side.snapshot, probe);
         serde_json::to_vec(&(collection, errors))
             .map(|b| Output::new(b).with_reads(deps))
-            .map_err(|e| NodeError::Infra(format!("bug: an output does not encode: {e}")))
+            .map_err(|e| node_bug(format!("an output does not encode: {e}")))
     })
     .param("role", "base-suite")
     .param("overlay", key.finish().to_string())
@@ -334,7 +334,7 @@ fn collect(
     let id = engine
         .live
         .add_after(node, &[], after)
-        .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+        .map_err(|e| Error::bug(e.to_string()))?;
     let out = engine.live.wait(id);
     if engine
         .runner
@@ -347,7 +347,7 @@ fn collect(
         .into_result()
         .map_err(|why| Error::Infra(format!("collect(base-suite) failed: {why}")))?;
     serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
+        .map_err(|e| Error::bug(format!("a step's output does not decode: {e}")))
 }
 
 /// What the audit knows when it reads the replay.

@@ -37,7 +37,7 @@ pub(crate) struct PreparedCommand {
 impl PreparedCommand {
     /// The process to spawn, contained, with stdin closed. The caller sets stdout and stderr;
     /// `pre_exec` steps it adds run after containment's.
-    pub(crate) fn command(&self) -> Command {
+    pub(crate) fn command(&self, host: &crate::contain::Host) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .current_dir(&self.cwd)
@@ -49,6 +49,7 @@ impl PreparedCommand {
         cmd.process_group(0);
         let interpreter: Vec<&Path> = self.interpreter.iter().map(PathBuf::as_path).collect();
         crate::contain::apply(
+            host,
             &mut cmd,
             &crate::contain::RunPaths {
                 sandbox: &self.sandbox,

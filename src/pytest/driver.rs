@@ -63,6 +63,8 @@ pub struct Runner {
     pub allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
     pub forkserver: Arc<Pool>,
+    /// How runs are contained on this machine.
+    pub(crate) host: Arc<crate::contain::Host>,
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
     pub env: Arc<crate::environment::Environment>,
@@ -224,7 +226,7 @@ impl Runner {
             .map_err(|e| Error::io("open", &log, e))?;
         let child = self
             .prepare(sandbox, &args)
-            .command()
+            .command(&self.host)
             .stdout(log_file)
             .stderr(log_err)
             .spawn()
@@ -234,7 +236,7 @@ impl Runner {
                     self.interpreter.path.display()
                 ))
             })?;
-        crate::pytest::forkserver::count_fresh();
+        self.forkserver.stats().count_fresh();
         let exit = ExitWatch::new(&child);
         Ok(Process {
             proc: Proc::Fresh(child, exit),
@@ -314,7 +316,7 @@ impl Runner {
             items = Some(Vec::new());
         }
         let Some(items) = items else {
-            return Err(Error::Infra(format!(
+            let why = format!(
                 "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
                 snapshot.rev_label(),
                 status.code(),
@@ -324,7 +326,13 @@ impl Runner {
                     format!(": {}", problems.join("; "))
                 },
                 log_tail(&p.log)
-            )));
+            );
+            // pytest ran to its end with an exit code: the suite's failure. Killed (no code):
+            // the run's.
+            return Err(match status.code() {
+                Some(_) => Error::NotCollected(why),
+                None => Error::Infra(why),
+            });
         };
         if overlay.is_empty() && errors.is_empty() {
             self.forkserver
@@ -396,6 +404,7 @@ impl Runner {
             temp_dir: &self.env.temp_dir,
             interrupted: &self.interrupted,
             prepare: &prepare,
+            host: &self.host,
         };
         let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
@@ -453,7 +462,7 @@ impl Runner {
                         },
                         Err(reason) => {
                             // The zygote failed: this run goes on fresh, in its sandbox.
-                            crate::pytest::forkserver::fall_back(reason);
+                            self.forkserver.stats().fall_back(reason);
                             self.spawn(&z.sandbox, k, &extra)?
                         }
                     }
@@ -778,7 +787,7 @@ fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
         msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
     }
     msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
-    Error::Infra(msg)
+    Error::NotCollected(msg)
 }
 
 impl ProcessOutcome {

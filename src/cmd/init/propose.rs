@@ -244,8 +244,8 @@ pub(super) fn reload(edits: &Edits, snapshot: &Snapshot) -> Result<Config> {
         paths: &paths,
     })
     .map_err(|e| {
-        Error::Infra(format!(
-            "bug: the group set-up `fixgate init` wrote is invalid: {e}"
+        Error::bug(format!(
+            "the group set-up `fixgate init` wrote is invalid: {e}"
         ))
     })
 }
