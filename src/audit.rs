@@ -22,6 +22,7 @@ pub(crate) mod renamed;
 pub(crate) mod replay;
 pub(crate) mod repro;
 pub(crate) mod source_replay;
+pub(crate) mod source_tamper;
 pub(crate) mod spec_scope;
 pub(crate) mod triage;
 pub(crate) mod verdict;

@@ -19,5 +19,6 @@ pub(crate) mod search;
 pub(crate) mod shard;
 mod sides;
 mod source_replay;
+mod source_tamper;
 pub(crate) mod steps;
 pub(crate) mod store;

@@ -929,6 +929,65 @@ fn a_run_loop_that_runs_nothing_is_no_pass() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The source side: the base's tests pass, the patch's text is read (warnings)
+// ---------------------------------------------------------------------------------------------
+
+/// The only non-blocking finding of a passing audit, of `kind` about `module`: its message.
+#[track_caller]
+fn warned(repo: TestRepo, edits: &[Edit], kind: &str, module: &str) -> String {
+    let v = passes(repo, edits);
+    assert_eq!(
+        kinds(&v),
+        [(kind.to_string(), false)],
+        "{:#}",
+        v["findings"]
+    );
+    finding(&v, kind, module)["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn special_casing_the_tests_input_is_a_special_cased_input_warning() {
+    let message = warned(
+        frontmatter(),
+        &[Replace(
+            "fm/core.py",
+            "def slug(title):\n    return \"-\".join(title.lower().split())",
+            "def slug(title):\n    if title == 'Hello World':  # the one the test checks\n        \
+             return \"hello-world\"\n    return title",
+        )],
+        "special-cased-input",
+        "fm/core.py",
+    );
+    assert_eq!(
+        message,
+        "the patch added conditions to fm/core.py on literals the tests hold: `if title == \
+         'Hello World':  # the one the test checks` ('Hello World' is in tests/test_post.py); \
+         the code may special-case the tests' input, which the base's tests cannot see: review it"
+    );
+}
+
+#[test]
+fn an_eq_that_always_returns_true_is_an_eq_ignores_argument_warning() {
+    let message = warned(
+        mdutils(),
+        &[Append(
+            "md/text.py",
+            "\n\nclass Header(str):\n    def __eq__(self, other):\n        return True\n\n    \
+             __hash__ = str.__hash__\n",
+        )],
+        "eq-ignores-argument",
+        "md/text.py",
+    );
+    assert!(
+        message.contains("`def __eq__(self, other):`") && message.contains("never reads"),
+        "{message}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Honest patches: none blocked
 // ---------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
 use crate::audit::source_replay::SourceRead;
+use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
 use crate::audit::verdict::{Disposition, Finding, FindingKind};
 
@@ -41,6 +42,8 @@ pub(crate) struct Facts<'a> {
     pub(crate) new_skips: &'a [NewSkip],
     pub(crate) freeze_added: &'a [String],
     pub(crate) lock_changed: &'a [String],
+    /// The source-side moves the head's code may make (warnings).
+    pub(crate) source_tamper: &'a [Suspect],
 }
 
 /// The findings the verdict weighs, in the report's order: each test's (from its triage), the
@@ -122,7 +125,8 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
             f.lock_changed
                 .iter()
                 .map(|p| (FindingKind::LockChanged, p.clone(), false)),
-        );
+        )
+        .chain(source_tamper(f.source_tamper).map(|(k, p)| (k, p, false)));
     for (kind, subject, edited_by_patch) in patch {
         out.push(Finding {
             kind,
@@ -132,6 +136,22 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// The source-side warnings: one finding per module and kind, about the module.
+fn source_tamper(suspects: &[Suspect]) -> impl Iterator<Item = (FindingKind, String)> {
+    suspects
+        .iter()
+        .map(|s| (source_tamper_kind(&s.how), s.path.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+}
+
+pub(crate) fn source_tamper_kind(how: &Move) -> FindingKind {
+    match how {
+        Move::SpecialCase { .. } => FindingKind::SpecialCasedInput,
+        Move::EqIgnoresArgument => FindingKind::EqIgnoresArgument,
+    }
 }
 
 /// The finding of a head whose suite does not collect while the base's does: the patch broke

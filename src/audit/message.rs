@@ -3,9 +3,11 @@
 
 use crate::audit::bisect::PairKind;
 use crate::audit::collection::Broken;
+use crate::audit::findings;
 use crate::audit::hidden::{AtHead, Replayed};
 use crate::audit::outcome::{Judgment, Nondeterminism};
 use crate::audit::pair::Pair;
+use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Signal;
 use crate::audit::verdict::{self, FindingKind};
 
@@ -128,6 +130,9 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
+        FindingKind::SpecialCasedInput | FindingKind::EqIgnoresArgument => {
+            source_tamper(f.kind, id, &j.source_tamper)
+        }
         FindingKind::RedefinedTest | FindingKind::TestRefactor => {
             let r = source_replay.iter().find(|r| &r.nodeid == id);
             let lines = |l: Option<&Vec<String>>| {
@@ -231,6 +236,33 @@ fn hidden(kind: FindingKind, t: &Replayed, reasons: &[String]) -> String {
     match t.base_lines.is_empty() {
         true => what,
         false => format!("{what}. base: {}", t.base_lines.join(" / ")),
+    }
+}
+
+/// The message of a source-side warning about module `path`: each line the patch added there.
+fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String {
+    let of_kind = suspects
+        .iter()
+        .filter(|s| s.path == path && findings::source_tamper_kind(&s.how) == kind);
+    let lines: Vec<String> = of_kind
+        .map(|s| match &s.how {
+            Move::SpecialCase { literal, test_file } => {
+                format!("`{}` ({literal} is in {test_file})", s.line)
+            }
+            Move::EqIgnoresArgument => format!("`{}`", s.line),
+        })
+        .collect();
+    let lines = lines.join(", ");
+    match kind {
+        FindingKind::SpecialCasedInput => format!(
+            "the patch added conditions to {path} on literals the tests hold: {lines}; the code \
+             may special-case the tests' input, which the base's tests cannot see: review it"
+        ),
+        _ => format!(
+            "the patch added to {path} an equality that never reads what it compares with: \
+             {lines}; every equality assertion on it passes, which the base's tests cannot see: \
+             review it"
+        ),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
 use crate::audit::source_replay::SourceRead;
+use crate::audit::source_tamper::Suspect;
 use crate::audit::triage::{Evidence, Triage};
 use crate::audit::verdict::{Decision, Finding};
 use crate::delta::ChangedFile;
@@ -116,6 +117,8 @@ pub(crate) struct Judgment {
     /// them, a test read them).
     pub(crate) traced: Vec<ChangedFile>,
     pub(crate) new_skips: Vec<NewSkip>,
+    /// The source-side moves the head's code may make (`audit::source_tamper`).
+    pub(crate) source_tamper: Vec<Suspect>,
     /// With `--check`: what the fresh runs did not repeat.
     pub(crate) nondeterministic: Vec<Nondeterminism>,
     /// The findings the verdict weighed, in the order of its dispositions.

@@ -151,6 +151,13 @@ pub enum FindingKind {
     /// A test whose outcome a hook, a conftest or the configuration made green: the plugin saw
     /// it fail, or it fails on the head's code with the base's conftests and configuration.
     HookAlteredOutcome,
+    /// A condition the patch added to the code on a literal a test file holds: the code may
+    /// special-case the test's input (`audit::source_tamper`). A warning: the base's tests
+    /// pass on such code, and an honest fix may test the very input it handles.
+    SpecialCasedInput,
+    /// An `__eq__` or `__ne__` the patch added or changed that never reads what it compares
+    /// with: every equality assertion on the class passes. A warning, like the above.
+    EqIgnoresArgument,
 }
 
 impl FindingKind {
@@ -181,6 +188,8 @@ impl FindingKind {
             FindingKind::SkippedTest => "skipped-test",
             FindingKind::XfailedTest => "xfailed-test",
             FindingKind::HookAlteredOutcome => "hook-altered-outcome",
+            FindingKind::SpecialCasedInput => "special-cased-input",
+            FindingKind::EqIgnoresArgument => "eq-ignores-argument",
             FindingKind::EditedAssertion => "edited-assertion",
             FindingKind::Nondeterministic => "nondeterministic",
         }
@@ -222,6 +231,11 @@ impl FindingKind {
             FindingKind::SkippedTest => ("skipped test", "skipped tests"),
             FindingKind::XfailedTest => ("xfailed test", "xfailed tests"),
             FindingKind::HookAlteredOutcome => ("hook-altered outcome", "hook-altered outcomes"),
+            FindingKind::SpecialCasedInput => ("special-cased input", "special-cased inputs"),
+            FindingKind::EqIgnoresArgument => (
+                "equality that ignores its argument",
+                "equalities that ignore their argument",
+            ),
         }
     }
 

@@ -34,7 +34,8 @@ use crate::engine::runs::Engine;
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
-    base_check, base_suite, check, confirm, matrix, nio, pairs, replay, shard, source_replay, steps,
+    base_check, base_suite, check, confirm, matrix, nio, pairs, replay, shard, source_replay,
+    source_tamper, steps,
 };
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
@@ -424,6 +425,12 @@ fn judged(
                 .and_then(|t| t.skip_reason.clone())
         },
     );
+    let source_tamper = source_tamper::read(
+        base_snapshot,
+        head_snapshot,
+        &base_collected.collection,
+        &head_collected.collection,
+    );
     let findings = findings::findings(&Facts {
         triaged: &triaged,
         pre_existing: &pre_existing,
@@ -438,6 +445,7 @@ fn judged(
         new_skips: &new_skips,
         freeze_added: &gates.added_by_patch,
         lock_changed: &gates.lock.changed_pins,
+        source_tamper: &source_tamper,
     });
     let limits = Limits::merge(&opts.budget, &sides.base_config.budget);
     let usage = Usage {
@@ -500,6 +508,7 @@ fn judged(
             .cloned()
             .collect(),
         new_skips,
+        source_tamper,
         nondeterministic,
         findings,
         budget: BudgetFacts {

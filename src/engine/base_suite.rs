@@ -53,13 +53,13 @@ pub(crate) struct Plan {
 /// Directory names that hold tests: a `.py` below one is test code, anything else test data.
 const TEST_DIRS: [&str; 3] = ["tests", "test", "testing"];
 
-fn in_test_dir(path: &str) -> bool {
+pub(crate) fn in_test_dir(path: &str) -> bool {
     let mut parts: Vec<&str> = path.split('/').collect();
     parts.pop();
     parts.iter().any(|p| TEST_DIRS.contains(p))
 }
 
-fn text(s: &Snapshot, path: &str) -> Option<String> {
+pub(crate) fn text(s: &Snapshot, path: &str) -> Option<String> {
     s.read_path(path)
         .ok()
         .flatten()
