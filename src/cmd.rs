@@ -11,6 +11,7 @@ pub(crate) mod manifest;
 pub(crate) mod run;
 pub(crate) mod shell;
 pub(crate) mod trace;
+pub(crate) mod watch;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(&ctx, &args),
         Command::Trace(args) => trace::run(&ctx, &args),
         Command::Audit(args) => audit::run(&ctx, &args),
+        Command::Watch(args) => watch::run(ctx, args),
         Command::Graph(args) => graph::graph(&ctx, &args),
         Command::Explain => graph::explain(&ctx),
         Command::Cache(args) => cache::run(&ctx, &args),

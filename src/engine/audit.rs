@@ -49,14 +49,22 @@ pub struct Options {
     pub sandbox: SandboxArgs,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<crate::cli::Shard>,
+    /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
+    /// interpreters) between audits, with a cancellation flag of each audit's own.
+    pub runner: Option<Arc<crate::pytest::driver::Runner>>,
 }
 
 /// Runs the whole audit.
 pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let started = Instant::now();
-    ctx.prefetch_interpreter();
+    if opts.runner.is_none() {
+        ctx.prefetch_interpreter();
+    }
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
-    let runner = Arc::new(ctx.runner(&opts.sandbox)?);
+    let runner = match &opts.runner {
+        Some(r) => r.clone(),
+        None => Arc::new(ctx.runner(&opts.sandbox)?),
+    };
     let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
     if let Some(w) = warning {
         ctx.warn(&w);

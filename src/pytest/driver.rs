@@ -260,6 +260,16 @@ impl Runner {
         args
     }
 
+    /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
+    /// queued nodes still reach a worker, and each would make a sandbox and start pytest only
+    /// to kill it.
+    fn check_interrupted(&self) -> Result<()> {
+        match self.interrupted.load(Ordering::SeqCst) {
+            true => Err(Error::Interrupted),
+            false => Ok(()),
+        }
+    }
+
     fn has_distribution(&self, name: &str) -> bool {
         self.interpreter
             .fingerprint
@@ -305,6 +315,7 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+        self.check_interrupted()?;
         let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
         let mut p = self.spawn(
             &sandbox,
@@ -421,6 +432,7 @@ impl Runner {
         groups: &FixtureGroups,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
+        self.check_interrupted()?;
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
