@@ -7,31 +7,31 @@
 //! one timestamp tick leave size, mtime and ctime equal (git's "racily clean" entries).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
 use crate::lock::{Drift, Lock};
 use crate::manifest::{FileEntry, FileKind, Manifest};
 use crate::repo_path::RepoPath;
-use crate::snapshot::{EntryKind, Snapshot};
-use crate::statcache::StatCache;
 
-/// What is known of one file of the snapshot.
+/// What is known of one file: its content hash, size, and whether it is a link or an
+/// executable (a mode change is a change of the snapshot, though not of a manifest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Known {
-    hash: blake3::Hash,
-    size: u64,
-    kind: FileKind,
+pub(crate) struct Known {
+    pub(crate) hash: blake3::Hash,
+    pub(crate) size: u64,
+    pub(crate) kind: FileKind,
+    pub(crate) executable: bool,
 }
 
 /// Every file of a working-tree snapshot with its content hash.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct TreeHashes {
-    root: PathBuf,
     files: BTreeMap<RepoPath, Known>,
 }
 
-/// What [`TreeHashes::refresh`] found at a path.
+/// What [`TreeHashes::refresh`] or [`TreeHashes::set`] found at a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refreshed {
     /// The file's bytes (or link target) are the ones already known.
@@ -47,64 +47,48 @@ pub(crate) enum Refreshed {
 }
 
 impl TreeHashes {
-    /// Hashes every file of `snapshot` (a working tree), through the stat cache when given.
-    pub(crate) fn scan(snapshot: &Snapshot, stat_cache: Option<&mut StatCache>) -> Result<Self> {
-        let entries: Vec<&crate::snapshot::Entry> = snapshot.entries.iter().collect();
-        let hashes = crate::manifest::hash_entries(snapshot, &entries, stat_cache)?;
-        let files = entries
-            .iter()
-            .zip(hashes)
-            .map(|(e, (hash, size))| {
-                let kind = match e.kind {
-                    EntryKind::Symlink => FileKind::Link,
-                    _ => FileKind::File,
-                };
-                (e.path.clone(), Known { hash, size, kind })
-            })
-            .collect();
-        Ok(TreeHashes {
-            root: snapshot.root.clone(),
-            files,
-        })
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.files.len()
     }
 
-    /// Brings one path named by an event up to date. `listed` says whether the path belongs to
-    /// the snapshot (tracked, or untracked and not ignored); one that does not is forgotten.
-    pub(crate) fn refresh(&mut self, path: &RepoPath, listed: bool) -> Result<Refreshed> {
-        let full = self.root.join(path.to_os_path());
-        let meta = match std::fs::symlink_metadata(&full) {
-            Ok(m) => Some(m),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            // A file that vanished into a directory that vanished: gone too.
-            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
-            Err(e) => return Err(Error::io("stat", &full, e)),
-        };
-        let now = match meta {
-            Some(m) if m.is_dir() => {
+    /// Whether `path` is a file of the tree.
+    pub(crate) fn contains(&self, path: &RepoPath) -> bool {
+        self.files.contains_key(path)
+    }
+
+    /// Brings one path named by an event up to date from the tree at `root`. `listed` says
+    /// whether the path belongs to the snapshot (tracked, or untracked and not ignored); one
+    /// that does not is forgotten.
+    pub(crate) fn refresh(
+        &mut self,
+        root: &Path,
+        path: &RepoPath,
+        listed: bool,
+    ) -> Result<Refreshed> {
+        let full = root.join(path.to_os_path());
+        match read_known(&full)? {
+            Found::Directory => {
                 // A file replaced by a directory is gone as a file.
                 self.files.remove(path);
-                return Ok(Refreshed::Directory);
+                Ok(Refreshed::Directory)
             }
-            Some(m) if listed && (m.is_file() || m.file_type().is_symlink()) => {
-                read_known(&full, &m)?
-            }
-            // Gone, ignored, or neither a file nor a link (a fifo, a socket).
-            _ => None,
-        };
+            Found::File(k) if listed => Ok(self.set(path, Some(k))),
+            Found::File(_) | Found::Nothing => Ok(self.set(path, None)),
+        }
+    }
+
+    /// Records what `path` holds now (`None`: nothing of the snapshot).
+    pub(crate) fn set(&mut self, path: &RepoPath, now: Option<Known>) -> Refreshed {
         let before = match now {
             Some(k) => self.files.insert(path.clone(), k),
             None => self.files.remove(path),
         };
-        Ok(match (before, now) {
+        match (before, now) {
             (None, Some(_)) => Refreshed::Added,
             (Some(_), None) => Refreshed::Removed,
             (b, n) if b == n => Refreshed::Same,
             _ => Refreshed::Modified,
-        })
+        }
     }
 
     /// Forgets every file under `dir` (a directory that was removed or moved away); returns
@@ -123,15 +107,10 @@ impl TreeHashes {
         for (path, k) in &self.files {
             h.update(&(path.as_bytes().len() as u64).to_le_bytes());
             h.update(path.as_bytes());
-            h.update(&[k.kind as u8]);
+            h.update(&[k.kind as u8, k.executable as u8]);
             h.update(k.hash.as_bytes());
         }
         h.finalize()
-    }
-
-    /// Whether both know the same paths.
-    pub(crate) fn same_paths(&self, other: &TreeHashes) -> bool {
-        self.files.keys().eq(other.files.keys())
     }
 
     /// The paths whose content differs between `self` and `other` (added, removed, modified).
@@ -185,58 +164,97 @@ impl TreeHashes {
     }
 
     /// The drift of the tree as known against `lock`. Only SHA-256 pins (teams' own locks)
-    /// read fixture bytes, since the tree's hashes are blake3.
-    pub(crate) fn check_lock(&self, groups: &FixtureGroups, lock: &Lock) -> Vec<Drift> {
-        let manifest = self.manifest(groups);
-        let root = self.root.clone();
-        let mut read = move |p: &RepoPath| std::fs::read(root.join(p.to_os_path())).ok();
-        lock.check_with(&manifest, &mut read)
+    /// read fixture bytes, through `read`, since the tree's hashes are blake3.
+    pub(crate) fn check_lock(
+        &self,
+        groups: &FixtureGroups,
+        lock: &Lock,
+        read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
+    ) -> Vec<Drift> {
+        lock.check_with(&self.manifest(groups), read)
     }
 }
 
-/// Hashes a file or a link's target; `None` when it vanished in between.
-fn read_known(full: &Path, meta: &std::fs::Metadata) -> Result<Option<Known>> {
+/// What is at a path.
+pub(crate) enum Found {
+    /// A regular file or a link, with its hash.
+    File(Known),
+    Directory,
+    /// Nothing, or neither a file, a link nor a directory (a fifo, a socket).
+    Nothing,
+}
+
+/// Hashes a file or a link's target.
+pub(crate) fn read_known(full: &Path) -> Result<Found> {
     use std::os::unix::ffi::OsStrExt;
-    if meta.file_type().is_symlink() {
-        return Ok(match std::fs::read_link(full) {
-            Ok(target) => {
-                let bytes = target.as_os_str().as_bytes();
-                Some(Known {
-                    hash: blake3::hash(bytes),
-                    size: bytes.len() as u64,
-                    kind: FileKind::Link,
-                })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io("read link", full, e)),
-        });
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::symlink_metadata(full) {
+        Ok(m) => m,
+        Err(e) if gone(&e) => return Ok(Found::Nothing),
+        Err(e) => return Err(Error::io("stat", full, e)),
+    };
+    if meta.is_dir() {
+        return Ok(Found::Directory);
     }
+    if meta.file_type().is_symlink() {
+        return match std::fs::read_link(full) {
+            Ok(target) => Ok(Found::File(known_bytes(
+                target.as_os_str().as_bytes(),
+                FileKind::Link,
+                false,
+            ))),
+            Err(e) if gone(&e) => Ok(Found::Nothing),
+            Err(e) => Err(Error::io("read link", full, e)),
+        };
+    }
+    if !meta.is_file() {
+        return Ok(Found::Nothing);
+    }
+    let executable = meta.permissions().mode() & 0o111 != 0;
     let mut hasher = blake3::Hasher::new();
     match hasher.update_mmap(full) {
-        Ok(_) => Ok(Some(Known {
+        Ok(_) => Ok(Found::File(Known {
             size: hasher.count(),
             hash: hasher.finalize(),
             kind: FileKind::File,
+            executable,
         })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if gone(&e) => Ok(Found::Nothing),
         Err(e) => Err(Error::io("read", full, e)),
     }
+}
+
+/// What is known of these bytes.
+pub(crate) fn known_bytes(bytes: &[u8], kind: FileKind, executable: bool) -> Known {
+    Known {
+        hash: blake3::hash(bytes),
+        size: bytes.len() as u64,
+        kind,
+        executable,
+    }
+}
+
+/// A path that vanished, or whose directory vanished or became a file, in between.
+fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The files under `dir` as an event-driven tree would know them.
     fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, TreeHashes) {
         let dir = tempfile::tempdir().unwrap();
+        let mut hashes = TreeHashes::default();
         for (p, text) in files {
             let full = dir.path().join(p);
             std::fs::create_dir_all(full.parent().unwrap()).unwrap();
             std::fs::write(full, text).unwrap();
+            hashes
+                .refresh(dir.path(), &RepoPath::from(*p), true)
+                .unwrap();
         }
-        let repo = crate::snapshot::Repo::open(Some(dir.path()), None).unwrap();
-        let snapshot = repo.snapshot(None).unwrap();
-        let hashes = TreeHashes::scan(&snapshot, None).unwrap();
         (dir, hashes)
     }
 
@@ -257,54 +275,60 @@ mod tests {
         let (dir, mut hashes) = tree(&[("a.py", "x = 1\n")]);
         let a = RepoPath::from("a.py");
         std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
-        assert_eq!(hashes.refresh(&a, true).unwrap(), Refreshed::Same);
+        assert_eq!(
+            hashes.refresh(dir.path(), &a, true).unwrap(),
+            Refreshed::Same
+        );
         // Same size, written at once: a stat could not tell, the bytes do.
         std::fs::write(dir.path().join("a.py"), "x = 2\n").unwrap();
-        assert_eq!(hashes.refresh(&a, true).unwrap(), Refreshed::Modified);
-        assert_eq!(hashes.refresh(&a, true).unwrap(), Refreshed::Same);
+        assert_eq!(
+            hashes.refresh(dir.path(), &a, true).unwrap(),
+            Refreshed::Modified
+        );
+        assert_eq!(
+            hashes.refresh(dir.path(), &a, true).unwrap(),
+            Refreshed::Same
+        );
+        // A mode change is a change of the snapshot.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(dir.path().join("a.py"), mode).unwrap();
+        assert_eq!(
+            hashes.refresh(dir.path(), &a, true).unwrap(),
+            Refreshed::Modified
+        );
     }
 
     #[test]
     fn removed_ignored_and_new_files_and_directories() {
         let (dir, mut hashes) = tree(&[("a.py", "1"), ("pkg/b.py", "2")]);
-        let before = TreeHashes {
-            root: hashes.root.clone(),
-            files: hashes.files.clone(),
-        };
-        std::fs::remove_file(dir.path().join("a.py")).unwrap();
+        let root = dir.path();
+        let before = hashes.clone();
+        std::fs::remove_file(root.join("a.py")).unwrap();
+        let a = RepoPath::from("a.py");
+        assert_eq!(hashes.refresh(root, &a, true).unwrap(), Refreshed::Removed);
         assert_eq!(
-            hashes.refresh(&RepoPath::from("a.py"), true).unwrap(),
-            Refreshed::Removed
-        );
-        assert_eq!(
-            hashes.refresh(&RepoPath::from("a.py"), true).unwrap(),
+            hashes.refresh(root, &a, true).unwrap(),
             Refreshed::Same,
             "gone and still gone"
         );
-        std::fs::write(dir.path().join("new.py"), "3").unwrap();
+        std::fs::write(root.join("new.py"), "3").unwrap();
+        let new = RepoPath::from("new.py");
         assert_eq!(
-            hashes.refresh(&RepoPath::from("new.py"), false).unwrap(),
+            hashes.refresh(root, &new, false).unwrap(),
             Refreshed::Same,
             "an ignored file is not part of the tree"
         );
-        assert_eq!(
-            hashes.refresh(&RepoPath::from("new.py"), true).unwrap(),
-            Refreshed::Added
-        );
-        assert_eq!(
-            hashes.differences(&before),
-            [RepoPath::from("a.py"), RepoPath::from("new.py")]
-        );
+        assert_eq!(hashes.refresh(root, &new, true).unwrap(), Refreshed::Added);
+        assert_eq!(hashes.differences(&before), [a, new]);
         assert_ne!(hashes.digest(), before.digest());
+        let pkg = RepoPath::from("pkg");
         assert_eq!(
-            hashes.refresh(&RepoPath::from("pkg"), true).unwrap(),
+            hashes.refresh(root, &pkg, true).unwrap(),
             Refreshed::Directory
         );
-        assert_eq!(hashes.paths_under(&RepoPath::from("pkg")).len(), 1);
-        assert_eq!(
-            hashes.forget_under(&RepoPath::from("pkg")),
-            [RepoPath::from("pkg/b.py")]
-        );
+        assert_eq!(hashes.paths_under(&pkg).len(), 1);
+        assert_eq!(hashes.forget_under(&pkg), [RepoPath::from("pkg/b.py")]);
         assert_eq!(hashes.len(), 1, "new.py is left");
     }
 
@@ -317,15 +341,16 @@ mod tests {
         let (dir, mut hashes) = tree(&files);
         let groups = groups(&files.map(|f| f.0));
         let lock = Lock::from_manifest(&hashes.manifest(&groups));
-        assert!(hashes.check_lock(&groups, &lock).is_empty());
+        let mut read = |_: &RepoPath| None;
+        assert!(hashes.check_lock(&groups, &lock, &mut read).is_empty());
         let rates = RepoPath::from("tests/fixtures/rates.json");
         std::fs::write(dir.path().join("tests/fixtures/rates.json"), "{}\n").unwrap();
         assert!(
-            hashes.check_lock(&groups, &lock).is_empty(),
+            hashes.check_lock(&groups, &lock, &mut read).is_empty(),
             "no event, no change: nothing is read"
         );
-        hashes.refresh(&rates, true).unwrap();
-        let drift = hashes.check_lock(&groups, &lock);
+        hashes.refresh(dir.path(), &rates, true).unwrap();
+        let drift = hashes.check_lock(&groups, &lock, &mut read);
         assert_eq!(drift.len(), 1, "{drift:?}");
         assert_eq!(drift[0].path, rates);
     }

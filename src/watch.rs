@@ -37,6 +37,7 @@
 //! audit starts in [`debounce`]; what is shown in [`screen`]; the loop in [`session`].
 
 pub(crate) mod debounce;
+pub(crate) mod frozen;
 pub(crate) mod gate;
 pub(crate) mod inotify;
 pub(crate) mod scope;

@@ -23,7 +23,12 @@ pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
         ));
     }
     if heads.len() <= 1 {
-        let opts = options(&args.base, &args.options, heads.into_iter().next(), args.shard)?;
+        let opts = options(
+            &args.base,
+            &args.options,
+            heads.into_iter().next(),
+            args.shard,
+        )?;
         let report = audit::audit(ctx, &opts)?;
         emit(ctx, &report)?;
         return Ok(report.exit_code);
@@ -194,6 +199,7 @@ pub fn options(
         sandbox: args.sandbox.clone(),
         shard,
         runner: None,
+        frozen_head: None,
     })
 }
 

@@ -52,6 +52,9 @@ pub struct Options {
     /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
     /// interpreters) between audits, with a cancellation flag of each audit's own.
     pub runner: Option<Arc<crate::pytest::driver::Runner>>,
+    /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
+    /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
+    pub frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
 }
 
 /// Runs the whole audit.
@@ -60,7 +63,12 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     if opts.runner.is_none() {
         ctx.prefetch_interpreter();
     }
-    let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
+    let sides = Sides::load(
+        ctx,
+        &opts.base,
+        opts.head.as_deref(),
+        opts.frozen_head.clone(),
+    )?;
     let runner = match &opts.runner {
         Some(r) => r.clone(),
         None => Arc::new(ctx.runner(&opts.sandbox)?),

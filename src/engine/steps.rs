@@ -299,7 +299,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     {
                         NodeError::Data(m)
                     }
-                    e => NodeError::Infra(e.to_string()),
+                    e => crate::engine::runs::node_error(e),
                 })?;
         let mut paths: Vec<String> = trace
             .read

@@ -476,6 +476,9 @@ impl Runner {
                 }
                 None => extra.push("--fixgate-collect".into()),
             }
+            // A cancelled audit starts no process (a warm interpreter whose start it
+            // cancelled leaves this run a fresh one to make).
+            self.check_interrupted()?;
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();

@@ -3,6 +3,8 @@
 //! the base moving), and checked after every save against the hashes kept in memory, so the
 //! check reads nothing the save did not touch.
 
+use std::path::PathBuf;
+
 use git2::Oid;
 
 use crate::config::FixtureGroups;
@@ -10,20 +12,23 @@ use crate::context::Ctx;
 use crate::error::Result;
 use crate::fsmonitor::TreeHashes;
 use crate::lock::{Drift, Lock};
+use crate::snapshot::Snapshot;
 
 pub(crate) struct Gate {
     base: Oid,
     groups: FixtureGroups,
     /// The base's lock; `None`: the base has none, so there is no lock gate.
     lock: Option<Lock>,
+    /// The frozen copy's root, where SHA-256 pins read fixture bytes.
+    root: PathBuf,
 }
 
 impl Gate {
-    /// Loads the groups both sides are judged with and the base's lock, as the audit does.
-    pub(crate) fn load(ctx: &Ctx, base: &str) -> Result<Gate> {
+    /// Loads the groups both sides are judged with and the base's lock, as the audit of
+    /// `head` (the frozen copy of the working tree) does.
+    pub(crate) fn load(ctx: &Ctx, base: &str, head: &Snapshot) -> Result<Gate> {
         let base_snapshot = ctx.repo.snapshot(Some(base))?;
-        let head = ctx.repo.snapshot(None)?;
-        let config = crate::delta::pair_config(ctx, &base_snapshot, &head)?;
+        let config = crate::delta::pair_config(ctx, &base_snapshot, head)?;
         let base_config = ctx.config(&base_snapshot)?;
         let lock = match crate::lock::locate(&base_snapshot, &base_config)? {
             Some(found) => Some(Lock::parse(&found.bytes, &found.path)?),
@@ -33,6 +38,7 @@ impl Gate {
             base: ctx.repo.resolve(base)?,
             groups: config.groups,
             lock,
+            root: head.root.clone(),
         })
     }
 
@@ -43,9 +49,11 @@ impl Gate {
 
     /// The drift of the tree as known in memory.
     pub(crate) fn check(&self, hashes: &TreeHashes) -> Vec<Drift> {
-        match &self.lock {
-            Some(lock) => hashes.check_lock(&self.groups, lock),
-            None => Vec::new(),
-        }
+        let Some(lock) = &self.lock else {
+            return Vec::new();
+        };
+        let mut read =
+            |p: &crate::repo_path::RepoPath| std::fs::read(self.root.join(p.to_os_path())).ok();
+        hashes.check_lock(&self.groups, lock, &mut read)
     }
 }

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::mpsc::Sender;
 
 use notify::{RecursiveMode, Watcher};
 
@@ -23,8 +22,8 @@ pub(crate) struct FsWatch {
 }
 
 impl FsWatch {
-    /// An inotify instance whose events go to `events`.
-    pub(crate) fn new(events: Sender<FsEvent>) -> Result<FsWatch> {
+    /// An inotify instance whose events go to `events` (called on notify's thread).
+    pub(crate) fn new(events: impl FnMut(FsEvent) + Send + 'static) -> Result<FsWatch> {
         let watcher = notify::INotifyWatcher::new(events, notify::Config::default())
             .map_err(|e| limit_error(&e, None).unwrap_or_else(|| start_error(&e)))?;
         Ok(FsWatch {
@@ -40,17 +39,20 @@ impl FsWatch {
             if self.watched.contains(&dir) {
                 continue;
             }
-            let full = scope.root().join(RepoPath::from_bytes(dir.clone()).to_os_path());
+            let full = scope
+                .root()
+                .join(RepoPath::from_bytes(dir.clone()).to_os_path());
             match self.watcher.watch(&full, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     self.watched.insert(dir);
                 }
                 Err(e) if matches!(e.kind, notify::ErrorKind::PathNotFound) => {}
                 Err(e) => {
-                    return Err(limit_error(&e, Some((&full, self.watched.len())))
-                        .unwrap_or_else(|| {
+                    return Err(
+                        limit_error(&e, Some((&full, self.watched.len()))).unwrap_or_else(|| {
                             Error::Infra(format!("failed to watch {}: {e}", full.display()))
-                        }))
+                        }),
+                    )
                 }
             }
         }
@@ -69,7 +71,9 @@ impl FsWatch {
             .cloned()
             .collect();
         for d in gone {
-            let full = scope.root().join(RepoPath::from_bytes(d.clone()).to_os_path());
+            let full = scope
+                .root()
+                .join(RepoPath::from_bytes(d.clone()).to_os_path());
             let _ = self.watcher.unwatch(&full);
             self.watched.remove(&d);
         }
@@ -149,7 +153,10 @@ mod tests {
         );
         let e = notify::Error::io(std::io::Error::from_raw_os_error(libc::EMFILE));
         let message = limit_error(&e, None).expect("a limit error").to_string();
-        assert!(message.contains("fs.inotify.max_user_instances"), "{message}");
+        assert!(
+            message.contains("fs.inotify.max_user_instances"),
+            "{message}"
+        );
         let e = notify::Error::generic("something else");
         assert!(limit_error(&e, None).is_none());
     }

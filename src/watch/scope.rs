@@ -41,8 +41,13 @@ pub(crate) enum Membership {
 
 impl Scope {
     /// Reads the index of the repository at `root` (none: a plain folder, every directory but
-    /// the excluded ones is in).
+    /// the excluded ones is in). Of `own`, only folders inside the root matter: the temporary
+    /// directory above a repository in /tmp leaves the repository watched.
     pub(crate) fn new(root: &Path, own: Vec<PathBuf>) -> Result<Scope> {
+        let own = own
+            .into_iter()
+            .filter(|o| o.starts_with(root) && o != root)
+            .collect();
         let git = Repository::open(root).ok().filter(|r| {
             r.workdir()
                 .and_then(|w| w.canonicalize().ok())
@@ -151,7 +156,9 @@ impl Scope {
         }
         let mut stack = vec![start.to_vec()];
         while let Some(dir) = stack.pop() {
-            let full = self.root.join(RepoPath::from_bytes(dir.clone()).to_os_path());
+            let full = self
+                .root
+                .join(RepoPath::from_bytes(dir.clone()).to_os_path());
             let Ok(rd) = std::fs::read_dir(&full) else {
                 continue;
             };
@@ -257,5 +264,23 @@ mod tests {
         );
         assert_eq!(scope.file(&RepoPath::from("new/x.py")), Membership::In);
         assert_eq!(scope.directory(b"node_modules"), Membership::Out);
+    }
+
+    #[test]
+    fn a_repository_inside_the_temporary_directory_is_watched() {
+        // The first helper's scope treated the temporary directory, an ancestor of a
+        // repository in /tmp, as fixgate's own folder: nothing below the root was watched.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        std::fs::write(root.join("tests/test_a.py"), "").unwrap();
+        git(&root, &["init", "-q"]);
+        let above = root.parent().unwrap().to_path_buf();
+        let scope = Scope::new(&root, vec![above]).unwrap();
+        assert_eq!(scope.directories_under(b"").len(), 2);
+        assert_eq!(
+            scope.file(&RepoPath::from("tests/test_a.py")),
+            Membership::In
+        );
     }
 }

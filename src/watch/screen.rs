@@ -375,7 +375,10 @@ mod tests {
         ];
         let (new, resolved) = diff(&before, &now);
         assert_eq!(new.len(), 1);
-        assert_eq!((new[0].kind.as_str(), new[0].tests[0].as_str()), ("order-dependent", "t::b"));
+        assert_eq!(
+            (new[0].kind.as_str(), new[0].tests[0].as_str()),
+            ("order-dependent", "t::b")
+        );
         assert_eq!(resolved.len(), 1);
         assert_eq!(resolved[0].kind, "polluter");
     }

@@ -6,18 +6,20 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use git2::Oid;
 
 use crate::cli::AuditOptionArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::pytest::driver::Runner;
 use crate::pytest::interpreter;
-use crate::report::AuditReport;
 use crate::repo_path::RepoPath;
+use crate::report::AuditReport;
 use crate::watch::debounce::Debounce;
 use crate::watch::gate::Gate;
 use crate::watch::inotify::FsEvent;
@@ -31,8 +33,20 @@ pub(crate) struct Settings {
     pub(crate) debounce: Duration,
 }
 
-/// How often the loop looks at the signal flag and the running audit when no event comes.
+/// What wakes the session.
+pub(crate) enum Wake {
+    /// A file event.
+    Fs(FsEvent),
+    /// The running audit's thread has returned.
+    Finished,
+}
+
+/// How often the loop looks at the signal flag when nothing else wakes it.
 const TICK: Duration = Duration::from_millis(200);
+
+/// How often, while idle, the base revision is resolved again: a commit or a checkout moves
+/// it without touching a watched file (`.git` is not watched).
+const BASE_POLL: Duration = Duration::from_secs(1);
 
 /// The longest a stream of changes holds the next audit back.
 const LONGEST_WAIT: Duration = Duration::from_secs(2);
@@ -44,12 +58,19 @@ struct Warm {
     interpreter: String,
 }
 
+/// What an audit ran on: the frozen tree's digest and the base commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Inputs {
+    tree: blake3::Hash,
+    /// `None`: the base did not resolve (the audit failed before it began).
+    base: Option<Oid>,
+}
+
 /// An audit running on its own thread, with the context it took.
 struct Running {
     audit: u64,
     changed: Vec<String>,
-    /// The tree the audit started from: a change that leaves it different cancels the audit.
-    digest: blake3::Hash,
+    inputs: Inputs,
     cancel: Arc<AtomicBool>,
     /// What the audit was cancelled for.
     cancelled_by: Option<Vec<String>>,
@@ -64,6 +85,7 @@ struct Session {
     /// The context, while no audit holds it.
     ctx: Option<Ctx>,
     signal: Arc<AtomicBool>,
+    wake: Sender<Wake>,
     warm: Option<Warm>,
     gate: Option<Gate>,
     running: Option<Running>,
@@ -74,12 +96,11 @@ struct Session {
     first_change: Option<Instant>,
     /// An audit is owed: the first one, or one after a cancelled audit or a change.
     owed: bool,
-    /// The next audit starts with new warm interpreters (configuration changed).
-    restart_collection: bool,
     /// The gate must be loaded again (configuration or the set of paths changed).
     reload_gate: bool,
-    /// The tree the last completed audit saw.
-    audited: Option<blake3::Hash>,
+    /// What the last audit that was not cancelled ran on.
+    audited: Option<Inputs>,
+    base_checked: Instant,
     audits: u64,
     previous: Option<AuditReport>,
 }
@@ -94,12 +115,18 @@ pub(crate) fn run(ctx: Ctx, settings: Settings) -> Result<i32> {
         ));
     }
     let screen = Screen::new(ctx.format, ctx.env.no_color)?;
+    // The base is a revision: a folder that is not a git repository has none, and a typo is
+    // better told now than after every save.
+    ctx.repo.resolve(&settings.base)?;
     let (tx, rx) = std::sync::mpsc::channel();
+    let events = tx.clone();
     let tree = Tree::open(
         ctx.repo.root.clone(),
         own_folders(&ctx),
-        ctx.cache_dir.clone(),
-        tx,
+        &ctx.env.temp_dir,
+        move |e| {
+            let _ = events.send(Wake::Fs(e));
+        },
     )?;
     if !ctx.quiet {
         crate::context::stderr_line(&format!(
@@ -116,15 +143,16 @@ pub(crate) fn run(ctx: Ctx, settings: Settings) -> Result<i32> {
         tree,
         signal: ctx.interrupted.clone(),
         ctx: Some(ctx),
+        wake: tx,
         warm: None,
         gate: None,
         running: None,
         pending: BTreeSet::new(),
         first_change: None,
         owed: true,
-        restart_collection: false,
         reload_gate: true,
         audited: None,
+        base_checked: Instant::now(),
         audits: 0,
         previous: None,
     };
@@ -142,38 +170,53 @@ fn own_folders(ctx: &Ctx) -> Vec<PathBuf> {
 }
 
 impl Session {
-    fn run(&mut self, events: &Receiver<FsEvent>) -> Result<()> {
+    fn run(&mut self, wake: &Receiver<Wake>) -> Result<()> {
         loop {
             if self.signal.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            if self.running.as_ref().is_some_and(|r| r.thread.is_finished()) {
+            if self
+                .running
+                .as_ref()
+                .is_some_and(|r| r.thread.is_finished())
+            {
                 self.finish()?;
+            }
+            if self.running.is_none() && !self.owed {
+                self.poll_base();
             }
             let now = Instant::now();
             let fired = self.debounce.fire(now);
-            if self.running.is_none() && self.owed && (fired || self.debounce.remaining(now).is_none())
-            {
+            let quiet = self.debounce.remaining(now).is_none();
+            if self.running.is_none() && self.owed && (fired || quiet) {
                 self.start()?;
             }
             let wait = self
                 .debounce
                 .remaining(Instant::now())
                 .map_or(TICK, |d| d.min(TICK));
-            match events.recv_timeout(wait) {
-                Ok(event) => {
-                    self.event(event)?;
-                    while let Ok(event) = events.try_recv() {
-                        self.event(event)?;
+            match wake.recv_timeout(wait) {
+                Ok(first) => {
+                    self.wake(first)?;
+                    while let Ok(more) = wake.try_recv() {
+                        self.wake(more)?;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(Error::Infra(
-                        "the file watcher stopped; start `fixgate watch` again".into(),
+                        "bug: the watcher's channel closed while the session runs".into(),
                     ))
                 }
             }
+        }
+    }
+
+    fn wake(&mut self, wake: Wake) -> Result<()> {
+        match wake {
+            Wake::Fs(event) => self.event(event),
+            // Taken at the top of the loop.
+            Wake::Finished => Ok(()),
         }
     }
 
@@ -191,14 +234,13 @@ impl Session {
         self.debounce.touch(now);
         self.first_change.get_or_insert(now);
         self.reload_gate |= paths_changed || paths.iter().any(is_configuration);
-        self.restart_collection |= paths.iter().any(is_configuration);
         self.pending.extend(paths);
-        let digest = self.tree.hashes().digest();
+        let tree = self.tree.hashes().digest();
         // Back to the bytes the running (or last) audit saw: nothing more to do.
-        let reference = self.running.as_ref().map(|r| r.digest).or(self.audited);
-        self.owed |= reference != Some(digest);
+        let reference = self.running.as_ref().map(|r| r.inputs).or(self.audited);
+        self.owed |= reference.is_none_or(|r| r.tree != tree);
         if let Some(r) = &mut self.running {
-            if r.digest != digest && r.cancelled_by.is_none() {
+            if r.inputs.tree != tree && r.cancelled_by.is_none() {
                 r.cancel.store(true, Ordering::SeqCst);
                 r.cancelled_by = Some(shown_paths(&self.pending));
             }
@@ -206,7 +248,26 @@ impl Session {
         Ok(())
     }
 
-    /// Starts the next audit on its own thread.
+    /// While idle: an audit is owed when the base revision now names another commit.
+    fn poll_base(&mut self) {
+        if self.base_checked.elapsed() < BASE_POLL {
+            return;
+        }
+        self.base_checked = Instant::now();
+        let (Some(ctx), Some(audited)) = (&self.ctx, self.audited) else {
+            return;
+        };
+        if ctx
+            .repo
+            .resolve(&self.settings.base)
+            .is_ok_and(|b| Some(b) != audited.base)
+        {
+            self.owed = true;
+            self.reload_gate = true;
+        }
+    }
+
+    /// Freezes the tree and starts the next audit on its own thread.
     fn start(&mut self) -> Result<()> {
         let Some(ctx) = self.ctx.take() else {
             return Err(Error::Infra("bug: an audit started while one runs".into()));
@@ -217,31 +278,33 @@ impl Session {
         let changed = shown_paths(&self.pending);
         self.pending.clear();
         let first_change = self.first_change.take();
-        let digest = self.tree.hashes().digest();
         let cancel = Arc::new(AtomicBool::new(false));
-        let prepared = self.prepare(&ctx, &changed, audit, cancel.clone());
-        let opts = match prepared {
-            Ok(opts) => opts,
+        let (opts, inputs) = match self.prepare(&ctx, &changed, audit, cancel.clone()) {
+            Ok(prepared) => prepared,
             Err(e) => {
+                let tree = self.tree.hashes().digest();
+                let base = ctx.repo.resolve(&self.settings.base).ok();
                 self.ctx = Some(ctx);
-                self.audited = Some(digest);
+                self.audited = Some(Inputs { tree, base });
                 return self.screen.show(&Shown::Failed {
                     audit,
                     message: &e.to_string(),
                 });
             }
         };
+        let wake = self.wake.clone();
         let thread = std::thread::Builder::new()
             .name(format!("fixgate-watch-audit-{audit}"))
             .spawn(move || {
                 let result = crate::engine::audit::audit(&ctx, &opts);
+                let _ = wake.send(Wake::Finished);
                 (ctx, result)
             })
             .map_err(|e| Error::Infra(format!("failed to start the audit's thread: {e}")))?;
         self.running = Some(Running {
             audit,
             changed,
-            digest,
+            inputs,
             cancel,
             cancelled_by: None,
             first_change,
@@ -250,17 +313,22 @@ impl Session {
         Ok(())
     }
 
-    /// The lock check from memory, the warm runner, the audit's options.
+    /// The frozen tree, the lock check from memory, the warm runner, the audit's options.
     fn prepare(
         &mut self,
         ctx: &Ctx,
         changed: &[String],
         audit: u64,
         cancel: Arc<AtomicBool>,
-    ) -> Result<crate::engine::audit::Options> {
+    ) -> Result<(crate::engine::audit::Options, Inputs)> {
+        let head = Arc::new(self.tree.freeze()?);
         let base = ctx.repo.resolve(&self.settings.base)?;
+        let inputs = Inputs {
+            tree: self.tree.hashes().digest(),
+            base: Some(base),
+        };
         if self.reload_gate || !self.gate.as_ref().is_some_and(|g| g.is_for(base)) {
-            self.gate = Some(Gate::load(ctx, &self.settings.base)?);
+            self.gate = Some(Gate::load(ctx, &self.settings.base, &head)?);
             self.reload_gate = false;
         }
         let checked = Instant::now();
@@ -279,35 +347,35 @@ impl Session {
         let runner = self.runner(ctx)?;
         let mut opts =
             crate::cmd::audit::options(&self.settings.base, &self.settings.options, None, None)?;
+        // The runner's clone shares the warm interpreters; its flag is this audit's own.
         let mut own = (*runner).clone();
         own.interrupted = cancel;
         opts.runner = Some(Arc::new(own));
-        Ok(opts)
+        opts.frozen_head = Some(head);
+        Ok((opts, inputs))
     }
 
-    /// The warm runner: kept while the interpreter is the same and no configuration changed
-    /// (then its zygotes collected from inputs that no longer hold: they go, and collection
-    /// starts again).
+    /// The warm runner, kept while the interpreter is the same: its zygotes are keyed by the
+    /// snapshot they collected (every path with its stat data), so the base's serve every
+    /// audit and a changed head gets new ones, collected from its new bytes.
     fn runner(&mut self, ctx: &Ctx) -> Result<Arc<Runner>> {
         let path = interpreter::choose(ctx.python.as_deref(), &ctx.repo.root, &ctx.env);
         let fingerprint = interpreter::probe_cached(&path, &ctx.cache_dir, &ctx.env)?
             .fingerprint
             .digest();
-        let keep = !self.restart_collection
-            && self
-                .warm
-                .as_ref()
-                .is_some_and(|w| w.interpreter == fingerprint);
-        if !keep {
-            // The old zygotes die here (the pool kills and reaps them when dropped).
-            self.warm = None;
-            self.warm = Some(Warm {
-                runner: Arc::new(ctx.runner(&self.settings.options.sandbox)?),
-                interpreter: fingerprint,
-            });
-            self.restart_collection = false;
+        match &self.warm {
+            Some(w) if w.interpreter == fingerprint => Ok(w.runner.clone()),
+            _ => {
+                // The old zygotes die here (the pool kills and reaps them when dropped).
+                self.warm = None;
+                let runner = Arc::new(ctx.runner(&self.settings.options.sandbox)?);
+                self.warm = Some(Warm {
+                    runner: runner.clone(),
+                    interpreter: fingerprint,
+                });
+                Ok(runner)
+            }
         }
-        Ok(self.warm.as_ref().map(|w| w.runner.clone()).expect("set above"))
     }
 
     /// Takes the finished audit's outcome and shows it.
@@ -330,14 +398,14 @@ impl Session {
             }
             (None, Err(Error::Interrupted)) => Ok(()),
             (None, Err(e)) => {
-                self.audited = Some(r.digest);
+                self.audited = Some(r.inputs);
                 self.screen.show(&Shown::Failed {
                     audit: r.audit,
                     message: &e.to_string(),
                 })
             }
             (None, Ok(report)) => {
-                self.audited = Some(r.digest);
+                self.audited = Some(r.inputs);
                 for w in &report.warnings {
                     ctx.warn_once(w);
                 }
@@ -359,12 +427,10 @@ impl Session {
     }
 
     /// Stops the running audit (its processes killed and waited for) and the warm
-    /// interpreters.
+    /// interpreters; the frozen copy goes with the tree.
     fn shut_down(&mut self) {
-        if let Some(r) = &self.running {
-            r.cancel.store(true, Ordering::SeqCst);
-        }
         if let Some(r) = self.running.take() {
+            r.cancel.store(true, Ordering::SeqCst);
             if let Ok((ctx, _)) = r.thread.join() {
                 self.ctx = Some(ctx);
             }
@@ -378,8 +444,8 @@ impl Session {
     }
 }
 
-/// Files whose change changes how the suite is collected or configured: the warm
-/// interpreters collected under the old ones.
+/// Files whose change changes how the suite is collected or configured, or which fixture
+/// groups there are: the lock gate is loaded again.
 fn is_configuration(path: &RepoPath) -> bool {
     let name = path.file_name();
     let at_root = !path.as_bytes().contains(&b'/');
@@ -404,7 +470,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn configuration_files_restart_collection_and_others_do_not() {
+    fn configuration_files_reload_the_gate_and_others_do_not() {
         for p in [
             "pyproject.toml",
             "pytest.ini",

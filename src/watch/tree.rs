@@ -1,27 +1,32 @@
-//! The watched tree: the scope, its inotify watches and the file hashes kept in memory, moved
-//! along by each event. An event names paths; this says which of them changed the snapshot's
-//! content, and keeps the watches on exactly the directories the scope admits as folders
-//! come and go.
+//! The watched tree: the scope, its inotify watches, the file hashes kept in memory and the
+//! frozen copy audits read, moved along by each event. An event names paths; this says which
+//! of them changed the snapshot's content, keeps the watches on exactly the directories the
+//! scope admits as folders come and go, and, when the next audit starts, copies what changed
+//! into the frozen copy.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
 
 use notify::EventKind;
+use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::fsmonitor::{Refreshed, TreeHashes};
+use crate::fsmonitor::{read_known, Found, Refreshed, TreeHashes};
 use crate::repo_path::RepoPath;
-use crate::snapshot::Repo;
-use crate::statcache::StatCache;
+use crate::snapshot::{Repo, Snapshot};
+use crate::watch::frozen::Frozen;
 use crate::watch::inotify::{FsEvent, FsWatch};
 use crate::watch::scope::{Membership, Scope};
 
 pub(crate) struct Tree {
     scope: Scope,
     fs: FsWatch,
+    /// The live tree's files as the events say; for paths not in `dirty`, also the copy's.
     hashes: TreeHashes,
+    frozen: Frozen,
+    /// Paths that changed in the live tree since they were last copied.
+    dirty: BTreeSet<RepoPath>,
     own: Vec<PathBuf>,
-    cache_dir: PathBuf,
 }
 
 /// What one event did to the snapshot.
@@ -34,26 +39,30 @@ pub(crate) struct Changes {
 }
 
 impl Tree {
-    /// Watches the repository at `root` and hashes its snapshot (through the stat cache in
-    /// `cache_dir`). `own`: folders fixgate writes, never watched.
+    /// Watches the repository at `root` and copies its snapshot into a frozen copy beside the
+    /// sandboxes of `temp_dir`. `own`: folders fixgate writes, never watched.
     pub(crate) fn open(
         root: PathBuf,
         own: Vec<PathBuf>,
-        cache_dir: PathBuf,
-        events: Sender<FsEvent>,
+        temp_dir: &std::path::Path,
+        events: impl FnMut(FsEvent) + Send + 'static,
     ) -> Result<Tree> {
         let scope = Scope::new(&root, own.clone())?;
         let mut fs = FsWatch::new(events)?;
-        // Watches first: a change made while the tree is hashed is then not missed.
+        // Watches first: a change made while the tree is copied is then not missed.
         fs.add(&scope, scope.directories_under(b""))?;
-        let hashes = scan(&root, &cache_dir)?;
-        Ok(Tree {
+        let frozen = Frozen::create(temp_dir)?;
+        let mut tree = Tree {
             scope,
             fs,
-            hashes,
+            hashes: TreeHashes::default(),
+            frozen,
+            dirty: BTreeSet::new(),
             own,
-            cache_dir,
-        })
+        };
+        tree.dirty = live_paths(&root)?.into_iter().collect();
+        tree.freeze()?;
+        Ok(tree)
     }
 
     pub(crate) fn hashes(&self) -> &TreeHashes {
@@ -63,6 +72,44 @@ impl Tree {
     /// How many directories are watched.
     pub(crate) fn watched(&self) -> usize {
         self.fs.count()
+    }
+
+    /// Brings the frozen copy up to date with every path changed since it was last copied,
+    /// and returns its snapshot. Only between audits: an audit reads the copy.
+    pub(crate) fn freeze(&mut self) -> Result<Snapshot> {
+        let dirty: Vec<RepoPath> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let root = self.scope.root().to_path_buf();
+        let scope = &self.scope;
+        let frozen = &self.frozen;
+        // Parents sort before what they hold, so a directory that went is removed before a
+        // file of a new one by that name is written; in parallel within one depth only.
+        let mut by_depth: Vec<Vec<RepoPath>> = Vec::new();
+        for p in dirty {
+            let depth = p.as_bytes().iter().filter(|&&b| b == b'/').count();
+            if by_depth.len() <= depth {
+                by_depth.resize_with(depth + 1, Vec::new);
+            }
+            by_depth[depth].push(p);
+        }
+        for paths in by_depth {
+            // Asked here: the scope's git handle stays on this thread.
+            let listed: Vec<(RepoPath, bool)> = paths
+                .into_iter()
+                .map(|p| {
+                    let listed = scope.file(&p) == Membership::In;
+                    (p, listed)
+                })
+                .collect();
+            let copied = listed
+                .par_iter()
+                .map(|(p, listed)| frozen.copy(&root, p, *listed).map(|k| (p, k)))
+                .collect::<Result<Vec<_>>>()?;
+            for (p, known) in copied {
+                // What was copied is what the audit reads; a later write comes as an event.
+                self.hashes.set(p, known);
+            }
+        }
+        self.frozen.snapshot()
     }
 
     /// Applies one event.
@@ -85,14 +132,15 @@ impl Tree {
             let Some(rel) = self.scope.relative(path) else {
                 continue;
             };
-            if rel.as_bytes().is_empty() || rel.as_bytes().split(|&b| b == b'/').any(|c| c == b".git")
+            if rel.as_bytes().is_empty()
+                || rel.as_bytes().split(|&b| b == b'/').any(|c| c == b".git")
             {
                 continue;
             }
-            self.path(&rel, &mut changes)?;
             ignore_rules |= rel.file_name() == b".gitignore";
+            self.path(&rel, &mut changes)?;
         }
-        if ignore_rules && !changes.paths.is_empty() {
+        if ignore_rules {
             // New ignore rules: other folders are in, others out.
             let mut more = self.rescan()?;
             changes.paths.append(&mut more.paths);
@@ -104,17 +152,25 @@ impl Tree {
     }
 
     /// Brings one path up to date: a file is rehashed, a new directory watched and its files
-    /// hashed, a vanished one forgotten.
+    /// hashed, a vanished one forgotten with its watches.
     fn path(&mut self, rel: &RepoPath, changes: &mut Changes) -> Result<()> {
         let listed = self.scope.file(rel) == Membership::In;
-        match self.hashes.refresh(rel, listed)? {
-            Refreshed::Same => {}
+        let root = self.scope.root().to_path_buf();
+        let was_file = self.hashes.contains(rel);
+        match self.hashes.refresh(&root, rel, listed)? {
+            Refreshed::Same => return Ok(()),
             Refreshed::Modified => changes.paths.push(rel.clone()),
             Refreshed::Added | Refreshed::Removed => {
                 changes.paths.push(rel.clone());
                 changes.paths_changed = true;
             }
             Refreshed::Directory => {
+                if was_file {
+                    // A file replaced by a directory: the copy drops the file.
+                    self.dirty.insert(rel.clone());
+                    changes.paths.push(rel.clone());
+                    changes.paths_changed = true;
+                }
                 if self.scope.directory(rel.as_bytes()) == Membership::In {
                     let dirs = self.scope.directories_under(rel.as_bytes());
                     self.fs.add(&self.scope, dirs.clone())?;
@@ -125,11 +181,13 @@ impl Tree {
                 return Ok(());
             }
         }
+        self.dirty.insert(rel.clone());
         // Gone: it may have been a directory, with watches and files below.
-        if !self.root_path(rel).exists() {
+        if !root.join(rel.to_os_path()).exists() {
             self.fs.remove_under(&self.scope, rel.as_bytes());
             let gone = self.hashes.forget_under(rel);
             changes.paths_changed |= !gone.is_empty();
+            self.dirty.extend(gone.iter().cloned());
             changes.paths.extend(gone);
         }
         Ok(())
@@ -137,7 +195,8 @@ impl Tree {
 
     /// Hashes the files directly in `dir` (a directory just watched).
     fn files_of(&mut self, dir: &[u8], changes: &mut Changes) -> Result<()> {
-        let full = self.root_path(&RepoPath::from_bytes(dir.to_vec()));
+        let root = self.scope.root().to_path_buf();
+        let full = root.join(RepoPath::from_bytes(dir.to_vec()).to_os_path());
         let Ok(rd) = std::fs::read_dir(&full) else {
             return Ok(());
         };
@@ -153,7 +212,8 @@ impl Tree {
             path.extend_from_slice(entry.file_name().as_bytes());
             let rel = RepoPath::from_bytes(path);
             let listed = self.scope.file(&rel) == Membership::In;
-            if self.hashes.refresh(&rel, listed)? != Refreshed::Same {
+            if self.hashes.refresh(&root, &rel, listed)? != Refreshed::Same {
+                self.dirty.insert(rel.clone());
                 changes.paths.push(rel);
                 changes.paths_changed = true;
             }
@@ -162,7 +222,7 @@ impl Tree {
     }
 
     /// Reads the index and the ignore rules again, watches what is now in and drops what is
-    /// now out, and hashes the snapshot again (through the stat cache).
+    /// now out, and hashes the live tree again.
     pub(crate) fn rescan(&mut self) -> Result<Changes> {
         self.scope = Scope::new(self.scope.root(), self.own.clone())?;
         let dirs = self.scope.directories_under(b"");
@@ -173,27 +233,32 @@ impl Tree {
             }
         }
         self.fs.add(&self.scope, dirs.clone())?;
-        let hashes = scan(self.scope.root(), &self.cache_dir)?;
-        let paths = hashes.differences(&self.hashes);
-        let paths_changed = !hashes.same_paths(&self.hashes);
-        self.hashes = hashes;
+        let root = self.scope.root().to_path_buf();
+        let hashed = live_paths(&root)?
+            .into_par_iter()
+            .map(|p| match read_known(&root.join(p.to_os_path()))? {
+                Found::File(k) => Ok(Some((p, k))),
+                Found::Directory | Found::Nothing => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut now = TreeHashes::default();
+        for (p, k) in hashed.into_iter().flatten() {
+            now.set(&p, Some(k));
+        }
+        let paths = now.differences(&self.hashes);
+        let paths_changed = paths
+            .iter()
+            .any(|p| now.contains(p) != self.hashes.contains(p));
+        self.dirty.extend(paths.iter().cloned());
+        self.hashes = now;
         Ok(Changes {
             paths,
             paths_changed,
         })
     }
-
-    fn root_path(&self, rel: &RepoPath) -> PathBuf {
-        self.scope.root().join(rel.to_os_path())
-    }
 }
 
-/// The working tree's snapshot, hashed through the stat cache.
-fn scan(root: &std::path::Path, cache_dir: &std::path::Path) -> Result<TreeHashes> {
-    let snapshot = Repo::open(Some(root), None)?.snapshot(None)?;
-    let mut stat = StatCache::load(cache_dir, &snapshot.root);
-    let hashes = TreeHashes::scan(&snapshot, Some(&mut stat))?;
-    // The stat cache only saves work: a failure to keep it costs the next scan time.
-    let _ = stat.save();
-    Ok(hashes)
+/// The paths of the live tree's snapshot (tracked, and untracked not ignored).
+fn live_paths(root: &std::path::Path) -> Result<Vec<RepoPath>> {
+    Ok(Repo::open(Some(root), None)?.snapshot(None)?.paths())
 }
