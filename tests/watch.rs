@@ -627,3 +627,39 @@ fn an_ignored_folder_of_ten_thousand_directories_gets_no_watch() {
     assert_eq!(inotify_watches(w.pid()), 3, "{}", w.log());
     assert_eq!(w.stop(libc::SIGTERM), 0, "{}", w.log());
 }
+
+#[test]
+fn the_inotify_watch_limit_is_an_error_that_names_the_sysctl_to_raise() {
+    // A user namespace of its own that allows one inotify watch (limits are counted per user
+    // namespace since Linux 5.11, the lowest up the tree winning): the root takes it, tests/
+    // finds none left.
+    let repo = Watched::tiny();
+    let out = Command::new("unshare")
+        .args(["-Ur", "sh", "-c"])
+        .arg("echo 1 > /proc/sys/user/max_inotify_watches && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_fixgate"))
+        .args(["watch", "--format", "json", "--cache-dir"])
+        .arg(repo.dir.path().join("cache"))
+        .current_dir(repo.repo())
+        .env_remove("FIXGATE_CACHE_DIR")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("unshare failed") && !stderr.contains("Permission denied"),
+        "this test needs unshare from util-linux and unprivileged user namespaces \
+         (sysctl user.max_user_namespaces > 0): {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("inotify watch limit is reached"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sudo sysctl fs.inotify.max_user_watches="),
+        "{stderr}"
+    );
+    assert!(stderr.contains("user.max_inotify_watches"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no audit ran");
+}

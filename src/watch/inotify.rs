@@ -93,41 +93,64 @@ impl FsWatch {
 /// The kernel's inotify limits as the user can fix them; `None` for other errors. `at` is the
 /// directory that could not be watched and how many were watched before it.
 fn limit_error(e: &notify::Error, at: Option<(&Path, usize)>) -> Option<Error> {
-    let read = |name: &str| {
-        std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "?".to_owned())
-    };
     let too_many_instances = match &e.kind {
         notify::ErrorKind::Io(io) => io.raw_os_error() == Some(libc::EMFILE),
         _ => false,
     };
     if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) {
         let (dir, count) = at.map_or((String::new(), 0), |(d, c)| (d.display().to_string(), c));
-        return Some(Error::Usage(limit_message(
-            &dir,
-            count,
-            &read("max_user_watches"),
-        )));
+        let limits = Limits {
+            system: read_limit("/proc/sys/fs/inotify/max_user_watches"),
+            namespace: read_limit("/proc/sys/user/max_inotify_watches"),
+        };
+        return Some(Error::Usage(limit_message(&dir, count, limits)));
     }
     if too_many_instances {
         return Some(Error::Usage(format!(
             "failed to start watching: the inotify instance limit is reached \
              (fs.inotify.max_user_instances = {}); stop other watchers or raise it with \
              `sudo sysctl fs.inotify.max_user_instances=1024`",
-            read("max_user_instances")
+            read_limit("/proc/sys/fs/inotify/max_user_instances")
+                .map_or("?".to_owned(), |n| n.to_string())
         )));
     }
     None
 }
 
-fn limit_message(dir: &str, count: usize, limit: &str) -> String {
+/// The watch limits that apply: the system's per user, and the user namespace's (a container
+/// may set a lower one; the lower wins).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    system: Option<u64>,
+    namespace: Option<u64>,
+}
+
+fn read_limit(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn limit_message(dir: &str, count: usize, limits: Limits) -> String {
+    let system = limits.system.map_or("?".to_owned(), |n| n.to_string());
+    // A value that raises the limit: the usual recommendation, or twice what it is.
+    let raise = limits.system.map_or(524_288, |n| (2 * n).max(524_288));
+    let namespace = match (limits.namespace, limits.system) {
+        (Some(ns), Some(sys)) if ns < sys => format!(
+            "; this user namespace allows {ns} (user.max_inotify_watches, set by whoever \
+             started the container)"
+        ),
+        _ => String::new(),
+    };
+    let dirs = if count == 1 {
+        "directory"
+    } else {
+        "directories"
+    };
     format!(
         "failed to watch {dir}: the inotify watch limit is reached \
-         (fs.inotify.max_user_watches = {limit}, shared by every watcher of this user; fixgate \
-         watched {count} directories); raise it with `sudo sysctl \
-         fs.inotify.max_user_watches=524288` (add `fs.inotify.max_user_watches=524288` to \
-         /etc/sysctl.conf to keep it), or add folders no test reads to .gitignore"
+         (fs.inotify.max_user_watches = {system}, shared by every watcher of this user{namespace}; \
+         fixgate watched {count} {dirs}); raise it with \
+         `sudo sysctl fs.inotify.max_user_watches={raise}` (add the setting to /etc/sysctl.conf \
+         to keep it), or add folders no test reads to .gitignore"
     )
 }
 
@@ -159,5 +182,18 @@ mod tests {
         );
         let e = notify::Error::generic("something else");
         assert!(limit_error(&e, None).is_none());
+        let container = limit_message(
+            "/repo",
+            1,
+            Limits {
+                system: Some(8192),
+                namespace: Some(100),
+            },
+        );
+        assert!(container.contains("1 directory)"), "{container}");
+        assert!(
+            container.contains("user.max_inotify_watches") && container.contains("524288"),
+            "{container}"
+        );
     }
 }

@@ -28,6 +28,8 @@ pub(crate) struct Scope {
     /// Folders inside the repository that fixgate writes (its cache directory, the temporary
     /// directory): watching them would make every audit trigger the next.
     own: Vec<PathBuf>,
+    /// The stat of the index read (`None`: none), to tell when git changed what it tracks.
+    index_stat: Option<crate::statcache::StatKey>,
 }
 
 /// Whether a path is part of the watched tree.
@@ -60,8 +62,10 @@ impl Scope {
             tracked_dirs: HashSet::new(),
             gitlinks: HashSet::new(),
             own,
+            index_stat: None,
         };
         if let Some(git) = git {
+            scope.index_stat = index_stat(&git);
             let index = match std::fs::read(git.path().join("index"))
                 .ok()
                 .and_then(|bytes| crate::git_index::entries(&bytes))
@@ -97,6 +101,14 @@ impl Scope {
 
     pub(crate) fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether git's index changed since it was read (an add, a commit, a checkout): what is
+    /// tracked, and so what is watched, may have changed with it.
+    pub(crate) fn index_changed(&self) -> bool {
+        self.git
+            .as_ref()
+            .is_some_and(|g| index_stat(g) != self.index_stat)
     }
 
     /// Whether the directory `rel` (repo-relative, `/`-separated; empty for the root) is
@@ -182,6 +194,11 @@ impl Scope {
         let rel = path.strip_prefix(&self.root).ok()?;
         Some(RepoPath::from_bytes(rel.as_os_str().as_bytes().to_vec()))
     }
+}
+
+fn index_stat(git: &Repository) -> Option<crate::statcache::StatKey> {
+    let meta = std::fs::metadata(git.path().join("index")).ok()?;
+    Some(crate::statcache::StatKey::from_metadata(&meta))
 }
 
 /// `prefix/name` as repository path bytes.

@@ -17,6 +17,7 @@ use crate::cli::AuditOptionArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::pytest::driver::Runner;
+use crate::pytest::forkserver::{self, ForkSummary};
 use crate::pytest::interpreter;
 use crate::repo_path::RepoPath;
 use crate::report::AuditReport;
@@ -75,6 +76,8 @@ struct Running {
     /// What the audit was cancelled for.
     cancelled_by: Option<Vec<String>>,
     first_change: Option<Instant>,
+    /// The process's fork counts when the audit started: a report counts its own.
+    forks_before: ForkSummary,
     thread: JoinHandle<(Ctx, Result<AuditReport>)>,
 }
 
@@ -123,6 +126,7 @@ pub(crate) fn run(ctx: Ctx, settings: Settings) -> Result<i32> {
     let tree = Tree::open(
         ctx.repo.root.clone(),
         own_folders(&ctx),
+        ctx.cache_dir.clone(),
         &ctx.env.temp_dir,
         move |e| {
             let _ = events.send(Wake::Fs(e));
@@ -293,6 +297,7 @@ impl Session {
             }
         };
         let wake = self.wake.clone();
+        let forks_before = forkserver::summary();
         let thread = std::thread::Builder::new()
             .name(format!("fixgate-watch-audit-{audit}"))
             .spawn(move || {
@@ -308,6 +313,7 @@ impl Session {
             cancel,
             cancelled_by: None,
             first_change,
+            forks_before,
             thread,
         });
         Ok(())
@@ -404,8 +410,9 @@ impl Session {
                     message: &e.to_string(),
                 })
             }
-            (None, Ok(report)) => {
+            (None, Ok(mut report)) => {
                 self.audited = Some(r.inputs);
+                own_forks(&mut report.forkserver, &r.forks_before);
                 for w in &report.warnings {
                     ctx.warn_once(w);
                 }
@@ -442,6 +449,15 @@ impl Session {
             }
         }
     }
+}
+
+/// The counts of the process since `before`: the fork server's counters are the process's,
+/// and a watcher's process runs many audits.
+fn own_forks(now: &mut ForkSummary, before: &ForkSummary) {
+    now.forks -= before.forks.min(now.forks);
+    now.fresh_processes -= before.fresh_processes.min(now.fresh_processes);
+    now.zygotes -= before.zygotes.min(now.zygotes);
+    now.mode = if now.forks > 0 { "fork" } else { "fresh" }.to_owned();
 }
 
 /// Files whose change changes how the suite is collected or configured, or which fixture
@@ -489,5 +505,26 @@ mod tests {
         ] {
             assert!(!is_configuration(&RepoPath::from(p)), "{p}");
         }
+    }
+
+    #[test]
+    fn a_report_counts_the_forks_of_its_own_audit() {
+        let before = ForkSummary {
+            forks: 20,
+            fresh_processes: 3,
+            zygotes: 2,
+            mode: "fork".into(),
+            ..ForkSummary::default()
+        };
+        let mut now = ForkSummary {
+            forks: 20,
+            fresh_processes: 4,
+            zygotes: 2,
+            mode: "fork".into(),
+            ..ForkSummary::default()
+        };
+        own_forks(&mut now, &before);
+        assert_eq!((now.forks, now.fresh_processes, now.zygotes), (0, 1, 0));
+        assert_eq!(now.mode, "fresh", "a fully cached audit forked nothing");
     }
 }

@@ -11,9 +11,11 @@ use notify::EventKind;
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::fsmonitor::{read_known, Found, Refreshed, TreeHashes};
+use crate::fsmonitor::{Known, Refreshed, TreeHashes};
+use crate::manifest::FileKind;
 use crate::repo_path::RepoPath;
-use crate::snapshot::{Repo, Snapshot};
+use crate::snapshot::{Entry, EntryKind, Repo, Snapshot};
+use crate::statcache::StatCache;
 use crate::watch::frozen::Frozen;
 use crate::watch::inotify::{FsEvent, FsWatch};
 use crate::watch::scope::{Membership, Scope};
@@ -27,6 +29,8 @@ pub(crate) struct Tree {
     /// Paths that changed in the live tree since they were last copied.
     dirty: BTreeSet<RepoPath>,
     own: Vec<PathBuf>,
+    /// Where the live tree's stat cache is (a rescan hashes only what changed).
+    cache_dir: PathBuf,
 }
 
 /// What one event did to the snapshot.
@@ -40,10 +44,12 @@ pub(crate) struct Changes {
 
 impl Tree {
     /// Watches the repository at `root` and copies its snapshot into a frozen copy beside the
-    /// sandboxes of `temp_dir`. `own`: folders fixgate writes, never watched.
+    /// sandboxes of `temp_dir`. `own`: folders fixgate writes, never watched; `cache_dir`:
+    /// fixgate's cache, where the live tree's stat cache is.
     pub(crate) fn open(
         root: PathBuf,
         own: Vec<PathBuf>,
+        cache_dir: PathBuf,
         temp_dir: &std::path::Path,
         events: impl FnMut(FsEvent) + Send + 'static,
     ) -> Result<Tree> {
@@ -59,6 +65,7 @@ impl Tree {
             frozen,
             dirty: BTreeSet::new(),
             own,
+            cache_dir,
         };
         tree.dirty = live_paths(&root)?.into_iter().collect();
         tree.freeze()?;
@@ -77,6 +84,10 @@ impl Tree {
     /// Brings the frozen copy up to date with every path changed since it was last copied,
     /// and returns its snapshot. Only between audits: an audit reads the copy.
     pub(crate) fn freeze(&mut self) -> Result<Snapshot> {
+        if self.scope.index_changed() {
+            // Files git now tracks or no longer tracks, under ignore rules or not.
+            self.rescan()?;
+        }
         let dirty: Vec<RepoPath> = std::mem::take(&mut self.dirty).into_iter().collect();
         let root = self.scope.root().to_path_buf();
         let scope = &self.scope;
@@ -233,18 +244,7 @@ impl Tree {
             }
         }
         self.fs.add(&self.scope, dirs.clone())?;
-        let root = self.scope.root().to_path_buf();
-        let hashed = live_paths(&root)?
-            .into_par_iter()
-            .map(|p| match read_known(&root.join(p.to_os_path()))? {
-                Found::File(k) => Ok(Some((p, k))),
-                Found::Directory | Found::Nothing => Ok(None),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut now = TreeHashes::default();
-        for (p, k) in hashed.into_iter().flatten() {
-            now.set(&p, Some(k));
-        }
+        let now = hash_live(self.scope.root(), &self.cache_dir)?;
         let paths = now.differences(&self.hashes);
         let paths_changed = paths
             .iter()
@@ -261,4 +261,30 @@ impl Tree {
 /// The paths of the live tree's snapshot (tracked, and untracked not ignored).
 fn live_paths(root: &std::path::Path) -> Result<Vec<RepoPath>> {
     Ok(Repo::open(Some(root), None)?.snapshot(None)?.paths())
+}
+
+/// Every file of the live tree's snapshot with its hash, through the stat cache `fixgate
+/// manifest` and `lock --check` keep for it (a rescan need not read what did not change).
+fn hash_live(root: &std::path::Path, cache_dir: &std::path::Path) -> Result<TreeHashes> {
+    let snapshot = Repo::open(Some(root), None)?.snapshot(None)?;
+    let mut stat = StatCache::load(cache_dir, &snapshot.root);
+    let entries: Vec<&Entry> = snapshot.entries.iter().collect();
+    let hashes = crate::manifest::hash_entries(&snapshot, &entries, Some(&mut stat))?;
+    // The stat cache only saves work: failing to keep it costs the next rescan time.
+    let _ = stat.save();
+    let mut tree = TreeHashes::default();
+    for (e, (hash, size)) in entries.iter().zip(hashes) {
+        let kind = match e.kind {
+            EntryKind::Symlink => FileKind::Link,
+            EntryKind::File | EntryKind::Executable => FileKind::File,
+        };
+        let known = Known {
+            hash,
+            size,
+            kind,
+            executable: e.kind == EntryKind::Executable,
+        };
+        tree.set(&e.path, Some(known));
+    }
+    Ok(tree)
 }
