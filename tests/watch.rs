@@ -91,11 +91,18 @@ impl Watched {
     /// A repository of one passing test, committed: the base, and the working tree. For the
     /// tests of the watching itself, whose audits need not find anything.
     fn tiny() -> Watched {
+        Watched::committed(&[("tests/test_ok.py", "def test_ok():\n    pass\n")])
+    }
+
+    /// A repository of `files`, committed.
+    fn committed(files: &[(&str, &str)]) -> Watched {
         let repo = Watched {
             dir: tempfile::tempdir().unwrap(),
         };
         std::fs::create_dir(repo.repo()).unwrap();
-        repo.write("tests/test_ok.py", "def test_ok():\n    pass\n");
+        for (path, text) in files {
+            repo.write(path, text);
+        }
         common::git(&repo.repo(), &["init", "-q", "-b", "main"]);
         common::git(&repo.repo(), &["add", "-A"]);
         common::git(&repo.repo(), &["commit", "-q", "-m", "one test"]);
@@ -662,4 +669,44 @@ fn the_inotify_watch_limit_is_an_error_that_names_the_sysctl_to_raise() {
     );
     assert!(stderr.contains("user.max_inotify_watches"), "{stderr}");
     assert!(out.stdout.is_empty(), "no audit ran");
+}
+
+#[test]
+fn a_save_that_drifts_a_locked_fixture_is_told_from_memory_and_the_audit_stops_at_the_lock() {
+    let rates = "tests/fixtures/rates.json";
+    let repo = Watched::committed(&[
+        ("fixtures.manifest", "rates: tests/fixtures/*.json\n"),
+        (rates, "{\"tax\": 0.25}\n"),
+        ("tests/test_ok.py", "def test_ok():\n    pass\n"),
+    ]);
+    let lock = common::fixgate_at(
+        &repo.repo(),
+        &repo.dir.path().join("cache"),
+        &[],
+        &["lock", "--quiet"],
+    );
+    assert_eq!(lock.code, 0, "{lock:?}");
+    common::git(&repo.repo(), &["add", "fixtures.lock"]);
+    common::git(&repo.repo(), &["commit", "-q", "-m", "lock"]);
+    let mut w = repo.watch(&["--seeds", "0"]);
+    let (started, report) = w.report();
+    assert_eq!(started["lock"]["drift"], serde_json::json!([]), "{started}");
+    assert_eq!(report["data"]["verdict"], "pass", "{report}");
+
+    repo.write(rates, "{\"tax\": 0.3}\n");
+    let (started, report) = w.report();
+    let drift = started["lock"]["drift"].as_array().unwrap();
+    assert_eq!(drift.len(), 1, "{started}");
+    assert_eq!(drift[0]["path"], rates, "{started}");
+    assert!(started["lock"]["microseconds"].is_u64(), "{started}");
+    assert_eq!(report["data"]["verdict"], "drift", "{report}");
+    assert_eq!(report["data"]["exit_code"], 3);
+
+    // Back to the locked bytes: the check from memory agrees, and so does the audit.
+    repo.write(rates, "{\"tax\": 0.25}\n");
+    let (started, report) = w.report();
+    assert_eq!(started["lock"]["drift"], serde_json::json!([]), "{started}");
+    assert_eq!(started["changed"], serde_json::json!([rates]));
+    assert_eq!(report["data"]["verdict"], "pass", "{report}");
+    assert_eq!(w.stop(libc::SIGTERM), 0, "{}", w.log());
 }

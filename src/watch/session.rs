@@ -3,7 +3,6 @@
 //! running audit, kill the warm interpreters and return. The design (why audits run in this
 //! process, what is kept between them) is in `crate::watch`.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -16,6 +15,7 @@ use git2::Oid;
 use crate::cli::AuditOptionArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
+use crate::fsmonitor::TreeHashes;
 use crate::pytest::driver::Runner;
 use crate::pytest::forkserver::{self, ForkSummary};
 use crate::pytest::interpreter;
@@ -93,9 +93,9 @@ struct Session {
     gate: Option<Gate>,
     running: Option<Running>,
     debounce: Debounce,
-    /// Changed paths since the last audit started.
-    pending: BTreeSet<RepoPath>,
-    /// When the first of them changed.
+    /// The tree as the last audit started with it: what a save changed is told against it.
+    frozen: Option<TreeHashes>,
+    /// When the first change since the last audit started came.
     first_change: Option<Instant>,
     /// An audit is owed: the first one, or one after a cancelled audit or a change.
     owed: bool,
@@ -151,7 +151,7 @@ pub(crate) fn run(ctx: Ctx, settings: Settings) -> Result<i32> {
         warm: None,
         gate: None,
         running: None,
-        pending: BTreeSet::new(),
+        frozen: None,
         first_change: None,
         owed: true,
         reload_gate: true,
@@ -238,15 +238,19 @@ impl Session {
         self.debounce.touch(now);
         self.first_change.get_or_insert(now);
         self.reload_gate |= paths_changed || paths.iter().any(is_configuration);
-        self.pending.extend(paths);
         let tree = self.tree.hashes().digest();
         // Back to the bytes the running (or last) audit saw: nothing more to do.
         let reference = self.running.as_ref().map(|r| r.inputs).or(self.audited);
         self.owed |= reference.is_none_or(|r| r.tree != tree);
-        if let Some(r) = &mut self.running {
-            if r.inputs.tree != tree && r.cancelled_by.is_none() {
+        let overtaken = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.inputs.tree != tree && r.cancelled_by.is_none());
+        if overtaken {
+            let changed = self.changed();
+            if let Some(r) = &mut self.running {
                 r.cancel.store(true, Ordering::SeqCst);
-                r.cancelled_by = Some(shown_paths(&self.pending));
+                r.cancelled_by = Some(changed);
             }
         }
         Ok(())
@@ -279,11 +283,9 @@ impl Session {
         self.owed = false;
         self.audits += 1;
         let audit = self.audits;
-        let changed = shown_paths(&self.pending);
-        self.pending.clear();
         let first_change = self.first_change.take();
         let cancel = Arc::new(AtomicBool::new(false));
-        let (opts, inputs) = match self.prepare(&ctx, &changed, audit, cancel.clone()) {
+        let (opts, inputs, changed) = match self.prepare(&ctx, audit, cancel.clone()) {
             Ok(prepared) => prepared,
             Err(e) => {
                 let tree = self.tree.hashes().digest();
@@ -319,15 +321,17 @@ impl Session {
         Ok(())
     }
 
-    /// The frozen tree, the lock check from memory, the warm runner, the audit's options.
+    /// The frozen tree, the lock check from memory, the warm runner, the audit's options, and
+    /// the paths changed since the last audit started.
     fn prepare(
         &mut self,
         ctx: &Ctx,
-        changed: &[String],
         audit: u64,
         cancel: Arc<AtomicBool>,
-    ) -> Result<(crate::engine::audit::Options, Inputs)> {
+    ) -> Result<(crate::engine::audit::Options, Inputs, Vec<String>)> {
         let head = Arc::new(self.tree.freeze()?);
+        let changed = self.changed();
+        self.frozen = Some(self.tree.hashes().clone());
         let base = ctx.repo.resolve(&self.settings.base)?;
         let inputs = Inputs {
             tree: self.tree.hashes().digest(),
@@ -346,7 +350,7 @@ impl Session {
         let microseconds = checked.elapsed().as_micros();
         self.screen.show(&Shown::Started {
             audit,
-            changed,
+            changed: &changed,
             drift: &drift,
             microseconds,
         })?;
@@ -358,7 +362,22 @@ impl Session {
         own.interrupted = cancel;
         opts.runner = Some(Arc::new(own));
         opts.frozen_head = Some(head);
-        Ok((opts, inputs))
+        Ok((opts, inputs, changed))
+    }
+
+    /// The paths whose content differs from the last audit's start (none before the first):
+    /// a temporary file an editor made and removed in between is not among them.
+    fn changed(&self) -> Vec<String> {
+        match &self.frozen {
+            Some(before) => self
+                .tree
+                .hashes()
+                .differences(before)
+                .iter()
+                .map(RepoPath::display_lossless)
+                .collect(),
+            None => Vec::new(),
+        }
     }
 
     /// The warm runner, kept while the interpreter is the same: its zygotes are keyed by the
@@ -475,10 +494,6 @@ fn is_configuration(path: &RepoPath) -> bool {
                 b"fixtures.manifest",
             ]
             .contains(&name))
-}
-
-fn shown_paths(paths: &BTreeSet<RepoPath>) -> Vec<String> {
-    paths.iter().map(RepoPath::display_lossless).collect()
 }
 
 #[cfg(test)]
