@@ -1,5 +1,6 @@
 //! The commands: each resolves its arguments, calls into the library and renders a report.
 
+pub(crate) mod atomic;
 pub(crate) mod audit;
 pub(crate) mod cache;
 pub(crate) mod delta;
@@ -9,6 +10,7 @@ pub(crate) mod init;
 pub(crate) mod lock;
 pub(crate) mod manifest;
 pub(crate) mod run;
+pub(crate) mod settings;
 pub(crate) mod shell;
 pub(crate) mod trace;
 pub(crate) mod watch;
@@ -27,12 +29,8 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // The one read of the process environment; everything below gets typed values from it.
     let env = crate::environment::Environment::read()?;
-    let ctx = Ctx::new(&cli.global, env)?;
-    crate::engine::store::configure(crate::engine::store::resolve(
-        &cli.global.remote,
-        &ctx.repo.root,
-        &ctx.env,
-    )?);
+    let mut ctx = Ctx::new(&settings::global(&cli.global), env)?;
+    ctx.remote = settings::remote(&cli.global.remote, &ctx.repo.root, &ctx.env)?;
     let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),
@@ -40,7 +38,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(&ctx, &args),
         Command::Trace(args) => trace::run(&ctx, &args),
         Command::Audit(args) => audit::run(&ctx, &args),
-        Command::Watch(args) => watch::run(ctx, args),
+        // The session owns the context and checks the remote itself.
+        Command::Watch(args) => return watch::run(ctx, args),
         Command::Graph(args) => graph::graph(&ctx, &args),
         Command::Explain => graph::explain(&ctx),
         Command::Cache(args) => cache::run(&ctx, &args),
@@ -49,6 +48,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Completions(args) => shell::completions(args.shell),
         Command::Man => shell::man(),
     }?;
-    crate::engine::store::finish()?;
+    ctx.remote_failure.check()?;
     Ok(code)
 }

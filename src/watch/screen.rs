@@ -17,10 +17,10 @@ use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 
-use crate::cli::Format;
+use crate::audit::verdict::Verdict;
 use crate::error::{Error, Result};
 use crate::lock::Drift;
-use crate::report::{AuditReport, Finding};
+use crate::report::{AuditReport, Finding, Format};
 
 /// A finding's identity between two reports: its kind and its tests.
 fn same(a: &Finding, b: &Finding) -> bool {
@@ -286,9 +286,9 @@ fn compact(
         true => format!("\x1b[{code}m{text}\x1b[0m"),
         false => text.to_owned(),
     };
-    let verdict_color = match report.verdict.as_str() {
-        "pass" => "1;32",
-        "reject" | "error" => "1;31",
+    let verdict_color = match report.verdict {
+        Verdict::Pass => "1;32",
+        Verdict::Reject | Verdict::Error => "1;31",
         _ => "1;33",
     };
     let base = report
@@ -305,7 +305,7 @@ fn compact(
     s.push_str(&format!("{}\n\n", describe_changes(changed)));
     s.push_str(&format!(
         "{}  exit {}\n",
-        paint(verdict_color, &report.verdict.to_uppercase()),
+        paint(verdict_color, &report.verdict.as_str().to_uppercase()),
         report.exit_code
     ));
     for r in &report.reasons {
@@ -352,45 +352,47 @@ fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::verdict::FindingKind;
 
-    fn finding(kind: &str, test: &str) -> Finding {
+    fn finding(kind: FindingKind, test: &str) -> Finding {
         Finding {
-            kind: kind.into(),
+            kind,
             tests: vec![test.into()],
-            blocking: true,
+            message: String::new(),
+            repro: None,
             introduced: true,
-            ..Finding::default()
+            blocking: true,
         }
     }
 
     #[test]
     fn new_and_resolved_findings_compare_kind_and_tests() {
         let before = [
-            finding("order-dependent", "t::a"),
-            finding("polluter", "t::b"),
+            finding(FindingKind::OrderDependent, "t::a"),
+            finding(FindingKind::Polluter, "t::b"),
         ];
         let now = [
-            finding("order-dependent", "t::a"),
-            finding("order-dependent", "t::b"),
+            finding(FindingKind::OrderDependent, "t::a"),
+            finding(FindingKind::OrderDependent, "t::b"),
         ];
         let (new, resolved) = diff(&before, &now);
         assert_eq!(new.len(), 1);
         assert_eq!(
-            (new[0].kind.as_str(), new[0].tests[0].as_str()),
-            ("order-dependent", "t::b")
+            (new[0].kind, new[0].tests[0].as_str()),
+            (FindingKind::OrderDependent, "t::b")
         );
         assert_eq!(resolved.len(), 1);
-        assert_eq!(resolved[0].kind, "polluter");
+        assert_eq!(resolved[0].kind, FindingKind::Polluter);
     }
 
     #[test]
     fn a_report_line_carries_the_diff_and_the_report() {
         let previous = AuditReport {
-            findings: vec![finding("order-dependent", "t::a")],
+            findings: vec![finding(FindingKind::OrderDependent, "t::a")],
             ..AuditReport::default()
         };
         let report = AuditReport {
-            verdict: "pass".into(),
+            verdict: Verdict::Pass,
             ..AuditReport::default()
         };
         let changed = ["tests/test_a.py".to_owned()];

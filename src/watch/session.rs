@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
-use crate::cli::AuditOptionArgs;
+use crate::audit::freeze::Date;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::fsmonitor::TreeHashes;
 use crate::pytest::driver::Runner;
-use crate::pytest::forkserver::{self, ForkSummary};
+use crate::pytest::forkserver::ForkSummary;
 use crate::pytest::interpreter;
 use crate::repo_path::RepoPath;
 use crate::report::AuditReport;
@@ -27,10 +27,14 @@ use crate::watch::inotify::FsEvent;
 use crate::watch::screen::{Screen, Shown};
 use crate::watch::tree::{Changes, Tree};
 
-/// What `fixgate watch` was asked for.
+/// What `fixgate watch` was asked for, resolved by `cmd::watch`.
 pub(crate) struct Settings {
     pub(crate) base: String,
-    pub(crate) options: AuditOptionArgs,
+    /// Every audit's options (its base and head, runner and frozen tree set per audit).
+    pub(crate) options: crate::engine::audit::Options,
+    /// The date freeze entries are judged against; `None`: the day each audit starts (a
+    /// session can outlive a day).
+    pub(crate) today: Option<Date>,
     pub(crate) debounce: Duration,
 }
 
@@ -208,8 +212,8 @@ impl Session {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Infra(
-                        "bug: the watcher's channel closed while the session runs".into(),
+                    return Err(Error::bug(
+                        "the watcher's channel closed while the session runs",
                     ))
                 }
             }
@@ -278,7 +282,7 @@ impl Session {
     /// Freezes the tree and starts the next audit on its own thread.
     fn start(&mut self) -> Result<()> {
         let Some(ctx) = self.ctx.take() else {
-            return Err(Error::Infra("bug: an audit started while one runs".into()));
+            return Err(Error::bug("an audit started while one runs"));
         };
         self.owed = false;
         self.audits += 1;
@@ -299,7 +303,7 @@ impl Session {
             }
         };
         let wake = self.wake.clone();
-        let forks_before = forkserver::summary();
+        let forks_before = ctx.fork_stats.summary();
         let thread = std::thread::Builder::new()
             .name(format!("fixgate-watch-audit-{audit}"))
             .spawn(move || {
@@ -355,8 +359,8 @@ impl Session {
             microseconds,
         })?;
         let runner = self.runner(ctx)?;
-        let mut opts =
-            crate::cmd::audit::options(&self.settings.base, &self.settings.options, None, None)?;
+        let mut opts = self.settings.options.clone();
+        opts.today = self.settings.today.unwrap_or_else(crate::cmd::audit::today);
         // The runner's clone shares the warm interpreters; its flag is this audit's own.
         let mut own = (*runner).clone();
         own.interrupted = cancel;
@@ -411,7 +415,7 @@ impl Session {
         let (ctx, result) = r
             .thread
             .join()
-            .map_err(|_| Error::Infra("bug: the audit's thread panicked".into()))?;
+            .map_err(|_| Error::bug("the audit's thread panicked"))?;
         let shown = match (&r.cancelled_by, result) {
             // Cancelled, or finished before it noticed: either way the tree moved on.
             (Some(changed), _) => {
