@@ -710,3 +710,43 @@ fn a_save_that_drifts_a_locked_fixture_is_told_from_memory_and_the_audit_stops_a
     assert_eq!(report["data"]["verdict"], "pass", "{report}");
     assert_eq!(w.stop(libc::SIGTERM), 0, "{}", w.log());
 }
+
+#[test]
+fn a_change_of_configuration_collects_again_with_the_new_settings() {
+    let repo = Watched::committed(&[
+        (
+            "tests/test_a.py",
+            "def test_a():\n    pass\n\n\ndef check_a():\n    pass\n",
+        ),
+        ("tests/test_b.py", "def test_b():\n    pass\n"),
+    ]);
+    let mut w = repo.watch(&["--seeds", "0"]);
+    let (_, report) = w.report();
+    let first = tests_of(&report);
+    assert!(first.contains("tests/test_b.py::test_b"), "{first:?}");
+    assert!(!first.iter().any(|t| t.ends_with("check_a")), "{first:?}");
+
+    // A conftest that drops a file from collection: the next audit's collection follows it.
+    repo.write("tests/conftest.py", "collect_ignore = [\"test_b.py\"]\n");
+    let (started, report) = w.report();
+    assert_eq!(started["changed"], serde_json::json!(["tests/conftest.py"]));
+    let tests = tests_of(&report);
+    assert!(tests.contains("tests/test_a.py::test_a"), "{tests:?}");
+    assert!(!tests.iter().any(|t| t.contains("test_b")), "{tests:?}");
+
+    // pytest's own settings in pyproject.toml: another kind of test function is collected.
+    repo.write(
+        "pyproject.toml",
+        "[tool.pytest.ini_options]\npython_functions = [\"test_*\", \"check_*\"]\n",
+    );
+    let (started, report) = w.report();
+    assert_eq!(started["changed"], serde_json::json!(["pyproject.toml"]));
+    let tests = tests_of(&report);
+    assert!(tests.contains("tests/test_a.py::check_a"), "{tests:?}");
+    assert_eq!(report["data"]["verdict"], "pass", "{report}");
+
+    // Ctrl-C, as SIGTERM: exit 0 with nothing of the watcher's left running.
+    let everything = descendants(w.pid());
+    assert_eq!(w.stop(libc::SIGINT), 0, "{}", w.log());
+    assert_gone(&everything, "after SIGINT");
+}
