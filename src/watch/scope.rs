@@ -8,7 +8,6 @@
 //! entered (as git lists it even when an ignore rule matches it); any other is entered only
 //! when git does not ignore it and it is not a virtualenv or another repository.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use git2::Repository;
@@ -20,11 +19,8 @@ use crate::repo_path::RepoPath;
 pub(crate) struct Scope {
     root: PathBuf,
     git: Option<Repository>,
-    tracked: HashSet<Vec<u8>>,
-    /// Every directory with a tracked file somewhere below it.
-    tracked_dirs: HashSet<Vec<u8>>,
-    /// Submodules: another repository's tree.
-    gitlinks: HashSet<Vec<u8>>,
+    /// The index's files, the directories above them, its submodules.
+    index: crate::git_index::Tracked,
     /// Folders inside the repository that fixgate writes (its cache directory, the temporary
     /// directory): watching them would make every audit trigger the next.
     own: Vec<PathBuf>,
@@ -58,42 +54,13 @@ impl Scope {
         let mut scope = Scope {
             root: root.to_path_buf(),
             git: None,
-            tracked: HashSet::new(),
-            tracked_dirs: HashSet::new(),
-            gitlinks: HashSet::new(),
+            index: crate::git_index::Tracked::default(),
             own,
             index_stat: None,
         };
         if let Some(git) = git {
             scope.index_stat = index_stat(&git);
-            let index = match std::fs::read(git.path().join("index"))
-                .ok()
-                .and_then(|bytes| crate::git_index::entries(&bytes))
-            {
-                Some(entries) => entries,
-                None => git
-                    .index()?
-                    .iter()
-                    .map(|e| crate::git_index::IndexEntry {
-                        path: e.path,
-                        mode: e.mode,
-                    })
-                    .collect(),
-            };
-            for e in index {
-                let mut end = e.path.len();
-                while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
-                    if !scope.tracked_dirs.insert(e.path[..slash].to_vec()) {
-                        break;
-                    }
-                    end = slash;
-                }
-                if (e.mode & 0o170000) == 0o160000 {
-                    scope.gitlinks.insert(e.path);
-                } else {
-                    scope.tracked.insert(e.path);
-                }
-            }
+            scope.index = crate::git_index::tracked(&git)?;
             scope.git = Some(git);
         }
         Ok(scope)
@@ -120,12 +87,12 @@ impl Scope {
         let path = RepoPath::from_bytes(rel.to_vec());
         let full = self.root.join(path.to_os_path());
         if path.file_name() == b".git"
-            || self.gitlinks.contains(rel)
+            || self.index.gitlinks.contains(rel)
             || self.own.iter().any(|o| full.starts_with(o))
         {
             return Membership::Out;
         }
-        if self.tracked_dirs.contains(rel) {
+        if self.index.dirs.contains(rel) {
             return Membership::In;
         }
         // Another repository's work tree, or a virtualenv (its marker file, PEP 405), is not
@@ -145,7 +112,7 @@ impl Scope {
         if self.own.iter().any(|o| full.starts_with(o)) {
             return Membership::Out;
         }
-        if self.tracked.contains(rel.as_bytes()) || !self.ignored(rel) {
+        if self.index.files.contains(rel.as_bytes()) || !self.ignored(rel) {
             return Membership::In;
         }
         Membership::Out
