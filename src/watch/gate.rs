@@ -28,7 +28,7 @@ impl Gate {
     /// `head` (the frozen copy of the working tree) does.
     pub(crate) fn load(ctx: &Ctx, base: &str, head: &Snapshot) -> Result<Gate> {
         let base_snapshot = ctx.repo.snapshot(Some(base))?;
-        let config = crate::delta::pair_config(ctx, &base_snapshot, head)?;
+        let config = ctx.pair_config(&base_snapshot, head)?;
         let base_config = ctx.config(&base_snapshot)?;
         let lock = match crate::lock::locate(&base_snapshot, &base_config)? {
             Some(found) => Some(Lock::parse(&found.bytes, &found.path)?),
