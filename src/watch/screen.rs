@@ -415,4 +415,42 @@ mod tests {
         assert!(text.contains("PASS  exit 0"), "{text}");
         assert!(text.contains("resolved: order-dependent t::a"), "{text}");
     }
+
+    #[test]
+    fn in_a_terminal_each_report_clears_the_previous_screen_and_elsewhere_it_does_not() {
+        let report = AuditReport {
+            verdict: Verdict::Reject,
+            exit_code: 1,
+            findings: vec![finding(FindingKind::Polluter, "t::b")],
+            ..AuditReport::default()
+        };
+        let shown = Shown::Report {
+            audit: 3,
+            changed: &[],
+            report: &report,
+            previous: None,
+            seconds_since_change: Some(1.5),
+            watched: 2,
+        };
+        let terminal = Screen {
+            json: false,
+            terminal: true,
+            color: false,
+        };
+        let text = terminal.human(&shown);
+        assert!(text.starts_with("\x1b[H\x1b[2J\x1b[3J"), "{text:?}");
+        assert!(text.contains("audit 3"), "{text}");
+        assert!(text.contains("1.5 s after the save"), "{text}");
+        assert!(text.contains("REJECT  exit 1"), "{text}");
+        assert!(text.contains("polluter t::b"), "{text}");
+        let piped = Screen {
+            terminal: false,
+            ..terminal
+        };
+        let text = piped.human(&shown);
+        assert!(
+            !text.contains('\x1b'),
+            "no escapes when not a terminal: {text:?}"
+        );
+    }
 }
