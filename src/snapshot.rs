@@ -305,7 +305,7 @@ struct Found {
 }
 
 /// `prefix/name` as repository path bytes.
-fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
+pub(crate) fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
     let mut path = prefix.to_vec();
     if !path.is_empty() {

@@ -145,7 +145,7 @@ impl Scope {
                 if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                     continue;
                 }
-                let sub = child(&dir, &entry.file_name());
+                let sub = crate::snapshot::child(&dir, &entry.file_name());
                 if self.directory(&sub) == Membership::In {
                     stack.push(sub);
                 }
@@ -166,17 +166,6 @@ impl Scope {
 fn index_stat(git: &Repository) -> Option<crate::statcache::StatKey> {
     let meta = std::fs::metadata(git.path().join("index")).ok()?;
     Some(crate::statcache::StatKey::from_metadata(&meta))
-}
-
-/// `prefix/name` as repository path bytes.
-fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut path = prefix.to_vec();
-    if !path.is_empty() {
-        path.push(b'/');
-    }
-    path.extend_from_slice(name.as_bytes());
-    path
 }
 
 #[cfg(test)]
