@@ -206,6 +206,16 @@ impl Runner {
         args
     }
 
+    /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
+    /// queued nodes still reach a worker, and each would make a sandbox and start pytest only
+    /// to kill it.
+    fn check_interrupted(&self) -> Result<()> {
+        match self.interrupted.load(Ordering::SeqCst) {
+            true => Err(Error::Interrupted),
+            false => Ok(()),
+        }
+    }
+
     fn has_distribution(&self, name: &str) -> bool {
         self.interpreter
             .fingerprint
@@ -267,6 +277,7 @@ impl Runner {
         snapshot: &Snapshot,
         overlay: &Overlay,
     ) -> Result<(Collection, Trace, Vec<CollectFailure>)> {
+        self.check_interrupted()?;
         let sandbox = Sandbox::create(snapshot, overlay, &self.env.temp_dir)?;
         let mut p = self.spawn(
             &sandbox,
@@ -396,6 +407,7 @@ impl Runner {
         groups: &FixtureGroups,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
+        self.check_interrupted()?;
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let prepare = |sandbox: &Sandbox, events: &Path| {
             self.prepare(sandbox, &self.base_args(sandbox, events))
@@ -439,6 +451,9 @@ impl Runner {
                 }
                 None => extra.push("--fixgate-collect".into()),
             }
+            // A cancelled audit starts no process (a warm interpreter whose start it
+            // cancelled leaves this run a fresh one to make).
+            self.check_interrupted()?;
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();
