@@ -49,6 +49,8 @@ pub struct Config {
     pub groups: FixtureGroups,
     pub deps: DepsMode,
     pub budget: BudgetConfig,
+    /// `[tool.fixgate.limits]`: each run's bounds.
+    pub limits: LimitsConfig,
     /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
     pub lock: Option<String>,
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
@@ -68,6 +70,17 @@ pub enum DepsMode {
     Traced,
     /// Every test depends on every fixture group.
     Conservative,
+}
+
+/// Bounds from `[tool.fixgate.limits]` (`u64::MAX`: unlimited); `None` means the key is not set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LimitsConfig {
+    /// Bytes of address space of each process of a run.
+    pub memory: Option<u64>,
+    /// Processes (and threads) of a run at once.
+    pub processes: Option<u64>,
+    /// Bytes a run may write: to any one file, its sandbox, `/tmp`, `/dev/shm`.
+    pub disk: Option<u64>,
 }
 
 /// Limits from `[tool.fixgate.budget]`; `None` means the key is not set.
@@ -198,6 +211,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         groups: FixtureGroups::build(groups, source)?,
         deps: py.deps,
         budget: py.budget,
+        limits: py.limits,
         lock: py.lock,
         nio: py.nio,
         warnings,
@@ -464,6 +478,7 @@ struct Pyproject {
     groups: BTreeMap<String, Declared>,
     deps: DepsMode,
     budget: BudgetConfig,
+    limits: LimitsConfig,
     lock: Option<String>,
     /// `remote-cache`: the URL of a shared cache (see `engine::store`).
     remote_cache: Option<String>,
@@ -578,6 +593,7 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "groups" => out.groups = parse_groups(&doc, (key, value))?,
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
+            "limits" => out.limits = parse_limits(&doc, (key, value), &mut out.warnings)?,
             "lock" => out.lock = Some(parse_lock(&doc, (key, value))?),
             "remote-cache" => match value.get_ref() {
                 DeValue::String(url) => out.remote_cache = Some(url.to_string()),
@@ -598,8 +614,8 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" and \
-                 \"nio\"",
+                "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \
+                 \"fork\" and \"nio\"",
             )),
         }
     }
@@ -816,6 +832,71 @@ fn parse_budget(
         ));
     }
     Ok(budget)
+}
+
+fn parse_limits(
+    doc: &Doc,
+    (key, value): Entry,
+    warnings: &mut Vec<(usize, String)>,
+) -> Result<LimitsConfig, ConfigError> {
+    let DeValue::Table(table) = value.get_ref() else {
+        return Err(doc.err(
+            key.span(),
+            "tool.fixgate.limits",
+            format!(
+                "expected a table, found {}; write a [tool.fixgate.limits] header followed by \
+                 lines like memory = \"4G\", processes = 4096 or disk = \"8G\"",
+                a_type(value.get_ref())
+            ),
+        ));
+    };
+    let mut limits = LimitsConfig::default();
+    for (limit_key, limit) in table.iter() {
+        let name = limit_key.get_ref().as_ref();
+        let (slot, count, example) = match name {
+            "memory" => (&mut limits.memory, false, "memory = \"4G\""),
+            "processes" => (&mut limits.processes, true, "processes = 4096"),
+            "disk" => (&mut limits.disk, false, "disk = \"8G\""),
+            other => {
+                warnings.push(doc.warn_unknown(
+                    limit_key.span(),
+                    &format!("tool.fixgate.limits.{}", toml_key(other)),
+                    "\"memory\", \"processes\" and \"disk\"",
+                ));
+                continue;
+            }
+        };
+        let parsed = match limit.get_ref() {
+            DeValue::Integer(n) => u64::from_str_radix(n.as_str(), n.radix())
+                .ok()
+                .filter(|&n| n > 0),
+            DeValue::String(text) => crate::units::parse_bound(text, count),
+            _ => None,
+        };
+        match parsed {
+            Some(n) => *slot = Some(n),
+            None => {
+                let found = match limit.get_ref() {
+                    DeValue::Integer(n) => n.as_str().to_owned(),
+                    DeValue::String(text) => format!("{:?}", text.as_ref()),
+                    other => a_type(other),
+                };
+                return Err(doc.err(
+                    limit_key.span(),
+                    &format!("tool.fixgate.limits.{name}"),
+                    format!(
+                        "expected {} or \"unlimited\", found {found}; write {example}",
+                        if count {
+                            "a whole number above 0"
+                        } else {
+                            "a size such as \"512M\" or \"4G\""
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(limits)
 }
 
 /// Groups derived from the file list when no file declares any: one per first-level directory
@@ -1276,7 +1357,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" \
+                 keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\" \
                  and \"nio\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \

@@ -82,7 +82,13 @@ impl Ctx {
 
     /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
     /// the environment policy, the containment (settled once per process).
-    pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
+    /// `limits` is the `[tool.fixgate.limits]` of the configuration that governs the runs: the
+    /// base's for an audit (a patch does not raise its own bounds).
+    pub fn runner(
+        &self,
+        args: &SandboxArgs,
+        limits: &crate::config::LimitsConfig,
+    ) -> Result<Runner> {
         let strict = args.containment == crate::cli::ContainmentArg::Strict;
         if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(strict, &self.env)? {
             self.warn_once(&format!(
@@ -94,14 +100,32 @@ impl Ctx {
         let interpreter = interpreter::probe_cached(&path, &self.cache_dir, &self.env)?;
         // One folder per interpreter and installed set: a plugin that changes rewriting comes
         // with a distribution, and a new one starts a new folder.
-        let rewrite_cache = self
-            .cache_dir
-            .join(REWRITE_CACHE)
-            .join(&interpreter.fingerprint.digest()[..16]);
+        let fingerprint = interpreter.fingerprint.digest();
+        let executable = PathBuf::from(&interpreter.fingerprint.executable);
+        let rewrites = crate::pytest::rewrites::Rewrites::new(
+            self.cache_dir.join(REWRITE_CACHE).join(&fingerprint[..16]),
+            executable.clone(),
+            self.env.temp_dir.clone(),
+        );
+        let plugin = plugin::install(
+            &self.cache_dir,
+            &self.env.temp_dir,
+            &executable,
+            &fingerprint,
+        )?;
+        let limits = crate::limits::Limits::resolve(
+            &args.limits(),
+            limits,
+            self.jobs,
+            &crate::sandbox::sandboxes_root(&self.env.temp_dir),
+        );
+        crate::limits::check(&limits)?;
         Ok(Runner {
             interpreter,
-            plugin_dir: plugin::install(&self.cache_dir, &self.env.temp_dir)?,
-            rewrite_cache,
+            plugin: Arc::new(plugin),
+            rewrites: Arc::new(rewrites),
+            cache_dir: self.cache_dir.clone(),
+            limits,
             pass_env: args.pass_env.clone(),
             test_timeout: Duration::from_secs(args.test_timeout),
             origin_root: self.repo.root.clone(),

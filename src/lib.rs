@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) parses the command line and dispatches into these modules.
 
 pub mod audit;
+pub(crate) mod beneath;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod environment;
 pub mod error;
 pub mod exit;
 pub(crate) mod git_index;
+pub(crate) mod limits;
 pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;
@@ -23,3 +25,4 @@ pub(crate) mod sandbox;
 pub(crate) mod snapshot;
 pub(crate) mod statcache;
 pub(crate) mod testsrc;
+pub(crate) mod units;

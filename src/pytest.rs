@@ -7,3 +7,4 @@ pub(crate) mod forkserver;
 pub(crate) mod interpreter;
 pub(crate) mod order;
 pub(crate) mod plugin;
+pub(crate) mod rewrites;

@@ -24,7 +24,7 @@ pub struct Side {
 pub struct TestReport {
     pub nodeid: String,
     /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
-    /// `crashed` or `timeout`.
+    /// `crashed`, `timeout` or `resource-limit`.
     pub bucket: String,
     pub signals: Vec<String>,
     /// Order label (`0`, `rev`, `1`, ...) → outcome.

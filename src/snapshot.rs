@@ -172,9 +172,26 @@ impl Repo {
     fn commit_snapshot(&self, rev: &str) -> Result<Snapshot> {
         let oid = self.resolve(rev)?;
         let git = self.git("a revision")?;
-        let tree = git.find_commit(oid)?.tree()?;
+        // A tree that does not even parse (a name git cannot read) names the commit too.
+        let unreadable = |e: git2::Error| {
+            Error::Git(format!(
+                "commit {} ({rev}) has a tree git cannot read: {}; audit another commit",
+                &oid.to_string()[..12],
+                e.message()
+            ))
+        };
+        let tree = git.find_commit(oid)?.tree().map_err(unreadable)?;
         let mut entries = Vec::new();
+        let mut refused = None;
         tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            // Every name, at every depth and of every kind: a tree is data anyone can write,
+            // and a name like `../../x` or `.git` must never become a path in a sandbox.
+            if let Err(why) = crate::beneath::check_component(entry.name_bytes()) {
+                let mut path = dir.as_bytes().to_vec();
+                path.extend_from_slice(entry.name_bytes());
+                refused = Some((RepoPath::from_bytes(path), why));
+                return TreeWalkResult::Abort;
+            }
             if entry.kind() != Some(ObjectType::Blob) {
                 return TreeWalkResult::Ok;
             }
@@ -192,7 +209,21 @@ impl Repo {
                 stat: None,
             });
             TreeWalkResult::Ok
+        })
+        .or_else(|e| match refused {
+            // The walk stopped on purpose.
+            Some(_) => Ok(()),
+            None => Err(unreadable(e)),
         })?;
+        if let Some((path, why)) = refused {
+            return Err(Error::Usage(format!(
+                "commit {} ({rev}) holds a tree entry {path:?}: {why} is not a single normal \
+                 path component, and fixgate makes no file of it; no checkout makes such an \
+                 entry, so the commit was written by hand: remove the entry (or audit another \
+                 commit)",
+                &oid.to_string()[..12]
+            )));
+        }
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Snapshot {
             root: self.root.clone(),

@@ -88,6 +88,9 @@ pub enum FindingKind {
     Failing,
     Crashed,
     Timeout,
+    /// A test hit a bound of its run (memory, processes, disk): a fork bomb, a memory grab, a
+    /// disk fill, or a test that needs more than the run allows.
+    ResourceLimit,
     /// Setup or teardown errors in every order (the `error` bucket).
     ErrorBucket,
     /// Differs between reruns of the same order: an environment defect, for the ledger.
@@ -129,6 +132,7 @@ impl FindingKind {
             FindingKind::Failing => "failing",
             FindingKind::Crashed => "crashed",
             FindingKind::Timeout => "timeout",
+            FindingKind::ResourceLimit => "resource-limit",
             FindingKind::ErrorBucket => "error",
             FindingKind::Flaky => "flaky",
             FindingKind::Cosmetic => "cosmetic",
@@ -155,6 +159,7 @@ impl FindingKind {
                 | FindingKind::Failing
                 | FindingKind::Crashed
                 | FindingKind::Timeout
+                | FindingKind::ResourceLimit
                 | FindingKind::ErrorBucket
                 | FindingKind::OutsideWrite
                 | FindingKind::CollectionError
@@ -345,7 +350,7 @@ mod tests {
         }
     }
 
-    const DEFECTS: [FindingKind; 9] = [
+    const DEFECTS: [FindingKind; 10] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -353,6 +358,7 @@ mod tests {
         FindingKind::Failing,
         FindingKind::Crashed,
         FindingKind::Timeout,
+        FindingKind::ResourceLimit,
         FindingKind::ErrorBucket,
         FindingKind::NonIdempotent,
     ];

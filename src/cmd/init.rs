@@ -79,7 +79,7 @@ struct Report {
 pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(None)?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&args.sandbox)?;
+    let runner = ctx.runner(&args.sandbox, &config.limits)?;
     let pb = ctx.progress(0, "init");
     let result = runner.run_seed(&snapshot, 0, &config.groups, pb.as_ref());
     if let Some(pb) = pb {
@@ -106,12 +106,13 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
         .map(|(path, old, new)| unified_diff(path, old.as_deref(), new))
         .collect();
     if args.apply {
+        // The paths name test files the run reported: each is checked to be a path below the
+        // repository, and written there without following a link.
+        let root = crate::beneath::Root::open(&ctx.repo.root)
+            .map_err(|e| Error::io("open", &ctx.repo.root, e))?;
         for (path, _, new) in &changes {
-            let full = ctx.repo.root.join(path);
-            if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
-            }
-            write_atomically(&full, new.as_bytes())?;
+            root.replace_file(path.as_bytes(), new.as_bytes())
+                .map_err(|e| Error::io("write", ctx.repo.root.join(path), e))?;
         }
     }
     let report = Report {
@@ -979,23 +980,6 @@ fn line_ops<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<Op<'a>> {
     }
     ops.extend(a[a.len() - suf..].iter().map(|l| Op::Same(l)));
     ops
-}
-
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create a file in", dir, e))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| Error::io("write", tmp.path(), e))?;
-    // Keep the file's mode: an edited test module stays as it was.
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
-    }
-    tmp.persist(path)
-        .map_err(|e| Error::io("write", path, e.error))?;
-    Ok(())
 }
 
 fn render(r: &Report) -> String {

@@ -98,7 +98,7 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
     let text = new.to_json();
     let changed = old.as_deref() != Some(text.as_bytes());
     if changed {
-        write_atomically(&lock_path, text.as_bytes())?;
+        write_atomically(ctx, &lock_path, text.as_bytes())?;
     }
     let report = WriteReport {
         schema: 1,
@@ -152,7 +152,7 @@ fn migrate(
     let ok = drift.is_empty();
     let changed = ok && pinned.format != LockFormat::Fixgate;
     if changed {
-        write_atomically(path, new.to_json().as_bytes())?;
+        write_atomically(ctx, path, new.to_json().as_bytes())?;
     }
     let report = MigrateReport {
         schema: 1,
@@ -181,17 +181,10 @@ fn migrate(
     Ok(if ok { exit::PASS } else { exit::DRIFT })
 }
 
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create a file in", dir, e))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| Error::io("write", tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("write", path, e.error))?;
-    Ok(())
+/// Writes the lock in one step; below the repository, without following a link there.
+fn write_atomically(ctx: &Ctx, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    crate::beneath::replace_under(&ctx.repo.root, path, bytes)
+        .map_err(|e| Error::io("write", path, e))
 }
 
 fn render_check(lock: &str, drift: &[Drift]) -> String {

@@ -56,7 +56,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     let started = Instant::now();
     ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
-    let runner = Arc::new(ctx.runner(&opts.sandbox)?);
+    let runner = Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?);
     let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
     if let Some(w) = warning {
         ctx.warn(&w);

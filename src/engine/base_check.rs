@@ -84,6 +84,7 @@ pub fn run(
                 | FindingKind::Failing
                 | FindingKind::Crashed
                 | FindingKind::Timeout
+                | FindingKind::ResourceLimit
                 | FindingKind::ErrorBucket => {
                     requests.push(BaseCheck {
                         request: base_request(
@@ -249,6 +250,7 @@ fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
             .any(|w| w.nodeid.as_deref() == Some(nodeid)),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
         FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
+        FindingKind::ResourceLimit => t.is_some_and(|t| t.outcome == Outcome::ResourceLimit),
         FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
         _ => t.is_some_and(|t| !t.outcome.is_green()),
     }

@@ -140,9 +140,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What to say, once per process, about a remote used without a signing key.
+pub fn unauthenticated(settings: &RemoteSettings) -> Option<String> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if settings.config.mac_key.is_some() || SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    Some(format!(
+        "the remote cache {} is used without FIXGATE_CACHE_KEY: its results are \
+         unauthenticated, so whoever can write to it decides what this audit reads; set the same \
+         FIXGATE_CACHE_KEY on every machine that shares it to sign and check them",
+        settings.config.display_url()
+    ))
+}
+
 /// The store for `cache_dir` (with the configured remote behind it), or `NoStore` (with the
 /// warning to print) when the cache is disabled or cannot be opened: the audit still runs,
-/// uncached.
+/// uncached. A remote without a signing key comes with its warning, the first time.
 pub fn open(cache_dir: &Path, enabled: bool) -> (Arc<dyn Store>, Option<String>) {
     open_with(cache_dir, enabled, configured())
 }
@@ -172,7 +186,7 @@ pub fn open_with(
                 path: cache_dir.join(LAST_TRANSFER),
                 required: remote.is_some_and(|r| r.required),
             };
-            (Arc::new(recorded), None)
+            (Arc::new(recorded), remote.and_then(unauthenticated))
         }
         Err(e) => (
             Arc::new(NoStore),

@@ -46,11 +46,16 @@ pub const ENV_ALLOWLIST: &[&str] = &[
 #[derive(Clone)]
 pub struct Runner {
     pub interpreter: Interpreter,
-    pub plugin_dir: PathBuf,
-    /// Where the plugin keeps pytest's rewritten test modules between runs (see
-    /// src/pytest/plugin/rewrite.py): sandboxes are fresh and write no bytecode, so without it
+    /// The plugin, compiled (read-only to runs).
+    pub plugin: Arc<crate::pytest::plugin::Installed>,
+    /// pytest's rewritten test modules, made by fixgate before the runs that import them (see
+    /// src/pytest/rewrites.rs): sandboxes are fresh and write no bytecode, so without them
     /// every run would rewrite and compile every test module again.
-    pub rewrite_cache: PathBuf,
+    pub rewrites: Arc<crate::pytest::rewrites::Rewrites>,
+    /// The cache directory, hidden from runs (but for the plugin and the rewrites).
+    pub cache_dir: PathBuf,
+    /// Every run's bounds.
+    pub limits: crate::limits::Limits,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
     pub test_timeout: Duration,
@@ -192,7 +197,7 @@ impl Runner {
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
-        pythonpath.push(self.plugin_dir.clone());
+        pythonpath.push(self.plugin.dir.clone());
         cmd.env(
             "PYTHONPATH",
             std::env::join_paths(pythonpath).unwrap_or_default(),
@@ -203,7 +208,6 @@ impl Runner {
         .env("TMP", sandbox.tmp())
         .env("PYTHONHASHSEED", HASH_SEED)
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("FIXGATE_PYC_CACHE", &self.rewrite_cache)
         .env("PYTHONUNBUFFERED", "1")
         .env("TZ", "UTC")
         .env("NO_COLOR", "1");
@@ -222,14 +226,22 @@ impl Runner {
             &crate::contain::RunPaths {
                 sandbox: sandbox.dir(),
                 cwd: &tree,
-                plugin_dir: &self.plugin_dir,
-                rewrite_cache: &self.rewrite_cache,
+                cache_dir: &self.cache_dir,
+                plugin_dir: &self.plugin.dir,
+                rewrite_cache: self.rewrites.dir(),
                 origin_root: &self.origin_root,
                 interpreter: &[&self.interpreter.path, executable],
                 allow_network: self.allow_network,
+                limits: &self.limits,
             },
         );
         cmd
+    }
+
+    /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
+    pub(crate) fn sandbox(&self, snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
+        self.rewrites.prepare(snapshot, overlay);
+        Sandbox::create(snapshot, overlay, &self.env.temp_dir)
     }
 
     pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
@@ -256,6 +268,10 @@ impl Runner {
             args.extend(["-n".to_string(), "0".to_string(), "--dist=no".to_string()]);
         }
         args.push(format!("--fixgate-events={}", events.display()));
+        args.push(format!(
+            "--fixgate-rewrite={}",
+            self.rewrites.dir().display()
+        ));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
     }
@@ -305,7 +321,7 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
+        let sandbox = self.sandbox(snapshot, &Overlay::new())?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -424,7 +440,7 @@ impl Runner {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
+            None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
         let sandbox_dir = place.sandbox().dir().to_path_buf();
         let watch = sandbox_dir.join("watch.json");
@@ -565,6 +581,7 @@ impl Runner {
         });
         for t in &mut result.tests {
             t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
+            self.limits.classify(&mut t.outcome, &mut t.message);
         }
         result
             .warnings
@@ -590,6 +607,12 @@ impl Runner {
         let mut collected = None;
         let mut collect_errors = Vec::new();
         let mut timed_out = false;
+        // The sandbox is the events file's folder.
+        let mut disk = p
+            .events
+            .parent()
+            .and_then(|dir| crate::limits::DiskWatch::new(dir, self.limits.disk));
+        let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
@@ -656,11 +679,25 @@ impl Runner {
                     timed_out = true;
                 }
             }
+            if filled.is_none() {
+                filled = disk.as_mut().and_then(|d| d.over());
+                if filled.is_some() {
+                    p.kill();
+                }
+            }
             p.pause();
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
-            let (outcome, message) = if timed_out {
+            let (outcome, message) = if let Some(size) = filled {
+                (
+                    Outcome::ResourceLimit,
+                    self.limits.message(
+                        crate::limits::Hit::Disk,
+                        &format!("its sandbox grew to {}", crate::units::show_size(size)),
+                    ),
+                )
+            } else if timed_out {
                 (
                     Outcome::Timeout,
                     format!(

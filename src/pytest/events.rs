@@ -202,6 +202,9 @@ pub enum Outcome {
     Crashed,
     /// The test ran past `--test-timeout` and was killed.
     Timeout,
+    /// The test hit one of the run's bounds (memory, processes, disk): see src/limits.rs.
+    #[serde(rename = "resource-limit")]
+    ResourceLimit,
 }
 
 impl Outcome {
@@ -226,6 +229,7 @@ impl Outcome {
             Outcome::Xpassed => "xpassed",
             Outcome::Crashed => "crashed",
             Outcome::Timeout => "timeout",
+            Outcome::ResourceLimit => "resource-limit",
         }
     }
 

@@ -323,7 +323,8 @@ pub(crate) struct Zygote {
 impl Zygote {
     fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &runner.env.temp_dir)
+        let sandbox = runner
+            .sandbox(snapshot, &Overlay::new())
             .map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
             .record()

@@ -1,13 +1,16 @@
-//! The embedded pytest plugin: written to disk under its own hash, loaded with `-p`.
+//! The embedded pytest plugin: written to disk under its own hash and compiled there by fixgate
+//! before any run, loaded with `-p`.
 //!
 //! `fixgate_plugin`, the module `-p` names, is a short loader of the plugin's modules, split by
 //! concern (`fixgate_plugin_events`, `_trace`, `_classify`, `_lease`, `_rewrite`, `_forkserver`, `_hooks`).
 //! pytest rewrites the asserts of every module named with `-p`, from source, and runs write no
 //! bytecode, so naming the plugin itself would have every pytest process parse, rewrite and
-//! compile its 2,000 lines again (about 0.1 s). The loader keeps each module compiled beside it,
-//! checksummed (a damaged file is compiled again, never run).
+//! compile its 2,000 lines again (about 0.1 s). The loader runs each module from the bytecode
+//! [`install`] compiled beside it, outside any run (runs see the folder read-only and never
+//! write it: a run's code is the patch's, and what it wrote would be the next run's plugin).
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
 
@@ -59,23 +62,106 @@ fn digest_of(files: &[(String, &str)]) -> String {
     hasher.finalize().to_hex().to_string()
 }
 
-/// Writes the plugin into `<cache_dir>/plugin/<hash>/` (or the temporary directory when the
-/// cache directory is not writable) and returns the directory to put on `PYTHONPATH`.
-pub fn install(cache_dir: &Path, temp_dir: &Path) -> Result<PathBuf> {
+/// The plugin on disk: the folder to put on `PYTHONPATH`, and the private folder that holds it
+/// when the cache directory is not writable (removed when the last run is done).
+#[derive(Debug)]
+pub struct Installed {
+    pub dir: PathBuf,
+    _private: Option<tempfile::TempDir>,
+}
+
+/// Compiles the named modules of the folder `argv[1]` into its `__pycache__`, as the shim
+/// expects them: magic number, the SHA-256 of the marshalled code, the code. Run with `-I -S`:
+/// nothing but the interpreter itself is imported.
+const COMPILE: &str = r#"
+import hashlib, importlib.util, marshal, os, sys
+folder = sys.argv[1]
+out = os.path.join(folder, "__pycache__")
+os.makedirs(out, exist_ok=True)
+for name in sys.argv[2:]:
+    source = os.path.join(folder, name + ".py")
+    with open(source, "rb") as f:
+        body = marshal.dumps(compile(f.read(), source, "exec", dont_inherit=True))
+    path = os.path.join(out, "%s.%s.fixgate" % (name, sys.implementation.cache_tag))
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(importlib.util.MAGIC_NUMBER + hashlib.sha256(body).digest() + body)
+    os.replace(tmp, path)
+"#;
+
+/// Writes the plugin into `<cache_dir>/plugin/<hash>/` and compiles it there for `python`
+/// (once per interpreter: `fingerprint` names it). When the cache directory is not writable, a
+/// private temporary folder of this process takes its place, never a folder other users
+/// share: whoever can write the plugin decides every run's outcome.
+pub fn install(
+    cache_dir: &Path,
+    temp_dir: &Path,
+    python: &Path,
+    fingerprint: &str,
+) -> Result<Installed> {
     let hash = &digest()[..16];
-    let mut last_err = None;
-    for base in [cache_dir.join("plugin"), temp_dir.join("fixgate-plugin")] {
-        let dir = base.join(hash);
-        match write_files(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last_err = Some((dir, e)),
-        }
+    let shared = cache_dir.join("plugin").join(hash);
+    if write_files(&shared).is_ok() {
+        compile(&shared, python, fingerprint)?;
+        return Ok(Installed {
+            dir: shared,
+            _private: None,
+        });
     }
-    let (dir, e) = last_err.expect("at least one attempt");
-    Err(Error::Infra(format!(
-        "failed to write the pytest plugin to {}: {e}; pass --cache-dir with a writable directory",
-        dir.display()
-    )))
+    let private = tempfile::Builder::new()
+        .prefix("fixgate-plugin-")
+        .tempdir_in(temp_dir)
+        .map_err(|e| {
+            Error::Infra(format!(
+                "failed to write the pytest plugin to {} or a private folder in {}: {e}; pass \
+                 --cache-dir with a writable directory",
+                shared.display(),
+                temp_dir.display()
+            ))
+        })?;
+    let dir = private.path().join(hash);
+    write_files(&dir).map_err(|e| Error::io("write the pytest plugin to", &dir, e))?;
+    compile(&dir, python, fingerprint)?;
+    Ok(Installed {
+        dir,
+        _private: Some(private),
+    })
+}
+
+/// Compiles the plugin's modules in `dir` with `python`, unless a stamp says it was done for
+/// this interpreter. A failure leaves no stamp: the loader then compiles in memory.
+fn compile(dir: &Path, python: &Path, fingerprint: &str) -> Result<()> {
+    let stamp = dir.join(format!(
+        "compiled-{}",
+        &fingerprint[..16.min(fingerprint.len())]
+    ));
+    if stamp.exists() {
+        return Ok(());
+    }
+    let out = Command::new(python)
+        .args(["-I", "-S", "-c", COMPILE])
+        .arg(dir)
+        .args(MODULES.iter().map(|(name, _)| name))
+        .env_clear()
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            Error::Infra(format!(
+                "failed to start {} to compile the pytest plugin: {e}",
+                python.display()
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(Error::Infra(format!(
+            "{} failed to compile the pytest plugin in {} ({}): {}",
+            python.display(),
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    std::fs::write(&stamp, b"").map_err(|e| Error::io("write", &stamp, e))
 }
 
 /// Writes each file that is missing or differs, atomically; a file already right is left alone.

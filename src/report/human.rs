@@ -12,13 +12,14 @@ use super::{AuditReport, Finding, TestReport};
 const WIDTH: usize = 100;
 
 /// Buckets in the order a reader wants them: the defects first, then the rest.
-const BUCKETS: [&str; 9] = [
+const BUCKETS: [&str; 10] = [
     "order-dependent",
     "polluter",
     "failing",
     "error",
     "crashed",
     "timeout",
+    "resource-limit",
     "flaky",
     "skipped",
     "stable",
@@ -121,7 +122,7 @@ pub(crate) fn graph_line(r: &AuditReport) -> String {
 }
 
 /// One letter per outcome, for grids: `P` passed, `F` failed, `E` error, `S` skipped,
-/// `C` crashed, `T` timeout, `X` xfailed or xpassed, `?` anything else.
+/// `C` crashed, `T` timeout, `L` resource limit (a run's bound), `X` xfailed or xpassed, `?` anything else.
 pub(crate) fn outcome_letter(outcome: &str) -> &'static str {
     match outcome {
         "passed" => "P",
@@ -130,6 +131,7 @@ pub(crate) fn outcome_letter(outcome: &str) -> &'static str {
         "skipped" => "S",
         "crashed" => "C",
         "timeout" => "T",
+        "resource-limit" => "L",
         "xfailed" | "xpassed" => "X",
         _ => "?",
     }
@@ -137,7 +139,7 @@ pub(crate) fn outcome_letter(outcome: &str) -> &'static str {
 
 /// The legend of [`outcome_letter`].
 pub(crate) const OUTCOME_LEGEND: &str =
-    "P passed, F failed, E error, S skipped, C crashed, T timeout, X xfailed/xpassed";
+    "P passed, F failed, E error, S skipped, C crashed, T timeout, L limit, X xfailed/xpassed";
 
 /// A test's outcomes in run order, `0:P rev:F 1:P 2:F`; orders the test did not run in are left
 /// out, and outcomes under labels missing from `orders` follow in label order.
@@ -203,6 +205,7 @@ fn kind_noun(kind: &str) -> (String, String) {
         "failing" => fixed("failing test", "failing tests"),
         "crashed" => fixed("crashed test", "crashed tests"),
         "timeout" => fixed("timed-out test", "timed-out tests"),
+        "resource-limit" => fixed("test over a run's limit", "tests over a run's limits"),
         "error" => fixed("test error", "test errors"),
         "flaky" => fixed("flaky test", "flaky tests"),
         "new-skip" => fixed("new skip", "new skips"),
