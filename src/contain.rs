@@ -176,8 +176,8 @@ struct Keep {
     fd: libc::c_int,
 }
 
-/// A folder covered by a fresh tmpfs: an empty read-only one (hidden), or a writable scratch
-/// one of a bounded size (`/tmp`, `/run`, `/dev/shm`).
+/// A folder covered by a fresh tmpfs: an empty read-only one (hidden), or the writable scratch
+/// `/dev/shm` of a bounded size.
 struct Cover {
     path: CString,
     options: CString,
@@ -191,6 +191,10 @@ struct Plan {
     /// `Some` when not root: the user namespace's single-line maps.
     user_maps: Option<(Vec<u8>, Vec<u8>)>,
     hide: Vec<Cover>,
+    /// Hidden folders inside another cover (the repository or the home under `/tmp`): made
+    /// empty in it, outermost first, so that they still exist, empty and read-only, and a write
+    /// there fails as one to a read-only file system, not as one to a missing folder.
+    placeholders: Vec<CString>,
     keep: Vec<Keep>,
     writable: Vec<CString>,
     /// Host sockets that would hand out the machine (a container engine, the system bus):
@@ -205,9 +209,12 @@ struct Plan {
     pid_max: Option<Vec<u8>>,
 }
 
-/// Folders whose host content no run may see (Unix sockets, other users' files): each run gets
-/// its own empty, writable and bounded one.
-const SCRATCH: [&str; 3] = ["/tmp", "/run", "/dev/shm"];
+/// Folders whose host content no run may see (Unix sockets, other users' files, other runs'
+/// sandboxes): each run gets its own, empty. A test writes to its sandbox's `TMPDIR`, so `/tmp`
+/// and `/run` stay read-only (a write there is an outside write, as before); `/dev/shm` is
+/// writable, for `multiprocessing`, and bounded.
+const PRIVATE: [&str; 2] = ["/tmp", "/run"];
+const SCRATCH: &str = "/dev/shm";
 
 const MASKED_SOCKETS: [&str; 7] = [
     "/run/docker.sock",
@@ -260,6 +267,7 @@ impl Plan {
                 )
             }),
             hide: Vec::new(),
+            placeholders: Vec::new(),
             keep: Vec::new(),
             writable: Vec::new(),
             masked: Vec::new(),
@@ -310,14 +318,38 @@ impl Plan {
         .collect();
         // Other runs' sandboxes on /dev/shm, sockets in /tmp and /run, and whatever tests
         // leave there for the next run, go behind fresh tmpfs of the run's own.
-        let scratch: Vec<PathBuf> = SCRATCH
-            .iter()
-            .filter_map(|p| real(Path::new(p)))
+        let scratch: Vec<PathBuf> = real(Path::new(SCRATCH))
             .filter(|p| p.is_dir() && p.parent().is_some())
+            .into_iter()
             .collect();
         hidden.extend(scratch.iter().cloned());
+        hidden.extend(
+            PRIVATE
+                .iter()
+                .filter_map(|p| real(Path::new(p)))
+                .filter(|p| p.is_dir() && p.parent().is_some()),
+        );
+        let nested = hidden.clone();
         let hidden = outermost(hidden);
-        let scratch_options = cstr(Path::new(&format!("mode=1777,size={}", paths.limits.disk)));
+        let mut placeholders: Vec<PathBuf> = Vec::new();
+        for n in nested.iter().filter(|n| !hidden.contains(n)) {
+            let Some(h) = hidden.iter().find(|h| n.starts_with(h)) else {
+                continue;
+            };
+            let mut dir = h.clone();
+            for c in n.strip_prefix(h).into_iter().flat_map(Path::components) {
+                dir.push(c);
+                placeholders.push(dir.clone());
+            }
+        }
+        placeholders.sort();
+        placeholders.dedup();
+        plan.placeholders = placeholders.iter().map(|p| cstr(p)).collect();
+        let scratch_options = if paths.limits.disk == crate::limits::UNLIMITED {
+            c"mode=1777".to_owned()
+        } else {
+            cstr(Path::new(&format!("mode=1777,size={}", paths.limits.disk)))
+        };
         for h in &hidden {
             let options = if scratch.contains(h) {
                 scratch_options.clone()
@@ -459,6 +491,11 @@ impl Plan {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 h.options.as_ptr().cast(),
             ))?;
+        }
+        for d in &self.placeholders {
+            if libc::mkdir(d.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         for i in 0..self.keep.len() {
             let fd = self.keep[i].fd;

@@ -817,12 +817,18 @@ def test_disk_fill_many_files():
         n += 1
 
 
-def test_shm_fill():
+def _fill_folder(folder):
     chunk = b"z" * (1 << 20)
-    with open("/dev/shm/fill", "wb") as f:
-        while True:
-            f.write(chunk)
-            f.flush()
+    n = 0
+    while True:
+        with open(os.path.join(folder, "fill-%d" % n), "wb") as f:
+            for _ in range(4):
+                f.write(chunk)
+        n += 1
+
+
+def test_shm_fill():
+    _fill_folder("/dev/shm")
 
 
 def test_after_them_all():

@@ -458,6 +458,8 @@ impl Runner {
             incomplete_trace: false,
             index: Default::default(),
         };
+        // The run's disk bound, counted from the sandbox as the run found it.
+        let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -510,7 +512,12 @@ impl Runner {
                 }
                 place => self.spawn(place.sandbox(), k, &extra)?,
             };
-            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
+            if k > 0 {
+                if let Some(d) = disk.as_mut() {
+                    d.next_process();
+                }
+            }
+            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress, &mut disk)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
@@ -597,6 +604,7 @@ impl Runner {
         order: Option<&[String]>,
         result: &mut RunResult,
         progress: Option<&ProgressBar>,
+        disk: &mut Option<crate::limits::DiskWatch>,
     ) -> Result<ProcessOutcome> {
         let mut reader = EventReader::open(&p.events)?;
         // The test running now: named by `test_start`, or, after a result, the next one in the
@@ -607,11 +615,6 @@ impl Runner {
         let mut collected = None;
         let mut collect_errors = Vec::new();
         let mut timed_out = false;
-        // The sandbox is the events file's folder.
-        let mut disk = p
-            .events
-            .parent()
-            .and_then(|dir| crate::limits::DiskWatch::new(dir, self.limits.disk));
         let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
@@ -680,7 +683,7 @@ impl Runner {
                 }
             }
             if filled.is_none() {
-                filled = disk.as_mut().and_then(|d| d.over());
+                filled = disk.as_mut().and_then(crate::limits::DiskWatch::over);
                 if filled.is_some() {
                     p.kill();
                 }
@@ -694,7 +697,10 @@ impl Runner {
                     Outcome::ResourceLimit,
                     self.limits.message(
                         crate::limits::Hit::Disk,
-                        &format!("its sandbox grew to {}", crate::units::show_size(size)),
+                        &format!(
+                            "the run's sandbox grew by {}",
+                            crate::units::show_size(size)
+                        ),
                     ),
                 )
             } else if timed_out {
