@@ -302,20 +302,18 @@ impl Plan {
             }
         }
         let sandboxes = paths.sandbox.parent().and_then(real);
-        let mut hidden: Vec<PathBuf> = [
-            Some(paths.origin_root),
-            host.home.as_deref(),
-            Some(paths.cache_dir),
-        ]
-        .into_iter()
-        .flatten()
-        .filter_map(real)
-        .chain(sandboxes.clone())
-        .filter(|h| h.parent().is_some() && h.is_dir())
-        // A hidden folder that holds a needed one entirely is not hidden (HOME=/ in some
-        // containers would hide everything).
-        .filter(|h| !readable.iter().any(|r| h.starts_with(r)))
-        .collect();
+        let mut hidden: Vec<PathBuf> = [Some(paths.origin_root), host.home.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(real)
+            .chain(sandboxes.clone())
+            .filter(|h| h.parent().is_some() && h.is_dir())
+            // A hidden folder inside a needed one is left alone (a home inside the
+            // interpreter's prefix); `/` is never hidden (HOME=/ in some containers).
+            .filter(|h| !readable.iter().any(|r| h.starts_with(r)))
+            .collect();
+        // The cache is hidden wherever it is: its store holds every head's results.
+        hidden.extend(real(paths.cache_dir).filter(|c| c.parent().is_some() && c.is_dir()));
         // Other runs' sandboxes on /dev/shm, sockets in /tmp and /run, and whatever tests
         // leave there for the next run, go behind fresh tmpfs of the run's own.
         let scratch: Vec<PathBuf> = real(Path::new(SCRATCH))

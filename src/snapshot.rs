@@ -503,6 +503,11 @@ fn walk_dir<'s>(
             Err(e) => return fail(Error::io("list", dir, e)),
         };
         let name = entry.file_name();
+        // Git's own folder, or the file a submodule or a linked work tree keeps in its place,
+        // is no file of the snapshot (no name `.git` is: see `beneath::check_component`).
+        if name == ".git" {
+            continue;
+        }
         let mut path = prefix.clone();
         if !path.is_empty() {
             path.push(b'/');
@@ -510,10 +515,8 @@ fn walk_dir<'s>(
         path.extend_from_slice(name.as_bytes());
         match entry.file_type() {
             Ok(ft) if ft.is_dir() => {
-                if name != ".git" {
-                    let sub = entry.path();
-                    scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
-                }
+                let sub = entry.path();
+                scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
             }
             // A file that vanished between the listing and its stat is not part of the
             // snapshot, as for a git work tree.

@@ -198,6 +198,60 @@ mod tests {
         assert_eq!(listed, ours);
     }
 
+    /// An interpreter for the tests below: `python3` on PATH.
+    fn python() -> PathBuf {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("the plugin's tests need python3 on PATH");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    }
+
+    #[test]
+    fn the_plugin_is_compiled_by_fixgate_once_per_interpreter() {
+        let cache = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let installed = install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert!(installed.dir.starts_with(cache.path().join("plugin")));
+        let compiled: Vec<String> = std::fs::read_dir(installed.dir.join("__pycache__"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for (name, _) in MODULES {
+            assert!(
+                compiled
+                    .iter()
+                    .any(|c| c.starts_with(&format!("{name}.")) && c.ends_with(".fixgate")),
+                "{name} not compiled: {compiled:?}"
+            );
+        }
+        // A second install for the same interpreter compiles nothing: the stamp says so.
+        let stamp = installed.dir.join("compiled-0123456789abcdef");
+        assert!(stamp.exists());
+        std::fs::remove_dir_all(installed.dir.join("__pycache__")).unwrap();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert!(!installed.dir.join("__pycache__").exists());
+    }
+
+    #[test]
+    fn without_a_writable_cache_the_plugin_goes_to_a_private_folder_removed_after_use() {
+        let blocker = tempfile::tempdir().unwrap();
+        std::fs::write(blocker.path().join("file"), "").unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let installed = install(
+            &blocker.path().join("file/cache"),
+            temp.path(),
+            &python(),
+            "fp",
+        )
+        .unwrap();
+        assert!(installed.dir.starts_with(temp.path()));
+        assert!(installed.dir.join(format!("{MODULE}.py")).exists());
+        let private = installed.dir.parent().unwrap().to_path_buf();
+        drop(installed);
+        assert!(!private.exists());
+    }
+
     #[test]
     fn the_digest_covers_every_byte_of_every_module() {
         let files = files();
