@@ -326,27 +326,6 @@ impl Root {
     }
 }
 
-/// Replaces `path` with `bytes` (keeping its mode): below `root` through [`Root::replace_file`],
-/// so that no link in the repository redirects the write; elsewhere (a path the user named on
-/// the command line) through a temporary file beside it.
-pub(crate) fn replace_under(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if let Ok(rel) = path.strip_prefix(root) {
-        if !rel.as_os_str().is_empty() {
-            return Root::open(root)?.replace_file(rel.as_os_str().as_bytes(), bytes);
-        }
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    io::Write::write_all(&mut tmp, bytes)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
-    }
-    tmp.persist(path).map(drop).map_err(|e| e.error)
-}
-
 fn check_path_io(rel: &[u8]) -> io::Result<()> {
     if rel.is_empty() {
         return Ok(());

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::LimitsConfig;
 use crate::error::{Error, Result};
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 use crate::units::show_size;
 
 /// No bound.
@@ -227,14 +227,18 @@ fn free_bytes(path: &Path) -> Option<u64> {
     // file system, or tells as well.
     loop {
         if let Some(s) = fs_stat(p) {
-            return Some(s.f_bavail as u64 * s.f_frsize as u64);
+            return Some(s.f_bavail.saturating_mul(s.f_frsize));
         }
         p = p.parent()?;
     }
 }
 
 fn used_bytes(path: &Path) -> Option<u64> {
-    fs_stat(path).map(|s| (s.f_blocks - s.f_bfree) as u64 * s.f_frsize as u64)
+    fs_stat(path).map(|s| {
+        s.f_blocks
+            .saturating_sub(s.f_bfree)
+            .saturating_mul(s.f_frsize)
+    })
 }
 
 /// Watches one run's sandbox for growth past the disk bound. Cheap to ask often: it looks at

@@ -19,7 +19,7 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
         _ => (t, 1),
     };
     let n: f64 = num.trim().parse().ok()?;
-    (n.is_finite() && n >= 0.0).then(|| (n * mult as f64) as u64)
+    (n.is_finite() && n >= 0.0).then_some((n * mult as f64) as u64)
 }
 
 /// A bound: a size ([`parse_size`]) or, with `count`, a plain number; `unlimited` is

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cli::LockArgs;
+use crate::cmd::atomic;
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
@@ -98,7 +99,7 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
     let text = new.to_json();
     let changed = old.as_deref() != Some(text.as_bytes());
     if changed {
-        write_atomically(ctx, &lock_path, text.as_bytes())?;
+        atomic::write(&ctx.repo.root, &lock_path, text.as_bytes())?;
     }
     let report = WriteReport {
         schema: 1,
@@ -152,7 +153,7 @@ fn migrate(
     let ok = drift.is_empty();
     let changed = ok && pinned.format != LockFormat::Fixgate;
     if changed {
-        write_atomically(ctx, path, new.to_json().as_bytes())?;
+        atomic::write(&ctx.repo.root, path, new.to_json().as_bytes())?;
     }
     let report = MigrateReport {
         schema: 1,
@@ -179,12 +180,6 @@ fn migrate(
         }
     })?;
     Ok(if ok { exit::PASS } else { exit::DRIFT })
-}
-
-/// Writes the lock in one step; below the repository, without following a link there.
-fn write_atomically(ctx: &Ctx, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    crate::beneath::replace_under(&ctx.repo.root, path, bytes)
-        .map_err(|e| Error::io("write", path, e))
 }
 
 fn render_check(lock: &str, drift: &[Drift]) -> String {
