@@ -777,54 +777,55 @@ def test_host_sockets_are_out_of_reach():
 // Every run bounded
 // ---------------------------------------------------------------------------------------------
 
+/// Each attack bounds itself (a count and a deadline), so that on code without the defence it
+/// ends harmlessly, red for the wrong reason: at most 800 processes that exit within 30 s, 1 GiB
+/// of memory, 256 MiB per fill. [`LIMITS`] stops each well below that.
 const HOGS: &str = r#"import os, time
 
 MARKER = "@MARKER@"
 
 
 def test_fork_bomb():
-    while True:
+    deadline = time.monotonic() + 30
+    for n in range(800):
+        if time.monotonic() > deadline:
+            break
         if os.fork() == 0:
-            try:
-                while True:
-                    os.fork()
-            except BaseException:
-                pass
-            os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 60", MARKER])
+            os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 30", MARKER])
+    assert False, "forked %d processes unbounded" % (n + 1)
 
 
 def test_memory_grab():
     hoard = []
-    while True:
+    for _ in range(16):
         hoard.append(bytearray(64 << 20))
+    assert False, "grabbed 1 GiB unbounded"
 
 
-def test_disk_fill_one_file(tmp_path):
+def _fill(path, chunks):
     chunk = b"x" * (1 << 20)
-    with open(tmp_path / "fill", "wb") as f:
-        while True:
+    with open(path, "wb") as f:
+        for _ in range(chunks):
             f.write(chunk)
             f.flush()
 
 
-def test_disk_fill_many_files():
-    chunk = b"y" * (1 << 20)
-    n = 0
-    while True:
-        with open("fill-%d" % n, "wb") as f:
-            for _ in range(4):
-                f.write(chunk)
-        n += 1
+def test_disk_fill_one_file(tmp_path):
+    _fill(tmp_path / "fill", 256)
+    assert False, "wrote 256 MiB unbounded"
 
 
 def _fill_folder(folder):
-    chunk = b"z" * (1 << 20)
-    n = 0
-    while True:
-        with open(os.path.join(folder, "fill-%d" % n), "wb") as f:
-            for _ in range(4):
-                f.write(chunk)
-        n += 1
+    deadline = time.monotonic() + 30
+    for n in range(64):
+        if time.monotonic() > deadline:
+            break
+        _fill(os.path.join(folder, "fill-%d" % n), 4)
+    assert False, "wrote 256 MiB unbounded"
+
+
+def test_disk_fill_many_files():
+    _fill_folder(".")
 
 
 def test_shm_fill():
@@ -863,7 +864,7 @@ fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
     let run = fixgate(
         &repo,
         cache.path(),
-        &["run", "--format", "json", "--test-timeout", "120"],
+        &["run", "--format", "json", "--test-timeout", "60"],
     );
     let left = processes_with(&marker);
     for pid in &left {
@@ -916,7 +917,9 @@ fn an_audit_reports_a_resource_limit_finding_for_the_test_that_hit_it_and_the_co
     let base = repo.commit("base");
     repo.write(
         "tests/test_grab.py",
-        "def test_grab():\n    hoard = []\n    while True:\n        hoard.append(bytearray(64 << 20))\n",
+        // Bounded by itself (1 GiB) as well, and stopped well below that by --memory-limit.
+        "def test_grab():\n    hoard = []\n    for _ in range(16):\n        \
+         hoard.append(bytearray(64 << 20))\n    assert False, 'grabbed 1 GiB unbounded'\n",
     );
     let head = repo.commit("a test that grabs memory");
     let cache = tempfile::tempdir().unwrap();
