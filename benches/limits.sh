@@ -7,14 +7,17 @@
 # process of the run outlived it.
 #
 #   bash benches/limits.sh [PYTHON]      (default: python3 with pytest)
-#   MEMORY=1G PROCESSES=1000 DISK=1G bash benches/limits.sh
+#   MEMORY=1G PROCESSES=1000 DISK=512M bash benches/limits.sh
 set -euo pipefail
 
 PYTHON=${1:-python3}
 MEMORY=${MEMORY:-1G}
 PROCESSES=${PROCESSES:-1000}
-DISK=${DISK:-1G}
+DISK=${DISK:-512M}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# The hogs' own bounds, in bytes (numfmt reads 1G as 2^30).
+MEMORY_BYTES=$(numfmt --from=iec "$MEMORY")
+DISK_BYTES=$(numfmt --from=iec "$DISK")
 if [ -z "${FIXGATE:-}" ]; then
     cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml"
     FIXGATE="$ROOT/target/release/fixgate"
@@ -30,34 +33,41 @@ git init -q -b main
 printf '[tool.fixgate.limits]\nmemory = "%s"\nprocesses = %s\ndisk = "%s"\n' \
     "$MEMORY" "$PROCESSES" "$DISK" > pyproject.toml
 cat > tests/test_hogs.py <<EOF
-import os
+# Each hog bounds itself (twice the limit it attacks, a 60 s deadline), so that a fixgate without the
+# defence leaves the machine standing: the limits stop each well below its own bound.
+import os, time
+
+BOUND = 2
 
 
 def test_fork_bomb():
-    while True:
+    deadline = time.monotonic() + 60
+    for n in range(BOUND * $PROCESSES):
+        if time.monotonic() > deadline:
+            break
         if os.fork() == 0:
-            try:
-                while True:
-                    os.fork()
-            except BaseException:
-                pass
             os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 60", "$MARK"])
+    assert False, "forked %d processes unbounded" % (n + 1)
 
 
 def test_memory_grab():
     hoard = []
-    while True:
+    while sum(map(len, hoard)) < BOUND * $MEMORY_BYTES:
         hoard.append(bytearray(64 << 20))
+    assert False, "grabbed twice the limit unbounded"
 
 
 def _fill(folder, one_file):
     chunk = b"x" * (1 << 20)
-    n = 0
-    while True:
+    deadline = time.monotonic() + 60
+    written = n = 0
+    while written < BOUND * $DISK_BYTES and time.monotonic() < deadline:
         with open(os.path.join(folder, "fill-%d" % n), "wb") as f:
-            for _ in range(1 << 20 if one_file else 16):
+            for _ in range(BOUND * $DISK_BYTES >> 20 if one_file else 16):
                 f.write(chunk)
+                written += len(chunk)
         n += 1
+    assert False, "wrote twice the limit unbounded"
 
 
 def test_disk_fill_one_file(tmp_path):
