@@ -420,6 +420,47 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_limits_are_sizes_counts_or_unlimited() {
+        let config = pyproject(
+            "[tool.fixgate.limits]\n\
+             memory = \"1.5G\"\n\
+             processes = 4096\n\
+             disk = \"unlimited\"\n",
+        );
+        assert_eq!(
+            config.limits,
+            LimitsConfig {
+                memory: Some(3 << 29),
+                processes: Some(4096),
+                disk: Some(u64::MAX),
+            }
+        );
+        assert_eq!(pyproject("").limits, LimitsConfig::default());
+        let err = pyproject_err("[tool.fixgate.limits]\nmemory = \"lots\"\n");
+        assert_eq!(
+            err,
+            "pyproject.toml line 2, tool.fixgate.limits.memory: expected a size such as \"512M\" \
+             or \"4G\" or \"unlimited\", found \"lots\"; write memory = \"4G\""
+        );
+        let err = pyproject_err("[tool.fixgate.limits]\nprocesses = 0\n");
+        assert!(
+            err.contains("expected a whole number above 0") && err.contains("found 0"),
+            "{err}"
+        );
+        let err = pyproject_err("[tool.fixgate]\nlimits = 3\n");
+        assert!(
+            err.contains("write a [tool.fixgate.limits] header"),
+            "{err}"
+        );
+        let config = pyproject("[tool.fixgate.limits]\ncpu = 2\n");
+        assert!(
+            config.warnings[0].contains("tool.fixgate.limits.cpu"),
+            "{:?}",
+            config.warnings
+        );
+    }
+
+    #[test]
     fn pyproject_without_tool_fixgate_is_fine() {
         let config = pyproject("[project]\nname = \"demo\"\n[tool.black]\nline-length = 100\n");
         assert!(config.groups.is_empty());
