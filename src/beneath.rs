@@ -7,6 +7,13 @@
 //! and a link materialized a moment earlier may point anywhere. [`check_component`] is the rule
 //! for names; [`Root`] does the file work with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`
 //! where the kernel has it (Linux 5.6), else one `O_NOFOLLOW` step per component.
+//!
+//! The whole surface: [`check_component`] and [`check_path`] (a name, a `/`-separated relative
+//! path), and [`Root`], opened on a directory the caller trusts, whose methods take such a path
+//! and refuse any other: `create_dirs`, `create_file`, `write_new`, `symlink`, `remove_file`,
+//! `replace_file`. Snapshots check their tree's names (src/snapshot.rs), sandboxes and replay
+//! overlays are made through a `Root` (src/sandbox.rs), and so are the writes into the user's
+//! repository (src/cmd/atomic.rs).
 
 use std::ffi::CString;
 use std::fmt;
@@ -18,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The longest name a Linux file system holds (`NAME_MAX`).
-pub(crate) const NAME_MAX: usize = 255;
+const NAME_MAX: usize = 255;
 
 /// Why a name is not one normal path component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
