@@ -997,6 +997,7 @@ fn probe(env: &Arc<Environment>) -> std::result::Result<(), String> {
                 memory: crate::limits::UNLIMITED,
                 processes: crate::limits::UNLIMITED,
                 disk: 1 << 20,
+                configured: crate::limits::LimitArgs::default(),
             },
         },
     );

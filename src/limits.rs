@@ -37,6 +37,11 @@ pub struct Limits {
     pub processes: u64,
     /// Bytes of any one file, of the sandbox, and of each scratch folder.
     pub disk: u64,
+    /// The bounds the command line and the configuration set; the others are defaults made
+    /// from this machine (its memory, `--jobs`, the free space now), which a normal suite
+    /// never meets and which must not split the cache between machines or from one audit to
+    /// the next.
+    pub configured: LimitArgs,
 }
 
 /// The bounds the command line sets (`None`: not given).
@@ -79,21 +84,28 @@ impl Limits {
         let memory = physical_memory().map_or(UNLIMITED, |m| (m / jobs).max(1 << 30));
         let disk =
             free_bytes(sandboxes).map_or(16 << 30, |f| (f / (2 * jobs)).clamp(256 << 20, 16 << 30));
+        let configured = LimitArgs {
+            memory: args.memory.or(config.memory),
+            processes: args.processes.or(config.processes),
+            disk: args.disk.or(config.disk),
+        };
         Limits {
-            memory: args.memory.or(config.memory).unwrap_or(memory),
-            processes: args
-                .processes
-                .or(config.processes)
-                .unwrap_or(DEFAULT_PROCESSES),
-            disk: args.disk.or(config.disk).unwrap_or(disk),
+            memory: configured.memory.unwrap_or(memory),
+            processes: configured.processes.unwrap_or(DEFAULT_PROCESSES),
+            disk: configured.disk.unwrap_or(disk),
+            configured,
         }
     }
 
-    /// Part of every run's key: a run under other bounds may end otherwise.
+    /// Part of every run's key: a run under other bounds may end otherwise. Only the bounds
+    /// that were set count (see [`Limits::configured`]).
     pub(crate) fn key(&self) -> String {
+        let show = |n: Option<u64>| n.map_or("default".to_owned(), |n| n.to_string());
         format!(
             "memory={} processes={} disk={}",
-            self.memory, self.processes, self.disk
+            show(self.configured.memory),
+            show(self.configured.processes),
+            show(self.configured.disk)
         )
     }
 
@@ -338,6 +350,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn regression_the_default_limits_made_from_the_free_space_are_no_part_of_a_runs_key() {
+        // The default disk bound follows the free space, which moves between two audits: in
+        // the key, every run missed the cache the audit before had filled.
+        let config = LimitsConfig::default();
+        let here = Limits::resolve(&LimitArgs::default(), &config, 1, Path::new("/"));
+        let there = Limits::resolve(&LimitArgs::default(), &config, 7, Path::new("/nowhere"));
+        assert_ne!((here.memory, here.disk), (there.memory, there.disk));
+        assert_eq!(here.key(), there.key());
+        // A bound that is set is: a run under it may end otherwise.
+        let set = LimitsConfig {
+            disk: Some(64 << 20),
+            ..LimitsConfig::default()
+        };
+        let bounded = Limits::resolve(&LimitArgs::default(), &set, 1, Path::new("/"));
+        assert_eq!(bounded.disk, 64 << 20);
+        assert_ne!(bounded.key(), here.key());
+    }
+
+    #[test]
     fn the_kernels_answers_to_a_process_over_its_bound_name_the_bound() {
         for (message, hit) in [
             ("MemoryError", Some(Hit::Memory)),
@@ -369,6 +400,7 @@ mod tests {
             memory: 512 << 20,
             processes: 400,
             disk: 64 << 20,
+            configured: LimitArgs::default(),
         };
         let mut outcome = Outcome::Failed;
         let mut message = Some("MemoryError".to_string());
