@@ -71,8 +71,9 @@ pub struct Installed {
 }
 
 /// Compiles the named modules of the folder `argv[1]` into its `__pycache__`, as the shim
-/// expects them: magic number, the SHA-256 of the marshalled code, the code. Run with `-I -S`:
-/// nothing but the interpreter itself is imported.
+/// expects them: magic number, the SHA-256 of the marshalled code, the code; prints each file
+/// written, relative to the folder, one a line. Run with `-I -S`: nothing but the interpreter
+/// itself is imported.
 const COMPILE: &str = r#"
 import hashlib, importlib.util, marshal, os, sys
 folder = sys.argv[1]
@@ -87,6 +88,7 @@ for name in sys.argv[2:]:
     with open(tmp, "wb") as f:
         f.write(importlib.util.MAGIC_NUMBER + hashlib.sha256(body).digest() + body)
     os.replace(tmp, path)
+    print(os.path.relpath(path, folder))
 "#;
 
 /// Writes the plugin into `<cache_dir>/plugin/<hash>/` and compiles it there for `python`
@@ -128,14 +130,16 @@ pub fn install(
     })
 }
 
-/// Compiles the plugin's modules in `dir` with `python`, unless a stamp says it was done for
-/// this interpreter. A failure leaves no stamp: the loader then compiles in memory.
+/// Compiles the plugin's modules in `dir` with `python`, unless the stamp of this interpreter
+/// says it was done and every file it lists still has the digest it records: a copy damaged or
+/// removed since is compiled again. A failure leaves no stamp: the loader then compiles in
+/// memory.
 fn compile(dir: &Path, python: &Path, fingerprint: &str) -> Result<()> {
     let stamp = dir.join(format!(
         "compiled-{}",
         &fingerprint[..16.min(fingerprint.len())]
     ));
-    if stamp.exists() {
+    if std::fs::read_to_string(&stamp).is_ok_and(|text| stamp_holds(dir, &text)) {
         return Ok(());
     }
     let out = Command::new(python)
@@ -161,7 +165,25 @@ fn compile(dir: &Path, python: &Path, fingerprint: &str) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    std::fs::write(&stamp, b"").map_err(|e| Error::io("write", &stamp, e))
+    let mut text = String::new();
+    for name in String::from_utf8_lossy(&out.stdout).lines() {
+        let file = dir.join(name);
+        let bytes = std::fs::read(&file).map_err(|e| Error::io("read", &file, e))?;
+        text.push_str(&format!("{} {name}\n", blake3::hash(&bytes).to_hex()));
+    }
+    // A stamp cut short lists a file it does not check: the next install compiles again.
+    std::fs::write(&stamp, text).map_err(|e| Error::io("write", &stamp, e))
+}
+
+/// Whether every `<blake3> <file>` line of a stamp names a file of `dir` with that digest.
+fn stamp_holds(dir: &Path, text: &str) -> bool {
+    !text.is_empty()
+        && text.lines().all(|line| {
+            line.split_once(' ').is_some_and(|(digest, name)| {
+                std::fs::read(dir.join(name))
+                    .is_ok_and(|bytes| blake3::hash(&bytes).to_hex().as_str() == digest)
+            })
+        })
 }
 
 /// Writes each file that is missing or differs, atomically; a file already right is left alone.
@@ -225,12 +247,25 @@ mod tests {
                 "{name} not compiled: {compiled:?}"
             );
         }
-        // A second install for the same interpreter compiles nothing: the stamp says so.
+        // A second install for the same interpreter compiles nothing while the copies are what
+        // the stamp records; a damaged or removed copy is compiled again.
         let stamp = installed.dir.join("compiled-0123456789abcdef");
-        assert!(stamp.exists());
+        let recorded = std::fs::read_to_string(&stamp).unwrap();
+        assert_eq!(recorded.lines().count(), MODULES.len(), "{recorded}");
+        let copy = installed
+            .dir
+            .join(recorded.lines().next().unwrap().split_once(' ').unwrap().1);
+        let good = std::fs::read(&copy).unwrap();
+        let modified = || std::fs::metadata(&copy).unwrap().modified().unwrap();
+        let before = modified();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert_eq!(modified(), before, "compiled again though nothing changed");
+        std::fs::write(&copy, b"damaged").unwrap();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
         std::fs::remove_dir_all(installed.dir.join("__pycache__")).unwrap();
         install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
-        assert!(!installed.dir.join("__pycache__").exists());
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
     }
 
     #[test]
