@@ -133,6 +133,10 @@ pub enum Command {
     Trace(TraceArgs),
     #[command(about = audit_about())]
     Audit(AuditArgs),
+    /// Audit the working tree against a base, then again after every save, reusing everything
+    /// unchanged; a save during an audit cancels it. One screen (or JSON line) per audit;
+    /// Ctrl-C or SIGTERM stops it and exits 0
+    Watch(WatchArgs),
     /// Print the build graph of the last audit of this repository, with each node's status
     Graph(GraphArgs),
     /// Print why each executed node of the last audit ran
@@ -180,6 +184,18 @@ pub struct AuditArgs {
     /// skipped), as with a repeated --head
     #[arg(long, value_name = "FILE")]
     pub heads_from: Option<PathBuf>,
+    /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
+    /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
+    /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+    #[command(flatten)]
+    pub options: AuditOptionArgs,
+}
+
+/// What an audit judges with, shared by `audit` and `watch`.
+#[derive(Debug, Args)]
+pub struct AuditOptionArgs {
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N), at
     /// most 10,000
     #[arg(
@@ -232,16 +248,30 @@ pub struct AuditArgs {
     /// Budget: the most reruns (pytest-rerunfailures and the like)
     #[arg(long, value_name = "N")]
     pub max_reruns: Option<u64>,
-    /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
-    /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
-    /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
-    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
-    pub shard: Option<Shard>,
     /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
     #[arg(long, value_name = "DATE", hide = true)]
     pub today: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The base revision the working tree is audited against (anything git accepts), resolved
+    /// again for every audit
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub base: String,
+    /// How long the tree must stay quiet after a change before the next audit starts, in
+    /// milliseconds (an editor's save is several events)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u64).range(10..=60_000)
+    )]
+    pub debounce: u64,
+    #[command(flatten)]
+    pub options: AuditOptionArgs,
 }
 
 /// `--shard K/N`: the K-th (1-based) of N shares.

@@ -260,39 +260,11 @@ impl Repo {
 /// only to tell us which files are untracked. Ignore rules are asked only about what the index
 /// does not know, and a directory with no tracked file below that git ignores is never entered.
 fn git_worktree_entries(git: &Repository, root: &Path) -> Result<Vec<Entry>> {
-    let index = match std::fs::read(git.path().join("index"))
-        .ok()
-        .and_then(|bytes| crate::git_index::entries(&bytes))
-    {
-        Some(entries) => entries,
-        // No index yet, or one the direct reader leaves to libgit2.
-        None => git
-            .index()?
-            .iter()
-            .map(|e| crate::git_index::IndexEntry {
-                path: e.path,
-                mode: e.mode,
-            })
-            .collect(),
-    };
-    let mut tracked = HashSet::new();
-    let mut tracked_dirs = HashSet::new();
-    let mut gitlinks = HashSet::new();
-    for e in index {
-        let mut end = e.path.len();
-        while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
-            if !tracked_dirs.insert(e.path[..slash].to_vec()) {
-                break;
-            }
-            end = slash;
-        }
-        // Gitlinks (submodules) are not files here, and nothing below them is walked.
-        if (e.mode & 0o170000) == 0o160000 {
-            gitlinks.insert(e.path);
-        } else {
-            tracked.insert(e.path);
-        }
-    }
+    let crate::git_index::Tracked {
+        files: tracked,
+        dirs: tracked_dirs,
+        gitlinks,
+    } = crate::git_index::tracked(git)?;
     let known = Known {
         tracked: &tracked,
         tracked_dirs: &tracked_dirs,
@@ -364,7 +336,7 @@ struct Found {
 }
 
 /// `prefix/name` as repository path bytes.
-fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
+pub(crate) fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
     let mut path = prefix.to_vec();
     if !path.is_empty() {

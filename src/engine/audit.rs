@@ -41,6 +41,7 @@ use crate::pytest::events::CollectedItem;
 use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
+#[derive(Clone)]
 pub struct Options {
     pub base: String,
     /// `None`: the working tree.
@@ -60,6 +61,12 @@ pub struct Options {
     pub sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<shard::Shard>,
+    /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
+    /// interpreters) between audits, with a cancellation flag of each audit's own.
+    pub runner: Option<Arc<crate::pytest::driver::Runner>>,
+    /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
+    /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
+    pub frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
 }
 
 /// Runs the whole audit and writes its report.
@@ -70,9 +77,19 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
 /// Runs the whole audit.
 pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     let started = Instant::now();
-    ctx.prefetch_interpreter();
-    let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
-    let runner = Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?);
+    if opts.runner.is_none() {
+        ctx.prefetch_interpreter();
+    }
+    let sides = Sides::load(
+        ctx,
+        &opts.base,
+        opts.head.as_deref(),
+        opts.frozen_head.clone(),
+    )?;
+    let runner = match &opts.runner {
+        Some(r) => r.clone(),
+        None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
+    };
     let (store, warning) = ctx.open_store(opts.cache);
     if let Some(w) = warning {
         ctx.warn(&w);

@@ -264,7 +264,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     // raises: pytest ran and exited with its code) is data; a process that
                     // could not start or was killed is not.
                     Error::NotCollected(m) => NodeError::Data(m),
-                    e => NodeError::Infra(e.to_string()),
+                    e => crate::engine::runs::node_error(e),
                 })?;
         let mut paths: Vec<String> = trace
             .read

@@ -222,6 +222,16 @@ impl Runner {
         args
     }
 
+    /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
+    /// queued nodes still reach a worker, and each would make a sandbox and start pytest only
+    /// to kill it.
+    fn check_interrupted(&self) -> Result<()> {
+        match self.interrupted.load(Ordering::SeqCst) {
+            true => Err(Error::Interrupted),
+            false => Ok(()),
+        }
+    }
+
     fn has_distribution(&self, name: &str) -> bool {
         self.interpreter
             .fingerprint
@@ -268,6 +278,7 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+        self.check_interrupted()?;
         let sandbox = self.sandbox(snapshot, &Overlay::new())?;
         let mut p = self.spawn(
             &sandbox,
@@ -392,6 +403,7 @@ impl Runner {
         groups: &FixtureGroups,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
+        self.check_interrupted()?;
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let prepare = |sandbox: &Sandbox, events: &Path| {
             self.prepare(sandbox, &self.base_args(sandbox, events))
@@ -438,6 +450,9 @@ impl Runner {
                 }
                 None => extra.push("--fixgate-collect".into()),
             }
+            // A cancelled audit starts no process (a warm interpreter whose start it
+            // cancelled leaves this run a fresh one to make).
+            self.check_interrupted()?;
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();

@@ -207,7 +207,11 @@ impl Pool {
                     Ok(z) => z,
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
-                        self.refuse(key, reason);
+                        // A cancelled start says nothing about the snapshot: under `fixgate
+                        // watch` the next audit may fork from it.
+                        if !launch.interrupted.load(Ordering::SeqCst) {
+                            self.refuse(key, reason);
+                        }
                         return None;
                     }
                 }
