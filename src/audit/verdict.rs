@@ -233,7 +233,8 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
 pub struct Gates<'a> {
     /// Infrastructure failures: nothing was judged.
     pub errors: &'a [String],
-    /// Fixture files that differ from the lock (checked before any test runs).
+    /// Fixture files that differ from the lock (checked before any test runs), each
+    /// `<lock file>: <path> (<change>)`.
     pub drift: &'a [String],
     /// Expired freeze entries (checked before any test runs).
     pub expired: &'a [String],
@@ -265,7 +266,7 @@ pub fn decide(gates: &Gates) -> Decision {
         let reasons = gates
             .drift
             .iter()
-            .map(|d| format!("fixture differs from fixtures.lock: {d}"))
+            .map(|d| format!("fixture differs from {d}"))
             .collect();
         (Verdict::Drift, reasons)
     } else if !gates.expired.is_empty() {
@@ -500,7 +501,7 @@ mod tests {
     #[test]
     fn precedence_error_drift_expired_reject_unverified_pass() {
         let errors = ["failed to create a sandbox".to_owned()];
-        let drift = ["tests/fixtures/a.json modified".to_owned()];
+        let drift = ["tests/fixtures.lock.json: tests/fixtures/a.json (modified)".to_owned()];
         let expired = ["tests/t.py::test_y (owner ana, expired 2024-03-01)".to_owned()];
         let findings = [
             finding(FindingKind::Polluter, true, false),
@@ -539,7 +540,8 @@ mod tests {
                 (Verdict::Error, "failed to create a sandbox".to_owned()),
                 (
                     Verdict::Drift,
-                    "fixture differs from fixtures.lock: tests/fixtures/a.json modified".to_owned()
+                    "fixture differs from tests/fixtures.lock.json: tests/fixtures/a.json (modified)"
+                        .to_owned()
                 ),
                 (
                     Verdict::ExpiredFreeze,

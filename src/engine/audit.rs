@@ -141,11 +141,13 @@ fn phases(
     report: &mut AuditReport,
 ) -> Result<verdict::Decision> {
     // Gates before any test runs.
+    let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
+    report.lock.file = sides.lock_path.clone();
     let fixtures = steps::prepare_fixtures(
         engine,
         sides.base.tree,
         sides.head.tree,
-        sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME),
+        lock_path,
         sides.base.lock.clone(),
         sides.head.lock.clone(),
     )?;
@@ -182,7 +184,7 @@ fn phases(
         .lock
         .drift
         .iter()
-        .map(|d| format!("{} ({})", d.path, d.change))
+        .map(|d| format!("{lock_path}: {} ({})", d.path, d.change))
         .collect();
     let expired_text: Vec<String> = expired
         .iter()

@@ -151,25 +151,28 @@ pub fn prepare_fixtures(
                 .map(|d| d.to_string())
                 .unwrap_or_default()
         };
-        let snapshot = engine.head.snapshot.clone();
+        let (base_snapshot, head_snapshot) =
+            (engine.base.snapshot.clone(), engine.head.snapshot.clone());
         let path = lock_path.to_string();
         let n = Node::new("lock-check", "lock-check", move |inputs| {
-            let head: Manifest = parse(inputs[0])?;
-            // SHA-256 pins (teams' own locks) are checked against the head's bytes.
-            let mut read = crate::lock::snapshot_reader(&snapshot)
-                .map_err(|e| NodeError::Infra(e.to_string()))?;
+            let base: Manifest = parse(inputs[0])?;
+            let head: Manifest = parse(inputs[1])?;
+            // SHA-256 pins (teams' own locks) are checked against each side's bytes.
+            let reader =
+                |s| crate::lock::snapshot_reader(s).map_err(|e| NodeError::Infra(e.to_string()));
+            let (mut read_base, mut read_head) = (reader(&base_snapshot)?, reader(&head_snapshot)?);
             json(&check_lock(
                 &path,
                 bl.as_deref(),
                 hl.as_deref(),
-                &head,
-                &mut read,
+                (&base, &mut read_base),
+                (&head, &mut read_head),
             ))
         })
         .param("path", lock_path)
         .param("base-lock", digest(&base_lock))
         .param("head-lock", digest(&head_lock));
-        add(engine, n, &[manifest_ids[1]])?
+        add(engine, n, &[manifest_ids[0], manifest_ids[1]])?
     };
     let delta_node = add(
         engine,
@@ -336,14 +339,22 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     node.traced(move |p| probe.digest(p))
 }
 
+/// A snapshot's manifest and a reader of its fixture bytes.
+type Side<'a> = (
+    &'a Manifest,
+    &'a mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
+);
+
 /// The lock gate. The pins are the base's; a patch that re-locks shows as changed pins (a
 /// finding of its own), and drift is any fixture that differs from the lock the head carries.
+/// A base lock that does not describe the base at all (no pin holds) is an error saying so,
+/// not drift of every file.
 pub fn check_lock(
     path: &str,
     base: Option<&[u8]>,
     head: Option<&[u8]>,
-    head_manifest: &Manifest,
-    read: &mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
+    (base_manifest, read_base): Side,
+    (head_manifest, read): Side,
 ) -> LockCheck {
     let Some(base) = base else {
         return LockCheck::default();
@@ -358,6 +369,13 @@ pub fn check_lock(
             }
         }
     };
+    if let Some(m) = parsed_base.mismatch(base_manifest, read_base) {
+        return LockCheck {
+            present: true,
+            error: Some(m.message(path, "its own base")),
+            ..LockCheck::default()
+        };
+    }
     let effective = match head.map(|h| Lock::parse(h, &format!("{path} of the head"))) {
         Some(Ok(l)) => l,
         Some(Err(e)) => {
