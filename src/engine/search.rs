@@ -470,16 +470,19 @@ fn outcome(result: &crate::pytest::driver::RunResult, victim: &str) -> Outcome {
     result.outcome_of(victim).unwrap_or(Outcome::Error)
 }
 
-/// The one-line reproduction: `python -m pytest -p no:randomly CULPRITS VICTIM`.
+/// The one-line reproduction: `python -m pytest -p no:randomly --cache-clear CULPRITS VICTIM`.
+/// The cache is cleared rather than disabled: a suite whose `addopts` has `--lf` or whose tests
+/// use the `cache` fixture needs it, and an earlier run's last failures must not choose the
+/// tests.
 pub fn repro(pair: &Pair) -> String {
     let mut ids: Vec<String> = pair.culprits.iter().map(|c| shell_quote(c)).collect();
     ids.push(shell_quote(&pair.victim));
     let both = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        "python -m pytest -p no:randomly --cache-clear {}",
         ids.join(" ")
     );
     let alone = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        "python -m pytest -p no:randomly --cache-clear {}",
         shell_quote(&pair.victim)
     );
     match pair.kind {
