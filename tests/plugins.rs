@@ -367,7 +367,8 @@ fn pytest_django_creates_rows_of_a_real_model_in_memory() {
         (
             "shop/lookup.py",
             "from shop.models import Item\n\n_CACHE = {}\n\n\ndef named(name):\n    \
-             if name not in _CACHE:\n        _CACHE[name] = Item.objects.filter(name=name).first()\n    \
+             if name not in _CACHE:\n        item = Item.objects.filter(name=name).first()\n        \
+             if item is None:\n            return None\n        _CACHE[name] = item\n    \
              return _CACHE[name]\n",
         ),
         (
