@@ -118,6 +118,9 @@ fn pytest_in(repo: &TestRepo, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// A step run on a setup's repository.
+type Hook = Box<dyn Fn(&TestRepo)>;
+
 /// One setup of the matrix.
 struct Case {
     base: Vec<(&'static str, String)>,
@@ -128,7 +131,7 @@ struct Case {
     /// Run before each commit, with the files written (snapshots, a database).
     prepare: Option<fn(&TestRepo)>,
     /// Run once the base is committed (an install from the checkout).
-    after_base: Option<Box<dyn Fn(&TestRepo)>>,
+    after_base: Option<Hook>,
     /// The interpreter (a private venv for the editable install).
     python: Option<PathBuf>,
 }
