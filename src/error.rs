@@ -23,15 +23,15 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
     Git(String),
-    /// The suite itself stopped pytest before any test ran (a test file that does not import,
-    /// an option its configuration passes that pytest rejects, a conftest that raises): pytest
-    /// ran and said why. An audit judges this of the head (a collection error); elsewhere it is
-    /// an error like the others.
-    #[error("{0}")]
-    Suite(String),
     /// Something around the run broke (an interpreter, a sandbox, a child process).
     #[error("{0}")]
     Infra(String),
+    /// pytest ran and the suite did not collect (a file that does not import, an option its
+    /// configuration passes that pytest rejects, a conftest that raises): the suite's own
+    /// failure, told in pytest's words, which an audit judges (the head's `collection-error`),
+    /// where every other error means nothing could be judged.
+    #[error("{0}")]
+    NotCollected(String),
     /// Ctrl-C or SIGTERM: the children were killed and the sandboxes removed.
     #[error("interrupted")]
     Interrupted,

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use crate::audit::budget::Overrides;
 use crate::audit::freeze::Date;
 use crate::audit::verdict::Verdict;
-use crate::cli::{AuditArgs, DepsArg, Format};
+use crate::cli::{AuditArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
 use crate::error::{Error, Result};
-use crate::report::{self, AuditReport};
+use crate::report::{self, AuditReport, Format};
 
 pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let heads = heads(args)?;
@@ -153,8 +153,10 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
             max_reruns: args.max_reruns,
         },
         today,
-        sandbox: args.sandbox.clone(),
-        shard: args.shard,
+        sandbox: crate::cmd::settings::sandbox(&args.sandbox),
+        shard: args
+            .shard
+            .map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
     })
 }
 

@@ -25,9 +25,8 @@ use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached, RunFac
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::verdict::Decision;
-use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
-use crate::context::Ctx;
+use crate::context::{Ctx, SandboxSettings};
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::kind::NodeKind;
@@ -58,9 +57,9 @@ pub struct Options {
     pub deps: Option<DepsMode>,
     pub budget: Overrides,
     pub today: Date,
-    pub sandbox: SandboxArgs,
+    pub sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
-    pub shard: Option<crate::cli::Shard>,
+    pub shard: Option<shard::Shard>,
 }
 
 /// Runs the whole audit and writes its report.
@@ -74,7 +73,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
     let runner = Arc::new(ctx.runner(&opts.sandbox)?);
-    let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
+    let (store, warning) = ctx.open_store(opts.cache);
     if let Some(w) = warning {
         ctx.warn(&w);
     }
@@ -107,7 +106,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 processes: AtomicU32::new(0),
                 warnings: Mutex::new(Vec::new()),
             };
-            let phased = phases(&engine, &sides, opts, started);
+            let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)
         },
     )
@@ -134,8 +133,8 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
             pytest_processes: processes.into_inner(),
             // The warm interpreters' counters are this fixgate process's: with several heads,
             // each report counts the heads before it too.
-            forkserver: crate::pytest::forkserver::summary(),
-            containment: crate::contain::current(),
+            forkserver: ctx.fork_stats.summary(),
+            containment: runner.host.mode(),
             duration_seconds: started.elapsed().as_secs_f64(),
             warnings: phased.warnings,
             graph: run.report,
@@ -155,7 +154,13 @@ struct Phased {
 /// The phases, in the order their inputs become known: the gates, collection, then (unless a
 /// gate stopped the audit, the head did not collect, or this is one share of the matrix) every
 /// phase that judges the tests.
-fn phases(engine: &Engine, sides: &Sides, opts: &Options, started: Instant) -> Result<Phased> {
+fn phases(
+    engine: &Engine,
+    sides: &Sides,
+    opts: &Options,
+    started: Instant,
+    uploads: bool,
+) -> Result<Phased> {
     // Gates before any test runs.
     let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
     let fixtures = steps::prepare_fixtures(
@@ -224,7 +229,14 @@ fn phases(engine: &Engine, sides: &Sides, opts: &Options, started: Instant) -> R
         .collect();
     if let Some(k_of_n) = opts.shard {
         let labels = order::labels(&opts.seeds);
-        let share = shard::run(engine, k_of_n, &labels, &selection, head_collected.node)?;
+        let share = shard::run(
+            engine,
+            k_of_n,
+            &labels,
+            &selection,
+            head_collected.node,
+            uploads,
+        )?;
         return Ok(Phased {
             gates,
             reached: Reached::Shard(share),
