@@ -134,6 +134,62 @@ fn a_collection_error_finding_carries_pytests_own_message() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The suite's own test names
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_new_check_function_or_test_class_does_not_edit_the_files_other_tests() {
+    // python_functions = check_*: the collection says what is a test, not a `test` prefix.
+    let repo = TestRepo::new();
+    repo.write(
+        "pytest.ini",
+        "[pytest]\npython_functions = check_*\npython_classes = Check*\n",
+    )
+    .write(
+        "tests/test_cart.py",
+        "CART = []\n\n\ndef check_fill():\n    CART.append('book')\n\n\n\
+         def check_holds_the_book():\n    assert CART == ['book']\n",
+    );
+    let base = repo.commit("base: a pre-existing pair, in check_* functions");
+    repo.write(
+        "tests/test_cart.py",
+        "CART = []\n\n\ndef check_fill():\n    CART.append('book')\n\n\n\
+         def check_holds_the_book():\n    assert CART == ['book']\n\n\n\
+         def check_new():\n    assert isinstance(CART, list)\n\n\n\
+         class CheckShelf:\n    SIZE = 3\n\n    def check_size(self):\n        assert self.SIZE == 3\n",
+    );
+    let head = repo.commit("head: a new check function and a new check class");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    let edited: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["edited_by_patch"] == true)
+        .map(|t| t["nodeid"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        edited,
+        [
+            "tests/test_cart.py::check_new",
+            "tests/test_cart.py::CheckShelf::check_size"
+        ],
+        "{run:?}"
+    );
+    let kinds: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        !kinds.contains(&"test-refactor") && !kinds.contains(&"edited-assertion"),
+        "{kinds:?}"
+    );
+    // The pre-existing pair is the base's, not the patch's: the head passes.
+    assert_verdict(&run, &v, 0, "pass");
+}
+
+// ---------------------------------------------------------------------------------------------
 // A test file whose name is not UTF-8
 // ---------------------------------------------------------------------------------------------
 

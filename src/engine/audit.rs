@@ -313,7 +313,12 @@ fn judged(
             &[file_node, fixtures.delta_node],
         )?),
     };
-    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
+    let edited = edited_tests(
+        base_snapshot,
+        head_snapshot,
+        &nodeids,
+        base_ids.iter().chain(&head_ids).copied(),
+    );
     let source_tests = source_replay::candidates(
         &edited,
         &base_ids,
@@ -378,8 +383,8 @@ fn judged(
             node,
             &source_tests,
             matrix.file_run(),
-            base_snapshot,
-            head_snapshot,
+            (base_snapshot, head_snapshot),
+            base_ids.iter().chain(&head_ids).copied(),
         )?,
         None => Vec::new(),
     };
