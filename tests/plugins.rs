@@ -490,15 +490,23 @@ fn pytest_timeout_is_honoured() {
         ("app.py", APP),
         (
             "tests/test_t.py",
-            "import pytest\n\n\n@pytest.mark.timeout(30)\ndef test_marked(request):\n    \
-             assert request.config.pluginmanager.hasplugin('timeout')\n    \
-             assert request.config.getoption('timeout') == 60\n",
+            // The timer armed for the test (the signal method): the marker's, and the ini's.
+            "import signal\n\nimport pytest\n\n\n@pytest.mark.timeout(30)\ndef test_marked(request):\n    \
+             assert request.config.getini('timeout') == '60'\n    \
+             assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30\n\n\n\
+             def test_ini_timeout():\n    assert 30 < signal.getitimer(signal.ITIMER_REAL)[0] <= 60\n",
         ),
     ])
     .honest(&[("tests/test_u.py", "def test_quick():\n    assert True\n")])
     .buggy(&[("tests/test_cart.py", SETTER_VICTIM)], SV)
     .run();
-    all_passed(&a.honest, &["tests/test_t.py::test_marked"]);
+    all_passed(
+        &a.honest,
+        &[
+            "tests/test_t.py::test_marked",
+            "tests/test_t.py::test_ini_timeout",
+        ],
+    );
 }
 
 /// The plain pair most setups use for their buggy head: the victim needs what the setter left.
