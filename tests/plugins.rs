@@ -691,9 +691,12 @@ fn pytest_bdd_scenarios_run_their_steps() {
     let feature = "Feature: Cart\n  Scenario: Add a book\n    Given an empty cart\n    When I add a book\n    Then the cart holds 1 item\n";
     let steps = "from pytest_bdd import given, parsers, scenarios, then, when\n\nimport app\n\nscenarios('cart.feature')\n\n\n\
 @given('an empty cart')\ndef empty():\n    app.CART.clear()\n\n\n@when('I add a book')\ndef add():\n    app.add('book')\n\n\n\
-@then(parsers.parse('the cart holds {n:d} item'))\ndef holds(n):\n    assert len(app.CART) == n\n";
+@then(parsers.parse('the cart holds {n:d} item'))\ndef holds(n):\n    assert len(app.CART) == n\n\n\n\
+@then('the cart holds the book')\ndef holds_the_book():\n    assert app.CART == ['book']\n";
+    // The victim asks for the book the first scenario added (not for one item, which the honest
+    // head's plain test also leaves when it runs first, in reversed order).
     let buggy_feature = "Feature: Cart\n  Scenario: Add a book\n    Given an empty cart\n    When I add a book\n    Then the cart holds 1 item\n\n  \
-Scenario: The book is still there\n    Then the cart holds 1 item\n";
+Scenario: The book is still there\n    Then the cart holds the book\n";
     let a = case(&[("app.py", APP), ("tests/cart.feature", feature), ("tests/test_cart.py", steps)])
         .honest(&[(
             "tests/test_plain.py",
