@@ -59,40 +59,9 @@ fn make_venv() -> PathBuf {
         return py;
     }
     std::fs::create_dir_all(&target).unwrap();
-    let lock = std::fs::File::create(target.join("plugins-venv.lock")).unwrap();
-    use std::os::unix::io::AsRawFd;
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let _lock = common::exclusive(&target.join("plugins-venv.lock"));
     if !ready() {
-        let made = Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            made,
-            "python3 -m venv {} failed: the plugin matrix needs Python 3 with the venv module",
-            venv.display()
-        );
-        let out = Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(PLUGINS)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pip could not install the plugin matrix into {}: install these from PyPI there \
-             (`{} -m pip install {}`), then run the tests again\n{}",
-            venv.display(),
-            py.display(),
-            PLUGINS.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::install_venv(&venv, PLUGINS);
         std::fs::write(&stamp, &wanted).unwrap();
     }
     py
