@@ -86,9 +86,13 @@ impl Repo {
                         dir.display()
                     )));
                 }
+                let opened = Repository::open(&root).ok();
+                if opened.as_ref().is_some_and(Repository::is_bare) {
+                    return Err(bare(&root));
+                }
                 // Only a repository whose work tree is exactly this directory counts: a plain
                 // folder inside some other repository is audited as a plain folder.
-                let git = Repository::open(&root).ok().filter(|r| {
+                let git = opened.filter(|r| {
                     r.workdir()
                         .and_then(|w| w.canonicalize().ok())
                         .is_some_and(|w| w == root)
@@ -107,13 +111,7 @@ impl Repo {
                     Ok(repo) => {
                         let root = repo
                             .workdir()
-                            .ok_or_else(|| {
-                                Error::Usage(
-                                    "the git repository above the current directory is bare; \
-                                     pass --repo DIR with a working tree"
-                                        .into(),
-                                )
-                            })?
+                            .ok_or_else(|| bare(repo.path()))?
                             .canonicalize()
                             .map_err(|e| Error::io("resolve", cwd, e))?;
                         Ok(Repo {
@@ -149,6 +147,16 @@ impl Repo {
     /// Resolves anything git accepts (`HEAD~1`, a tag, a sha) to a commit id.
     pub fn resolve(&self, rev: &str) -> Result<Oid> {
         let git = self.git(&format!("revision {rev:?}"))?;
+        if git
+            .head()
+            .is_err_and(|e| e.code() == git2::ErrorCode::UnbornBranch)
+        {
+            return Err(Error::Usage(format!(
+                "{} has no commit yet, so revision {rev:?} cannot be read; commit the base \
+                 first (`git add -A && git commit -m base`), then audit the patch against it",
+                self.root.display()
+            )));
+        }
         let obj = git.revparse_single(rev).map_err(|e| {
             Error::Usage(format!(
                 "unknown revision {rev:?}: {}; pass a commit, tag or branch that `git rev-parse` accepts",
@@ -252,6 +260,18 @@ impl Repo {
             reader: std::sync::Mutex::new(None),
         })
     }
+}
+
+/// The error for a bare repository: it has no working tree to audit.
+fn bare(git_dir: &Path) -> Error {
+    let git_dir: PathBuf = git_dir.components().collect();
+    Error::Usage(format!(
+        "{} is a bare git repository (no working tree), and fixgate audits a working tree; \
+         check it out (`git clone {} work`, or `git worktree add ../work`) and pass that with \
+         --repo",
+        git_dir.display(),
+        git_dir.display()
+    ))
 }
 
 /// Tracked files (from the index) plus untracked files that git does not ignore, each with its

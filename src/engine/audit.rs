@@ -179,11 +179,12 @@ fn phases(
     uploads: bool,
 ) -> Result<Phased> {
     // Gates before any test runs.
+    let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
     let fixtures = steps::prepare_fixtures(
         engine,
         sides.base.tree,
         sides.head.tree,
-        sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME),
+        lock_path,
         sides.base.lock.clone(),
         sides.head.lock.clone(),
     )?;
@@ -191,6 +192,7 @@ fn phases(
         return Err(Error::Usage(e.clone()));
     }
     let gates = Gates {
+        lock_file: sides.lock_path.clone(),
         lock: fixtures.lock.clone(),
         changed: fixtures.delta.changed.clone(),
         ..Gates::freeze(&sides.base.ledger, &sides.head.ledger, opts.today)
@@ -328,7 +330,12 @@ fn judged(
             &[file_node, fixtures.delta_node],
         )?),
     };
-    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
+    let edited = edited_tests(
+        base_snapshot,
+        head_snapshot,
+        &nodeids,
+        base_ids.iter().chain(&head_ids).copied(),
+    );
     let source_tests = source_replay::candidates(
         &edited,
         &base_ids,
@@ -393,8 +400,8 @@ fn judged(
             node,
             &source_tests,
             matrix.file_run(),
-            base_snapshot,
-            head_snapshot,
+            (base_snapshot, head_snapshot),
+            base_ids.iter().chain(&head_ids).copied(),
         )?,
         None => Vec::new(),
     };

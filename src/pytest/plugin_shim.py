@@ -1,5 +1,6 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
-modules beside this file (events, trace, classify, lease, rewrite, forkserver, hooks).
+modules beside this file (events, trace, classify, lease, rewrite, forkserver, options,
+hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. fixgate compiles each
@@ -26,6 +27,7 @@ _MODULES = (
     "fixgate_plugin_lease",
     "fixgate_plugin_rewrite",
     "fixgate_plugin_forkserver",
+    "fixgate_plugin_options",
     "fixgate_plugin_hooks",
 )
 
@@ -64,6 +66,7 @@ for _name in _MODULES:
     _load(_name)
 _hooks = sys.modules["fixgate_plugin_hooks"]
 pytest_configure = _hooks.pytest_configure
+pytest_load_initial_conftests = sys.modules["fixgate_plugin_options"].pytest_load_initial_conftests
 
 
 def pytest_addoption(parser):
