@@ -73,7 +73,7 @@ impl Serialize for Column {
 pub struct TestReport {
     pub nodeid: String,
     /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
-    /// `crashed` or `timeout`.
+    /// `crashed`, `timeout` or `resource-limit`.
     pub bucket: Bucket,
     pub signals: Vec<Signal>,
     /// Order label (`0`, `rev`, `1`, ...) → outcome.
@@ -231,8 +231,12 @@ pub struct Drift {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Lock {
+    /// The lock read (repo-relative, from the base): `fixtures.lock`, `tests/fixtures.lock.json`
+    /// or `[tool.fixgate] lock`; `None` when the base has none.
+    #[serde(default)]
+    pub file: Option<String>,
     pub drift: Vec<Drift>,
-    /// Whether the patch changes fixtures.lock itself.
+    /// Whether the patch changes the lock itself.
     pub changed_by_patch: bool,
 }
 

@@ -86,9 +86,13 @@ impl Repo {
                         dir.display()
                     )));
                 }
+                let opened = Repository::open(&root).ok();
+                if opened.as_ref().is_some_and(Repository::is_bare) {
+                    return Err(bare(&root));
+                }
                 // Only a repository whose work tree is exactly this directory counts: a plain
                 // folder inside some other repository is audited as a plain folder.
-                let git = Repository::open(&root).ok().filter(|r| {
+                let git = opened.filter(|r| {
                     r.workdir()
                         .and_then(|w| w.canonicalize().ok())
                         .is_some_and(|w| w == root)
@@ -107,13 +111,7 @@ impl Repo {
                     Ok(repo) => {
                         let root = repo
                             .workdir()
-                            .ok_or_else(|| {
-                                Error::Usage(
-                                    "the git repository above the current directory is bare; \
-                                     pass --repo DIR with a working tree"
-                                        .into(),
-                                )
-                            })?
+                            .ok_or_else(|| bare(repo.path()))?
                             .canonicalize()
                             .map_err(|e| Error::io("resolve", cwd, e))?;
                         Ok(Repo {
@@ -149,6 +147,16 @@ impl Repo {
     /// Resolves anything git accepts (`HEAD~1`, a tag, a sha) to a commit id.
     pub fn resolve(&self, rev: &str) -> Result<Oid> {
         let git = self.git(&format!("revision {rev:?}"))?;
+        if git
+            .head()
+            .is_err_and(|e| e.code() == git2::ErrorCode::UnbornBranch)
+        {
+            return Err(Error::Usage(format!(
+                "{} has no commit yet, so revision {rev:?} cannot be read; commit the base \
+                 first (`git add -A && git commit -m base`), then audit the patch against it",
+                self.root.display()
+            )));
+        }
         let obj = git.revparse_single(rev).map_err(|e| {
             Error::Usage(format!(
                 "unknown revision {rev:?}: {}; pass a commit, tag or branch that `git rev-parse` accepts",
@@ -172,9 +180,26 @@ impl Repo {
     fn commit_snapshot(&self, rev: &str) -> Result<Snapshot> {
         let oid = self.resolve(rev)?;
         let git = self.git("a revision")?;
-        let tree = git.find_commit(oid)?.tree()?;
+        // A tree that does not even parse (a name git cannot read) names the commit too.
+        let unreadable = |e: git2::Error| {
+            Error::Git(format!(
+                "commit {} ({rev}) has a tree git cannot read: {}; audit another commit",
+                &oid.to_string()[..12],
+                e.message()
+            ))
+        };
+        let tree = git.find_commit(oid)?.tree().map_err(unreadable)?;
         let mut entries = Vec::new();
+        let mut refused = None;
         tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            // Every name, at every depth and of every kind: a tree is data anyone can write,
+            // and a name like `../../x` or `.git` must never become a path in a sandbox.
+            if let Err(why) = crate::beneath::check_component(entry.name_bytes()) {
+                let mut path = dir.as_bytes().to_vec();
+                path.extend_from_slice(entry.name_bytes());
+                refused = Some((RepoPath::from_bytes(path), why));
+                return TreeWalkResult::Abort;
+            }
             if entry.kind() != Some(ObjectType::Blob) {
                 return TreeWalkResult::Ok;
             }
@@ -192,7 +217,21 @@ impl Repo {
                 stat: None,
             });
             TreeWalkResult::Ok
+        })
+        .or_else(|e| match refused {
+            // The walk stopped on purpose.
+            Some(_) => Ok(()),
+            None => Err(unreadable(e)),
         })?;
+        if let Some((path, why)) = refused {
+            return Err(Error::Usage(format!(
+                "commit {} ({rev}) holds a tree entry {path:?}: {why} is not a single normal \
+                 path component, and fixgate makes no file of it; no checkout makes such an \
+                 entry, so the commit was written by hand: remove the entry (or audit another \
+                 commit)",
+                &oid.to_string()[..12]
+            )));
+        }
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Snapshot {
             root: self.root.clone(),
@@ -221,6 +260,18 @@ impl Repo {
             reader: std::sync::Mutex::new(None),
         })
     }
+}
+
+/// The error for a bare repository: it has no working tree to audit.
+fn bare(git_dir: &Path) -> Error {
+    let git_dir: PathBuf = git_dir.components().collect();
+    Error::Usage(format!(
+        "{} is a bare git repository (no working tree), and fixgate audits a working tree; \
+         check it out (`git clone {} work`, or `git worktree add ../work`) and pass that with \
+         --repo",
+        git_dir.display(),
+        git_dir.display()
+    ))
 }
 
 /// Tracked files (from the index) plus untracked files that git does not ignore, each with its
@@ -444,6 +495,11 @@ fn walk_dir<'s>(
             Err(e) => return fail(Error::io("list", dir, e)),
         };
         let name = entry.file_name();
+        // Git's own folder, or the file a submodule or a linked work tree keeps in its place,
+        // is no file of the snapshot (no name `.git` is: see `beneath::check_component`).
+        if name == ".git" {
+            continue;
+        }
         let mut path = prefix.clone();
         if !path.is_empty() {
             path.push(b'/');
@@ -451,10 +507,8 @@ fn walk_dir<'s>(
         path.extend_from_slice(name.as_bytes());
         match entry.file_type() {
             Ok(ft) if ft.is_dir() => {
-                if name != ".git" {
-                    let sub = entry.path();
-                    scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
-                }
+                let sub = entry.path();
+                scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
             }
             // A file that vanished between the listing and its stat is not part of the
             // snapshot, as for a git work tree.

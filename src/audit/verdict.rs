@@ -99,6 +99,9 @@ pub enum FindingKind {
     Failing,
     Crashed,
     Timeout,
+    /// A test hit a bound of its run (memory, processes, disk): a fork bomb, a memory grab, a
+    /// disk fill, or a test that needs more than the run allows.
+    ResourceLimit,
     /// Setup or teardown errors in every order (the `error` bucket).
     ErrorBucket,
     /// Differs between reruns of the same order: an environment defect, for the ledger.
@@ -170,6 +173,7 @@ impl FindingKind {
             FindingKind::Failing => "failing",
             FindingKind::Crashed => "crashed",
             FindingKind::Timeout => "timeout",
+            FindingKind::ResourceLimit => "resource-limit",
             FindingKind::ErrorBucket => "error",
             FindingKind::Flaky => "flaky",
             FindingKind::Cosmetic => "cosmetic",
@@ -207,6 +211,7 @@ impl FindingKind {
             FindingKind::Failing => ("failing test", "failing tests"),
             FindingKind::Crashed => ("crashed test", "crashed tests"),
             FindingKind::Timeout => ("timed-out test", "timed-out tests"),
+            FindingKind::ResourceLimit => ("test over a run's limit", "tests over a run's limits"),
             FindingKind::ErrorBucket => ("test error", "test errors"),
             FindingKind::Flaky => ("flaky test", "flaky tests"),
             FindingKind::NewSkip => ("new skip", "new skips"),
@@ -266,6 +271,7 @@ impl FindingKind {
                 | FindingKind::Failing
                 | FindingKind::Crashed
                 | FindingKind::Timeout
+                | FindingKind::ResourceLimit
                 | FindingKind::ErrorBucket
                 | FindingKind::OutsideWrite
                 | FindingKind::CollectionError
@@ -351,7 +357,8 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
 pub struct Gates<'a> {
     /// Infrastructure failures: nothing was judged.
     pub errors: &'a [String],
-    /// Fixture files that differ from the lock (checked before any test runs).
+    /// Fixture files that differ from the lock (checked before any test runs), each
+    /// `<lock file>: <path> (<change>)`.
     pub drift: &'a [String],
     /// Expired freeze entries (checked before any test runs).
     pub expired: &'a [String],
@@ -402,10 +409,7 @@ pub fn decide(gates: &Gates) -> Decision {
     // the precedence.
     let (verdict, reasons) = [
         (Verdict::Error, gates.errors.to_vec()),
-        (
-            Verdict::Drift,
-            line("fixture differs from fixtures.lock: ", gates.drift),
-        ),
+        (Verdict::Drift, line("fixture differs from ", gates.drift)),
         (
             Verdict::ExpiredFreeze,
             line("freeze entry expired: ", gates.expired),
@@ -468,7 +472,7 @@ mod tests {
         }
     }
 
-    const DEFECTS: [FindingKind; 9] = [
+    const DEFECTS: [FindingKind; 10] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -476,6 +480,7 @@ mod tests {
         FindingKind::Failing,
         FindingKind::Crashed,
         FindingKind::Timeout,
+        FindingKind::ResourceLimit,
         FindingKind::ErrorBucket,
         FindingKind::NonIdempotent,
     ];
@@ -647,7 +652,7 @@ mod tests {
     #[test]
     fn precedence_error_drift_expired_reject_unverified_pass() {
         let errors = ["failed to create a sandbox".to_owned()];
-        let drift = ["tests/fixtures/a.json modified".to_owned()];
+        let drift = ["tests/fixtures.lock.json: tests/fixtures/a.json (modified)".to_owned()];
         let expired = ["tests/t.py::test_y (owner ana, expired 2024-03-01)".to_owned()];
         let findings = [
             finding(FindingKind::Polluter, true, false),
@@ -686,7 +691,8 @@ mod tests {
                 (Verdict::Error, "failed to create a sandbox".to_owned()),
                 (
                     Verdict::Drift,
-                    "fixture differs from fixtures.lock: tests/fixtures/a.json modified".to_owned()
+                    "fixture differs from tests/fixtures.lock.json: tests/fixtures/a.json (modified)"
+                        .to_owned()
                 ),
                 (
                     Verdict::ExpiredFreeze,

@@ -89,7 +89,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     )?;
     let runner = match &opts.runner {
         Some(r) => r.clone(),
-        None => Arc::new(ctx.runner(&opts.sandbox)?),
+        None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
     };
     let (store, warning) = ctx.open_store(opts.cache);
     if let Some(w) = warning {
@@ -180,11 +180,12 @@ fn phases(
     uploads: bool,
 ) -> Result<Phased> {
     // Gates before any test runs.
+    let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
     let fixtures = steps::prepare_fixtures(
         engine,
         sides.base.tree,
         sides.head.tree,
-        sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME),
+        lock_path,
         sides.base.lock.clone(),
         sides.head.lock.clone(),
     )?;
@@ -192,6 +193,7 @@ fn phases(
         return Err(Error::Usage(e.clone()));
     }
     let gates = Gates {
+        lock_file: sides.lock_path.clone(),
         lock: fixtures.lock.clone(),
         changed: fixtures.delta.changed.clone(),
         ..Gates::freeze(&sides.base.ledger, &sides.head.ledger, opts.today)

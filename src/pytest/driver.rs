@@ -28,6 +28,9 @@ use crate::snapshot::Snapshot;
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
 pub(crate) const HASH_SEED: &str = "0";
 
+/// pytest's cache directory in a run's sandbox, under `tmp/`.
+const PYTEST_CACHE: &str = "pytest-cache";
+
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.
 pub(crate) const ENV_ALLOWLIST: &[&str] = &[
@@ -46,11 +49,16 @@ pub(crate) const ENV_ALLOWLIST: &[&str] = &[
 #[derive(Clone)]
 pub struct Runner {
     pub interpreter: Interpreter,
-    pub plugin_dir: PathBuf,
-    /// Where the plugin keeps pytest's rewritten test modules between runs (see
-    /// src/pytest/plugin/rewrite.py): sandboxes are fresh and write no bytecode, so without it
+    /// The plugin, compiled (read-only to runs).
+    pub plugin: Arc<crate::pytest::plugin::Installed>,
+    /// pytest's rewritten test modules, made by fixgate before the runs that import them (see
+    /// src/pytest/rewrites.rs): sandboxes are fresh and write no bytecode, so without them
     /// every run would rewrite and compile every test module again.
-    pub rewrite_cache: PathBuf,
+    pub rewrites: Arc<crate::pytest::rewrites::Rewrites>,
+    /// The cache directory, hidden from runs (but for the plugin and the rewrites).
+    pub cache_dir: PathBuf,
+    /// Every run's bounds.
+    pub limits: crate::limits::Limits,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
     pub test_timeout: Duration,
@@ -136,7 +144,7 @@ impl Runner {
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
-        pythonpath.push(self.plugin_dir.clone());
+        pythonpath.push(self.plugin.dir.clone());
         let mut set = |name: &str, value: OsString| {
             env.insert(name.to_owned(), value);
         };
@@ -150,7 +158,6 @@ impl Runner {
         set("TMP", sandbox.tmp().into());
         set("PYTHONHASHSEED", HASH_SEED.into());
         set("PYTHONDONTWRITEBYTECODE", "1".into());
-        set("FIXGATE_PYC_CACHE", self.rewrite_cache.clone().into());
         set("PYTHONUNBUFFERED", "1".into());
         set("TZ", "UTC".into());
         set("NO_COLOR", "1".into());
@@ -167,18 +174,33 @@ impl Runner {
             env,
             cwd: tree,
             sandbox: sandbox.dir().to_path_buf(),
-            plugin_dir: self.plugin_dir.clone(),
-            rewrite_cache: self.rewrite_cache.clone(),
+            cache_dir: self.cache_dir.clone(),
+            plugin_dir: self.plugin.dir.clone(),
+            rewrite_cache: self.rewrites.dir().to_path_buf(),
             origin_root: self.origin_root.clone(),
             interpreter: vec![
                 self.interpreter.path.clone(),
                 PathBuf::from(&self.interpreter.fingerprint.executable),
             ],
             allow_network: self.allow_network,
+            limits: self.limits,
         }
     }
 
-    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+    /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
+    pub(crate) fn sandbox(&self, snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
+        self.rewrites.prepare(snapshot, overlay);
+        Sandbox::create(snapshot, overlay, &self.env.temp_dir)
+    }
+
+    /// The arguments of every pytest process of a run. pytest-randomly and pytest-random-order
+    /// are disabled (fixgate owns the order); the suite's own options that claim the order, the
+    /// selection or one run per test are neutralised by the plugin (plugin/options.py), which
+    /// keeps the plugins that own them loaded, so the suite's `addopts` still parse. pytest's
+    /// cache works as usual, in a directory of the run's own under the sandbox's `tmp/`: it is
+    /// empty when the run starts (a fresh sandbox, or a warm one restored), so nothing of it
+    /// reaches another run.
+    pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -186,8 +208,6 @@ impl Runner {
             "no:randomly",
             "-p",
             "no:random_order",
-            "-p",
-            "no:cacheprovider",
             "--maxfail=2147483647",
             "-q",
             "-rN",
@@ -195,13 +215,16 @@ impl Runner {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        // pytest-xdist would run the tests in worker processes, in its own order: `-n 0` keeps
-        // them in this process, overriding any `-n` in the project's addopts (`-p no:xdist`
-        // would make such an addopts fail to parse).
-        if self.has_distribution("pytest-xdist") {
-            args.extend(["-n".to_string(), "0".to_string(), "--dist=no".to_string()]);
-        }
+        args.push("-o".into());
+        args.push(format!(
+            "cache_dir={}",
+            sandbox.tmp().join(PYTEST_CACHE).display()
+        ));
         args.push(format!("--fixgate-events={}", events.display()));
+        args.push(format!(
+            "--fixgate-rewrite={}",
+            self.rewrites.dir().display()
+        ));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
     }
@@ -214,14 +237,6 @@ impl Runner {
             true => Err(Error::Interrupted),
             false => Ok(()),
         }
-    }
-
-    fn has_distribution(&self, name: &str) -> bool {
-        self.interpreter
-            .fingerprint
-            .distributions
-            .iter()
-            .any(|(n, _)| n == name)
     }
 
     fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process<'static>> {
@@ -278,7 +293,7 @@ impl Runner {
         overlay: &Overlay,
     ) -> Result<(Collection, Trace, Vec<CollectFailure>)> {
         self.check_interrupted()?;
-        let sandbox = Sandbox::create(snapshot, overlay, &self.env.temp_dir)?;
+        let sandbox = self.sandbox(snapshot, overlay)?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -327,22 +342,26 @@ impl Runner {
             items = Some(Vec::new());
         }
         let Some(items) = items else {
-            let why = format!(
-                "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
-                snapshot.rev_label(),
-                status.code(),
-                if problems.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", problems.join("; "))
-                },
-                log_tail(&p.log)
-            );
-            // pytest ran to its end with an exit code: the suite's failure. Killed (no code):
-            // the run's.
+            let problems = if problems.is_empty() {
+                String::new()
+            } else {
+                format!("\n  {}", problems.join("\n  "))
+            };
+            let log = log_tail(&p.log);
             return Err(match status.code() {
-                Some(_) => Error::NotCollected(why),
-                None => Error::Infra(why),
+                // pytest ran and stopped with its own error (its usage, a conftest): the
+                // suite's doing, in pytest's words first.
+                Some(code) => Error::NotCollected(format!(
+                    "{} (pytest stopped before collecting {}, exit status {code}){problems}\n{log}",
+                    pytest_said(&log, Some(&sandbox.tree()))
+                        .unwrap_or_else(|| "pytest stopped before collecting".to_owned()),
+                    snapshot.rev_label(),
+                )),
+                None => Error::Infra(format!(
+                    "pytest collection failed in a sandbox of {} ({}){problems}\n{log}",
+                    snapshot.rev_label(),
+                    describe_exit(&status),
+                )),
             });
         };
         if overlay.is_empty() && errors.is_empty() {
@@ -412,15 +431,16 @@ impl Runner {
         let prepare = |sandbox: &Sandbox, events: &Path| {
             self.prepare(sandbox, &self.base_args(sandbox, events))
         };
+        let fresh = |snapshot: &Snapshot| self.sandbox(snapshot, &Overlay::new());
         let launch = Launch {
-            temp_dir: &self.env.temp_dir,
+            sandbox: &fresh,
             interrupted: &self.interrupted,
             prepare: &prepare,
             host: &self.host,
         };
         let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
+            None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
         let sandbox_dir = place.sandbox().dir().to_path_buf();
         let watch = sandbox_dir.join("watch.json");
@@ -429,6 +449,8 @@ impl Runner {
         let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
+        // The run's disk bound, counted from the sandbox as the run found it.
+        let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -484,7 +506,12 @@ impl Runner {
                 }
                 place => self.spawn(place.sandbox(), k, &extra)?,
             };
-            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
+            if k > 0 {
+                if let Some(d) = disk.as_mut() {
+                    d.next_process();
+                }
+            }
+            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress, &mut disk)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
@@ -573,6 +600,7 @@ impl Runner {
         });
         for t in &mut result.tests {
             t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
+            self.limits.classify(&mut t.outcome, &mut t.message);
         }
         result
             .warnings
@@ -588,6 +616,7 @@ impl Runner {
         order: Option<&[String]>,
         result: &mut RunResult,
         progress: Option<&ProgressBar>,
+        disk: &mut Option<crate::limits::DiskWatch>,
     ) -> Result<ProcessOutcome> {
         let mut reader = EventReader::open(&p.events)?;
         // The test running now: named by `test_start`, or, after a result, the next one in the
@@ -598,6 +627,7 @@ impl Runner {
         let mut collected = None;
         let mut collect_errors = Vec::new();
         let mut timed_out = false;
+        let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
@@ -644,6 +674,14 @@ impl Runner {
                         message,
                         longrepr,
                     } => collect_errors.push((nodeid, with_location(message, &longrepr))),
+                    Event::Start { neutralised, .. } => {
+                        for n in neutralised {
+                            let w = n.warning();
+                            if !result.warnings.contains(&w) {
+                                result.warnings.push(w);
+                            }
+                        }
+                    }
                     Event::Error { kind, message } => {
                         result.incomplete_trace |= kind == "internal";
                         problems.push(format!("{kind}: {message}"));
@@ -664,11 +702,28 @@ impl Runner {
                     timed_out = true;
                 }
             }
+            if filled.is_none() {
+                filled = disk.as_mut().and_then(crate::limits::DiskWatch::over);
+                if filled.is_some() {
+                    p.kill();
+                }
+            }
             p.pause();
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
-            let (outcome, message) = if timed_out {
+            let (outcome, message) = if let Some(size) = filled {
+                (
+                    Outcome::ResourceLimit,
+                    self.limits.message(
+                        crate::limits::Hit::Disk,
+                        &format!(
+                            "the run's sandbox grew by {}",
+                            crate::units::show_size(size)
+                        ),
+                    ),
+                )
+            } else if timed_out {
                 (
                     Outcome::Timeout,
                     format!(
@@ -809,10 +864,16 @@ impl ProcessOutcome {
     /// The error for a pytest process that did not do `what` it was started for, with the
     /// plugin's complaints and the end of pytest's own output.
     fn failure(&self, what: &str, snapshot: &Snapshot) -> Error {
+        let status = match self.status {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_owned(),
+        };
+        let said = pytest_said(&self.log_tail, None)
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
         Error::Infra(format!(
-            "pytest {what} in a sandbox of {} (exit {:?}){}\n{}",
+            "pytest {what} in a sandbox of {}{said} ({status}){}\n{}",
             snapshot.rev_label(),
-            self.status,
             self.problems
                 .iter()
                 .map(|p| format!("\n  {p}"))
@@ -931,6 +992,45 @@ fn is_src_layout(tree: &Path) -> bool {
     })
 }
 
+/// pytest's own account of why it stopped before running anything, from its output: argparse's
+/// `error:` line (an option the configuration passes that pytest does not know), an `ERROR:`
+/// line (a `pytest.UsageError`), the exception of an `INTERNALERROR>` traceback, or the last
+/// `E   ` line of a report (a conftest that does not import). Paths lose the sandbox's tree.
+fn pytest_said(log: &str, tree: Option<&Path>) -> Option<String> {
+    let lines: Vec<&str> = log.lines().map(str::trim_end).collect();
+    let argparse = lines
+        .iter()
+        .find_map(|l| l.split_once(": error: ").map(|(_, m)| m));
+    let usage = || {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix("ERROR: "))
+            .filter(|m| !m.starts_with("usage:"))
+    };
+    let internal = || {
+        lines
+            .iter()
+            .rev()
+            .filter_map(|l| l.strip_prefix("INTERNALERROR> "))
+            .find(|l| !l.starts_with(' '))
+    };
+    let reported = || {
+        lines
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix("E   "))
+            .map(str::trim)
+    };
+    let said = argparse
+        .or_else(usage)
+        .or_else(internal)
+        .or_else(reported)?;
+    Some(match tree {
+        Some(tree) => said.replace(&format!("{}/", tree.display()), ""),
+        None => said.to_owned(),
+    })
+}
+
 /// The last lines of pytest's own output, for error messages.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read(log).unwrap_or_default();
@@ -959,5 +1059,38 @@ mod tests {
         for status in [None, Some(3), Some(4)] {
             assert_eq!(not_run(status), None, "{status:?}");
         }
+    }
+
+    #[test]
+    fn a_collection_that_stops_early_is_told_in_pytests_own_words() {
+        let tree = Path::new("/s/1/tree");
+        let argparse = "ERROR: usage: python -m pytest [options] [file_or_dir] [...]\n\
+                        python -m pytest: error: unrecognized arguments: --frobnicate\n  \
+                        inifile: /s/1/tree/pytest.ini\n  rootdir: /s/1/tree\n";
+        assert_eq!(
+            pytest_said(argparse, Some(tree)).as_deref(),
+            Some("unrecognized arguments: --frobnicate")
+        );
+        let usage = "ERROR: no database at /s/1/tree/db.sqlite\n";
+        assert_eq!(
+            pytest_said(usage, Some(tree)).as_deref(),
+            Some("no database at db.sqlite")
+        );
+        let internal = "INTERNALERROR> Traceback (most recent call last):\n\
+                        INTERNALERROR>   File \"/s/1/tree/tests/conftest.py\", line 2, in x\n\
+                        INTERNALERROR>     raise RuntimeError(\"boom\")\n\
+                        INTERNALERROR> RuntimeError: boom\n";
+        assert_eq!(
+            pytest_said(internal, None).as_deref(),
+            Some("RuntimeError: boom")
+        );
+        let conftest = "ImportError while loading conftest '/s/1/tree/tests/conftest.py'.\n\
+                        tests/conftest.py:1: in <module>\n    raise RuntimeError('x')\n\
+                        E   RuntimeError: x\n";
+        assert_eq!(
+            pytest_said(conftest, None).as_deref(),
+            Some("RuntimeError: x")
+        );
+        assert_eq!(pytest_said("no tests ran in 0.01s\n", None), None);
     }
 }

@@ -112,7 +112,7 @@ pub(crate) fn graph_line(r: &AuditReport) -> String {
 
 /// The legend of [`crate::pytest::result::Outcome::letter`].
 pub(crate) const OUTCOME_LEGEND: &str =
-    "P passed, F failed, E error, S skipped, C crashed, T timeout, X xfailed/xpassed";
+    "P passed, F failed, E error, S skipped, C crashed, T timeout, L limit, X xfailed/xpassed";
 
 /// A test's outcomes in run order, `0:P rev:F 1:P 2:F`; orders the test did not run in are left
 /// out, and outcomes under labels missing from `orders` follow in label order.
@@ -557,15 +557,23 @@ fn freeze_into(out: &mut String, r: &AuditReport) {
 
 fn lock_into(out: &mut String, r: &AuditReport) {
     let l = &r.lock;
+    let name = l.file.as_deref().map(clean);
+    let lock = match &name {
+        Some(name) => format!("lock {name}"),
+        None => "lock".to_owned(),
+    };
     let mut title = match l.drift.len() {
-        0 => "lock: no drift".to_owned(),
+        0 => format!("{lock}: no drift"),
         n => format!(
-            "lock: {}",
+            "{lock}: {}",
             plural(n as u64, "drifted file", "drifted files")
         ),
     };
     if l.changed_by_patch {
-        title.push_str("; fixtures.lock changed by the patch");
+        title.push_str(&format!(
+            "; {} changed by the patch",
+            name.as_deref().unwrap_or("the lock")
+        ));
     }
     out.push_str(&title);
     out.push('\n');

@@ -12,6 +12,7 @@ import pytest
 
 import fixgate_plugin_forkserver as _forkserver
 import fixgate_plugin_outcome as _outcome
+import fixgate_plugin_options as _options
 import fixgate_plugin_trace as _trace
 from fixgate_plugin_classify import _Classifier
 from fixgate_plugin_events import (
@@ -28,6 +29,7 @@ from fixgate_plugin_events import (
     _report_message,
     _skip_reason,
     _test_line,
+    _text_path,
 )
 from fixgate_plugin_lease import _Lease
 
@@ -200,6 +202,7 @@ class _Run(object):
                     "protocol": PROTOCOL_VERSION,
                     "rootdir": _path_text(str(self.config.rootpath)),
                     "executable": _path_text(sys.executable or ""),
+                    "neutralised": _options.NEUTRALISED,
                 }
             )
 
@@ -272,6 +275,7 @@ class _Run(object):
             line = line.rstrip("\r")
             if not line.strip():
                 continue
+            line = _text_path(line)  # a node id of a file whose name is not UTF-8
             if ids and ids[-1] == line and (len(ids) < 2 or ids[-2] != line):
                 # Twice in a row: the same test run again in the same process (fixgate's nio
                 # order). Anywhere else a repeated id is a mistake in the order.
@@ -645,7 +649,7 @@ class _FixgatePlugin(object):
                     # markers cost a tenth of a millisecond per test.
                     run.write_line(
                         '{"event":"collected","items":[%s]}'
-                        % ",".join('{"nodeid":%s}' % _JSON_STRING(n) for n in nodeids)
+                        % ",".join('{"nodeid":%s}' % _JSON_STRING(_path_text(n)) for n in nodeids)
                     )
                 if run.announced is None and run.streaming:
                     run.announce(nodeids)
@@ -688,7 +692,7 @@ class _FixgatePlugin(object):
                     break
             except Exception:
                 pass
-        return {"nodeid": item.nodeid, "file": file, "line": line, "markers": markers}
+        return {"nodeid": _path_text(item.nodeid), "file": file, "line": line, "markers": markers}
 
     def pytest_collectreport(self, report):
         run = self.run
@@ -699,7 +703,7 @@ class _FixgatePlugin(object):
                 run.emit(
                     {
                         "event": "collect_skip",
-                        "nodeid": report.nodeid,
+                        "nodeid": _path_text(report.nodeid),
                         "reason": _skip_reason(report),
                     }
                 )
@@ -713,7 +717,7 @@ class _FixgatePlugin(object):
             run.emit(
                 {
                     "event": "collect_error",
-                    "nodeid": report.nodeid,
+                    "nodeid": _path_text(report.nodeid),
                     "message": _error_line(text) or "collection failed",
                     "longrepr": text[:16000],
                 }
@@ -845,7 +849,9 @@ class _FixgatePlugin(object):
             run.index += 1
             run.current = cur
             if not run.announced_next(item.nodeid):
-                run.emit({"event": "test_start", "nodeid": item.nodeid, "index": cur.index})
+                run.emit(
+                    {"event": "test_start", "nodeid": _path_text(item.nodeid), "index": cur.index}
+                )
             if run.lease is not None and not run.lease.started:
                 run.lease.start()
             if run.streaming:
@@ -1058,7 +1064,9 @@ class _FixgatePlugin(object):
                     {
                         "event": "finish",
                         "exitstatus": int(session.exitstatus),
-                        "running": run.interrupted_in,
+                        "running": None
+                        if run.interrupted_in is None
+                        else _path_text(run.interrupted_in),
                     }
                 )
         except Exception:
