@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) parses the command line and dispatches into these modules.
 
 pub mod audit;
+pub(crate) mod beneath;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;
 pub mod repo_path;
+pub(crate) mod remote_exec;
 pub(crate) mod report;
 pub(crate) mod sandbox;
 pub(crate) mod snapshot;

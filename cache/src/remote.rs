@@ -137,7 +137,7 @@ impl DigestFunction {
     }
 
     /// The digest of `bytes`.
-    pub(crate) fn digest(self, bytes: &[u8]) -> RemoteDigest {
+    pub fn digest(self, bytes: &[u8]) -> RemoteDigest {
         let hash: [u8; 32] = match self {
             DigestFunction::Sha256 => sha2::Sha256::digest(bytes).into(),
             DigestFunction::Blake3 => *blake3::hash(bytes).as_bytes(),
@@ -149,7 +149,7 @@ impl DigestFunction {
     }
 
     /// The REAPI enum value.
-    pub(crate) fn reapi(self) -> i32 {
+    pub fn reapi(self) -> i32 {
         match self {
             DigestFunction::Sha256 => reapi::digest_function::Value::Sha256 as i32,
             DigestFunction::Blake3 => reapi::digest_function::Value::Blake3 as i32,
@@ -165,25 +165,31 @@ impl DigestFunction {
 }
 
 /// A REAPI digest: a hash of the negotiated function and the size of what it hashes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct RemoteDigest {
-    pub(crate) hash: [u8; 32],
-    pub(crate) size: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RemoteDigest {
+    /// The hash, of the negotiated function.
+    pub hash: [u8; 32],
+    /// The size of what it hashes, in bytes.
+    pub size: u64,
 }
 
 impl RemoteDigest {
-    pub(crate) fn hex(&self) -> String {
+    /// The hash as 64 lowercase hex digits, as REAPI writes it.
+    pub fn hex(&self) -> String {
         crate::Digest::from_bytes(self.hash).to_hex()
     }
 
-    pub(crate) fn to_proto(self) -> reapi::Digest {
+    /// The REAPI message.
+    pub fn to_proto(self) -> reapi::Digest {
         reapi::Digest {
             hash: self.hex(),
             size_bytes: i64::try_from(self.size).unwrap_or(i64::MAX),
         }
     }
 
-    pub(crate) fn from_proto(d: &reapi::Digest) -> Result<RemoteDigest, RemoteError> {
+    /// Reads a REAPI message, refusing a hash that is not 64 lowercase hex digits or a negative
+    /// size.
+    pub fn from_proto(d: &reapi::Digest) -> Result<RemoteDigest, RemoteError> {
         let hash = crate::Digest::from_hex(&d.hash)
             .map_err(|e| RemoteError::Protocol(format!("digest {:?}: {e}", d.hash)))?;
         let size = u64::try_from(d.size_bytes)
@@ -195,7 +201,7 @@ impl RemoteDigest {
     }
 
     /// Whether `bytes` are what this digest names.
-    pub(crate) fn matches(&self, function: DigestFunction, bytes: &[u8]) -> bool {
+    pub fn matches(&self, function: DigestFunction, bytes: &[u8]) -> bool {
         function.digest(bytes) == *self
     }
 }
@@ -337,7 +343,26 @@ pub(crate) trait Backend: Send + Sync {
 /// Connects to the server `config` names: for gRPC this asks for its capabilities (and so fails
 /// fast when it is down), for HTTP it only builds the client.
 pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteError> {
+    let (scheme, rest) = split_url(&config.url)?;
     let url = config.url.trim_end_matches('/');
+    match scheme {
+        "http" | "https" => Ok(Box::new(crate::http::HttpBackend::new(url, config)?)),
+        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcConnection::connect(
+            scheme == "grpcs",
+            rest,
+            config,
+        )?)),
+        _ => Err(bad_url(
+            url,
+            "has an unknown scheme; use http://, https://, grpc:// or grpcs://",
+        )),
+    }
+}
+
+/// The scheme and the rest of a remote URL (`host:port[/path]`), refusing credentials in it and
+/// a missing host.
+pub(crate) fn split_url(url: &str) -> Result<(&str, &str), RemoteError> {
+    let url = url.trim_end_matches('/');
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| bad_url(url, "has no scheme"))?;
@@ -351,18 +376,7 @@ pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteE
     if authority.is_empty() {
         return Err(bad_url(url, "has no host"));
     }
-    match scheme {
-        "http" | "https" => Ok(Box::new(crate::http::HttpBackend::new(url, config)?)),
-        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcBackend::connect(
-            scheme == "grpcs",
-            rest,
-            config,
-        )?)),
-        _ => Err(bad_url(
-            url,
-            "has an unknown scheme; use http://, https://, grpc:// or grpcs://",
-        )),
-    }
+    Ok((scheme, rest))
 }
 
 fn bad_url(url: &str, why: &str) -> RemoteError {

@@ -2,6 +2,7 @@
 //! that kill or hang the interpreter, and builds typed results.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -131,11 +132,25 @@ struct Process<'z> {
     log: PathBuf,
 }
 
+/// Where a run's environment points: its import path, home, temporary directory and the
+/// rewrite cache (host paths for a local run, input-root-relative ones for a remote run).
+pub(crate) struct RunEnvPaths {
+    pub(crate) pythonpath: OsString,
+    pub(crate) home: OsString,
+    pub(crate) tmp: OsString,
+    pub(crate) rewrite_cache: OsString,
+}
+
 /// A pytest process of fixgate's own, or a child forked by a warm interpreter (whose exit the
 /// zygote reports).
 enum Proc<'z> {
     Fresh(Child, ExitWatch),
     Forked(&'z mut Zygote),
+    /// A process that ran elsewhere and has ended: its stream is complete.
+    Recorded {
+        status: std::process::ExitStatus,
+        timed_out: bool,
+    },
 }
 
 impl Process<'_> {
@@ -145,6 +160,7 @@ impl Process<'_> {
                 .try_wait()
                 .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}"))),
             Proc::Forked(z) => Ok(z.try_wait()),
+            Proc::Recorded { status, .. } => Ok(Some(*status)),
         }
     }
 
@@ -152,6 +168,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(_, exit) => exit.pause(),
             Proc::Forked(z) => z.pause(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -160,6 +177,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_child(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -168,6 +186,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_and_reap(),
+            Proc::Recorded { .. } => {}
         }
     }
 }
@@ -179,39 +198,18 @@ impl Runner {
         let mut cmd = Command::new(&self.interpreter.path);
         cmd.arg("-m").arg("pytest").args(args);
         cmd.current_dir(&tree).env_clear();
-        for name in ENV_ALLOWLIST
-            .iter()
-            .copied()
-            .chain(self.pass_env.iter().map(String::as_str))
-        {
-            if let Some(v) = self.env.var(name) {
-                cmd.env(name, v);
-            }
-        }
         let mut pythonpath = vec![tree.clone()];
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin_dir.clone());
-        cmd.env(
-            "PYTHONPATH",
-            std::env::join_paths(pythonpath).unwrap_or_default(),
-        )
-        .env("HOME", sandbox.home())
-        .env("TMPDIR", sandbox.tmp())
-        .env("TEMP", sandbox.tmp())
-        .env("TMP", sandbox.tmp())
-        .env("PYTHONHASHSEED", HASH_SEED)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("FIXGATE_PYC_CACHE", &self.rewrite_cache)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("TZ", "UTC")
-        .env("NO_COLOR", "1");
-        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
-        // unless the caller passes the variable on purpose.
-        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
-            cmd.env("PYTHONNOUSERSITE", "1");
-        }
+        let paths = RunEnvPaths {
+            pythonpath: std::env::join_paths(pythonpath).unwrap_or_default(),
+            home: sandbox.home().into_os_string(),
+            tmp: sandbox.tmp().into_os_string(),
+            rewrite_cache: self.rewrite_cache.clone().into_os_string(),
+        };
+        cmd.envs(self.run_env(&paths));
         cmd.stdin(Stdio::null());
         // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
         // the terminal reaches fixgate, which then cleans up.
@@ -232,7 +230,53 @@ impl Runner {
         cmd
     }
 
+    /// Every variable a run sees, given where its paths are: the allowlist and `--pass-env`
+    /// names from the caller's environment, then the run's own settings (which win).
+    pub(crate) fn run_env(&self, paths: &RunEnvPaths) -> Vec<(String, OsString)> {
+        let mut env: Vec<(String, OsString)> = Vec::new();
+        for name in ENV_ALLOWLIST
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+        {
+            if let Some(v) = self.env.var(name) {
+                env.push((name.to_owned(), v.to_os_string()));
+            }
+        }
+        for (k, v) in [
+            ("PYTHONPATH", paths.pythonpath.clone()),
+            ("HOME", paths.home.clone()),
+            ("TMPDIR", paths.tmp.clone()),
+            ("TEMP", paths.tmp.clone()),
+            ("TMP", paths.tmp.clone()),
+            ("PYTHONHASHSEED", HASH_SEED.into()),
+            ("PYTHONDONTWRITEBYTECODE", "1".into()),
+            ("FIXGATE_PYC_CACHE", paths.rewrite_cache.clone()),
+            ("PYTHONUNBUFFERED", "1".into()),
+            ("TZ", "UTC".into()),
+            ("NO_COLOR", "1".into()),
+        ] {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_owned(), v));
+        }
+        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
+        // unless the caller passes the variable on purpose.
+        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
+            env.push(("PYTHONNOUSERSITE".to_owned(), "1".into()));
+        }
+        env
+    }
+
     pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+        let mut args = self.pytest_options();
+        args.push(format!("--fixgate-events={}", events.display()));
+        args.push(format!("--fixgate-root={}", sandbox.tree().display()));
+        args
+    }
+
+    /// pytest's options of every run, without the paths of its sandbox: the plugin, the
+    /// plugins that would reorder the tests turned off.
+    pub(crate) fn pytest_options(&self) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -255,8 +299,6 @@ impl Runner {
         if self.has_distribution("pytest-xdist") {
             args.extend(["-n".to_string(), "0".to_string(), "--dist=no".to_string()]);
         }
-        args.push(format!("--fixgate-events={}", events.display()));
-        args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
     }
 
@@ -422,14 +464,49 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
-        let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
+        let place = match self.forkserver.checkout(self, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
         };
-        let sandbox_dir = place.sandbox().dir().to_path_buf();
+        self.drive(place, snapshot, order, groups, progress)
+    }
+
+    /// The run of `order` (`None`: collection order) that executed elsewhere, one pytest
+    /// process after another (remote execution), built from the streams its processes left by
+    /// the same code that follows a local run.
+    pub(crate) fn replay(
+        &self,
+        snapshot: &Snapshot,
+        recorded: Recorded,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let place = Place::Recorded {
+            root: recorded.root,
+            processes: recorded.processes.into_iter(),
+        };
+        self.drive(place, snapshot, order, groups, progress)
+    }
+
+    /// Runs (or reads back) the processes of one run until every test of the order has a
+    /// result, then puts the results in the order's shape.
+    fn drive(
+        &self,
+        mut place: Place,
+        snapshot: &Snapshot,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let sandbox_dir = place.dir().to_path_buf();
+        let recorded = matches!(place, Place::Recorded { .. });
         let watch = sandbox_dir.join("watch.json");
-        let roots = serde_json::json!({ "roots": groups.watch_roots() });
-        std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        if !recorded {
+            let roots = serde_json::json!({ "roots": groups.watch_roots() });
+            std::fs::write(&watch, roots.to_string())
+                .map_err(|e| Error::io("write", &watch, e))?;
+        }
         let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult {
@@ -455,6 +532,7 @@ impl Runner {
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
             match &remaining {
+                Some(_) if recorded => {}
                 Some(ids) => {
                     let mut text = ids.join("\n");
                     text.push('\n');
@@ -468,6 +546,24 @@ impl Runner {
             result.processes += 1;
             let before = result.tests.len();
             let p = match &mut place {
+                Place::Recorded { processes, .. } => {
+                    let left = remaining.as_ref().map_or(0, Vec::len);
+                    let Some(r) = processes.next() else {
+                        return Err(Error::Infra(format!(
+                            "the remote run of {} ended after {k} pytest process(es) with {left} \
+                             test(s) not run",
+                            snapshot.rev_label()
+                        )));
+                    };
+                    Process {
+                        proc: Proc::Recorded {
+                            status: r.status,
+                            timed_out: r.timed_out,
+                        },
+                        events: r.events,
+                        log: r.log,
+                    }
+                }
                 // The first process of a run forks. One that continues after a crash or a
                 // timeout forks only when a fresh pytest would collect exactly what the zygote
                 // did (see `may_continue_forked`): a fresh one imports and collects again in the
@@ -492,7 +588,8 @@ impl Runner {
                         }
                     }
                 }
-                place => self.spawn(place.sandbox(), k, &extra)?,
+                Place::Warm(lease) => self.spawn(&lease.zygote().sandbox, k, &extra)?,
+                Place::Own(sandbox) => self.spawn(sandbox, k, &extra)?,
             };
             let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
             if !outcome.collect_errors.is_empty() {
@@ -589,7 +686,14 @@ impl Runner {
         let mut problems = Vec::new();
         let mut collected = None;
         let mut collect_errors = Vec::new();
-        let mut timed_out = false;
+        // A process that ran elsewhere was killed there for the timeout, or not.
+        let mut timed_out = matches!(
+            p.proc,
+            Proc::Recorded {
+                timed_out: true,
+                ..
+            }
+        );
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
@@ -719,19 +823,43 @@ impl Runner {
     }
 }
 
-/// Where a run happens: a sandbox of its own, or a warm interpreter's.
+/// Where a run happens: a sandbox of its own, a warm interpreter's, or elsewhere (remote
+/// execution: its processes are read back one after another).
 enum Place<'p> {
     Own(Sandbox),
     Warm(Box<Lease<'p>>),
+    Recorded {
+        /// The input root the run had on its worker (what paths in messages start with).
+        root: PathBuf,
+        processes: std::vec::IntoIter<RecordedProcess>,
+    },
 }
 
 impl Place<'_> {
-    fn sandbox(&mut self) -> &Sandbox {
+    /// The sandbox folder, whose paths the results lose.
+    fn dir(&mut self) -> &Path {
         match self {
-            Place::Own(s) => s,
-            Place::Warm(lease) => &lease.zygote().sandbox,
+            Place::Own(s) => s.dir(),
+            Place::Warm(lease) => lease.zygote().sandbox.dir(),
+            Place::Recorded { root, .. } => root,
         }
     }
+}
+
+/// A run that executed elsewhere: where its sandbox was, and each of its pytest processes.
+pub(crate) struct Recorded {
+    pub(crate) root: PathBuf,
+    pub(crate) processes: Vec<RecordedProcess>,
+}
+
+/// One pytest process of a [`Recorded`] run: its event stream and output, copied here, and
+/// how it ended.
+pub(crate) struct RecordedProcess {
+    pub(crate) events: PathBuf,
+    pub(crate) log: PathBuf,
+    pub(crate) status: std::process::ExitStatus,
+    /// Killed for running a test past the timeout.
+    pub(crate) timed_out: bool,
 }
 
 /// The order a process runs its tests in, to tell which test follows a finished one.
