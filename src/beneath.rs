@@ -78,6 +78,13 @@ impl Dir {
         })
     }
 
+    /// A second descriptor of the same directory.
+    pub(crate) fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
     fn openat(&self, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
         // SAFETY: a valid descriptor and C string; the result is owned from here on.
         let fd = check(unsafe {

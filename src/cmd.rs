@@ -11,6 +11,7 @@ pub(crate) mod manifest;
 pub(crate) mod run;
 pub(crate) mod shell;
 pub(crate) mod trace;
+pub(crate) mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;
@@ -26,6 +27,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // The one read of the process environment; everything below gets typed values from it.
     let env = crate::environment::Environment::read()?;
+    // A worker serves a service, not a repository.
+    if let Command::Worker(args) = &cli.command {
+        return worker::run(args, env);
+    }
     let ctx = Ctx::new(&cli.global, env)?;
     crate::engine::store::configure(crate::engine::store::resolve(
         &cli.global.remote,
@@ -46,6 +51,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Init(args) => init::run(&ctx, &args),
         Command::Completions(args) => shell::completions(args.shell),
         Command::Man => shell::man(),
+        Command::Worker(_) => unreachable!("dispatched before the repository is opened"),
     }?;
     crate::engine::store::finish()?;
     Ok(code)

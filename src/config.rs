@@ -54,9 +54,22 @@ pub struct Config {
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
     /// `--nio` does.
     pub nio: bool,
+    /// `[tool.fixgate] remote-executor`, `remote-instance` and `remote-platform`: where an
+    /// audit's runs execute (read from the base, which is trusted: a patch cannot send its
+    /// code to a service of its choosing).
+    pub remote_exec: RemoteExecConfig,
     /// Problems that do not stop the run (unknown keys, directories without a default group),
     /// each a full message that names the file and says what to do.
     pub warnings: Vec<String>,
+}
+
+/// The remote executor settings of `[tool.fixgate]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RemoteExecConfig {
+    pub executor: Option<String>,
+    pub instance: Option<String>,
+    /// `remote-platform = { container-image = "docker://…" }`, sorted by key.
+    pub platform: Vec<(String, String)>,
 }
 
 /// How a test's dependencies are determined (`[tool.fixgate] deps`).
@@ -200,6 +213,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         budget: py.budget,
         lock: py.lock,
         nio: py.nio,
+        remote_exec: py.remote_exec,
         warnings,
     })
 }
@@ -471,6 +485,7 @@ struct Pyproject {
     fork: Option<bool>,
     /// `nio = true`: the nio order in every audit.
     nio: bool,
+    remote_exec: RemoteExecConfig,
     /// Each with its line, for sorting.
     warnings: Vec<(usize, String)>,
 }
@@ -595,11 +610,18 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             },
             "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
             "nio" => out.nio = parse_nio(&doc, (key, value))?,
+            "remote-executor" => {
+                out.remote_exec.executor = Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
+            }
+            "remote-instance" => {
+                out.remote_exec.instance = Some(parse_string(&doc, (key, value), "main")?)
+            }
+            "remote-platform" => out.remote_exec.platform = parse_platform(&doc, (key, value))?,
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" and \
-                 \"nio\"",
+                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\", \
+                 \"nio\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
             )),
         }
     }
@@ -694,6 +716,49 @@ fn parse_fork(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
             ),
         )),
     }
+}
+
+/// A string setting, e.g. `remote-executor = "grpc://host:8980"`.
+fn parse_string(doc: &Doc, (key, value): Entry, example: &str) -> Result<String, ConfigError> {
+    let name = format!("tool.fixgate.{}", key.get_ref());
+    match value.get_ref() {
+        DeValue::String(text) => Ok(text.to_string()),
+        other => Err(doc.err(
+            key.span(),
+            &name,
+            format!(
+                "expected a string, found {}; write {} = \"{example}\"",
+                a_type(other),
+                key.get_ref()
+            ),
+        )),
+    }
+}
+
+/// `remote-platform = { KEY = "VALUE", ... }`.
+fn parse_platform(doc: &Doc, (key, value): Entry) -> Result<Vec<(String, String)>, ConfigError> {
+    let wrong = |found: &str| {
+        doc.err(
+            key.span(),
+            "tool.fixgate.remote-platform",
+            format!(
+                "expected a table of strings, found {found}; write remote-platform = \
+                 {{ container-image = \"docker://python:3.12\" }}"
+            ),
+        )
+    };
+    let DeValue::Table(table) = value.get_ref() else {
+        return Err(wrong(&a_type(value.get_ref())));
+    };
+    let mut out = Vec::new();
+    for (k, v) in table.iter() {
+        match v.get_ref() {
+            DeValue::String(text) => out.push((k.get_ref().to_string(), text.to_string())),
+            other => return Err(wrong(&a_type(other))),
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 fn parse_nio(doc: &Doc, (key, value): Entry) -> Result<bool, ConfigError> {
@@ -937,6 +1002,31 @@ mod tests {
             Ok(c) => panic!("expected an error, got {:?}", c.groups.groups()),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn remote_execution_is_read_from_tool_fixgate() {
+        let c = pyproject(
+            "[tool.fixgate]\nremote-executor = \"grpc://re.example:8980\"\nremote-instance = \
+             \"main\"\nremote-platform = { pool = \"small\", container-image = \"docker://p\" }\n",
+        );
+        assert_eq!(c.remote_exec.executor.as_deref(), Some("grpc://re.example:8980"));
+        assert_eq!(c.remote_exec.instance.as_deref(), Some("main"));
+        assert_eq!(
+            c.remote_exec.platform,
+            [
+                ("container-image".to_string(), "docker://p".to_string()),
+                ("pool".to_string(), "small".to_string())
+            ]
+        );
+        let err = load(&ConfigInputs {
+            manifest_file: None,
+            pyproject: Some(b"[tool.fixgate]\nremote-platform = { pool = 3 }\n"),
+            paths: &[],
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("tool.fixgate.remote-platform"), "{err}");
     }
 
     #[test]

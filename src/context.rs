@@ -30,6 +30,8 @@ pub struct Ctx {
     pub quiet: bool,
     pub python: Option<PathBuf>,
     pub jobs: usize,
+    /// Whether `--jobs` was given (a remote executor has a default of its own).
+    pub jobs_given: bool,
     /// Set by Ctrl-C or SIGTERM; long work checks it, kills its children and cleans up.
     pub interrupted: Arc<AtomicBool>,
     /// The process environment, read once at start.
@@ -69,6 +71,7 @@ impl Ctx {
                 Some(n) => n,
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
+            jobs_given: args.jobs.is_some(),
             interrupted: interrupt_flag()?,
             env,
         })

@@ -96,6 +96,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         quiet: ctx.quiet,
         python: Some(python),
         jobs: ctx.jobs,
+        jobs_given: ctx.jobs_given,
         interrupted: ctx.interrupted.clone(),
         env: ctx.env.clone(),
     };
@@ -123,6 +124,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             allow_network: false,
             containment: crate::cli::ContainmentArg::Auto,
         },
+        remote_exec: Default::default(),
     };
     let opts = crate::cmd::audit::options(&args, Some("HEAD".into()))?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;

@@ -4,7 +4,7 @@
 //! in its own module, and the judgments are pure functions in `crate::audit`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,6 +26,7 @@ use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::{base_check, pairs, replay, source_replay, steps};
+use crate::remote_exec::client as remote_exec;
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
@@ -49,6 +50,8 @@ pub struct Options {
     pub sandbox: SandboxArgs,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<crate::cli::Shard>,
+    /// Where the runs execute (`--remote-executor`).
+    pub remote_exec: crate::cli::RemoteExecArgs,
 }
 
 /// Runs the whole audit.
@@ -57,12 +60,30 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
     let runner = Arc::new(ctx.runner(&opts.sandbox)?);
-    let (store, warning) = crate::engine::store::open(&ctx.cache_dir, opts.cache);
+    let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec, &ctx.env)?;
+    let executor = match &remote {
+        Some(settings) => Some(Arc::new(remote_exec::Executor::connect(
+            settings.clone(),
+            &runner,
+            opts.check || !opts.cache,
+        )?)),
+        None => None,
+    };
+    // Without a remote cache of its own, the executor's ActionCache holds the node results.
+    let store_remote = crate::engine::store::configured()
+        .cloned()
+        .or_else(|| remote.as_ref().map(|s| s.as_cache()));
+    let (store, warning) =
+        crate::engine::store::open_with(&ctx.cache_dir, opts.cache, store_remote.as_ref());
     if let Some(w) = warning {
         ctx.warn(&w);
     }
     let run_options = RunOptions {
-        jobs: ctx.jobs,
+        // Remote actions in flight, not local cores, unless --jobs says otherwise.
+        jobs: match (&executor, ctx.jobs_given) {
+            (Some(_), false) => remote_exec::DEFAULT_JOBS,
+            _ => ctx.jobs,
+        },
         mode: if opts.check {
             Mode::Check {
                 kinds: ["seed-run".to_string()].into(),
@@ -102,6 +123,7 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
                 progress: (!ctx.quiet).then(indicatif::MultiProgress::new),
                 processes,
                 warnings,
+                remote: executor.clone(),
             };
             let judged = phases(&engine, &sides, opts, started, &mut report);
             (judged, engine.processes, engine.warnings)
@@ -115,6 +137,24 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     report.reasons = decision.reasons;
     assemble::graph(&mut report, &run);
     report.pytest_processes = processes.into_inner();
+    if let Some(exec) = &executor {
+        let mut summary = exec.summary();
+        report.graph.remote_executed = summary.actions as usize;
+        summary.local_runs = report
+            .graph
+            .executed_nodes
+            .iter()
+            .filter(|n| n.kind == "collect")
+            .map(|n| n.label.clone())
+            .collect();
+        report.warnings.extend(
+            summary
+                .retried
+                .iter()
+                .map(|r| format!("remote execution: tried again: {r}")),
+        );
+        report.remote_execution = Some(summary);
+    }
     report
         .warnings
         .extend(warnings.into_inner().unwrap_or_else(|e| e.into_inner()));
@@ -793,9 +833,7 @@ fn check_findings(engine: &Engine, matrix: &Matrix, report: &mut AuditReport) {
         let Ok(fresh) = crate::engine::runs::decode_run(&fresh) else {
             continue;
         };
-        engine
-            .processes
-            .fetch_add(fresh.processes, Ordering::Relaxed);
+        engine.count_processes(fresh.processes);
         for t in &fresh.tests {
             let cached = matrix.outcome(*label, &t.nodeid);
             if cached != Some(t.outcome) {

@@ -87,7 +87,7 @@ pub fn resolve(
 }
 
 /// `Name: value` lines; errors name the line, never its value.
-fn parse_headers(text: &str) -> Result<Vec<(String, String)>> {
+pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
@@ -140,14 +140,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The store for `cache_dir` (with the configured remote behind it), or `NoStore` (with the
-/// warning to print) when the cache is disabled or cannot be opened: the audit still runs,
-/// uncached.
-pub fn open(cache_dir: &Path, enabled: bool) -> (Arc<dyn Store>, Option<String>) {
-    open_with(cache_dir, enabled, configured())
-}
-
-/// [`open`] with the remote given explicitly.
+/// The store for `cache_dir` with `remote` behind it (the configured remote cache, or a remote
+/// executor's ActionCache), or `NoStore` (with the warning to print) when the cache is disabled
+/// or cannot be opened: the audit still runs, uncached.
 pub fn open_with(
     cache_dir: &Path,
     enabled: bool,

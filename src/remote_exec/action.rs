@@ -39,9 +39,15 @@ pub(crate) const INTERPRETER_PROPERTY: &str = "fixgate-interpreter";
 /// The platform property a run that may use the network carries (`--allow-network`).
 pub(crate) const NETWORK_PROPERTY: &str = "fixgate-network";
 
-/// The salt of every action: another fixgate schema never shares an action's result.
-pub(crate) fn salt() -> Vec<u8> {
-    format!("fixgate-exec v1 cache-schema {}", fixgate_cache::SCHEMA).into_bytes()
+/// The salt of an action: another fixgate schema never shares its result, nor does another
+/// repetition of the same run (repetitions are separate processes: the service must not answer
+/// the second from the first's result, or a flaky test would look steady).
+pub(crate) fn salt(repeat: u32) -> Vec<u8> {
+    format!(
+        "fixgate-exec v1 cache-schema {} repeat {repeat}",
+        fixgate_cache::SCHEMA
+    )
+    .into_bytes()
 }
 
 /// The longest action timeout: BuildGrid's default `max-execution-timeout` (larger ones are
@@ -62,6 +68,8 @@ pub(crate) struct RunSpec {
     pub(crate) tests: usize,
     /// Whether the input root holds an order file (else: collection order).
     pub(crate) ordered: bool,
+    /// Which repetition of the same run this is (0: the first).
+    pub(crate) repeat: u32,
     /// The platform properties, unsorted.
     pub(crate) platform: Vec<(String, String)>,
     /// The output directory is named with `output_paths` (REAPI 2.1 and later) or the
@@ -144,7 +152,7 @@ impl RunSpec {
                 nanos: 0,
             }),
             do_not_cache,
-            salt: salt(),
+            salt: salt(self.repeat),
             platform: Some(self.platform()),
         }
     }
@@ -166,6 +174,7 @@ mod tests {
             test_timeout: Duration::from_secs(60),
             tests: 3,
             ordered: true,
+            repeat: 0,
             platform: vec![
                 ("pool".into(), "blue".into()),
                 (INTERPRETER_PROPERTY.into(), "3.11.2-ab".into()),
@@ -202,6 +211,8 @@ mod tests {
         let d = fixgate_cache::DigestFunction::Sha256.digest(b"x");
         let a = s.action(&d, &d, false);
         assert_eq!(a.timeout.unwrap().seconds, 7200);
-        assert!(String::from_utf8(a.salt).unwrap().contains("fixgate-exec"));
+        assert!(String::from_utf8(a.salt.clone()).unwrap().contains("fixgate-exec"));
+        s.repeat = 1;
+        assert_ne!(s.action(&d, &d, false).salt, a.salt, "a repetition is another action");
     }
 }

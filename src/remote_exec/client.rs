@@ -40,7 +40,65 @@ pub(crate) struct Settings {
     pub(crate) headers: Vec<(String, String)>,
 }
 
+/// Remote actions in flight by default: the service's workers, not this machine's cores, are
+/// what runs them.
+pub(crate) const DEFAULT_JOBS: usize = 32;
+
+/// The settings: the flags, else the base's `[tool.fixgate]`; `None` when no executor is named.
+pub(crate) fn resolve(
+    args: &crate::cli::RemoteExecArgs,
+    base: &crate::config::RemoteExecConfig,
+    env: &crate::environment::Environment,
+) -> Result<Option<Settings>> {
+    let url = match &args.remote_executor {
+        Some(u) => Some(u.trim().to_owned()).filter(|u| !u.is_empty()),
+        None => base.executor.clone(),
+    };
+    let Some(url) = url else {
+        if args.remote_instance.is_some() || !args.remote_platform.is_empty() {
+            return Err(Error::Usage(
+                "--remote-instance and --remote-platform need --remote-executor URL (or \
+                 [tool.fixgate] remote-executor in the base)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("grpc://") || url.starts_with("grpcs://")) {
+        return Err(Error::Usage(format!(
+            "--remote-executor {url:?}: expected grpc://HOST:PORT or grpcs://HOST:PORT (REAPI \
+             over gRPC), e.g. grpcs://remote.buildbuddy.io"
+        )));
+    }
+    let headers = match &env.remote_header {
+        Some(text) => crate::engine::store::parse_headers(text)?,
+        None => Vec::new(),
+    };
+    Ok(Some(Settings {
+        url: url.trim_end_matches('/').to_owned(),
+        instance: args
+            .remote_instance
+            .clone()
+            .or_else(|| base.instance.clone())
+            .unwrap_or_default(),
+        platform: match args.remote_platform.is_empty() {
+            true => base.platform.clone(),
+            false => args.remote_platform.clone(),
+        },
+        headers,
+    }))
+}
+
 impl Settings {
+    /// The service as the audit's remote cache (never uploaded to: `--remote-upload` goes with
+    /// `--remote-cache`).
+    pub(crate) fn as_cache(&self) -> crate::engine::store::RemoteSettings {
+        crate::engine::store::RemoteSettings {
+            config: self.config(fixgate_cache::DEFAULT_REQUEST_TIMEOUT),
+            required: false,
+        }
+    }
+
     /// The service as a remote cache URL (`grpc://HOST:PORT/INSTANCE`): the ActionCache node
     /// results go to when no `--remote-cache` is set.
     pub(crate) fn cache_url(&self) -> String {
@@ -101,13 +159,15 @@ pub(crate) struct Summary {
     pub(crate) actions: u32,
     /// Of those, answered from the service's ActionCache.
     pub(crate) cached_actions: u32,
-    /// Actions tried again after the service could not run them.
-    pub(crate) retried: u32,
+    /// Actions tried again after the service could not run them, with why.
+    pub(crate) retried: Vec<String>,
     /// Blobs found missing in the CAS and uploaded, and their bytes.
     pub(crate) uploaded_blobs: u64,
     pub(crate) uploaded_bytes: u64,
     /// Runs by label, with the worker each ran on.
     pub(crate) runs: BTreeMap<String, Placement>,
+    /// pytest runs that ran on this machine (the collections).
+    pub(crate) local_runs: Vec<String>,
 }
 
 /// The launcher's `out/run.json`.
@@ -134,6 +194,8 @@ pub(crate) struct RemoteRun<'a> {
     /// `None`: collection order.
     pub(crate) order: Option<&'a [String]>,
     pub(crate) groups: &'a FixtureGroups,
+    /// Which repetition of the same run (see `action::salt`).
+    pub(crate) repeat: u32,
 }
 
 pub(crate) struct Executor {
@@ -277,7 +339,9 @@ impl Executor {
         let mut last = String::new();
         for attempt in 0..2 {
             if attempt > 0 {
-                lock(&self.summary).retried += 1;
+                lock(&self.summary)
+                    .retried
+                    .push(format!("{}: {last}", run.label));
             }
             match self.attempt(runner, run, &tree, progress) {
                 Ok(Attempt::Done(result, placement)) => {
@@ -399,6 +463,7 @@ impl Executor {
             test_timeout: runner.test_timeout,
             tests: run.order.map_or(run.snapshot.entries.len(), <[String]>::len),
             ordered: run.order.is_some(),
+            repeat: run.repeat,
             platform: self.platform.clone(),
             output_paths: self.output_paths,
         };
@@ -777,16 +842,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Parses `KEY=VALUE` (a `--remote-platform` pair).
-pub(crate) fn parse_property(text: &str) -> std::result::Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
-        _ => Err(format!(
-            "expected KEY=VALUE, e.g. container-image=docker://python:3.12; found {text:?}"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -821,15 +876,5 @@ mod tests {
         assert_eq!(exit_status(Some(1)).code(), Some(1));
         assert_eq!(exit_status(Some(-9)).signal(), Some(9));
         assert_eq!(exit_status(None).signal(), Some(9));
-    }
-
-    #[test]
-    fn platform_pairs_need_a_key() {
-        assert_eq!(
-            parse_property("container-image=docker://x:1"),
-            Ok(("container-image".into(), "docker://x:1".into()))
-        );
-        assert!(parse_property("novalue").is_err());
-        assert!(parse_property("=v").is_err());
     }
 }
