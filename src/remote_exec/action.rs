@@ -190,9 +190,9 @@ mod tests {
         assert!(c.arguments.iter().all(|a| !a.starts_with('/')), "{c:?}");
         let names: Vec<&str> = c.environment_variables.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["HOME", "PYTHONHASHSEED", "TZ"]);
-        let props: Vec<&str> = c
-            .platform
-            .as_ref()
+        #[expect(deprecated, reason = "the Command's platform is what older servers read")]
+        let platform = c.platform.as_ref();
+        let props: Vec<&str> = platform
             .unwrap()
             .properties
             .iter()

@@ -164,6 +164,8 @@ pub(crate) struct Summary {
     /// Blobs found missing in the CAS and uploaded, and their bytes.
     pub(crate) uploaded_blobs: u64,
     pub(crate) uploaded_bytes: u64,
+    /// Of those, the snapshots' files (a new head's: its changed files only).
+    pub(crate) uploaded_snapshot_files: u64,
     /// Runs by label, with the worker each ran on.
     pub(crate) runs: BTreeMap<String, Placement>,
     /// pytest runs that ran on this machine (the collections).
@@ -561,11 +563,13 @@ impl Executor {
             .into_iter()
             .collect();
         let mut git = None;
+        let mut files = 0u64;
         let mut bytes: Vec<(RemoteDigest, Arc<[u8]>)> = Vec::new();
         for (d, source) in wanted.iter().filter(|(d, _)| missing.contains(d)) {
             let b: Arc<[u8]> = match source {
                 Source::Bytes(b) => b.clone(),
                 Source::Entry(i) => {
+                    files += 1;
                     if git.is_none() {
                         git = Some(snapshot.open_git().map_err(|e| e.to_string())?);
                     }
@@ -590,6 +594,7 @@ impl Executor {
             let mut s = lock(&self.summary);
             s.uploaded_blobs += refs.len() as u64;
             s.uploaded_bytes += refs.iter().map(|(d, _)| d.size).sum::<u64>();
+            s.uploaded_snapshot_files += files;
         }
         lock(&self.present).extend(digests);
         Ok(())

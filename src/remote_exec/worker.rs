@@ -159,7 +159,7 @@ pub(crate) fn serve(
         worker: Some(bot.worker()),
         ..Default::default()
     };
-    session = bot.create_session(&mut bots, session)?;
+    session = bot.create_session(&mut bots, session, &interrupted)?;
     log(&format!("session {} at {}", session.name, bot.config.server));
     let mut running: Option<Running> = None;
     let mut started = 0u64;
@@ -264,7 +264,7 @@ pub(crate) fn serve(
                     worker: Some(bot.worker()),
                     ..Default::default()
                 };
-                session = bot.create_session(&mut bots, fresh)?;
+                session = bot.create_session(&mut bots, fresh, &interrupted)?;
                 log(&format!("session {} at {}", session.name, bot.config.server));
             }
         }
@@ -323,9 +323,13 @@ impl Bot {
         &self,
         bots: &mut BotsClient,
         session: BotSession,
+        interrupted: &AtomicBool,
     ) -> Result<BotSession> {
         let start = Instant::now();
         loop {
+            if interrupted.load(Ordering::SeqCst) {
+                return Err(Error::Interrupted);
+            }
             let request = CreateBotSessionRequest {
                 parent: self.config.instance.clone(),
                 bot_session: Some(session.clone()),
