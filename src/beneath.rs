@@ -34,7 +34,9 @@ pub(crate) fn component(name: &[u8]) -> Result<&OsStr, BadName> {
 /// What a name in a directory is, as `fstatat` without following links says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    File { executable: bool },
+    File {
+        executable: bool,
+    },
     Dir,
     Link,
     /// A socket, a device, a FIFO: nothing fixgate reads or makes.
@@ -115,7 +117,12 @@ impl Dir {
     }
 
     /// Creates the file `name` (it must not exist) holding `bytes`.
-    pub(crate) fn write_file(&self, name: &OsStr, bytes: &[u8], executable: bool) -> io::Result<()> {
+    pub(crate) fn write_file(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        executable: bool,
+    ) -> io::Result<()> {
         let c = cname(name)?;
         let mode = if executable { 0o755 } else { 0o644 };
         let fd = self.openat(&c, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, mode)?;
@@ -261,7 +268,12 @@ mod tests {
         assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"s");
         assert_eq!(dir.kind(OsStr::new("dir")).unwrap(), Some(Kind::Link));
         assert_eq!(dir.read_link(OsStr::new("file")).unwrap(), {
-            outside.path().join("secret").as_os_str().as_bytes().to_vec()
+            outside
+                .path()
+                .join("secret")
+                .as_os_str()
+                .as_bytes()
+                .to_vec()
         });
         // Names that are paths are refused before any system call.
         let sub = dir.create_dir(OsStr::new("inner")).unwrap();
@@ -276,8 +288,7 @@ mod tests {
         );
         assert_eq!(dir.names().unwrap(), ["dir", "file", "inner", "sub"]);
         let mut text = String::new();
-        io::Read::read_to_string(&mut sub.open_file(OsStr::new("f")).unwrap(), &mut text)
-            .unwrap();
+        io::Read::read_to_string(&mut sub.open_file(OsStr::new("f")).unwrap(), &mut text).unwrap();
         assert_eq!(text, "hi");
     }
 }

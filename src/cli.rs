@@ -278,8 +278,9 @@ pub struct AuditArgs {
     pub today: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// Boxed: the other commands' arguments are far smaller.
     #[command(flatten)]
-    pub remote_exec: RemoteExecArgs,
+    pub remote_exec: Box<RemoteExecArgs>,
 }
 
 /// `--shard K/N`: the K-th (1-based) of N shares.

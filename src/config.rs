@@ -611,7 +611,8 @@ fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "fork" => out.fork = Some(parse_fork(&doc, (key, value))?),
             "nio" => out.nio = parse_nio(&doc, (key, value))?,
             "remote-executor" => {
-                out.remote_exec.executor = Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
+                out.remote_exec.executor =
+                    Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
             }
             "remote-instance" => {
                 out.remote_exec.instance = Some(parse_string(&doc, (key, value), "main")?)
@@ -1010,7 +1011,10 @@ mod tests {
             "[tool.fixgate]\nremote-executor = \"grpc://re.example:8980\"\nremote-instance = \
              \"main\"\nremote-platform = { pool = \"small\", container-image = \"docker://p\" }\n",
         );
-        assert_eq!(c.remote_exec.executor.as_deref(), Some("grpc://re.example:8980"));
+        assert_eq!(
+            c.remote_exec.executor.as_deref(),
+            Some("grpc://re.example:8980")
+        );
         assert_eq!(c.remote_exec.instance.as_deref(), Some("main"));
         assert_eq!(
             c.remote_exec.platform,

@@ -69,7 +69,10 @@ fn assert_same_as_local(dir: &Path, service: &Server, workers: &[&Worker]) -> se
     assert_eq!(remote.code, local.code, "{remote:?}\n--- local:\n{local:?}");
     let (l, r) = (local.json(), remote.json());
     assert_eq!(essence(&r), essence(&l), "{remote:?}");
-    assert!(r["graph"]["remote_executed"].as_u64().unwrap() > 0, "{remote:?}");
+    assert!(
+        r["graph"]["remote_executed"].as_u64().unwrap() > 0,
+        "{remote:?}"
+    );
     assert_eq!(r["pytest_processes"], 0, "{remote:?}");
     assert!(l["pytest_processes"].as_u64().unwrap() > 0);
     let runs = r["remote_execution"]["runs"].as_object().unwrap();
@@ -120,7 +123,16 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     let status = std::process::Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_pollution.py"))
         .arg(suite.path())
-        .args(["--tests", "40", "--modules", "2", "--polluters", "1", "--victims", "3"])
+        .args([
+            "--tests",
+            "40",
+            "--modules",
+            "2",
+            "--polluters",
+            "1",
+            "--victims",
+            "3",
+        ])
         .args(["--heads", "1"])
         .status()
         .unwrap();
@@ -150,7 +162,10 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     assert_eq!(first.code, 0, "{first:?}");
     let first = first.json();
     // Five files, one of them in two versions.
-    assert_eq!(first["remote_execution"]["uploaded_snapshot_files"], 6, "{first}");
+    assert_eq!(
+        first["remote_execution"]["uploaded_snapshot_files"], 6,
+        "{first}"
+    );
     repo.write("tests/test_b.py", "def test_b():\n    assert 2 > 1\n");
     repo.commit("next head");
     let second = audit(
@@ -161,7 +176,10 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     assert_eq!(second.code, 0, "{second:?}");
     let second = second.json();
     let exec = &second["remote_execution"];
-    assert_eq!(exec["uploaded_snapshot_files"], 1, "only test_b.py is new: {exec}");
+    assert_eq!(
+        exec["uploaded_snapshot_files"], 1,
+        "only test_b.py is new: {exec}"
+    );
     assert!(
         exec["uploaded_blobs"].as_u64() < first["remote_execution"]["uploaded_blobs"].as_u64(),
         "{exec}"
@@ -172,7 +190,13 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     let pooled = audit(
         repo.path(),
         tempfile::tempdir().unwrap().path(),
-        &["--remote-executor", &service.url, "--remote-platform", "pool=green", "--no-cache"],
+        &[
+            "--remote-executor",
+            &service.url,
+            "--remote-platform",
+            "pool=green",
+            "--no-cache",
+        ],
     );
     assert_eq!(pooled.code, 0, "{pooled:?}");
     let pooled = pooled.json();
@@ -206,7 +230,11 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
 fn kill_at_first_lease(worker: &mut Worker, limit: Duration) {
     let start = Instant::now();
     while worker.leases() == 0 {
-        assert!(start.elapsed() < limit, "no lease within {limit:?}:\n{}", worker.log());
+        assert!(
+            start.elapsed() < limit,
+            "no lease within {limit:?}:\n{}",
+            worker.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     worker.kill();
@@ -217,10 +245,14 @@ fn small_polluter() -> TestRepo {
     let repo = TestRepo::new();
     repo.write(
         "tests/test_state.py",
-        "STATE = {}\n\ndef test_setter():\n    STATE['x'] = 1\n\ndef test_reader():\n    assert 'x' not in STATE\n\ndef test_plain():\n    assert True\n",
+        "STATE = {}\n\ndef test_reader():\n    assert 'x' not in STATE\n\ndef test_plain():\n    assert True\n",
     );
     repo.commit("base");
-    repo.write("tests/test_other.py", "def test_other():\n    assert True\n");
+    // The patch adds the polluter: its finding is the patch's.
+    repo.write(
+        "tests/test_state.py",
+        "STATE = {}\n\ndef test_setter():\n    STATE['x'] = 1\n\ndef test_reader():\n    assert 'x' not in STATE\n\ndef test_plain():\n    assert True\n",
+    );
     repo.commit("head");
     repo
 }
@@ -244,7 +276,8 @@ fn audit_in_background(
 #[test]
 fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
     let pg = servers::postgres();
-    let service = servers::buildgrid_execution(&pg, 2);
+    // BuildGrid long-polls only when 80% of the keepalive is at least its 3 s network timeout.
+    let service = servers::buildgrid_execution(&pg, 4);
     let repo = small_polluter();
 
     // The first worker dies with the first action; the second runs it again and the rest.
@@ -258,7 +291,21 @@ fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
     let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]);
     assert_eq!(essence(&r), essence(&local.json()));
     let retried = r["remote_execution"]["retried"].as_array().unwrap();
-    assert_eq!(retried.len(), 1, "{r}");
+    assert_eq!(
+        retried.len(),
+        1,
+        "{}\n--- doomed:\n{}\n--- survivor:\n{}\n--- BuildGrid:\n{}",
+        r["remote_execution"],
+        doomed.log(),
+        survivor.log(),
+        service
+            .log()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("etr"))
+            .take(40)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(survivor.leases() > 0);
     drop(survivor);
 
@@ -274,5 +321,8 @@ fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
         failed.stderr.contains("could not run") && failed.stderr.contains("tried twice"),
         "{failed:?}"
     );
-    assert!(failed.stdout.is_empty(), "no report is a verdict: {failed:?}");
+    assert!(
+        failed.stdout.is_empty(),
+        "no report is a verdict: {failed:?}"
+    );
 }

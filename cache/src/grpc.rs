@@ -19,6 +19,9 @@ use crate::remote::{Backend, DigestFunction, RemoteConfig, RemoteDigest, RemoteE
 /// of this size. It stays under gRPC's common 4 MiB message limit.
 const BATCH_LIMIT: u64 = 2 << 20;
 
+/// Blobs by digest, `None` for those the server does not hold.
+pub type Fetched = Vec<(RemoteDigest, Option<Vec<u8>>)>;
+
 /// The channel every call of a [`GrpcConnection`] goes through: the configured headers added.
 pub type GrpcChannel = InterceptedService<Channel, Headers>;
 type Chan = GrpcChannel;
@@ -281,10 +284,7 @@ impl GrpcConnection {
 
     /// The bytes of every digest, verified against it (`None`: the server does not hold it):
     /// the small ones in batches, the large ones through ByteStream.
-    pub fn get_blobs(
-        &self,
-        digests: &[RemoteDigest],
-    ) -> Result<Vec<(RemoteDigest, Option<Vec<u8>>)>, RemoteError> {
+    pub fn get_blobs(&self, digests: &[RemoteDigest]) -> Result<Fetched, RemoteError> {
         let mut out = Vec::with_capacity(digests.len());
         let mut batch: Vec<RemoteDigest> = Vec::new();
         let mut size = 0u64;
@@ -321,10 +321,7 @@ impl GrpcConnection {
         Ok(out)
     }
 
-    fn read_batch(
-        &self,
-        digests: Vec<RemoteDigest>,
-    ) -> Result<Vec<(RemoteDigest, Option<Vec<u8>>)>, RemoteError> {
+    fn read_batch(&self, digests: Vec<RemoteDigest>) -> Result<Fetched, RemoteError> {
         let mut client = ContentAddressableStorageClient::new(self.channel.clone());
         let request = reapi::BatchReadBlobsRequest {
             instance_name: self.instance.clone(),

@@ -28,15 +28,16 @@ mod remote;
 mod store;
 
 pub use digest::{Digest, ParseDigestError};
-pub use grpc::{GrpcChannel, GrpcConnection, Headers};
 pub use disk::{DiskStore, MaintenanceError, OpenError, DEFAULT_INDEX_WAIT};
+pub use grpc::{GrpcChannel, GrpcConnection, Headers};
 pub use key::{KeyWriter, KEY_ENCODING};
 pub use layered::{LayeredStore, PushReport, Touched, TransferStats};
 pub use mac::MacKey;
 pub use maintenance::{AreaStats, GcReport, Stats, VerifyReport};
 pub use mem::MemStore;
 pub use remote::{
-    DigestFunction, RemoteConfig, RemoteDigest, RemoteError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
+    DigestFunction, RemoteConfig, RemoteDigest, RemoteError, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
 };
 pub use store::{
     ActionRecord, Dep, NoStore, Origin, Store, TraceEntry, Warning, MAX_TRACE_CANDIDATES,

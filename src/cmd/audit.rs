@@ -186,7 +186,7 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
         today,
         sandbox: args.sandbox.clone(),
         shard: args.shard,
-        remote_exec: args.remote_exec.clone(),
+        remote_exec: (*args.remote_exec).clone(),
     })
 }
 

@@ -19,9 +19,10 @@ pub fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
              with clients you trust"
         ));
     }
-    let bot_id = args.bot_id.clone().unwrap_or_else(|| {
-        format!("fixgate-{}-{}", hostname(), std::process::id())
-    });
+    let bot_id = args
+        .bot_id
+        .clone()
+        .unwrap_or_else(|| format!("fixgate-{}-{}", hostname(), std::process::id()));
     let work_dir = args.work_dir.clone().unwrap_or_else(|| {
         env.temp_dir
             .join(format!("fixgate-worker-{}", std::process::id()))

@@ -26,9 +26,9 @@ use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::{base_check, pairs, replay, source_replay, steps};
-use crate::remote_exec::client as remote_exec;
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
+use crate::remote_exec::client as remote_exec;
 use crate::report::{self, AuditReport};
 
 pub struct Options {

@@ -504,8 +504,7 @@ impl Runner {
         let watch = sandbox_dir.join("watch.json");
         if !recorded {
             let roots = serde_json::json!({ "roots": groups.watch_roots() });
-            std::fs::write(&watch, roots.to_string())
-                .map_err(|e| Error::io("write", &watch, e))?;
+            std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
         }
         let order_file = sandbox_dir.join("order.txt");
 

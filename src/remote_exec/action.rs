@@ -100,7 +100,10 @@ impl RunSpec {
             true => (vec![OUT_DIR.to_owned()], Vec::new()),
             false => (Vec::new(), vec![OUT_DIR.to_owned()]),
         };
-        #[expect(deprecated, reason = "servers before REAPI 2.1 know only output_directories")]
+        #[expect(
+            deprecated,
+            reason = "servers before REAPI 2.1 know only output_directories"
+        )]
         reapi::Command {
             arguments,
             environment_variables: env
@@ -188,9 +191,16 @@ mod tests {
         let c = spec().command();
         assert_eq!(c.arguments[0], "python3.11");
         assert!(c.arguments.iter().all(|a| !a.starts_with('/')), "{c:?}");
-        let names: Vec<&str> = c.environment_variables.iter().map(|v| v.name.as_str()).collect();
+        let names: Vec<&str> = c
+            .environment_variables
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
         assert_eq!(names, ["HOME", "PYTHONHASHSEED", "TZ"]);
-        #[expect(deprecated, reason = "the Command's platform is what older servers read")]
+        #[expect(
+            deprecated,
+            reason = "the Command's platform is what older servers read"
+        )]
         let platform = c.platform.as_ref();
         let props: Vec<&str> = platform
             .unwrap()
@@ -211,8 +221,14 @@ mod tests {
         let d = fixgate_cache::DigestFunction::Sha256.digest(b"x");
         let a = s.action(&d, &d, false);
         assert_eq!(a.timeout.unwrap().seconds, 7200);
-        assert!(String::from_utf8(a.salt.clone()).unwrap().contains("fixgate-exec"));
+        assert!(String::from_utf8(a.salt.clone())
+            .unwrap()
+            .contains("fixgate-exec"));
         s.repeat = 1;
-        assert_ne!(s.action(&d, &d, false).salt, a.salt, "a repetition is another action");
+        assert_ne!(
+            s.action(&d, &d, false).salt,
+            a.salt,
+            "a repetition is another action"
+        );
     }
 }

@@ -369,7 +369,8 @@ impl Executor {
     fn tree(&self, snapshot: &Arc<Snapshot>, overlay: &Overlay) -> Result<Arc<Tree>> {
         let mut key = fixgate_cache::KeyWriter::new("remote-overlay");
         key.list(overlay, |w, (p, b)| {
-            w.str(&p.to_string()).opt_digest(b.as_deref().map(fixgate_cache::Digest::of).as_ref());
+            w.str(&p.to_string())
+                .opt_digest(b.as_deref().map(fixgate_cache::Digest::of).as_ref());
         });
         let key = (Arc::as_ptr(snapshot) as usize, key.finish());
         if let Some(t) = lock(&self.trees).get(&key) {
@@ -463,7 +464,9 @@ impl Executor {
             pytest_args: runner.pytest_options(),
             env: self.env(runner, run.snapshot),
             test_timeout: runner.test_timeout,
-            tests: run.order.map_or(run.snapshot.entries.len(), <[String]>::len),
+            tests: run
+                .order
+                .map_or(run.snapshot.entries.len(), <[String]>::len),
             ordered: run.order.is_some(),
             repeat: run.repeat,
             platform: self.platform.clone(),
@@ -696,7 +699,12 @@ impl Executor {
             .map(|r| r.files.as_slice())
             .unwrap_or_default()
             .iter()
-            .filter_map(|f| Some((f.name.clone(), RemoteDigest::from_proto(f.digest.as_ref()?).ok()?)))
+            .filter_map(|f| {
+                Some((
+                    f.name.clone(),
+                    RemoteDigest::from_proto(f.digest.as_ref()?).ok()?,
+                ))
+            })
             .collect();
         let digest_of = |name: &str| {
             crate::beneath::component(name.as_bytes())
@@ -704,7 +712,9 @@ impl Executor {
                 .and_then(|_| files.get(name).copied())
                 .ok_or_else(|| failed(format!("the run's outputs lack {name}{}", stderr())))
         };
-        let run_file = self.fetch(&[digest_of(action::RUN_FILE)?]).map_err(failed)?;
+        let run_file = self
+            .fetch(&[digest_of(action::RUN_FILE)?])
+            .map_err(failed)?;
         let run_file: RunFile = serde_json::from_slice(&run_file[0])
             .map_err(|e| failed(format!("{} does not parse: {e}", action::RUN_FILE)))?;
         if run_file.version != 1 {
@@ -729,7 +739,8 @@ impl Executor {
             let events = dir.path().join(format!("events-{i}.jsonl"));
             let log = dir.path().join(format!("pytest-{i}.log"));
             for (path, bytes) in [(&events, &blobs[2 * i]), (&log, &blobs[2 * i + 1])] {
-                std::fs::write(path, bytes).map_err(|e| ReadBack::Run(Error::io("write", path, e)))?;
+                std::fs::write(path, bytes)
+                    .map_err(|e| ReadBack::Run(Error::io("write", path, e)))?;
             }
             processes.push(RecordedProcess {
                 events,
@@ -865,13 +876,19 @@ mod tests {
 
     #[test]
     fn the_interpreter_is_named_by_version_and_identified_without_its_path() {
-        let a = fp("3.11.2 (main, Mar 13 2023) [GCC 12.2.0]", &[("pytest", "8.3.0")]);
+        let a = fp(
+            "3.11.2 (main, Mar 13 2023) [GCC 12.2.0]",
+            &[("pytest", "8.3.0")],
+        );
         assert_eq!(interpreter_name(&a), "python3.11");
         let mut moved = a.clone();
         moved.executable = "/opt/venv/bin/python".into();
         assert_eq!(interpreter_identity(&a), interpreter_identity(&moved));
         assert!(interpreter_identity(&a).starts_with("3.11.2-"));
-        let other = fp("3.11.2 (main, Mar 13 2023) [GCC 12.2.0]", &[("pytest", "8.2.0")]);
+        let other = fp(
+            "3.11.2 (main, Mar 13 2023) [GCC 12.2.0]",
+            &[("pytest", "8.2.0")],
+        );
         assert_ne!(interpreter_identity(&a), interpreter_identity(&other));
     }
 

@@ -82,7 +82,9 @@ pub(crate) fn build(
         let (leaf, dirs) = parts.split_last().expect("split yields one part at least");
         let mut node = &mut root;
         for d in dirs {
-            if node.files.contains_key(*d) || node.links.contains_key(*d) || node.built.contains_key(*d)
+            if node.files.contains_key(*d)
+                || node.links.contains_key(*d)
+                || node.built.contains_key(*d)
             {
                 return Err(TreeError::Clash(shown));
             }
@@ -192,7 +194,10 @@ mod tests {
     }
 
     fn tree(items: Vec<(&str, Item)>) -> Result<Tree, TreeError> {
-        build(F, items.into_iter().map(|(p, i)| (p.as_bytes().to_vec(), i)))
+        build(
+            F,
+            items.into_iter().map(|(p, i)| (p.as_bytes().to_vec(), i)),
+        )
     }
 
     fn decode(t: &Tree, d: &RemoteDigest) -> reapi::Directory {
@@ -204,10 +209,18 @@ mod tests {
 
     #[test]
     fn the_same_files_give_the_same_root_in_any_order() {
-        let a = tree(vec![("b/x.py", file("x")), ("a.py", file("a")), ("b/c/y", file("y"))])
-            .unwrap();
-        let b = tree(vec![("b/c/y", file("y")), ("a.py", file("a")), ("b/x.py", file("x"))])
-            .unwrap();
+        let a = tree(vec![
+            ("b/x.py", file("x")),
+            ("a.py", file("a")),
+            ("b/c/y", file("y")),
+        ])
+        .unwrap();
+        let b = tree(vec![
+            ("b/c/y", file("y")),
+            ("a.py", file("a")),
+            ("b/x.py", file("x")),
+        ])
+        .unwrap();
         assert_eq!(a.root, b.root);
         let root = decode(&a, &a.root);
         assert_eq!(root.files.len(), 1);
@@ -253,9 +266,12 @@ mod tests {
     fn links_and_empty_directories_are_kept() {
         let t = tree(vec![
             ("home", Item::Dir),
-            ("tree/l", Item::Link {
-                target: "../x".into(),
-            }),
+            (
+                "tree/l",
+                Item::Link {
+                    target: "../x".into(),
+                },
+            ),
         ])
         .unwrap();
         let root = decode(&t, &t.root);

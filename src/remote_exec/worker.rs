@@ -53,6 +53,8 @@ const MAX_OUTPUT_BYTES: u64 = 1 << 30;
 const BLOB_CACHE_BYTES: usize = 256 << 20;
 /// How long one long poll for work may wait.
 const POLL: Duration = Duration::from_secs(20);
+/// How often an idle bot asks a service that does not hold its poll open.
+const IDLE_POLL: Duration = Duration::from_millis(100);
 
 /// Why an action failed before or around its command: the status reported for the lease.
 struct Failure {
@@ -94,7 +96,9 @@ impl BlobCache {
         self.blobs.insert(d, b);
         self.order.push_back(d);
         while self.bytes > BLOB_CACHE_BYTES {
-            let Some(old) = self.order.pop_front() else { break };
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
             if let Some(b) = self.blobs.remove(&old) {
                 self.bytes -= b.len();
             }
@@ -160,7 +164,10 @@ pub(crate) fn serve(
         ..Default::default()
     };
     session = bot.create_session(&mut bots, session, &interrupted)?;
-    log(&format!("session {} at {}", session.name, bot.config.server));
+    log(&format!(
+        "session {} at {}",
+        session.name, bot.config.server
+    ));
     let mut running: Option<Running> = None;
     let mut started = 0u64;
     loop {
@@ -175,7 +182,9 @@ pub(crate) fn serve(
             if let Some(lease) = session
                 .leases
                 .iter()
-                .find(|l| l.state == LeaseState::Active as i32 || l.state == LeaseState::Pending as i32)
+                .find(|l| {
+                    l.state == LeaseState::Active as i32 || l.state == LeaseState::Pending as i32
+                })
                 .cloned()
             {
                 started += 1;
@@ -196,14 +205,14 @@ pub(crate) fn serve(
                 Some(outcome) => {
                     let (status, result) = match outcome {
                         Ok(result) => {
-                            log(&format!(
-                                "lease {} done: exit {}",
-                                r.id, result.exit_code
-                            ));
+                            log(&format!("lease {} done: exit {}", r.id, result.exit_code));
                             (Status::default(), Some(pack(&result)))
                         }
                         Err(f) => {
-                            log(&format!("lease {} failed: {:?}: {}", r.id, f.code, f.message));
+                            log(&format!(
+                                "lease {} failed: {:?}: {}",
+                                r.id, f.code, f.message
+                            ));
                             (
                                 Status {
                                     code: f.code as i32,
@@ -229,12 +238,18 @@ pub(crate) fn serve(
             name: session.name.clone(),
             bot_session: Some(session.clone()),
         };
+        let asked = Instant::now();
         match bot
             .conn
             .block_on(bots.update_bot_session(timed(request, wait)))
         {
             Ok(s) => {
                 session = s;
+                // A service that answers an idle bot at once (it does not long-poll, or its
+                // keepalive is too short to): poll gently.
+                if running.is_none() && session.leases.is_empty() && asked.elapsed() < IDLE_POLL {
+                    std::thread::sleep(IDLE_POLL);
+                }
                 if let Some(r) = &running {
                     // The service took the lease back (cancelled, or given to another bot).
                     if !session.leases.iter().any(|l| l.id == r.id) {
@@ -265,7 +280,10 @@ pub(crate) fn serve(
                     ..Default::default()
                 };
                 session = bot.create_session(&mut bots, fresh, &interrupted)?;
-                log(&format!("session {} at {}", session.name, bot.config.server));
+                log(&format!(
+                    "session {} at {}",
+                    session.name, bot.config.server
+                ));
             }
         }
         if running.is_some() {
@@ -334,9 +352,15 @@ impl Bot {
                 parent: self.config.instance.clone(),
                 bot_session: Some(session.clone()),
             };
-            match self.conn.block_on(bots.create_bot_session(timed(request, POLL))) {
+            match self
+                .conn
+                .block_on(bots.create_bot_session(timed(request, POLL)))
+            {
                 Ok(s) => return Ok(s),
-                Err(s) if start.elapsed() < Duration::from_secs(60) && s.code() != tonic::Code::InvalidArgument => {
+                Err(s)
+                    if start.elapsed() < Duration::from_secs(60)
+                        && s.code() != tonic::Code::InvalidArgument =>
+                {
                     std::thread::sleep(Duration::from_secs(1));
                 }
                 Err(s) => {
@@ -376,7 +400,10 @@ impl Bot {
         let (bot, c, d) = (self.clone(), cancel.clone(), done.clone());
         let id = lease.id.clone();
         std::thread::spawn(move || {
-            let dir = bot.config.work_dir.join(format!("{}-{n}", std::process::id()));
+            let dir = bot
+                .config
+                .work_dir
+                .join(format!("{}-{n}", std::process::id()));
             let outcome = bot.execute(&lease, &dir, &c);
             crate::sandbox::remove_tree(&dir);
             *lock(&d) = Some(outcome);
@@ -429,7 +456,10 @@ impl Bot {
         what: &str,
     ) -> std::result::Result<M, Failure> {
         let d = digest.ok_or_else(|| {
-            Failure::new(tonic::Code::InvalidArgument, format!("the action has no {what}"))
+            Failure::new(
+                tonic::Code::InvalidArgument,
+                format!("the action has no {what}"),
+            )
         })?;
         let d = RemoteDigest::from_proto(d)
             .map_err(|e| Failure::new(tonic::Code::InvalidArgument, e.to_string()))?;
@@ -449,10 +479,16 @@ impl Bot {
         let payload = lease.payload.as_ref().ok_or_else(|| {
             Failure::new(tonic::Code::InvalidArgument, "the lease carries no action")
         })?;
-        let action: reapi::Action = if payload.type_url.ends_with("/build.bazel.remote.execution.v2.Action") {
+        let action: reapi::Action = if payload
+            .type_url
+            .ends_with("/build.bazel.remote.execution.v2.Action")
+        {
             reapi::Action::decode(&payload.value[..])
                 .map_err(|e| Failure::new(tonic::Code::InvalidArgument, e.to_string()))?
-        } else if payload.type_url.ends_with("/build.bazel.remote.execution.v2.Digest") {
+        } else if payload
+            .type_url
+            .ends_with("/build.bazel.remote.execution.v2.Digest")
+        {
             let d = reapi::Digest::decode(&payload.value[..])
                 .map_err(|e| Failure::new(tonic::Code::InvalidArgument, e.to_string()))?;
             self.message(Some(&d), "action")?
@@ -463,7 +499,10 @@ impl Bot {
             ));
         };
         let command: reapi::Command = self.message(action.command_digest.as_ref(), "command")?;
-        #[expect(deprecated, reason = "servers before REAPI 2.2 send the platform in the Command")]
+        #[expect(
+            deprecated,
+            reason = "servers before REAPI 2.2 send the platform in the Command"
+        )]
         let platform = action
             .platform
             .clone()
@@ -502,8 +541,15 @@ impl Bot {
             .map(|t| Duration::from_secs(u64::try_from(t.seconds).unwrap_or(0)))
             .filter(|t| !t.is_zero())
             .unwrap_or(crate::remote_exec::action::MAX_ACTION_TIMEOUT);
-        let (exit_code, timed_out) =
-            self.run_command(&command, &program, dir, &cwd, wants.network, timeout, cancel)?;
+        let (exit_code, timed_out) = self.run_command(
+            &command,
+            &program,
+            dir,
+            &cwd,
+            wants.network,
+            timeout,
+            cancel,
+        )?;
         let mut result = self.outputs(&root, &command, dir)?;
         result.exit_code = exit_code;
         result.execution_metadata = Some(reapi::ExecutedActionMetadata {
@@ -536,7 +582,9 @@ impl Bot {
             match p.name.as_str() {
                 INTERPRETER_PROPERTY => wants.interpreter = Some(p.value.clone()),
                 NETWORK_PROPERTY if p.value == "host" => wants.network = true,
-                name if declared.get(name).is_some_and(|vs| vs.contains(&p.value.as_str())) => {}
+                name if declared
+                    .get(name)
+                    .is_some_and(|vs| vs.contains(&p.value.as_str())) => {}
                 name => {
                     return Err(Failure::new(
                         tonic::Code::FailedPrecondition,
@@ -568,7 +616,8 @@ impl Bot {
     fn materialize(&self, root: &Dir, digest: RemoteDigest) -> std::result::Result<(), Failure> {
         let bad = |e: String| Failure::new(tonic::Code::InvalidArgument, e);
         // Breadth first, one batch of blobs per level.
-        let mut level: Vec<(Dir, RemoteDigest)> = vec![(root.try_clone().map_err(internal)?, digest)];
+        let mut level: Vec<(Dir, RemoteDigest)> =
+            vec![(root.try_clone().map_err(internal)?, digest)];
         let mut total = 0u64;
         while !level.is_empty() {
             let digests: Vec<RemoteDigest> = level.iter().map(|(_, d)| *d).collect();
@@ -585,7 +634,9 @@ impl Bot {
                         .digest
                         .as_ref()
                         .ok_or_else(|| bad(format!("{} has no digest", f.name)))
-                        .and_then(|d| RemoteDigest::from_proto(d).map_err(|e| bad(e.to_string())))?;
+                        .and_then(|d| {
+                            RemoteDigest::from_proto(d).map_err(|e| bad(e.to_string()))
+                        })?;
                     total += d.size;
                     files.push((i, f.name.clone(), d, f.is_executable));
                 }
@@ -601,7 +652,9 @@ impl Bot {
                         .digest
                         .as_ref()
                         .ok_or_else(|| bad(format!("{} has no digest", d.name)))
-                        .and_then(|d| RemoteDigest::from_proto(d).map_err(|e| bad(e.to_string())))?;
+                        .and_then(|d| {
+                            RemoteDigest::from_proto(d).map_err(|e| bad(e.to_string()))
+                        })?;
                     let child = dirs[i]
                         .create_dir(OsStr::new(&d.name))
                         .map_err(|e| bad(format!("the directory {}: {e}", d.name)))?;
@@ -624,7 +677,11 @@ impl Bot {
 
     /// The program to start: a path inside the input root, an absolute path, or a name found
     /// on the command's PATH (else the worker's).
-    fn program(&self, command: &reapi::Command, cwd: &Path) -> std::result::Result<PathBuf, Failure> {
+    fn program(
+        &self,
+        command: &reapi::Command,
+        cwd: &Path,
+    ) -> std::result::Result<PathBuf, Failure> {
         let first = command.arguments.first().ok_or_else(|| {
             Failure::new(tonic::Code::InvalidArgument, "the command has no arguments")
         })?;
@@ -676,7 +733,10 @@ impl Bot {
 
     /// Runs the command contained; its exit code (128 + the signal that killed it), and
     /// whether the timeout killed it.
-    #[expect(clippy::too_many_arguments, reason = "one call site, each a different part")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site, each a different part"
+    )]
     fn run_command(
         &self,
         command: &reapi::Command,
@@ -720,7 +780,11 @@ impl Bot {
         let mut child = cmd.spawn().map_err(|e| {
             Failure::new(
                 tonic::Code::FailedPrecondition,
-                format!("worker {}: cannot start {}: {e}", self.config.bot_id, program.display()),
+                format!(
+                    "worker {}: cannot start {}: {e}",
+                    self.config.bot_id,
+                    program.display()
+                ),
             )
         })?;
         let start = Instant::now();
@@ -738,7 +802,10 @@ impl Bot {
             std::thread::sleep(Duration::from_millis(10));
         };
         if cancel.load(Ordering::SeqCst) {
-            return Err(Failure::new(tonic::Code::Cancelled, "the lease was withdrawn"));
+            return Err(Failure::new(
+                tonic::Code::Cancelled,
+                "the lease was withdrawn",
+            ));
         }
         use std::os::unix::process::ExitStatusExt;
         let code = status
@@ -759,13 +826,21 @@ impl Bot {
         let mut result = reapi::ActionResult::default();
         let mut budget = MAX_OUTPUT_BYTES;
         let mut wd = root.try_clone().map_err(internal)?;
-        for part in command.working_directory.split('/').filter(|p| !p.is_empty()) {
+        for part in command
+            .working_directory
+            .split('/')
+            .filter(|p| !p.is_empty())
+        {
             name(part)?;
             wd = wd.open_dir(OsStr::new(part)).map_err(internal)?;
         }
         #[expect(deprecated, reason = "clients before REAPI 2.1 name outputs this way")]
         let declared: Vec<&String> = if command.output_paths.is_empty() {
-            command.output_files.iter().chain(&command.output_directories).collect()
+            command
+                .output_files
+                .iter()
+                .chain(&command.output_directories)
+                .collect()
         } else {
             command.output_paths.iter().collect()
         };
@@ -821,7 +896,10 @@ impl Bot {
                 _ => {}
             }
         }
-        for (which, slot) in [("stdout", &mut result.stdout_digest), ("stderr", &mut result.stderr_digest)] {
+        for (which, slot) in [
+            ("stdout", &mut result.stdout_digest),
+            ("stderr", &mut result.stderr_digest),
+        ] {
             let mut bytes = Vec::new();
             std::fs::File::open(dir.join(which))
                 .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes))
@@ -867,7 +945,9 @@ fn relative(base: &Path, rel: &str) -> std::result::Result<PathBuf, Failure> {
 fn read_bounded(dir: &Dir, leaf: &str, budget: &mut u64) -> std::result::Result<Vec<u8>, Failure> {
     let file = dir.open_file(OsStr::new(leaf)).map_err(internal)?;
     let mut bytes = Vec::new();
-    file.take(*budget + 1).read_to_end(&mut bytes).map_err(internal)?;
+    file.take(*budget + 1)
+        .read_to_end(&mut bytes)
+        .map_err(internal)?;
     if bytes.len() as u64 > *budget {
         return Err(Failure::new(
             tonic::Code::ResourceExhausted,

@@ -317,7 +317,10 @@ pub struct Postgres {
 impl Postgres {
     /// What BuildGrid connects with (psycopg2: its notifier needs that driver).
     pub fn url(&self) -> String {
-        format!("postgresql+psycopg2://fixgate@127.0.0.1:{}/postgres", self.port)
+        format!(
+            "postgresql+psycopg2://fixgate@127.0.0.1:{}/postgres",
+            self.port
+        )
     }
 
     pub fn log(&self) -> String {
@@ -396,15 +399,33 @@ pub fn postgres() -> Postgres {
         .arg(&data)
         .args(["-p", &port.to_string()])
         // TCP on loopback only, no socket directory to share; durability is not the point.
-        .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
-        .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+        .args([
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+        ])
+        .args([
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ])
         .args(["-c", "max_connections=200"])
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
-    wait_for_port(port, &mut child, &log, "PostgreSQL", Duration::from_secs(60));
+    wait_for_port(
+        port,
+        &mut child,
+        &log,
+        "PostgreSQL",
+        Duration::from_secs(60),
+    );
     Postgres {
         port,
         child: Some(child),
@@ -430,7 +451,13 @@ fn ensure_psycopg(bgd: &Path) {
     let _lock = install_lock("buildgrid-install");
     if !has(&python) {
         let _ = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .arg("buildgrid[database]==0.4.4")
             .status();
     }
@@ -499,7 +526,13 @@ pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
         .stderr(out)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", bgd.display()));
-    wait_for_port(port, &mut child, &log, "BuildGrid", Duration::from_secs(120));
+    wait_for_port(
+        port,
+        &mut child,
+        &log,
+        "BuildGrid",
+        Duration::from_secs(120),
+    );
     Server {
         url: format!("grpc://127.0.0.1:{port}"),
         data: dir.path().join("no-data-dir"),
