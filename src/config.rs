@@ -251,6 +251,17 @@ impl FixtureGroups {
         &self.inner.groups
     }
 
+    /// The groups' part of a cache key: manifests and leases depend on them.
+    pub(crate) fn key(&self) -> String {
+        let mut w = fixgate_cache::KeyWriter::new("groups");
+        w.list(self.groups(), |w, g| {
+            w.str(&g.name).list(&g.globs, |w, glob| {
+                w.str(glob);
+            });
+        });
+        w.finish().to_string()
+    }
+
     /// The group called `name`, if there is one.
     pub fn get(&self, name: &str) -> Option<&Group> {
         let groups = &self.inner.groups;

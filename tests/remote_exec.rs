@@ -114,7 +114,7 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
             demo.path().join("repo").to_str().unwrap(),
         ],
     );
-    assert_eq!(made.code, 1, "the demo rejects: {made:?}");
+    assert_eq!(made.code, 0, "the demo ran: {made:?}");
     let r = assert_same_as_local(&demo.path().join("repo"), &service, &[&blue, &green]);
     assert_eq!(r["verdict"], "reject");
 

@@ -229,6 +229,20 @@ impl Outcome {
         }
     }
 
+    /// One letter per outcome, for the reports' grids: `P` passed, `F` failed, `E` error, `S`
+    /// skipped, `C` crashed, `T` timeout, `X` xfailed or xpassed.
+    pub(crate) fn letter(self) -> &'static str {
+        match self {
+            Outcome::Passed => "P",
+            Outcome::Failed => "F",
+            Outcome::Error => "E",
+            Outcome::Skipped => "S",
+            Outcome::Crashed => "C",
+            Outcome::Timeout => "T",
+            Outcome::Xfailed | Outcome::Xpassed => "X",
+        }
+    }
+
     /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
     /// search and every base check.
     pub fn is_green(self) -> bool {
