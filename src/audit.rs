@@ -16,6 +16,7 @@ pub(crate) mod order;
 pub(crate) mod outcome;
 pub(crate) mod outside;
 pub(crate) mod pair;
+pub(crate) mod proof;
 pub(crate) mod renamed;
 pub(crate) mod replay;
 pub(crate) mod repro;

@@ -68,8 +68,8 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DIR")]
     pub repo: Option<PathBuf>,
     /// Output format
-    #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    #[arg(long, global = true, value_enum, default_value_t = FormatArg::Human)]
+    pub format: FormatArg,
     /// Write the report to FILE instead of standard output
     #[arg(long, global = true, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -105,8 +105,9 @@ pub struct RemoteArgs {
     pub remote_required: bool,
 }
 
+/// `--format` (resolved into [`crate::report::Format`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum FormatArg {
     Human,
     Json,
     /// A pull-request comment (audit only)

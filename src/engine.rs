@@ -15,7 +15,7 @@ mod pairs;
 mod replay;
 pub(crate) mod runs;
 pub(crate) mod search;
-mod shard;
+pub(crate) mod shard;
 mod sides;
 mod source_replay;
 pub(crate) mod steps;

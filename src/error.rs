@@ -26,6 +26,11 @@ pub enum Error {
     /// Something around the run broke (an interpreter, a sandbox, a child process).
     #[error("{0}")]
     Infra(String),
+    /// pytest ran and the suite did not collect (a file that does not import, a conftest that
+    /// raises): the suite's own failure, which an audit judges (the head's `collection-error`),
+    /// where every other error means nothing could be judged.
+    #[error("{0}")]
+    NotCollected(String),
     /// Ctrl-C or SIGTERM: the children were killed and the sandboxes removed.
     #[error("interrupted")]
     Interrupted,

@@ -27,9 +27,23 @@ use crate::audit::triage::{Bucket, Signal};
 use crate::audit::verdict::{FindingKind, Verdict};
 use crate::audit::{replay, source_replay};
 use crate::delta::Change;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 pub const SCHEMA: u32 = 1;
+
+/// What a command's report is rendered as (`--format`); every command has human and JSON, only
+/// `fixgate audit` the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+    /// A pull-request comment.
+    Markdown,
+    /// JUnit XML.
+    Junit,
+    /// GitHub workflow annotations.
+    Github,
+}
 
 /// A column of a test's outcomes: an order of the matrix (or the nio order), or the second run
 /// of each test in the nio order (`nio#2`).

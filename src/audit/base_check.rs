@@ -4,8 +4,7 @@
 
 use crate::audit::bisect::PairKind;
 use crate::audit::verdict::FindingKind;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::{Outcome, RunResult};
 
 /// Whether a finding of `kind` is checked by running its test alone on the base.
 pub(crate) fn checked_alone(kind: FindingKind) -> bool {
@@ -31,7 +30,7 @@ pub(crate) fn shows(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
     let t = r.test(nodeid);
     match kind {
         FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
-        FindingKind::OutsideWrite => crate::contain::outside_writes(r)
+        FindingKind::OutsideWrite => crate::pytest::outside::outside_writes(r)
             .iter()
             .any(|w| w.nodeid.as_deref() == Some(nodeid)),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),

@@ -9,7 +9,8 @@ use serde::{Serialize, Serializer};
 
 use crate::audit::triage::Evidence;
 use crate::config::BudgetConfig;
-use crate::pytest::events::{CollectedItem, Collection, Marker, Outcome};
+use crate::pytest::events::{CollectedItem, Collection, Marker};
+use crate::pytest::result::Outcome;
 
 /// The markers that stop a test from counting: each one added by a patch is a new skip.
 const SKIP_MARKERS: [&str; 3] = ["skip", "skipif", "xfail"];

@@ -2,8 +2,8 @@
 //! order, `--nio`) and of the runs that confirm it. A test that passes and then fails when it
 //! runs again pollutes its own state; that is proven only when it does so every time.
 
-use crate::audit::triage::PROOF_RERUNS;
-use crate::pytest::events::Outcome;
+use crate::audit::proof::PROOF_RERUNS;
+use crate::pytest::result::Outcome;
 
 /// A test's two runs in a row in one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,8 @@ use crate::audit::replay::ReplayRead;
 use crate::audit::source_replay::SourceRead;
 use crate::audit::triage::{Evidence, Triage};
 use crate::audit::verdict::{Decision, Finding};
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::CollectedItem;
+use crate::pytest::result::Outcome;
 
 /// One side of the audit as the user named it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]

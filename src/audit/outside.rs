@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::contain::OutsideWrite;
+use crate::pytest::outside::OutsideWrite;
 
 /// The subject of what was done outside any test: collection, conftest imports, session fixtures.
 pub(crate) const SESSION: &str = "(collection and session fixtures)";

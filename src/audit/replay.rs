@@ -1,7 +1,7 @@
 //! The fixture decision table: how a coupled test's replay on the base's fixture bytes reads.
 
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// One coupled test replayed on head code with the base's fixture bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! version of its test file on the head's code.
 
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// One edited test run with the base's version of its test file on the head's code.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -65,7 +65,7 @@ use std::fmt;
 use crate::audit::nio::Idempotence;
 use crate::audit::order::OrderLabel;
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// What the audit knows about one test.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -98,11 +98,7 @@ pub struct Evidence {
     pub flaky_too: bool,
 }
 
-/// How many times each way the outcome must follow the order before a test is order-dependent:
-/// the failing order rerun, the passing order rerun, and a found pair (culprits then victim, and
-/// the victim alone). A test that flakes with probability `p` in any order passes such a check
-/// by chance with probability at most `(1-p)^3 p^3` (see README, "How sure a reject is").
-pub const PROOF_RERUNS: usize = 3;
+pub use crate::audit::proof::PROOF_RERUNS;
 
 /// The reruns that tell order-dependent from flaky.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use crate::audit::budget::Overrides;
 use crate::audit::freeze::Date;
 use crate::audit::verdict::Verdict;
-use crate::cli::{AuditArgs, DepsArg, Format};
+use crate::cli::{AuditArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
+use crate::environment::Environment;
 use crate::error::{Error, Result};
-use crate::report::{self, AuditReport};
+use crate::report::{self, AuditReport, Format};
 
 pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let heads = heads(args)?;
@@ -23,7 +24,7 @@ pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
         ));
     }
     if heads.len() <= 1 {
-        let opts = options(args, heads.into_iter().next())?;
+        let opts = options(args, heads.into_iter().next(), &ctx.env)?;
         let report = audit::audit(ctx, &opts)?;
         emit(ctx, &report)?;
         return Ok(report.exit_code);
@@ -73,7 +74,7 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
     }
     let mut worst = Verdict::Pass;
     for (i, head) in heads.iter().enumerate() {
-        let report = match audit::audit(ctx, &options(args, Some(head.clone()))?) {
+        let report = match audit::audit(ctx, &options(args, Some(head.clone()), &ctx.env)?) {
             Ok(r) => r,
             Err(Error::Interrupted) => return Err(Error::Interrupted),
             Err(e) => report::assemble::error(head, &e),
@@ -125,7 +126,7 @@ fn write_stdout(text: &str) -> Result<()> {
     }
 }
 
-pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
+pub fn options(args: &AuditArgs, head: Option<String>, env: &Environment) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
         None => today(),
@@ -153,9 +154,11 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
             max_reruns: args.max_reruns,
         },
         today,
-        sandbox: args.sandbox.clone(),
-        shard: args.shard,
-        remote_exec: (*args.remote_exec).clone(),
+        sandbox: crate::cmd::settings::sandbox(&args.sandbox),
+        shard: args
+            .shard
+            .map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
+        remote_exec: crate::cmd::settings::remote_exec(&args.remote_exec, env)?,
     })
 }
 

@@ -88,18 +88,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         ));
     }
     let python = demo_python(ctx)?;
-    let demo_ctx = Ctx {
-        repo: Repo::open(Some(&dir), ctx.env.cwd.as_deref())?,
-        format: ctx.format,
-        output: ctx.output.clone(),
-        cache_dir: ctx.cache_dir.clone(),
-        quiet: ctx.quiet,
-        python: Some(python),
-        jobs: ctx.jobs,
-        jobs_given: ctx.jobs_given,
-        interrupted: ctx.interrupted.clone(),
-        env: ctx.env.clone(),
-    };
+    let demo_ctx = ctx.on(Repo::open(Some(&dir), ctx.env.cwd.as_deref())?, python);
     let args = AuditArgs {
         base: "HEAD~1".into(),
         head: vec!["HEAD".into()],
@@ -126,7 +115,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         },
         remote_exec: Default::default(),
     };
-    let opts = crate::cmd::audit::options(&args, Some("HEAD".into()))?;
+    let opts = crate::cmd::audit::options(&args, Some("HEAD".into()), &ctx.env)?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {

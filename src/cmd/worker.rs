@@ -13,7 +13,8 @@ use crate::remote_exec::worker::{serve, WorkerConfig};
 pub fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
     let env = Arc::new(env);
     // Every run is contained as a local one is; where namespaces are refused, say so once.
-    if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(false, &env)? {
+    let host = Arc::new(crate::contain::Host::probe(&env));
+    if let Some(why) = host.check(false)? {
         stderr_line(&format!(
             "fixgate worker: warning: runs are not contained ({why}); share this worker only \
              with clients you trust"
@@ -34,7 +35,7 @@ pub fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
         .or_else(|| env.home.as_ref().map(|h| h.join(".cache/fixgate")))
         .unwrap_or_else(|| env.temp_dir.join("fixgate-cache"));
     let headers = match &env.remote_header {
-        Some(text) => crate::engine::store::parse_headers(text)?,
+        Some(text) => crate::cmd::settings::parse_headers(text)?,
         None => Vec::new(),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -52,7 +53,7 @@ pub fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
         headers,
     };
     let log = |line: &str| stderr_line(&format!("fixgate worker {bot_id}: {line}"));
-    let outcome = serve(config, env, interrupted, &log);
+    let outcome = serve(config, env, host, interrupted, &log);
     crate::sandbox::remove_tree(&work_dir);
     match outcome {
         Err(Error::Interrupted) => Ok(0),

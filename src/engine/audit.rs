@@ -25,9 +25,8 @@ use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached, RunFac
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::verdict::Decision;
-use crate::cli::SandboxArgs;
 use crate::config::DepsMode;
-use crate::context::Ctx;
+use crate::context::{Ctx, SandboxSettings};
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::kind::NodeKind;
@@ -59,11 +58,11 @@ pub struct Options {
     pub deps: Option<DepsMode>,
     pub budget: Overrides,
     pub today: Date,
-    pub sandbox: SandboxArgs,
+    pub sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
-    pub shard: Option<crate::cli::Shard>,
-    /// Where the runs execute (`--remote-executor`).
-    pub remote_exec: crate::cli::RemoteExecArgs,
+    pub shard: Option<shard::Shard>,
+    /// Where the runs execute (`--remote-executor`), as the command line asks.
+    pub remote_exec: remote_exec::Asked,
 }
 
 /// Runs the whole audit and writes its report.
@@ -77,7 +76,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     ctx.prefetch_interpreter();
     let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
     let runner = Arc::new(ctx.runner(&opts.sandbox)?);
-    let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec, &ctx.env)?;
+    let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec)?;
     let executor = match &remote {
         Some(settings) => Some(Arc::new(remote_exec::Executor::connect(
             settings.clone(),
@@ -87,11 +86,16 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         None => None,
     };
     // Without a remote cache of its own, the executor's ActionCache holds the node results.
-    let store_remote = crate::engine::store::configured()
-        .cloned()
+    let store_remote = ctx
+        .remote
+        .clone()
         .or_else(|| remote.as_ref().map(|s| s.as_cache()));
-    let (store, warning) =
-        crate::engine::store::open_with(&ctx.cache_dir, opts.cache, store_remote.as_ref());
+    let (store, warning) = crate::engine::store::open(
+        &ctx.cache_dir,
+        opts.cache,
+        store_remote.as_ref(),
+        &ctx.remote_failure,
+    );
     if let Some(w) = warning {
         ctx.warn(&w);
     }
@@ -129,7 +133,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 warnings: Mutex::new(Vec::new()),
                 remote: executor.clone(),
             };
-            let phased = phases(&engine, &sides, opts, started);
+            let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)
         },
     )
@@ -171,8 +175,8 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
             }),
             // The warm interpreters' counters are this fixgate process's: with several heads,
             // each report counts the heads before it too.
-            forkserver: crate::pytest::forkserver::summary(),
-            containment: crate::contain::current(),
+            forkserver: ctx.fork_stats.summary(),
+            containment: runner.host.mode(),
             duration_seconds: started.elapsed().as_secs_f64(),
             warnings: phased.warnings,
             graph: run.report,
@@ -192,7 +196,13 @@ struct Phased {
 /// The phases, in the order their inputs become known: the gates, collection, then (unless a
 /// gate stopped the audit, the head did not collect, or this is one share of the matrix) every
 /// phase that judges the tests.
-fn phases(engine: &Engine, sides: &Sides, opts: &Options, started: Instant) -> Result<Phased> {
+fn phases(
+    engine: &Engine,
+    sides: &Sides,
+    opts: &Options,
+    started: Instant,
+    uploads: bool,
+) -> Result<Phased> {
     // Gates before any test runs.
     let fixtures = steps::prepare_fixtures(
         engine,
@@ -259,7 +269,14 @@ fn phases(engine: &Engine, sides: &Sides, opts: &Options, started: Instant) -> R
         .collect();
     if let Some(k_of_n) = opts.shard {
         let labels = order::labels(&opts.seeds);
-        let share = shard::run(engine, k_of_n, &labels, &selection, head_collected.node)?;
+        let share = shard::run(
+            engine,
+            k_of_n,
+            &labels,
+            &selection,
+            head_collected.node,
+            uploads,
+        )?;
         return Ok(Phased {
             gates,
             reached: Reached::Shard(share),

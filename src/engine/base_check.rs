@@ -17,7 +17,7 @@ use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Result;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// Checks each head finding on the base snapshot with the same evidence; returns the
 /// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the

@@ -12,7 +12,8 @@ use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Result;
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::CollectedItem;
+use crate::pytest::result::Outcome;
 
 /// Reruns of matrix orders (fresh processes, separate cache entries) and runs of single tests.
 pub struct Confirmation {

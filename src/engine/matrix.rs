@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::order::OrderLabel;
-use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::CollectedItem;
+use crate::pytest::outside::OutsideWrite;
+use crate::pytest::result::Outcome;
+use crate::pytest::result::RunResult;
 
 /// The seed runs of the matrix, one per order label, with their nodes. Each run is kept
 /// compact once read (see [`crate::engine::compact`]), except the file-order run, whose traces

@@ -15,8 +15,9 @@ use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Result;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::CollectedItem;
+use crate::pytest::result::Outcome;
+use crate::pytest::result::RunResult;
 
 /// Adds the nio order's run beside the matrix.
 pub fn start(

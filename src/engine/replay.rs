@@ -10,8 +10,7 @@ use crate::delta::{Change, Delta};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::{Outcome, RunResult};
 use crate::snapshot::Snapshot;
 
 /// Adds the replay run of `coupled`, after the runs and the delta it was derived from.

@@ -14,8 +14,9 @@ use crate::config::{DepsMode, FixtureGroups};
 use crate::engine::digests::TreeDigests;
 use crate::engine::kind::NodeKind;
 use crate::error::{Error, Result};
-use crate::pytest::driver::{RunResult, Runner, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
+use crate::pytest::result::RunResult;
 use crate::remote_exec::client::{Executor, RemoteRun};
 use crate::sandbox::Overlay;
 

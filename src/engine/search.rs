@@ -12,7 +12,7 @@ use crate::audit::triage::PROOF_RERUNS;
 use crate::engine::kind::{self, repeat, NodeKind};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// What a pair node records: the answer to "who makes this victim misbehave in this run".
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -425,6 +425,6 @@ pub fn find(
 /// The victim's outcome in a run; one that never ran (an earlier test ended the session with
 /// `pytest.exit()`, say) is red: its green is not real. One rule for the search, the reuse and
 /// the checks.
-fn outcome(result: &crate::pytest::driver::RunResult, victim: &str) -> Outcome {
+fn outcome(result: &crate::pytest::result::RunResult, victim: &str) -> Outcome {
     result.outcome_of(victim).unwrap_or(Outcome::Error)
 }

@@ -9,15 +9,23 @@ use crate::engine::runs::Engine;
 use crate::error::Result;
 use crate::pytest::events::CollectedItem;
 
+/// `--shard K/N`: the K-th (1-based) of N shares of the matrix's orders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub k: u32,
+    pub n: u32,
+}
+
 /// The orders whose place in the matrix is K-1 modulo N, run (or found) and nothing else. Every
 /// share computes the same labels and orders from the same collection, so the shares' runs have
 /// exactly the keys the final audit's will.
 pub fn run(
     engine: &Engine,
-    shard: crate::cli::Shard,
+    shard: Shard,
     labels: &[OrderLabel],
     selection: &[CollectedItem],
     collection: NodeId,
+    uploaded: bool,
 ) -> Result<ShardRun> {
     let mine: Vec<OrderLabel> = labels
         .iter()
@@ -43,6 +51,6 @@ pub fn run(
         orders: mine,
         executed,
         cached: nodes.len() - executed,
-        uploaded: crate::engine::store::uploads(),
+        uploaded,
     })
 }

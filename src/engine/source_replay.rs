@@ -10,7 +10,7 @@ use crate::audit::source_replay::{Reading, SourceRead};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
+use crate::pytest::result::RunResult;
 use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 
@@ -231,7 +231,7 @@ pub fn read(
         }
         let head_outcome = head_run
             .outcome_of(id)
-            .unwrap_or(crate::pytest::events::Outcome::Error);
+            .unwrap_or(crate::pytest::result::Outcome::Error);
         let on_base = result.outcome_of(&c.base_nodeid);
         out.push(SourceRead {
             nodeid: id.clone(),

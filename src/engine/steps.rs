@@ -263,13 +263,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     // The suite's own failure (a file that does not import, a conftest that
                     // raises: pytest ran and exited with its code) is data; a process that
                     // could not start or was killed is not.
-                    Error::Infra(m)
-                        if m.contains("could not collect")
-                            || (m.starts_with("pytest collection failed")
-                                && m.contains("(exit Some(")) =>
-                    {
-                        NodeError::Data(m)
-                    }
+                    Error::NotCollected(m) => NodeError::Data(m),
                     e => NodeError::Infra(e.to_string()),
                 })?;
         let mut paths: Vec<String> = trace

@@ -1,5 +1,4 @@
-//! The plugin's event stream (JSON lines, see docs/plugin-protocol.md) and the typed results the
-//! driver builds from it.
+//! The plugin's event stream: what one JSON line says (see docs/plugin-protocol.md).
 
 use std::collections::BTreeMap;
 
@@ -129,6 +128,22 @@ pub struct Trace {
     pub write: Vec<String>,
 }
 
+impl Trace {
+    /// Adds what `from` recorded (a session's trace arrives in parts, one per process).
+    pub(crate) fn merge(&mut self, from: Trace) {
+        self.import.extend(from.import);
+        self.list.extend(from.list);
+        self.mkdir.extend(from.mkdir);
+        self.outside.extend(from.outside);
+        self.read.extend(from.read);
+        self.remove.extend(from.remove);
+        self.rename.extend(from.rename);
+        self.sqlite.extend(from.sqlite);
+        self.unknown.extend(from.unknown);
+        self.write.extend(from.write);
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct OutsideAccess {
     pub op: String,
@@ -185,130 +200,6 @@ pub struct TestEvent {
     pub trace: Trace,
     #[serde(default)]
     pub changed: Vec<ChangedPath>,
-}
-
-/// The outcome of one test in one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    Passed,
-    Failed,
-    /// Setup or teardown failed.
-    Error,
-    Skipped,
-    Xfailed,
-    Xpassed,
-    /// The test killed the interpreter.
-    Crashed,
-    /// The test ran past `--test-timeout` and was killed.
-    Timeout,
-}
-
-impl Outcome {
-    pub fn parse(s: &str) -> Outcome {
-        match s {
-            "passed" => Outcome::Passed,
-            "failed" => Outcome::Failed,
-            "skipped" => Outcome::Skipped,
-            "xfailed" => Outcome::Xfailed,
-            "xpassed" => Outcome::Xpassed,
-            _ => Outcome::Error,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Passed => "passed",
-            Outcome::Failed => "failed",
-            Outcome::Error => "error",
-            Outcome::Skipped => "skipped",
-            Outcome::Xfailed => "xfailed",
-            Outcome::Xpassed => "xpassed",
-            Outcome::Crashed => "crashed",
-            Outcome::Timeout => "timeout",
-        }
-    }
-
-    /// One letter per outcome, for the reports' grids: `P` passed, `F` failed, `E` error, `S`
-    /// skipped, `C` crashed, `T` timeout, `X` xfailed or xpassed.
-    pub(crate) fn letter(self) -> &'static str {
-        match self {
-            Outcome::Passed => "P",
-            Outcome::Failed => "F",
-            Outcome::Error => "E",
-            Outcome::Skipped => "S",
-            Outcome::Crashed => "C",
-            Outcome::Timeout => "T",
-            Outcome::Xfailed | Outcome::Xpassed => "X",
-        }
-    }
-
-    /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
-    /// search and every base check.
-    pub fn is_green(self) -> bool {
-        matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
-    }
-}
-
-/// A fixture group changed by a test that does not hold its lease.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Violation {
-    pub files: Vec<ChangedPath>,
-    pub group: String,
-}
-
-/// One test's result in one run.
-///
-/// The fields of the types in a run report are declared in sorted order, so that serializing
-/// them directly gives sorted keys (see `cmd::run`, where a test pins it).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TestResult {
-    pub changed: Vec<ChangedPath>,
-    /// Wall-clock seconds since the epoch, like `start`.
-    pub end: f64,
-    pub message: Option<String>,
-    pub nodeid: String,
-    /// Which run of the test this is in a run that lists it twice in a row (the nio order): 0
-    /// the first, 1 the second. Always written: run outputs are also kept in postcard, which
-    /// has no field names and cannot skip one.
-    #[serde(default)]
-    pub occurrence: u32,
-    pub outcome: Outcome,
-    pub phases: BTreeMap<String, Phase>,
-    pub reruns: u32,
-    pub skip_reason: Option<String>,
-    /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
-    pub start: f64,
-    pub trace: Trace,
-    pub violations: Vec<Violation>,
-    pub writes_marker: Vec<String>,
-}
-
-impl TestResult {
-    /// A result for a test whose process died or was killed before it reported.
-    pub fn missing(
-        nodeid: &str,
-        outcome: Outcome,
-        message: String,
-        start: f64,
-        end: f64,
-    ) -> TestResult {
-        TestResult {
-            nodeid: nodeid.to_owned(),
-            occurrence: 0,
-            outcome,
-            phases: BTreeMap::new(),
-            message: Some(message),
-            skip_reason: None,
-            reruns: 0,
-            writes_marker: Vec::new(),
-            start,
-            end,
-            trace: Trace::default(),
-            changed: Vec::new(),
-            violations: Vec::new(),
-        }
-    }
 }
 
 #[cfg(test)]

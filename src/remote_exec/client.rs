@@ -19,10 +19,11 @@ use prost::Message;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::config::FixtureGroups;
+use crate::config::{FixtureGroups, RemoteExecConfig};
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Recorded, RecordedProcess, RunEnvPaths, RunResult, Runner};
+use crate::pytest::driver::{Recorded, RecordedProcess, RunEnvPaths, Runner};
 use crate::pytest::interpreter::Fingerprint;
+use crate::pytest::result::RunResult;
 use crate::remote_exec::action::{self, RunSpec};
 use crate::remote_exec::merkle::{self, Item, Source, Tree};
 use crate::sandbox::Overlay;
@@ -44,18 +45,24 @@ pub(crate) struct Settings {
 /// what runs them.
 pub(crate) const DEFAULT_JOBS: usize = 32;
 
+/// What the command line asks of remote execution: the three settings (those unset come from
+/// the base's `[tool.fixgate]`) and the request headers (`FIXGATE_REMOTE_HEADER`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Asked {
+    pub(crate) flags: RemoteExecConfig,
+    /// Secret.
+    pub(crate) headers: Vec<(String, String)>,
+}
+
 /// The settings: the flags, else the base's `[tool.fixgate]`; `None` when no executor is named.
-pub(crate) fn resolve(
-    args: &crate::cli::RemoteExecArgs,
-    base: &crate::config::RemoteExecConfig,
-    env: &crate::environment::Environment,
-) -> Result<Option<Settings>> {
-    let url = match &args.remote_executor {
+pub(crate) fn resolve(asked: &Asked, base: &RemoteExecConfig) -> Result<Option<Settings>> {
+    let args = &asked.flags;
+    let url = match &args.executor {
         Some(u) => Some(u.trim().to_owned()).filter(|u| !u.is_empty()),
         None => base.executor.clone(),
     };
     let Some(url) = url else {
-        if args.remote_instance.is_some() || !args.remote_platform.is_empty() {
+        if args.instance.is_some() || !args.platform.is_empty() {
             return Err(Error::Usage(
                 "--remote-instance and --remote-platform need --remote-executor URL (or \
                  [tool.fixgate] remote-executor in the base)"
@@ -70,22 +77,18 @@ pub(crate) fn resolve(
              over gRPC), e.g. grpcs://remote.buildbuddy.io"
         )));
     }
-    let headers = match &env.remote_header {
-        Some(text) => crate::engine::store::parse_headers(text)?,
-        None => Vec::new(),
-    };
     Ok(Some(Settings {
         url: url.trim_end_matches('/').to_owned(),
         instance: args
-            .remote_instance
+            .instance
             .clone()
             .or_else(|| base.instance.clone())
             .unwrap_or_default(),
-        platform: match args.remote_platform.is_empty() {
+        platform: match args.platform.is_empty() {
             true => base.platform.clone(),
-            false => args.remote_platform.clone(),
+            false => args.platform.clone(),
         },
-        headers,
+        headers: asked.headers.clone(),
     }))
 }
 

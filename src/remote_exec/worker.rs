@@ -8,11 +8,9 @@
 //! action asking for anything else fails with FAILED_PRECONDITION, saying what it asked.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -24,8 +22,10 @@ use fixgate_cache::{DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest};
 use prost::Message;
 
 use crate::beneath::{component, Dir, Kind};
+use crate::contain::Host;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
+use crate::pytest::command::PreparedCommand;
 use crate::remote_exec::action::{INTERPRETER_PROPERTY, NETWORK_PROPERTY};
 use crate::remote_exec::bots::{
     type_url, BotSession, BotStatus, BotsClient, CreateBotSessionRequest, Device, Lease,
@@ -118,6 +118,8 @@ struct Bot {
     config: WorkerConfig,
     conn: GrpcConnection,
     env: Arc<Environment>,
+    /// How actions are contained on this machine.
+    host: Arc<Host>,
     cache: Mutex<BlobCache>,
     /// Interpreter identities by resolved path.
     identities: Mutex<HashMap<PathBuf, String>>,
@@ -127,6 +129,7 @@ struct Bot {
 pub(crate) fn serve(
     config: WorkerConfig,
     env: Arc<Environment>,
+    host: Arc<Host>,
     interrupted: Arc<AtomicBool>,
     log: &dyn Fn(&str),
 ) -> Result<()> {
@@ -153,6 +156,7 @@ pub(crate) fn serve(
         config,
         conn,
         env,
+        host,
         cache: Mutex::new(BlobCache::default()),
         identities: Mutex::new(HashMap::new()),
     });
@@ -749,44 +753,39 @@ impl Bot {
     ) -> std::result::Result<(i32, bool), Failure> {
         let stdout = std::fs::File::create(dir.join("stdout")).map_err(internal)?;
         let stderr = std::fs::File::create(dir.join("stderr")).map_err(internal)?;
-        let mut cmd = Command::new(program);
-        cmd.args(command.arguments.iter().skip(1))
-            .current_dir(cwd)
-            .env_clear()
-            .envs(
-                command
-                    .environment_variables
-                    .iter()
-                    .map(|v| (v.name.as_str(), v.value.as_str())),
-            )
-            .stdin(Stdio::null())
+        // Contained as a local run is: the action's folder writable, the worker's other
+        // actions hidden.
+        let prepared = PreparedCommand {
+            program: program.to_path_buf(),
+            args: command.arguments.iter().skip(1).cloned().collect(),
+            env: command
+                .environment_variables
+                .iter()
+                .map(|v| (v.name.clone(), OsString::from(&v.value)))
+                .collect(),
+            cwd: cwd.to_path_buf(),
+            sandbox: dir.to_path_buf(),
+            plugin_dir: dir.to_path_buf(),
+            rewrite_cache: dir.join("pyc"),
+            origin_root: self.config.work_dir.clone(),
+            interpreter: vec![program.to_path_buf()],
+            allow_network: network,
+        };
+        let mut child = prepared
+            .command(&self.host)
             .stdout(stdout)
             .stderr(stderr)
-            .process_group(0);
-        let pyc = dir.join("pyc");
-        let interpreter = [program];
-        crate::contain::apply(
-            &mut cmd,
-            &crate::contain::RunPaths {
-                sandbox: dir,
-                cwd,
-                plugin_dir: dir,
-                rewrite_cache: &pyc,
-                origin_root: &self.config.work_dir,
-                interpreter: &interpreter,
-                allow_network: network,
-            },
-        );
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::new(
-                tonic::Code::FailedPrecondition,
-                format!(
-                    "worker {}: cannot start {}: {e}",
-                    self.config.bot_id,
-                    program.display()
-                ),
-            )
-        })?;
+            .spawn()
+            .map_err(|e| {
+                Failure::new(
+                    tonic::Code::FailedPrecondition,
+                    format!(
+                        "worker {}: cannot start {}: {e}",
+                        self.config.bot_id,
+                        program.display()
+                    ),
+                )
+            })?;
         let start = Instant::now();
         let mut timed_out = false;
         let status = loop {

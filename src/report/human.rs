@@ -110,7 +110,7 @@ pub(crate) fn graph_line(r: &AuditReport) -> String {
     )
 }
 
-/// The legend of [`crate::pytest::events::Outcome::letter`].
+/// The legend of [`crate::pytest::result::Outcome::letter`].
 pub(crate) const OUTCOME_LEGEND: &str =
     "P passed, F failed, E error, S skipped, C crashed, T timeout, X xfailed/xpassed";
 
@@ -634,7 +634,7 @@ pub(crate) mod tests {
     use crate::audit::pair::Found;
     use crate::audit::replay::Reading;
     use crate::delta::Change;
-    use crate::pytest::events::Outcome::{self, Failed, Passed, Skipped};
+    use crate::pytest::result::Outcome::{self, Failed, Passed, Skipped};
     use crate::report::{
         Budget, ChangedFixture, Fixtures, Freeze, GraphSummary, PairReport, ReplayReport, Side,
     };
