@@ -218,6 +218,9 @@ pub(crate) struct Executor {
     tools: Tree,
     /// Blobs the CAS is known to hold (uploaded or found present by this executor).
     present: Mutex<HashSet<RemoteDigest>>,
+    /// Held while uploading: runs that start together (the matrix's orders of one snapshot)
+    /// need the same blobs, and the second waits for the first instead of sending them again.
+    uploading: Mutex<()>,
     /// The tree of each snapshot (by address: both live as long as the audit) and overlay.
     trees: Mutex<HashMap<(usize, fixgate_cache::Digest), Arc<Tree>>>,
     failure: Mutex<Option<String>>,
@@ -316,6 +319,7 @@ impl Executor {
             skip_cache_lookup,
             tools,
             present: Mutex::new(HashSet::new()),
+            uploading: Mutex::new(()),
             trees: Mutex::new(HashMap::new()),
             failure: Mutex::new(None),
         })
@@ -549,6 +553,7 @@ impl Executor {
         snapshot: &Snapshot,
         sets: [&HashMap<RemoteDigest, Source>; N],
     ) -> std::result::Result<(), String> {
+        let _one_at_a_time = lock(&self.uploading);
         let wanted: Vec<(RemoteDigest, &Source)> = {
             let present = lock(&self.present);
             let mut seen = HashSet::new();

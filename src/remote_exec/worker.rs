@@ -49,6 +49,11 @@ pub(crate) struct WorkerConfig {
 
 /// The most bytes one action's outputs may hold: a run cannot make the worker upload a disk.
 const MAX_OUTPUT_BYTES: u64 = 1 << 30;
+/// The most files, folders and links one action's inputs or outputs may name, and how deep
+/// they may nest: a run (or a client) cannot make the worker hold a million names in memory or
+/// recurse without end.
+const MAX_ENTRIES: u32 = 1_000_000;
+const MAX_DEPTH: u32 = 128;
 /// The most bytes of input blobs kept in memory between actions (they repeat: the same tree).
 const BLOB_CACHE_BYTES: usize = 256 << 20;
 /// How long one long poll for work may wait.
@@ -623,7 +628,15 @@ impl Bot {
         let mut level: Vec<(Dir, RemoteDigest)> =
             vec![(root.try_clone().map_err(internal)?, digest)];
         let mut total = 0u64;
+        let mut entries = 0u64;
+        let mut depth = 0u32;
         while !level.is_empty() {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(bad(format!(
+                    "the input root nests deeper than {MAX_DEPTH} folders"
+                )));
+            }
             let digests: Vec<RemoteDigest> = level.iter().map(|(_, d)| *d).collect();
             let blobs = self.blobs(&digests)?;
             let mut next = Vec::new();
@@ -632,6 +645,15 @@ impl Bot {
             for (i, bytes) in blobs.iter().enumerate() {
                 let directory = reapi::Directory::decode(&bytes[..])
                     .map_err(|e| bad(format!("a Directory does not decode: {e}")))?;
+                // Counted before anything is made: one Directory named twice is two folders.
+                entries += (directory.files.len()
+                    + directory.symlinks.len()
+                    + directory.directories.len()) as u64;
+                if entries > u64::from(MAX_ENTRIES) {
+                    return Err(bad(format!(
+                        "the input root names more than {MAX_ENTRIES} entries"
+                    )));
+                }
                 for f in &directory.files {
                     name(&f.name)?;
                     let d = f
@@ -823,7 +845,7 @@ impl Bot {
         let f = self.function();
         let mut blobs: HashMap<RemoteDigest, Vec<u8>> = HashMap::new();
         let mut result = reapi::ActionResult::default();
-        let mut budget = MAX_OUTPUT_BYTES;
+        let mut budget = Allowance::new();
         let mut wd = root.try_clone().map_err(internal)?;
         for part in command
             .working_directory
@@ -864,6 +886,7 @@ impl Bot {
             }
             match at.kind(OsStr::new(leaf)).map_err(internal)? {
                 Some(Kind::File { executable }) => {
+                    budget.entry(0)?;
                     let bytes = read_bounded(&at, leaf, &mut budget)?;
                     let d = f.digest(&bytes);
                     blobs.insert(d, bytes);
@@ -877,7 +900,8 @@ impl Bot {
                 Some(Kind::Dir) => {
                     let sub = at.open_dir(OsStr::new(leaf)).map_err(internal)?;
                     let mut children = Vec::new();
-                    let top = tree_of(f, &sub, &mut blobs, &mut children, &mut budget)?;
+                    budget.entry(0)?;
+                    let top = tree_of(f, &sub, &mut blobs, &mut children, &mut budget, 1)?;
                     let tree = reapi::Tree {
                         root: Some(top),
                         children,
@@ -941,19 +965,53 @@ fn relative(base: &Path, rel: &str) -> std::result::Result<PathBuf, Failure> {
     Ok(out)
 }
 
-fn read_bounded(dir: &Dir, leaf: &str, budget: &mut u64) -> std::result::Result<Vec<u8>, Failure> {
+/// What an action's outputs may still take.
+struct Allowance {
+    bytes: u64,
+    entries: u32,
+}
+
+impl Allowance {
+    fn new() -> Allowance {
+        Allowance {
+            bytes: MAX_OUTPUT_BYTES,
+            entries: MAX_ENTRIES,
+        }
+    }
+
+    /// One more entry, `depth` folders below an output folder.
+    fn entry(&mut self, depth: u32) -> std::result::Result<(), Failure> {
+        if self.entries == 0 || depth > MAX_DEPTH {
+            return Err(Failure::new(
+                tonic::Code::ResourceExhausted,
+                format!(
+                    "the action's outputs name more than {MAX_ENTRIES} entries or nest deeper \
+                     than {MAX_DEPTH} folders"
+                ),
+            ));
+        }
+        self.entries -= 1;
+        Ok(())
+    }
+}
+
+fn read_bounded(
+    dir: &Dir,
+    leaf: &str,
+    budget: &mut Allowance,
+) -> std::result::Result<Vec<u8>, Failure> {
     let file = dir.open_file(OsStr::new(leaf)).map_err(internal)?;
     let mut bytes = Vec::new();
-    file.take(*budget + 1)
+    file.take(budget.bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(internal)?;
-    if bytes.len() as u64 > *budget {
+    if bytes.len() as u64 > budget.bytes {
         return Err(Failure::new(
             tonic::Code::ResourceExhausted,
             format!("the action's outputs exceed {MAX_OUTPUT_BYTES} bytes"),
         ));
     }
-    *budget -= bytes.len() as u64;
+    budget.bytes -= bytes.len() as u64;
     Ok(bytes)
 }
 
@@ -963,11 +1021,13 @@ fn tree_of(
     dir: &Dir,
     blobs: &mut HashMap<RemoteDigest, Vec<u8>>,
     children: &mut Vec<reapi::Directory>,
-    budget: &mut u64,
+    budget: &mut Allowance,
+    depth: u32,
 ) -> std::result::Result<reapi::Directory, Failure> {
     let mut out = reapi::Directory::default();
     for n in dir.names().map_err(internal)? {
         let Some(text) = n.to_str() else { continue };
+        budget.entry(depth)?;
         match dir.kind(&n).map_err(internal)? {
             Some(Kind::File { executable }) => {
                 let bytes = read_bounded(dir, text, budget)?;
@@ -982,7 +1042,7 @@ fn tree_of(
             }
             Some(Kind::Dir) => {
                 let sub = dir.open_dir(&n).map_err(internal)?;
-                let child = tree_of(f, &sub, blobs, children, budget)?;
+                let child = tree_of(f, &sub, blobs, children, budget, depth + 1)?;
                 let d = f.digest(&child.encode_to_vec());
                 children.push(child);
                 out.directories.push(reapi::DirectoryNode {
