@@ -141,14 +141,22 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     let r = assert_same_as_local(suite.path(), &service, &[&blue, &green]);
     assert_eq!(r["pairs"].as_array().unwrap().len(), 3, "{r}");
 
-    // A head that changes one file uploads that file and no other of the snapshot's.
+    // A head that changes one file uploads that file and no other of the snapshot's. Its
+    // test_b tries to write beside its action's folder on the worker, where the other
+    // actions live (the tree is root/tree/ in the action's folder).
+    let escape = "ESCAPES = ['../../../escaped', '../../../../escaped']\n\n\
+                  def escape():\n    for p in ESCAPES:\n        try:\n            \
+                  open(p, 'w').write('x')\n        except OSError:\n            pass\n\n";
     let repo = TestRepo::new();
     repo.write(
         "tests/test_a.py",
         "import json, pathlib\n\ndef test_a():\n    assert json.loads(pathlib.Path('tests/data/a.json').read_text())['v'] >= 1\n",
     )
     .write("tests/data/a.json", "{\"v\": 1}\n")
-    .write("tests/test_b.py", "def test_b():\n    assert True\n")
+    .write(
+        "tests/test_b.py",
+        format!("{escape}def test_b():\n    escape()\n    assert True\n"),
+    )
     .write("src/pkg/__init__.py", "")
     .write("README.md", "x\n");
     repo.commit("base");
@@ -160,13 +168,32 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         &["--remote-executor", &service.url],
     );
     assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(
+        first.json()["containment"],
+        "namespaces",
+        "the workers contain their actions with namespaces (as root, or with unprivileged \
+         user namespaces enabled)"
+    );
+    for w in [&blue, &green] {
+        for dir in [w.work_dir(), w.work_dir().join("..")] {
+            assert!(
+                !dir.join("escaped").exists(),
+                "a run wrote outside its action's folder on {}: {}",
+                w.bot_id,
+                dir.display()
+            );
+        }
+    }
     let first = first.json();
     // Five files, one of them in two versions.
     assert_eq!(
         first["remote_execution"]["uploaded_snapshot_files"], 6,
         "{first}"
     );
-    repo.write("tests/test_b.py", "def test_b():\n    assert 2 > 1\n");
+    repo.write(
+        "tests/test_b.py",
+        format!("{escape}def test_b():\n    escape()\n    assert 2 > 1\n"),
+    );
     repo.commit("next head");
     let second = audit(
         repo.path(),

@@ -627,6 +627,7 @@ impl Executor {
             ..Default::default()
         };
         let mut name: Option<String> = None;
+        let mut executing = false;
         let mut breaks = 0;
         loop {
             let mut client = ExecutionClient::new(self.exec.channel());
@@ -641,14 +642,34 @@ impl Executor {
                 };
                 let mut stream = stream?.into_inner();
                 while let Some(op) = stream.message().await? {
-                    if let Some(done) = follow_operation(&op, &mut name, progress) {
-                        return Ok(Some(done));
+                    match follow_operation(&op, &mut name, progress) {
+                        Followed::Done(done) => return Ok(Some(Ended::Done(done))),
+                        Followed::Stage(stage) if stage == Stage::Executing as i32 => {
+                            executing = true
+                        }
+                        // Back in the queue after a worker had it: the worker was lost and the
+                        // service runs it again on its own (BuildGrid does, whatever its
+                        // max-job-attempts says). That is this try's failure.
+                        Followed::Stage(stage) if executing && stage == Stage::Queued as i32 => {
+                            return Ok(Some(Ended::Lost))
+                        }
+                        Followed::Stage(_) => {}
                     }
                 }
                 Ok::<_, tonic::Status>(None)
             });
             match outcome {
-                Ok(Some(done)) => return done,
+                Ok(Some(Ended::Lost)) => {
+                    // Withdrawn, so that the next try is an action of its own, not the one the
+                    // service would give to yet another worker.
+                    if let Some(n) = &name {
+                        self.cancel(n);
+                    }
+                    return Err(
+                        "the worker running it was lost (the service queued it again)".into(),
+                    );
+                }
+                Ok(Some(Ended::Done(done))) => return done,
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
                     breaks += 1;
@@ -658,6 +679,18 @@ impl Executor {
                 Err(s) => return Err(format!("{:?}: {}", s.code(), s.message())),
             }
         }
+    }
+
+    /// Asks the service to drop an operation (best effort: a service that cannot lets it run).
+    fn cancel(&self, name: &str) {
+        use bazel_remote_apis::google::longrunning::operations_client::OperationsClient;
+        use bazel_remote_apis::google::longrunning::CancelOperationRequest;
+        let mut client = OperationsClient::new(self.exec.channel());
+        let _ = self
+            .exec
+            .block_on(client.cancel_operation(CancelOperationRequest {
+                name: name.to_owned(),
+            }));
     }
 
     /// The launcher's outputs, fetched into a temporary folder and read by the driver.
@@ -793,30 +826,49 @@ enum ReadBack {
     Run(Error),
 }
 
-/// Reads the operations of one stream: `Some` once the operation is done.
+/// How following an operation ended.
+enum Ended {
+    Done(std::result::Result<reapi::ExecuteResponse, String>),
+    /// Its worker was lost.
+    Lost,
+}
+
+type Stage = reapi::execution_stage::Value;
+
+/// Where one operation is.
+enum Followed {
+    /// Not done: its stage (0 when the service sends none).
+    Stage(i32),
+    Done(std::result::Result<reapi::ExecuteResponse, String>),
+}
+
+/// Reads one operation of a stream.
 fn follow_operation(
     op: &Operation,
     name: &mut Option<String>,
     progress: Option<&ProgressBar>,
-) -> Option<std::result::Result<reapi::ExecuteResponse, String>> {
+) -> Followed {
     if name.is_none() && !op.name.is_empty() {
         *name = Some(op.name.clone());
     }
-    if let (Some(pb), Some(meta)) = (progress, op.metadata.as_ref()) {
-        if let Ok(m) = reapi::ExecuteOperationMetadata::decode(&meta.value[..]) {
-            let stage = match m.stage {
-                1 => "checking the service's cache",
-                2 => "queued",
-                3 => "executing",
-                _ => "done",
-            };
-            pb.set_message(format!("remote: {stage}"));
-        }
+    let stage = op
+        .metadata
+        .as_ref()
+        .and_then(|meta| reapi::ExecuteOperationMetadata::decode(&meta.value[..]).ok())
+        .map_or(0, |m| m.stage);
+    if let Some(pb) = progress {
+        let what = match Stage::try_from(stage) {
+            Ok(Stage::CacheCheck) => "checking the service's cache",
+            Ok(Stage::Queued) => "queued",
+            Ok(Stage::Executing) => "executing",
+            _ => "done",
+        };
+        pb.set_message(format!("remote: {what}"));
     }
     if !op.done {
-        return None;
+        return Followed::Stage(stage);
     }
-    Some(match &op.result {
+    Followed::Done(match &op.result {
         Some(operation::Result::Response(any)) => reapi::ExecuteResponse::decode(&any.value[..])
             .map_err(|e| format!("the ExecuteResponse does not decode: {e}")),
         Some(operation::Result::Error(s)) => Err(format!(

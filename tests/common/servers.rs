@@ -89,6 +89,24 @@ fn install_lock(name: &str) -> std::fs::File {
     lock
 }
 
+/// `apt-get install PACKAGE`, after `apt-get update` when the first try fails; what it did is
+/// checked by the caller.
+fn apt_install(package: &str) {
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !apt(&["install", "-y", "-qq", package]) {
+        apt(&["update", "-qq"]);
+        apt(&["install", "-y", "-qq", package]);
+    }
+}
+
 fn installed_nginx() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
         .iter()
@@ -103,19 +121,7 @@ fn find_nginx() -> PathBuf {
     }
     let _lock = install_lock("nginx-install");
     if installed_nginx().is_none() {
-        let apt = |args: &[&str]| {
-            Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !apt(&["install", "-y", "-qq", "nginx"]) {
-            apt(&["update", "-qq"]);
-            apt(&["install", "-y", "-qq", "nginx"]);
-        }
+        apt_install("nginx");
     }
     installed_nginx().unwrap_or_else(|| {
         panic!(
@@ -282,19 +288,7 @@ fn find_postgres() -> (PathBuf, PathBuf) {
     }
     let _lock = install_lock("postgresql-install");
     if installed().is_none() {
-        let apt = |args: &[&str]| {
-            Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !apt(&["install", "-y", "-qq", "postgresql"]) {
-            apt(&["update", "-qq"]);
-            apt(&["install", "-y", "-qq", "postgresql"]);
-        }
+        apt_install("postgresql");
     }
     installed().unwrap_or_else(|| {
         panic!(
@@ -554,6 +548,11 @@ impl Worker {
     /// What it printed: one line per lease it ran.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The folder its actions are materialized in, one folder each.
+    pub fn work_dir(&self) -> PathBuf {
+        self._dir.path().join("work")
     }
 
     /// How many leases it started.
