@@ -15,13 +15,16 @@
 #            pinned to one core (taskset), and the per-action cost that a pool of 32 workers
 #            would run at.
 #
-# Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], FIXGATE [target/release/fixgate,
-# built when missing], BGD_VENV [target/buildgrid-venv], PG_BIN [/usr/lib/postgresql/*/bin].
+# Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PARTS ["action warm fleet"],
+# FIXGATE [target/release/fixgate, built when missing], BGD_VENV [target/buildgrid-venv],
+# PG_BIN [/usr/lib/postgresql/*/bin].
 
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=${BENCH_DATA:-/work/bench-data/suite}
 RUNS=${RUNS:-3}
+PARTS=${PARTS:-action warm fleet}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 SUITE=$DATA/repo
 OUT=$DATA/remote-exec
 mkdir -p "$OUT"
@@ -35,7 +38,7 @@ VENV=${BGD_VENV:-$REPO/target/buildgrid-venv}
 "$VENV/bin/python" -c 'import psycopg2' 2>/dev/null \
     || "$VENV/bin/python" -m pip install -q 'buildgrid[database]==0.4.4'
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
-if [ ! -d "$SUITE/.git" ]; then
+if { part warm || part fleet; } && [ ! -d "$SUITE/.git" ]; then
     python3 "$REPO/benches/gen_suite.py" "$SUITE" --tests 2000 --groups 5 --files 50
     (cd "$SUITE" && echo "# patched" >> src/benchpkg/__init__.py \
         && git -c user.name=b -c user.email=b@example.com commit -qam patch)
@@ -143,6 +146,7 @@ audit_time() { # DIR CACHE ARGS...: wall seconds of one audit (any verdict)
 runs_of() { python3 -c 'import json; r=json.load(open("'"$OUT"'/last.json")); print(r["graph"]["executed"] - 2)'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
+if part action; then
 echo "== action: one-test suite, --no-cache --jobs 1 (load $(load))"
 start_workers 1
 : >"$OUT/action.txt"
@@ -157,7 +161,9 @@ for r in $(seq "$RUNS"); do
 done
 awk '{ print ($3 - $1) / $4 }' "$OUT/action.txt" | median | xargs printf "  median overhead per remote action vs a fresh local run: %.3f s\n"
 awk '{ print ($3 - $2) / $4 }' "$OUT/action.txt" | median | xargs printf "  median overhead per remote action vs a forked local run: %.3f s\n"
+fi
 
+if part warm; then
 echo "== warm: 2,000-test suite, 8 seeds (load $(load))"
 start_workers 2
 rm -rf "$OUT/c-cold" "$OUT/c-local"
@@ -174,7 +180,9 @@ done
 awk '{ print $1 }' "$OUT/warm.txt" | median | xargs printf "  median warm local %.2f s\n"
 awk '{ print $2 }' "$OUT/warm.txt" | median | xargs printf "  median warm remote %.2f s\n"
 awk '{ print $2 / $1 }' "$OUT/warm.txt" | median | xargs printf "  median ratio %.2fx (target 2x)\n"
+fi
 
+if part fleet; then
 echo "== fleet: the matrix of 4 orders x 2,000 tests, --no-cache, workers pinned to one core each"
 : >"$OUT/fleet.txt"
 for r in $(seq "$RUNS"); do
@@ -205,4 +213,6 @@ for orders in (4, 10):
     print("  32 workers, %d orders: about %.2f s (each order on its own worker; the matrix is "
           "one run long)" % (orders, fixed + per_run))
 EOF
+fi
+
 stop_workers

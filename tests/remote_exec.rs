@@ -152,15 +152,15 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         "tests/test_a.py",
         "import json, pathlib\n\ndef test_a():\n    assert json.loads(pathlib.Path('tests/data/a.json').read_text())['v'] >= 1\n",
     )
-    .write("tests/data/a.json", "{\"v\": 1}\n")
+    .write("tests/data/a.json", "{\"v\": 1, \"of\": \"the upload count\"}\n")
     .write(
         "tests/test_b.py",
         format!("{escape}def test_b():\n    escape()\n    assert True\n"),
     )
-    .write("src/pkg/__init__.py", "")
-    .write("README.md", "x\n");
+    .write("src/pkg/__init__.py", "# the upload count\n")
+    .write("README.md", "The upload count.\n");
     repo.commit("base");
-    repo.write("tests/data/a.json", "{\"v\": 2}\n");
+    repo.write("tests/data/a.json", "{\"v\": 2, \"of\": \"the upload count\"}\n");
     repo.commit("head");
     let first = audit(
         repo.path(),
@@ -185,7 +185,8 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         }
     }
     let first = first.json();
-    // Five files, one of them in two versions.
+    // Five files, one of them in two versions (none of them in the service's CAS before:
+    // the audits above uploaded other bytes).
     assert_eq!(
         first["remote_execution"]["uploaded_snapshot_files"], 6,
         "{first}"

@@ -209,6 +209,13 @@ impl GrpcConnection {
     /// Of `digests`, those the server's CAS does not hold.
     pub fn find_missing(&self, digests: &[RemoteDigest]) -> Result<Vec<RemoteDigest>, RemoteError> {
         let mut missing = Vec::new();
+        // The empty blob is never missing (REAPI: servers need not store it, clients need not
+        // send it); some servers report it all the same.
+        let digests: Vec<RemoteDigest> = digests
+            .iter()
+            .copied()
+            .filter(|d| !self.is_empty_blob(d))
+            .collect();
         // A request holds 100 bytes or so per digest: stay far under the message limit.
         for chunk in digests.chunks(10_000) {
             let mut client = ContentAddressableStorageClient::new(self.channel.clone());
@@ -229,11 +236,19 @@ impl GrpcConnection {
         Ok(missing)
     }
 
+    /// Whether `d` names the empty blob, which REAPI lets both sides take as present.
+    fn is_empty_blob(&self, d: &RemoteDigest) -> bool {
+        d.size == 0 && *d == self.function.digest(b"")
+    }
+
     /// Stores every blob: the small ones in batches, the large ones through ByteStream.
     pub fn put_blobs(&self, blobs: &[(RemoteDigest, &[u8])]) -> Result<(), RemoteError> {
         let mut batch: Vec<reapi::batch_update_blobs_request::Request> = Vec::new();
         let mut size = 0u64;
         for (digest, bytes) in blobs {
+            if self.is_empty_blob(digest) {
+                continue;
+            }
             if digest.size > self.batch_limit {
                 self.write_stream(digest, bytes)?;
                 continue;
@@ -296,6 +311,11 @@ impl GrpcConnection {
             Ok::<(), RemoteError>(())
         };
         for d in digests {
+            if self.is_empty_blob(d) {
+                // Never asked for: a server may answer NOT_FOUND for it (BuildGrid does).
+                out.push((*d, Some(Vec::new())));
+                continue;
+            }
             if d.size > self.batch_limit {
                 out.push((*d, self.read_stream(d)?));
                 continue;

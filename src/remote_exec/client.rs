@@ -419,7 +419,11 @@ impl Executor {
             if let Some(bytes) = bytes {
                 items.push((
                     path.as_bytes().to_vec(),
-                    merkle::bytes_item(function, bytes, false),
+                    Item::File {
+                        digest: function.digest(bytes),
+                        executable: false,
+                        source: Source::Overlay(bytes.as_slice().into()),
+                    },
                 ));
             }
         }
@@ -579,6 +583,10 @@ impl Executor {
         for (d, source) in wanted.iter().filter(|(d, _)| missing.contains(d)) {
             let b: Arc<[u8]> = match source {
                 Source::Bytes(b) => b.clone(),
+                Source::Overlay(b) => {
+                    files += 1;
+                    b.clone()
+                }
                 Source::Entry(i) => {
                     files += 1;
                     if git.is_none() {

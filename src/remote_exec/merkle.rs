@@ -19,6 +19,9 @@ pub(crate) enum Source {
     /// The `n`-th entry of the snapshot the tree was built from, read again on upload: a tree
     /// keeps the digests of a repository's files, not their bytes.
     Entry(usize),
+    /// A file of the run's overlay (the other side's bytes of a fixture), held in memory: a
+    /// snapshot file too, as far as what a head uploads is counted.
+    Overlay(Arc<[u8]>),
 }
 
 /// One thing to put in a tree.
@@ -203,7 +206,7 @@ mod tests {
     fn decode(t: &Tree, d: &RemoteDigest) -> reapi::Directory {
         match &t.blobs[d] {
             Source::Bytes(b) => reapi::Directory::decode(&b[..]).unwrap(),
-            Source::Entry(_) => panic!("a directory is held in memory"),
+            Source::Entry(_) | Source::Overlay(_) => panic!("a directory is held in memory"),
         }
     }
 

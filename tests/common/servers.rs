@@ -464,8 +464,9 @@ fn ensure_psycopg(bgd: &Path) {
 }
 
 /// BuildGrid with its execution service (and Bots) on `pg`'s SQL scheduler, an in-memory CAS
-/// and ActionCache. A bot silent for `keepalive` seconds is lost, and its job is not retried by
-/// BuildGrid (the client retries). Jobs may ask for `pool` (matched against workers) and carry
+/// and ActionCache. A bot silent for `keepalive` seconds is lost, and BuildGrid queues its job
+/// again (0.4.4 parses `max-job-attempts` but never hands it to its scheduler): the client sees
+/// the job back in the queue, withdraws it and tries once more. Jobs may ask for `pool` (matched against workers) and carry
 /// fixgate's own properties and a container image (for the worker to honour or refuse).
 pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
     let bgd = find_bgd();
@@ -501,7 +502,6 @@ pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
          \x20     wildcard-property-keys: [fixgate-interpreter, fixgate-network, container-image]\n\
          \x20   bot-session-keepalive-timeout: {keepalive}\n\
          \x20   session-expiry-timer-interval: 0.5\n\
-         \x20   max-job-attempts: 1\n\
          \x20   poll-interval: 0.05\n    bot-poll-interval: 0.05\n\
          instances:\n  - name: \"\"\n    services:\n      - !action-cache\n        cache: *ac\n\
          \x20     - !execution\n        scheduler: *sched\n\
