@@ -142,25 +142,26 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     assert_eq!(r["pairs"].as_array().unwrap().len(), 3, "{r}");
 
     // A head that changes one file uploads that file and no other of the snapshot's. Its
-    // test_b tries to write beside its action's folder on the worker, where the other
+    // test_escape tries to write beside its action's folder on the worker, where the other
     // actions live (the tree is root/tree/ in the action's folder).
-    let escape = "ESCAPES = ['../../../escaped', '../../../../escaped']\n\n\
-                  def escape():\n    for p in ESCAPES:\n        try:\n            \
-                  open(p, 'w').write('x')\n        except OSError:\n            pass\n\n";
+    let escape = "def test_escape():\n    for p in ['../../../escaped', '../../../../escaped']:\n\
+                  \x20       try:\n            open(p, 'w').write('x')\n        except OSError:\n\
+                  \x20           pass\n";
     let repo = TestRepo::new();
     repo.write(
         "tests/test_a.py",
         "import json, pathlib\n\ndef test_a():\n    assert json.loads(pathlib.Path('tests/data/a.json').read_text())['v'] >= 1\n",
     )
     .write("tests/data/a.json", "{\"v\": 1, \"of\": \"the upload count\"}\n")
-    .write(
-        "tests/test_b.py",
-        format!("{escape}def test_b():\n    escape()\n    assert True\n"),
-    )
+    .write("tests/test_b.py", "def test_b():\n    assert 'the upload count'\n")
+    .write("tests/test_escape.py", escape)
     .write("src/pkg/__init__.py", "# the upload count\n")
     .write("README.md", "The upload count.\n");
     repo.commit("base");
-    repo.write("tests/data/a.json", "{\"v\": 2, \"of\": \"the upload count\"}\n");
+    repo.write(
+        "tests/data/a.json",
+        "{\"v\": 2, \"of\": \"the upload count\"}\n",
+    );
     repo.commit("head");
     let first = audit(
         repo.path(),
@@ -185,15 +186,15 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         }
     }
     let first = first.json();
-    // Five files, one of them in two versions (none of them in the service's CAS before:
-    // the audits above uploaded other bytes).
+    // Six files, one of them in two versions (none of them in the service's CAS before: the
+    // audits above uploaded other bytes).
     assert_eq!(
-        first["remote_execution"]["uploaded_snapshot_files"], 6,
+        first["remote_execution"]["uploaded_snapshot_files"], 7,
         "{first}"
     );
     repo.write(
         "tests/test_b.py",
-        format!("{escape}def test_b():\n    escape()\n    assert 2 > 1\n"),
+        "def test_b():\n    assert 'the upload count, again'\n",
     );
     repo.commit("next head");
     let second = audit(

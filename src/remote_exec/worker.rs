@@ -431,29 +431,35 @@ impl Bot {
             let cache = lock(&self.cache);
             digests.iter().map(|d| cache.get(d)).collect()
         };
+        // Each digest once: files with the same bytes (two empty ones) share a blob.
+        let mut seen = std::collections::HashSet::new();
         let wanted: Vec<RemoteDigest> = digests
             .iter()
             .zip(&out)
-            .filter(|(_, b)| b.is_none())
+            .filter(|(d, b)| b.is_none() && seen.insert(**d))
             .map(|(d, _)| *d)
             .collect();
         if !wanted.is_empty() {
-            let got = self.conn.get_blobs(&wanted).map_err(internal)?;
-            let mut got: HashMap<RemoteDigest, Option<Vec<u8>>> = got.into_iter().collect();
+            let got: HashMap<RemoteDigest, Arc<[u8]>> = self
+                .conn
+                .get_blobs(&wanted)
+                .map_err(internal)?
+                .into_iter()
+                .filter_map(|(d, b)| Some((d, Arc::from(b?))))
+                .collect();
             let mut cache = lock(&self.cache);
             for (d, slot) in digests.iter().zip(out.iter_mut()) {
                 if slot.is_some() {
                     continue;
                 }
-                let Some(bytes) = got.get_mut(d).and_then(Option::take) else {
+                let Some(bytes) = got.get(d) else {
                     return Err(Failure::new(
                         tonic::Code::FailedPrecondition,
                         format!("the CAS lacks the blob {}/{}", d.hex(), d.size),
                     ));
                 };
-                let bytes: Arc<[u8]> = bytes.into();
                 cache.put(*d, bytes.clone());
-                *slot = Some(bytes);
+                *slot = Some(bytes.clone());
             }
         }
         Ok(out.into_iter().map(|b| b.expect("filled above")).collect())
