@@ -677,7 +677,7 @@ impl Executor {
                         "the worker running it was lost (the service queued it again)".into(),
                     );
                 }
-                Ok(Some(Ended::Done(done))) => return done,
+                Ok(Some(Ended::Done(done))) => return *done,
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
                     breaks += 1;
@@ -836,7 +836,7 @@ enum ReadBack {
 
 /// How following an operation ended.
 enum Ended {
-    Done(std::result::Result<reapi::ExecuteResponse, String>),
+    Done(Box<std::result::Result<reapi::ExecuteResponse, String>>),
     /// Its worker was lost.
     Lost,
 }
@@ -847,7 +847,7 @@ type Stage = reapi::execution_stage::Value;
 enum Followed {
     /// Not done: its stage (0 when the service sends none).
     Stage(i32),
-    Done(std::result::Result<reapi::ExecuteResponse, String>),
+    Done(Box<std::result::Result<reapi::ExecuteResponse, String>>),
 }
 
 /// Reads one operation of a stream.
@@ -876,7 +876,7 @@ fn follow_operation(
     if !op.done {
         return Followed::Stage(stage);
     }
-    Followed::Done(match &op.result {
+    Followed::Done(Box::new(match &op.result {
         Some(operation::Result::Response(any)) => reapi::ExecuteResponse::decode(&any.value[..])
             .map_err(|e| format!("the ExecuteResponse does not decode: {e}")),
         Some(operation::Result::Error(s)) => Err(format!(
@@ -885,7 +885,7 @@ fn follow_operation(
             s.message
         )),
         None => Err("the operation ended without a result".into()),
-    })
+    }))
 }
 
 /// The exit status the launcher recorded: a code, or minus the signal that ended the process.
