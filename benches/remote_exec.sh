@@ -143,7 +143,8 @@ audit_time() { # DIR CACHE ARGS...: wall seconds of one audit (any verdict)
         audit --base HEAD~1 --head HEAD "$@" >"$OUT/last.json" 2>"$OUT/last.err") || true
     echo "$(now) - $t0" | bc
 }
-runs_of() { python3 -c 'import json; r=json.load(open("'"$OUT"'/last.json")); print(r["graph"]["executed"] - 2)'; }
+# The remote actions of the last audit (a remote one): the runs both sides made.
+runs_of() { python3 -c 'import json; r=json.load(open("'"$OUT"'/last.json")); print(r["graph"]["remote_executed"])'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 if part action; then
