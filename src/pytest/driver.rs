@@ -29,7 +29,7 @@ use crate::snapshot::Snapshot;
 pub(crate) const HASH_SEED: &str = "0";
 
 /// pytest's cache directory in a run's sandbox, under `tmp/`.
-pub(crate) const PYTEST_CACHE: &str = "pytest-cache";
+const PYTEST_CACHE: &str = "pytest-cache";
 
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.

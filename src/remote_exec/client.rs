@@ -472,17 +472,7 @@ impl Executor {
             .map_err(|e| Error::Infra(format!("bug: a run's input root: {e}")))?;
         let spec = RunSpec {
             interpreter: self.interpreter.clone(),
-            pytest_args: {
-                // pytest's cache in the run's own tmp/ (pytest resolves it from the tree), as
-                // a local run has it.
-                let mut args = runner.pytest_options();
-                args.push("-o".into());
-                args.push(format!(
-                    "cache_dir=../tmp/{}",
-                    crate::pytest::driver::PYTEST_CACHE
-                ));
-                args
-            },
+            pytest_args: runner.pytest_options(),
             env: self.env(runner, run.snapshot),
             test_timeout: runner.test_timeout,
             tests: run

@@ -140,6 +140,9 @@ def main(argv):
         log = os.path.join(out, "pytest-%d.log" % k)
         open(events, "wb").close()
         extra = ["--fixgate-events=" + events, "--fixgate-root=" + tree, "--fixgate-watch=" + watch]
+        # pytest's cache in the run's own tmp/, as a local run has it (an absolute path: pytest
+        # refuses a cache directory reached through "..").
+        extra += ["-o", "cache_dir=" + os.path.join(root, "tmp", "pytest-cache")]
         if remaining is None:
             extra.append("--fixgate-collect")
         else:
