@@ -91,7 +91,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     )?;
     let runner = match &opts.runner {
         Some(r) => r.clone(),
-        None => Arc::new(ctx.runner(&opts.sandbox)?),
+        None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
     };
     let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec)?;
     let executor = match &remote {

@@ -540,9 +540,6 @@ impl Executor {
             pythonpath: pythonpath.join(":").into(),
             home: "home".into(),
             tmp: "tmp".into(),
-            // Inside the run's own root: a rewrite cache shared between runs would let one
-            // run's code write what another runs.
-            rewrite_cache: "tmp/.fixgate-pyc".into(),
         };
         runner
             .run_env(&paths)
@@ -756,7 +753,7 @@ impl Executor {
             })
             .collect();
         let digest_of = |name: &str| {
-            crate::beneath::component(name.as_bytes())
+            crate::beneath::dir::component(name.as_bytes())
                 .ok()
                 .and_then(|_| files.get(name).copied())
                 .ok_or_else(|| failed(format!("the run's outputs lack {name}{}", stderr())))

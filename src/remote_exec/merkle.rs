@@ -9,7 +9,7 @@ use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use fixgate_cache::{DigestFunction, RemoteDigest};
 use prost::Message;
 
-use crate::beneath::component;
+use crate::beneath::dir::component;
 
 /// Where the bytes of a file blob are when it must be uploaded.
 #[derive(Clone, Debug)]
@@ -52,7 +52,7 @@ pub(crate) struct Tree {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum TreeError {
     #[error("the path {0:?} has {1}")]
-    BadName(String, crate::beneath::BadName),
+    BadName(String, crate::beneath::NameError),
     #[error("the path {0:?} is not UTF-8, which REAPI names cannot hold")]
     NotUtf8(String),
     #[error("the path {0:?} is both a file and a directory")]

@@ -21,7 +21,7 @@ use bazel_remote_apis::google::rpc::Status;
 use fixgate_cache::{DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest};
 use prost::Message;
 
-use crate::beneath::{component, Dir, Kind};
+use crate::beneath::dir::{component, Dir, Kind};
 use crate::contain::Host;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
@@ -798,6 +798,15 @@ impl Bot {
             origin_root: self.config.work_dir.clone(),
             interpreter: vec![program.to_path_buf()],
             allow_network: network,
+            // The worker's own folder of fingerprints is hidden from the action.
+            cache_dir: self.config.cache_dir.clone(),
+            // The defaults a local run has, for one action at a time on this machine.
+            limits: crate::limits::Limits::resolve(
+                &Default::default(),
+                &Default::default(),
+                1,
+                dir,
+            ),
         };
         let mut child = prepared
             .command(&self.host)
