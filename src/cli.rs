@@ -178,6 +178,9 @@ pub enum Command {
     /// Set up a repository: run the suite once and propose fixture groups, `writes` markers,
     /// their registration and a first lock (a unified diff); `--apply` writes them
     Init(InitArgs),
+    /// Serve remote runs: a Remote Workers API bot for a REAPI service (BuildGrid), for small
+    /// setups and tests; production services bring their own workers
+    Worker(WorkerArgs),
     /// Print a shell completion script to standard output
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output
@@ -191,6 +194,53 @@ pub struct InitArgs {
     pub apply: bool,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The service's Bots endpoint: grpc://HOST:PORT or grpcs://HOST:PORT
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    /// The REAPI instance to serve [default: the unnamed one]
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub instance: String,
+    /// A platform property this worker offers, matched against the actions' (repeatable),
+    /// e.g. pool=linux-small
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub properties: Vec<(String, String)>,
+    /// Where actions are materialized [default: a folder in the temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// The bot's id at the service [default: fixgate-HOSTNAME-PID]
+    #[arg(long, value_name = "ID")]
+    pub bot_id: Option<String>,
+}
+
+/// Where an audit's runs execute (docs/remote-execution.md).
+#[derive(Clone, Debug, Default, Args)]
+pub struct RemoteExecArgs {
+    /// Execute every pytest run on a REAPI service: grpc://HOST:PORT or grpcs://HOST:PORT
+    /// [default: [tool.fixgate] remote-executor of the base]. Without --remote-cache, node
+    /// results are looked up in the same service's ActionCache
+    #[arg(long, value_name = "URL")]
+    pub remote_executor: Option<String>,
+    /// The service's instance name [default: [tool.fixgate] remote-instance, else none]
+    #[arg(long, value_name = "NAME")]
+    pub remote_instance: Option<String>,
+    /// A platform property for every remote run (repeatable), e.g. container-image=docker://…
+    /// [default: [tool.fixgate] remote-platform]
+    #[arg(long = "remote-platform", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub remote_platform: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE`, the key not empty.
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!(
+            "expected KEY=VALUE, e.g. container-image=docker://python:3.12; found {text:?}"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -286,6 +336,9 @@ pub struct AuditOptionArgs {
     pub today: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// Boxed: the other commands' arguments are far smaller.
+    #[command(flatten)]
+    pub remote_exec: Box<RemoteExecArgs>,
 }
 
 #[derive(Debug, Args)]

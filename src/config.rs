@@ -15,6 +15,8 @@ mod pyproject;
 pub use groups::FixtureGroups;
 pub use load::{load, Config, ConfigInputs};
 pub use manifest::MANIFEST_FILE;
-pub use model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig};
+pub use model::{
+    BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig, RemoteExecConfig,
+};
 pub use pyproject::PYPROJECT_FILE;
 pub(crate) use pyproject::{fork_setting, remote_cache};

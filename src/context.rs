@@ -61,6 +61,8 @@ pub struct Ctx {
     pub quiet: bool,
     pub python: Option<PathBuf>,
     pub jobs: usize,
+    /// Whether `--jobs` was given (a remote executor has a default of its own).
+    pub jobs_given: bool,
     /// Set by Ctrl-C or SIGTERM; long work checks it, kills its children and cleans up.
     pub interrupted: Arc<AtomicBool>,
     /// The process environment, read once at start.
@@ -110,6 +112,7 @@ impl Ctx {
                 Some(n) => n,
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
+            jobs_given: args.jobs.is_some(),
             interrupted: interrupt_flag()?,
             env,
             remote: None,
@@ -131,6 +134,7 @@ impl Ctx {
             quiet: self.quiet,
             python: Some(python),
             jobs: self.jobs,
+            jobs_given: self.jobs_given,
             interrupted: self.interrupted.clone(),
             env: self.env.clone(),
             remote: self.remote.clone(),

@@ -21,6 +21,7 @@ pub(crate) mod limits;
 pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;
+pub(crate) mod remote_exec;
 pub mod repo_path;
 pub(crate) mod report;
 pub(crate) mod sandbox;

@@ -259,6 +259,9 @@ pub struct GraphSummary {
     /// Of the cached nodes, those whose result came from the remote cache.
     #[serde(default)]
     pub remote: usize,
+    /// Of the executed nodes, the pytest runs a remote executor ran (`--remote-executor`).
+    #[serde(default)]
+    pub remote_executed: usize,
     pub executed_nodes: Vec<ExecutedNode>,
     /// Every node with its status, in the order the audit ran them.
     pub all_nodes: Vec<NodeStatus>,
@@ -311,8 +314,12 @@ pub struct AuditReport {
     pub freeze: Freeze,
     pub lock: Lock,
     pub graph: GraphSummary,
-    /// pytest processes this audit started (cached runs start none).
+    /// pytest processes this audit started on this machine (cached runs and remote runs
+    /// start none).
     pub pytest_processes: u32,
+    /// With `--remote-executor`: the service, what it ran where, what was uploaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_execution: Option<crate::remote_exec::client::Summary>,
     /// Whether runs were forked from warm interpreters, how many, and why not where they were
     /// not (the fork server's fallback reasons).
     pub forkserver: crate::pytest::forkserver::ForkSummary,

@@ -461,7 +461,7 @@ fn restore_node(full: &Path, node: &mut Node) -> std::io::Result<()> {
 }
 
 /// Removes a sandbox even when a test left read-only directories in it.
-fn remove_tree(dir: &Path) {
+pub(crate) fn remove_tree(dir: &Path) {
     if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
         return;
     }

@@ -126,7 +126,26 @@ pub(crate) fn read_result(
 /// Connects to the server `config` names: for gRPC this asks for its capabilities (and so fails
 /// fast when it is down), for HTTP it only builds the client.
 pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteError> {
+    let (scheme, rest) = split_url(&config.url)?;
     let url = config.url.trim_end_matches('/');
+    match scheme {
+        "http" | "https" => Ok(Box::new(crate::http::HttpBackend::new(url, config)?)),
+        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcConnection::connect(
+            scheme == "grpcs",
+            rest,
+            config,
+        )?)),
+        _ => Err(bad_url(
+            url,
+            "has an unknown scheme; use http://, https://, grpc:// or grpcs://",
+        )),
+    }
+}
+
+/// The scheme and the rest of a remote URL (`host:port[/path]`), refusing credentials in it and
+/// a missing host.
+pub(crate) fn split_url(url: &str) -> Result<(&str, &str), RemoteError> {
+    let url = url.trim_end_matches('/');
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| bad_url(url, "has no scheme"))?;
@@ -140,18 +159,7 @@ pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteE
     if authority.is_empty() {
         return Err(bad_url(url, "has no host"));
     }
-    match scheme {
-        "http" | "https" => Ok(Box::new(crate::http::HttpBackend::new(url, config)?)),
-        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcBackend::connect(
-            scheme == "grpcs",
-            rest,
-            config,
-        )?)),
-        _ => Err(bad_url(
-            url,
-            "has an unknown scheme; use http://, https://, grpc:// or grpcs://",
-        )),
-    }
+    Ok((scheme, rest))
 }
 
 fn bad_url(url: &str, why: &str) -> RemoteError {

@@ -130,8 +130,11 @@ pub(crate) struct Judgment {
 
 /// What running the audit took and met.
 pub(crate) struct RunFacts {
-    /// pytest processes this audit started (cached runs start none).
+    /// pytest processes this audit started on this machine (cached and remote runs start
+    /// none).
     pub(crate) pytest_processes: u32,
+    /// With `--remote-executor`: what the service ran where, what was uploaded.
+    pub(crate) remote: Option<crate::remote_exec::client::Summary>,
     pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
     pub(crate) containment: crate::contain::Mode,
     pub(crate) duration_seconds: f64,

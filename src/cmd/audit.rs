@@ -12,6 +12,7 @@ use crate::cli::{AuditArgs, AuditOptionArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
+use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::report::{self, AuditReport, Format};
 
@@ -28,6 +29,7 @@ pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
             &args.options,
             heads.into_iter().next(),
             args.shard,
+            &ctx.env,
         )?;
         let report = audit::audit(ctx, &opts)?;
         emit(ctx, &report)?;
@@ -78,7 +80,13 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
     }
     let mut worst = Verdict::Pass;
     for (i, head) in heads.iter().enumerate() {
-        let opts = options(&args.base, &args.options, Some(head.clone()), args.shard)?;
+        let opts = options(
+            &args.base,
+            &args.options,
+            Some(head.clone()),
+            args.shard,
+            &ctx.env,
+        )?;
         let report = match audit::audit(ctx, &opts) {
             Ok(r) => r,
             Err(Error::Interrupted) => return Err(Error::Interrupted),
@@ -137,6 +145,7 @@ pub fn options(
     args: &AuditOptionArgs,
     head: Option<String>,
     shard: Option<crate::cli::Shard>,
+    env: &Environment,
 ) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
@@ -169,6 +178,7 @@ pub fn options(
         shard: shard.map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
         runner: None,
         frozen_head: None,
+        remote_exec: crate::cmd::settings::remote_exec(&args.remote_exec, env)?,
     })
 }
 

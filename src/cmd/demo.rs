@@ -112,8 +112,9 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             process_limit: None,
             disk_limit: None,
         },
+        remote_exec: Default::default(),
     };
-    let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None)?;
+    let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None, &ctx.env)?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {

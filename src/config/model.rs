@@ -14,6 +14,15 @@ pub enum DepsMode {
     Conservative,
 }
 
+/// The remote executor settings of `[tool.fixgate]` (and, the same three, of the command line).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RemoteExecConfig {
+    pub executor: Option<String>,
+    pub instance: Option<String>,
+    /// `remote-platform = { container-image = "docker://…" }`, sorted by key.
+    pub platform: Vec<(String, String)>,
+}
+
 /// Bounds from `[tool.fixgate.limits]` (`u64::MAX`: unlimited); `None` means the key is not set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LimitsConfig {

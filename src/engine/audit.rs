@@ -39,6 +39,7 @@ use crate::engine::{
 };
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
+use crate::remote_exec::client as remote_exec;
 use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
@@ -62,6 +63,8 @@ pub struct Options {
     pub sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<shard::Shard>,
+    /// Where the runs execute (`--remote-executor`), as the command line asks.
+    pub remote_exec: remote_exec::Asked,
     /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
     /// interpreters) between audits, with a cancellation flag of each audit's own.
     pub runner: Option<Arc<crate::pytest::driver::Runner>>,
@@ -91,12 +94,35 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         Some(r) => r.clone(),
         None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
     };
-    let (store, warning) = ctx.open_store(opts.cache);
+    let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec)?;
+    let executor = match &remote {
+        Some(settings) => Some(Arc::new(remote_exec::Executor::connect(
+            settings.clone(),
+            &runner,
+            opts.check || !opts.cache,
+        )?)),
+        None => None,
+    };
+    // Without a remote cache of its own, the executor's ActionCache holds the node results.
+    let store_remote = ctx
+        .remote
+        .clone()
+        .or_else(|| remote.as_ref().map(|s| s.as_cache()));
+    let (store, warning) = crate::engine::store::open(
+        &ctx.cache_dir,
+        opts.cache,
+        store_remote.as_ref(),
+        &ctx.remote_failure,
+    );
     if let Some(w) = warning {
         ctx.warn(&w);
     }
     let run_options = RunOptions {
-        jobs: ctx.jobs,
+        // Remote actions in flight, not local cores, unless --jobs says otherwise.
+        jobs: match (&executor, ctx.jobs_given) {
+            (Some(_), false) => remote_exec::DEFAULT_JOBS,
+            _ => ctx.jobs,
+        },
         mode: if opts.check {
             Mode::Check {
                 kinds: [NodeKind::SeedRun.as_str().to_string()].into(),
@@ -123,6 +149,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 progress: (!ctx.quiet).then(indicatif::MultiProgress::new),
                 processes: AtomicU32::new(0),
                 warnings: Mutex::new(Vec::new()),
+                remote: executor.clone(),
             };
             let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)
@@ -149,6 +176,21 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         decision: phased.decision,
         run: RunFacts {
             pytest_processes: processes.into_inner(),
+            remote: executor.as_ref().map(|exec| {
+                let mut summary = exec.summary();
+                // What ran here: the collections the orders come from.
+                summary.local_runs = run
+                    .report
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.kind == NodeKind::Collect.as_str()
+                            && matches!(n.status, fixgate_graph::Status::Executed { .. })
+                    })
+                    .map(|n| n.label.clone())
+                    .collect();
+                summary
+            }),
             // The warm interpreters' counters are this fixgate process's: with several heads,
             // each report counts the heads before it too.
             forkserver: ctx.fork_stats.summary(),

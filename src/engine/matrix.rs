@@ -127,9 +127,7 @@ impl Started {
                 .report(*node)
                 .is_some_and(|r| matches!(r.status, fixgate_graph::Status::Executed { .. }));
             if executed && *l != OrderLabel::File {
-                engine
-                    .processes
-                    .fetch_add(run.processes, std::sync::atomic::Ordering::Relaxed);
+                engine.count_processes(run.processes);
             }
             engine.live.release(*node);
             runs.insert(*l, run);

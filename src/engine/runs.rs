@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::pytest::driver::{Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
 use crate::pytest::result::RunResult;
+use crate::remote_exec::client::{Executor, RemoteRun};
 use crate::sandbox::Overlay;
 
 /// Which snapshot a run executes.
@@ -102,6 +103,8 @@ pub struct Engine<'l, 'a> {
     /// pytest processes started (cached runs start none).
     pub processes: AtomicU32,
     pub warnings: Mutex<Vec<String>>,
+    /// Where runs execute when not here (`--remote-executor`).
+    pub remote: Option<Arc<Executor>>,
 }
 
 impl Engine<'_, '_> {
@@ -146,6 +149,14 @@ impl Engine<'_, '_> {
                 .to_string(),
             ),
         ]
+    }
+
+    /// Counts the pytest processes of an executed run: only this machine's (a remote run's
+    /// result says how many it took there, the same number as here, for the same bytes).
+    pub fn count_processes(&self, n: u32) {
+        if self.remote.is_none() {
+            self.processes.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Adds a run to the audit's graph; it starts as soon as its edges allow.
@@ -196,6 +207,10 @@ impl Engine<'_, '_> {
         if self.runner.interrupted.load(Ordering::SeqCst) {
             return Err(Error::Interrupted);
         }
+        // A run the service could not run ends the audit: judging without it could be wrong.
+        if let Some(failure) = self.remote.as_ref().and_then(|r| r.failure()) {
+            return Err(Error::Infra(failure));
+        }
         let label = self.live.label(id);
         let result = outcome.into_result().and_then(|bytes| {
             decode_run(&bytes).map_err(|e| {
@@ -208,7 +223,7 @@ impl Engine<'_, '_> {
                 .report(id)
                 .is_some_and(|rep| matches!(rep.status, Status::Executed { .. }))
             {
-                self.processes.fetch_add(r.processes, Ordering::Relaxed);
+                self.count_processes(r.processes);
             }
         }
         Ok(result)
@@ -252,6 +267,8 @@ impl Engine<'_, '_> {
         let overlay_bytes = req.overlay.clone();
         let label = req.label.clone();
         let progress = self.progress.clone();
+        let remote = self.remote.clone();
+        let repeat = req.repeat;
         move |_inputs| {
             let pb = progress.as_ref().map(|mp| {
                 let pb = mp.add(ProgressBar::new(order.len() as u64));
@@ -263,7 +280,20 @@ impl Engine<'_, '_> {
                 pb.set_prefix(label.clone());
                 pb
             });
-            let result = runner.run(&side.snapshot, &overlay_bytes, &order, &groups, pb.as_ref());
+            let result = match &remote {
+                Some(exec) => {
+                    let run = RemoteRun {
+                        label: &label,
+                        snapshot: &side.snapshot,
+                        overlay: &overlay_bytes,
+                        order: Some(&order),
+                        groups: &groups,
+                        repeat,
+                    };
+                    exec.run(&runner, &run, pb.as_ref())
+                }
+                None => runner.run(&side.snapshot, &overlay_bytes, &order, &groups, pb.as_ref()),
+            };
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }

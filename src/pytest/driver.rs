@@ -84,11 +84,24 @@ struct Process<'z> {
     log: PathBuf,
 }
 
+/// Where a run's environment points: its import path, home, temporary directory and the
+/// rewrite cache (host paths for a local run, input-root-relative ones for a remote run).
+pub(crate) struct RunEnvPaths {
+    pub(crate) pythonpath: OsString,
+    pub(crate) home: OsString,
+    pub(crate) tmp: OsString,
+}
+
 /// A pytest process of fixgate's own, or a child forked by a warm interpreter (whose exit the
 /// zygote reports).
 enum Proc<'z> {
     Fresh(Child, ExitWatch),
     Forked(&'z mut Zygote),
+    /// A process that ran elsewhere and has ended: its stream is complete.
+    Recorded {
+        status: std::process::ExitStatus,
+        timed_out: bool,
+    },
 }
 
 impl Process<'_> {
@@ -98,6 +111,7 @@ impl Process<'_> {
                 .try_wait()
                 .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}"))),
             Proc::Forked(z) => Ok(z.try_wait()),
+            Proc::Recorded { status, .. } => Ok(Some(*status)),
         }
     }
 
@@ -105,6 +119,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(_, exit) => exit.pause(),
             Proc::Forked(z) => z.pause(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -113,6 +128,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_child(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -121,6 +137,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_and_reap(),
+            Proc::Recorded { .. } => {}
         }
     }
 }
@@ -130,42 +147,16 @@ impl Runner {
     /// environment (the allowlist, then the sandbox's own settings) and what containment needs.
     fn prepare(&self, sandbox: &Sandbox, args: &[String]) -> PreparedCommand {
         let tree = sandbox.tree();
-        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
-        for name in ENV_ALLOWLIST
-            .iter()
-            .copied()
-            .chain(self.pass_env.iter().map(String::as_str))
-        {
-            if let Some(v) = self.env.var(name) {
-                env.insert(name.to_owned(), v.to_owned());
-            }
-        }
         let mut pythonpath = vec![tree.clone()];
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin.dir.clone());
-        let mut set = |name: &str, value: OsString| {
-            env.insert(name.to_owned(), value);
-        };
-        set(
-            "PYTHONPATH",
-            std::env::join_paths(pythonpath).unwrap_or_default(),
-        );
-        set("HOME", sandbox.home().into());
-        set("TMPDIR", sandbox.tmp().into());
-        set("TEMP", sandbox.tmp().into());
-        set("TMP", sandbox.tmp().into());
-        set("PYTHONHASHSEED", HASH_SEED.into());
-        set("PYTHONDONTWRITEBYTECODE", "1".into());
-        set("PYTHONUNBUFFERED", "1".into());
-        set("TZ", "UTC".into());
-        set("NO_COLOR", "1".into());
-        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
-        // unless the caller passes the variable on purpose.
-        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
-            set("PYTHONNOUSERSITE", "1".into());
-        }
+        let env = self.run_env(&RunEnvPaths {
+            pythonpath: std::env::join_paths(pythonpath).unwrap_or_default(),
+            home: sandbox.home().into(),
+            tmp: sandbox.tmp().into(),
+        });
         let mut all_args = vec!["-m".to_owned(), "pytest".to_owned()];
         all_args.extend_from_slice(args);
         PreparedCommand {
@@ -187,34 +178,51 @@ impl Runner {
         }
     }
 
+    /// Every variable a run sees, given where its paths are: the allowlist and `--pass-env`
+    /// names from the caller's environment, then the run's own settings (which win).
+    pub(crate) fn run_env(&self, paths: &RunEnvPaths) -> BTreeMap<String, OsString> {
+        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
+        for name in ENV_ALLOWLIST
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+        {
+            if let Some(v) = self.env.var(name) {
+                env.insert(name.to_owned(), v.to_owned());
+            }
+        }
+        let mut set = |name: &str, value: OsString| {
+            env.insert(name.to_owned(), value);
+        };
+        set("PYTHONPATH", paths.pythonpath.clone());
+        set("HOME", paths.home.clone());
+        set("TMPDIR", paths.tmp.clone());
+        set("TEMP", paths.tmp.clone());
+        set("TMP", paths.tmp.clone());
+        set("PYTHONHASHSEED", HASH_SEED.into());
+        set("PYTHONDONTWRITEBYTECODE", "1".into());
+        set("PYTHONUNBUFFERED", "1".into());
+        set("TZ", "UTC".into());
+        set("NO_COLOR", "1".into());
+        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
+        // unless the caller passes the variable on purpose.
+        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
+            set("PYTHONNOUSERSITE", "1".into());
+        }
+        env
+    }
+
     /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
     pub(crate) fn sandbox(&self, snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
         self.rewrites.prepare(snapshot, overlay);
         Sandbox::create(snapshot, overlay, &self.env.temp_dir)
     }
 
-    /// The arguments of every pytest process of a run. pytest-randomly and pytest-random-order
-    /// are disabled (fixgate owns the order); the suite's own options that claim the order, the
-    /// selection or one run per test are neutralised by the plugin (plugin/options.py), which
-    /// keeps the plugins that own them loaded, so the suite's `addopts` still parse. pytest's
-    /// cache works as usual, in a directory of the run's own under the sandbox's `tmp/`: it is
-    /// empty when the run starts (a fresh sandbox, or a warm one restored), so nothing of it
-    /// reaches another run.
     pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "-p",
-            crate::pytest::plugin::MODULE,
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:random_order",
-            "--maxfail=2147483647",
-            "-q",
-            "-rN",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args = self.pytest_options();
+        // pytest's cache works as usual, in a directory of the run's own under the sandbox's
+        // `tmp/`: it is empty when the run starts (a fresh sandbox, or a warm one restored), so
+        // nothing of it reaches another run.
         args.push("-o".into());
         args.push(format!(
             "cache_dir={}",
@@ -227,6 +235,28 @@ impl Runner {
         ));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
+    }
+
+    /// The options of every pytest process of a run, without the paths of its sandbox.
+    /// pytest-randomly and pytest-random-order are disabled (fixgate owns the order); the
+    /// suite's own options that claim the order, the selection or one run per test are
+    /// neutralised by the plugin (plugin/options.py), which keeps the plugins that own them
+    /// loaded, so the suite's `addopts` still parse.
+    pub(crate) fn pytest_options(&self) -> Vec<String> {
+        [
+            "-p",
+            crate::pytest::plugin::MODULE,
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:random_order",
+            "--maxfail=2147483647",
+            "-q",
+            "-rN",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     }
 
     /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
@@ -438,14 +468,48 @@ impl Runner {
             prepare: &prepare,
             host: &self.host,
         };
-        let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
+        let place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
-        let sandbox_dir = place.sandbox().dir().to_path_buf();
+        self.drive(place, snapshot, order, groups, progress)
+    }
+
+    /// The run of `order` (`None`: collection order) that executed elsewhere, one pytest
+    /// process after another (remote execution), built from the streams its processes left by
+    /// the same code that follows a local run.
+    pub(crate) fn replay(
+        &self,
+        snapshot: &Snapshot,
+        recorded: Recorded,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let place = Place::Recorded {
+            root: recorded.root,
+            processes: recorded.processes.into_iter(),
+        };
+        self.drive(place, snapshot, order, groups, progress)
+    }
+
+    /// Runs (or reads back) the processes of one run until every test of the order has a
+    /// result, then puts the results in the order's shape.
+    fn drive(
+        &self,
+        mut place: Place,
+        snapshot: &Snapshot,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let sandbox_dir = place.dir().to_path_buf();
+        let recorded = matches!(place, Place::Recorded { .. });
         let watch = sandbox_dir.join("watch.json");
-        let roots = serde_json::json!({ "roots": groups.watch_roots() });
-        std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        if !recorded {
+            let roots = serde_json::json!({ "roots": groups.watch_roots() });
+            std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        }
         let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
@@ -464,6 +528,7 @@ impl Runner {
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
             match &remaining {
+                Some(_) if recorded => {}
                 Some(ids) => {
                     let mut text = ids.join("\n");
                     text.push('\n');
@@ -480,6 +545,24 @@ impl Runner {
             result.processes += 1;
             let before = result.tests.len();
             let p = match &mut place {
+                Place::Recorded { processes, .. } => {
+                    let left = remaining.as_ref().map_or(0, Vec::len);
+                    let Some(r) = processes.next() else {
+                        return Err(Error::Infra(format!(
+                            "the remote run of {} ended after {k} pytest process(es) with {left} \
+                             test(s) not run",
+                            snapshot.rev_label()
+                        )));
+                    };
+                    Process {
+                        proc: Proc::Recorded {
+                            status: r.status,
+                            timed_out: r.timed_out,
+                        },
+                        events: r.events,
+                        log: r.log,
+                    }
+                }
                 // The first process of a run forks. One that continues after a crash or a
                 // timeout forks only when a fresh pytest would collect exactly what the zygote
                 // did (see `may_continue_forked`): a fresh one imports and collects again in the
@@ -504,7 +587,8 @@ impl Runner {
                         }
                     }
                 }
-                place => self.spawn(place.sandbox(), k, &extra)?,
+                Place::Warm(lease) => self.spawn(&lease.zygote().sandbox, k, &extra)?,
+                Place::Own(sandbox) => self.spawn(sandbox, k, &extra)?,
             };
             if k > 0 {
                 if let Some(d) = disk.as_mut() {
@@ -626,7 +710,14 @@ impl Runner {
         let mut problems = Vec::new();
         let mut collected = None;
         let mut collect_errors = Vec::new();
-        let mut timed_out = false;
+        // A process that ran elsewhere was killed there for the timeout, or not.
+        let mut timed_out = matches!(
+            p.proc,
+            Proc::Recorded {
+                timed_out: true,
+                ..
+            }
+        );
         let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
@@ -782,19 +873,43 @@ impl Runner {
     }
 }
 
-/// Where a run happens: a sandbox of its own, or a warm interpreter's.
+/// Where a run happens: a sandbox of its own, a warm interpreter's, or elsewhere (remote
+/// execution: its processes are read back one after another).
 enum Place<'p> {
     Own(Sandbox),
     Warm(Box<Lease<'p>>),
+    Recorded {
+        /// The input root the run had on its worker (what paths in messages start with).
+        root: PathBuf,
+        processes: std::vec::IntoIter<RecordedProcess>,
+    },
 }
 
 impl Place<'_> {
-    fn sandbox(&mut self) -> &Sandbox {
+    /// The sandbox folder, whose paths the results lose.
+    fn dir(&mut self) -> &Path {
         match self {
-            Place::Own(s) => s,
-            Place::Warm(lease) => &lease.zygote().sandbox,
+            Place::Own(s) => s.dir(),
+            Place::Warm(lease) => lease.zygote().sandbox.dir(),
+            Place::Recorded { root, .. } => root,
         }
     }
+}
+
+/// A run that executed elsewhere: where its sandbox was, and each of its pytest processes.
+pub(crate) struct Recorded {
+    pub(crate) root: PathBuf,
+    pub(crate) processes: Vec<RecordedProcess>,
+}
+
+/// One pytest process of a [`Recorded`] run: its event stream and output, copied here, and
+/// how it ended.
+pub(crate) struct RecordedProcess {
+    pub(crate) events: PathBuf,
+    pub(crate) log: PathBuf,
+    pub(crate) status: std::process::ExitStatus,
+    /// Killed for running a test past the timeout.
+    pub(crate) timed_out: bool,
 }
 
 /// The order a process runs its tests in, to tell which test follows a finished one.

@@ -39,7 +39,7 @@ const MODULES: [(&str, &str); 9] = [
 ];
 
 /// The files the plugin directory holds, by name: the shim, then every module.
-fn files() -> Vec<(String, &'static str)> {
+pub(crate) fn files() -> Vec<(String, &'static str)> {
     let mut out = vec![(format!("{MODULE}.py"), SHIM)];
     out.extend(
         MODULES

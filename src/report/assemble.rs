@@ -56,9 +56,13 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
             added_by_patch: o.gates.added_by_patch.clone(),
             ..report::Freeze::default()
         },
-        graph: graph_summary(&o.run.graph.nodes),
+        graph: report::GraphSummary {
+            remote_executed: o.run.remote.as_ref().map_or(0, |r| r.actions as usize),
+            ..graph_summary(&o.run.graph.nodes)
+        },
         graph_dot: o.run.graph.to_dot(),
         pytest_processes: o.run.pytest_processes,
+        remote_execution: o.run.remote.clone(),
         forkserver: o.run.forkserver.clone(),
         containment: Some(o.run.containment),
         duration_seconds: o.run.duration_seconds,
@@ -68,6 +72,13 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
             .iter()
             .cloned()
             .chain(o.run.graph.warnings.iter().map(|w| format!("cache: {w}")))
+            .chain(
+                o.run
+                    .remote
+                    .iter()
+                    .flat_map(|r| &r.retried)
+                    .map(|r| format!("remote execution: tried again: {r}")),
+            )
             .collect(),
         ..AuditReport::default()
     };
