@@ -8,7 +8,7 @@ pub(crate) mod budget;
 pub(crate) mod collection;
 pub(crate) mod edited;
 pub(crate) mod findings;
-pub mod freeze;
+pub(crate) mod freeze;
 pub(crate) mod gates;
 pub(crate) mod hidden;
 pub(crate) mod message;

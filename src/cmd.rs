@@ -21,7 +21,7 @@ use crate::context::Ctx;
 use crate::error::Result;
 
 /// Runs one command and returns its exit code.
-pub fn run(cli: Cli) -> Result<i32> {
+pub(crate) fn run(cli: Cli) -> Result<i32> {
     // These two need no repository: they describe the command line itself.
     match &cli.command {
         Command::Completions(args) => return shell::completions(args.shell),

@@ -43,7 +43,7 @@ use crate::limits::{Limits, PID_MAX_MIN};
 /// How runs are contained, as the reports say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// User, mount, PID and network namespaces: a read-only world, no survivors.
     Namespaces,
     /// The platform refused namespaces: the sandbox as before, plus the descendant sweep.
@@ -51,7 +51,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Namespaces => "namespaces",
             Mode::None => "none",

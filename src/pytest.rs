@@ -3,7 +3,7 @@
 
 pub(crate) mod command;
 pub(crate) mod driver;
-pub mod events;
+pub(crate) mod events;
 pub(crate) mod exit_watch;
 pub(crate) mod forkserver;
 pub(crate) mod ini;

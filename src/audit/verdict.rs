@@ -19,7 +19,7 @@ use crate::exit;
 /// The audit's answer, ordered by precedence: the greater of two verdicts wins (one audit's
 /// gates, or the reports of several heads).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     Unverified,
     Reject,
@@ -31,7 +31,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
             Verdict::Reject => "reject",
@@ -42,7 +42,7 @@ impl Verdict {
         }
     }
 
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Verdict::Pass => exit::PASS,
             Verdict::Reject => exit::REJECT,
@@ -85,7 +85,7 @@ impl<'de> Deserialize<'de> for Verdict {
 
 /// What a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FindingKind {
+pub(crate) enum FindingKind {
     /// A test whose outcome is a function of the order (a victim or a brittle test).
     OrderDependent,
     /// The culprit of a found pair: a test that breaks another.
@@ -164,7 +164,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FindingKind::OrderDependent => "order-dependent",
             FindingKind::Polluter => "polluter",
@@ -261,7 +261,7 @@ impl FindingKind {
     }
 
     /// A code defect: rejects the patch when the patch owns it.
-    pub fn is_defect(self) -> bool {
+    pub(crate) fn is_defect(self) -> bool {
         matches!(
             self,
             FindingKind::OrderDependent
@@ -302,20 +302,20 @@ impl Serialize for FindingKind {
 
 /// One thing the audit found, as the verdict needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub kind: FindingKind,
+pub(crate) struct Finding {
+    pub(crate) kind: FindingKind,
     /// What it is about, for the reasons: a nodeid, or `"POLLUTER -> VICTIM"` for a pair.
-    pub subject: String,
+    pub(crate) subject: String,
     /// The base does not show it (checked on the base snapshot with the same evidence).
-    pub introduced: bool,
+    pub(crate) introduced: bool,
     /// The patch edited a test of the finding (either test of a pair).
-    pub edited_by_patch: bool,
+    pub(crate) edited_by_patch: bool,
 }
 
 /// What a finding does to the verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Disposition {
+pub(crate) enum Disposition {
     /// Rejects the patch.
     Rejects,
     /// A pre-existing defect: reported as known debt with a suggested freeze entry.
@@ -333,7 +333,7 @@ pub enum Disposition {
 /// Decides one finding. A defect rejects when the patch introduced it, when the patch edited a
 /// test of it (then it is the patch's, even if the base has it too), or under `--strict`.
 /// Flaky never rejects, not even under `--strict`: it is an environment defect.
-pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
+pub(crate) fn disposition(finding: &Finding, strict: bool) -> Disposition {
     match finding.kind {
         kind if kind.is_defect() => {
             if finding.introduced || finding.edited_by_patch || strict {
@@ -354,27 +354,27 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
 
 /// Everything the verdict weighs. Each string is one reason line, ready for the report.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Gates<'a> {
+pub(crate) struct Gates<'a> {
     /// Infrastructure failures: nothing was judged.
-    pub errors: &'a [String],
+    pub(crate) errors: &'a [String],
     /// Fixture files that differ from the lock (checked before any test runs), each
     /// `<lock file>: <path> (<change>)`.
-    pub drift: &'a [String],
+    pub(crate) drift: &'a [String],
     /// Expired freeze entries (checked before any test runs).
-    pub expired: &'a [String],
-    pub findings: &'a [Finding],
+    pub(crate) expired: &'a [String],
+    pub(crate) findings: &'a [Finding],
     /// The budget's breach lines.
-    pub breaches: &'a [String],
-    pub strict: bool,
+    pub(crate) breaches: &'a [String],
+    pub(crate) strict: bool,
 }
 
 /// The verdict, the reasons for it, and each finding's disposition (same order as the input).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
-    pub verdict: Verdict,
+pub(crate) struct Decision {
+    pub(crate) verdict: Verdict,
     /// Why this verdict: the lines of its own gate only (empty for pass).
-    pub reasons: Vec<String>,
-    pub dispositions: Vec<Disposition>,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) dispositions: Vec<Disposition>,
 }
 
 impl Decision {
@@ -389,7 +389,7 @@ impl Decision {
 }
 
 /// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
-pub fn decide(gates: &Gates) -> Decision {
+pub(crate) fn decide(gates: &Gates) -> Decision {
     let dispositions: Vec<Disposition> = gates
         .findings
         .iter()

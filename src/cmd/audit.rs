@@ -16,7 +16,7 @@ use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::report::{self, AuditReport, Format};
 
-pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let heads = heads(args)?;
     if args.shard.is_some() && heads.len() > 1 {
         return Err(Error::Usage(
@@ -140,7 +140,7 @@ fn write_stdout(text: &str) -> Result<()> {
 }
 
 /// The engine's options for an audit of `head` (`None`: the working tree) against `base`.
-pub fn options(
+pub(crate) fn options(
     base: &str,
     args: &AuditOptionArgs,
     head: Option<String>,
@@ -183,7 +183,7 @@ pub fn options(
 }
 
 /// Today in UTC.
-pub fn today() -> Date {
+pub(crate) fn today() -> Date {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -219,7 +219,7 @@ fn render(ctx: &Ctx, report: &AuditReport, last: bool, stream: bool) -> String {
 }
 
 /// Renders the report in the chosen format and keeps its graph for `graph` and `explain`.
-pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
+pub(crate) fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
     for w in &report.warnings {
         ctx.warn(w);
     }
@@ -232,7 +232,7 @@ pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
 }
 
 /// Where the last audit of this repository keeps its graph.
-pub fn last_audit_dir(ctx: &Ctx) -> PathBuf {
+pub(crate) fn last_audit_dir(ctx: &Ctx) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     let scope = blake3::hash(ctx.repo.root.as_os_str().as_bytes()).to_hex();
     ctx.cache_dir.join("last-audit").join(&scope[..32])

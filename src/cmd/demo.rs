@@ -54,7 +54,7 @@ def test_discount_free_cart():
 
 const CONFTEST: &str = "import os, sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), \"..\", \"src\"))\n";
 
-pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     let tmp;
     let dir: PathBuf = match &args.keep {
         Some(d) => {

@@ -10,7 +10,7 @@ use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::remote_exec::worker::{serve, WorkerConfig};
 
-pub fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
+pub(crate) fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
     let env = Arc::new(env);
     // Every run is contained as a local one is; where namespaces are refused, say so once.
     let host = Arc::new(crate::contain::Host::probe(&env));

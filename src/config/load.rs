@@ -16,42 +16,42 @@ use crate::repo_path::RepoPath;
 
 /// What [`load`] reads: the snapshot's copies of the configuration files and its file list.
 #[derive(Clone, Copy, Debug)]
-pub struct ConfigInputs<'a> {
+pub(crate) struct ConfigInputs<'a> {
     /// Content of `fixtures.manifest`, if the snapshot has it.
-    pub manifest_file: Option<&'a [u8]>,
+    pub(crate) manifest_file: Option<&'a [u8]>,
     /// Content of `pyproject.toml`, if the snapshot has it.
-    pub pyproject: Option<&'a [u8]>,
+    pub(crate) pyproject: Option<&'a [u8]>,
     /// Every file path of the snapshot, sorted; only used to derive default groups.
-    pub paths: &'a [RepoPath],
+    pub(crate) paths: &'a [RepoPath],
 }
 
 /// The resolved configuration of one snapshot.
 #[derive(Clone, Debug, Serialize)]
-pub struct Config {
-    pub groups: FixtureGroups,
-    pub deps: DepsMode,
-    pub budget: BudgetConfig,
+pub(crate) struct Config {
+    pub(crate) groups: FixtureGroups,
+    pub(crate) deps: DepsMode,
+    pub(crate) budget: BudgetConfig,
     /// `[tool.fixgate.limits]`: each run's bounds.
-    pub limits: LimitsConfig,
+    pub(crate) limits: LimitsConfig,
     /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
-    pub lock: Option<String>,
+    pub(crate) lock: Option<String>,
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
     /// `--nio` does.
-    pub nio: bool,
+    pub(crate) nio: bool,
     /// `[tool.fixgate] remote-executor`, `remote-instance` and `remote-platform`: where an
     /// audit's runs execute (read from the base, which is trusted: a patch cannot send its
     /// code to a service of its choosing).
-    pub remote_exec: RemoteExecConfig,
+    pub(crate) remote_exec: RemoteExecConfig,
     /// Problems that do not stop the run (unknown keys, directories without a default group),
     /// each a full message that names the file and says what to do.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Reads the fixture groups and `[tool.fixgate]` settings of one snapshot.
 ///
 /// Groups from both files are unioned; when neither declares any, default groups are derived
 /// from `paths`: one per directory under `tests/fixtures/` and `tests/data/`.
-pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
+pub(crate) fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
     let manifest = match inputs.manifest_file {
         Some(bytes) => parse_manifest(bytes)?,
         None => BTreeMap::new(),

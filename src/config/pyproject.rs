@@ -11,7 +11,7 @@ use crate::config::groups::{check_glob, check_name, Declared};
 use crate::config::model::{BudgetConfig, ConfigError, DepsMode, LimitsConfig, RemoteExecConfig};
 
 /// The Python project file at the repository root; fixgate reads `[tool.fixgate]` from it.
-pub const PYPROJECT_FILE: &str = "pyproject.toml";
+pub(crate) const PYPROJECT_FILE: &str = "pyproject.toml";
 
 const EXAMPLE_TOML: &str = "db = [\"tests/fixtures/db/*.sqlite\"]";
 

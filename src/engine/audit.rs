@@ -44,37 +44,37 @@ use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
 #[derive(Clone)]
-pub struct Options {
-    pub base: String,
+pub(crate) struct Options {
+    pub(crate) base: String,
     /// `None`: the working tree.
-    pub head: Option<String>,
+    pub(crate) head: Option<String>,
     /// The shuffled orders, after file order and reversed order.
-    pub seeds: Vec<u64>,
-    pub strict: bool,
+    pub(crate) seeds: Vec<u64>,
+    pub(crate) strict: bool,
     /// `--nio`: add the nio order (each test twice in a row); `[tool.fixgate] nio` of the base
     /// turns it on too.
-    pub nio: bool,
-    pub cache: bool,
+    pub(crate) nio: bool,
+    pub(crate) cache: bool,
     /// Re-execute the cached seed runs and compare (the graph's check mode).
-    pub check: bool,
-    pub deps: Option<DepsMode>,
-    pub budget: Overrides,
-    pub today: Date,
-    pub sandbox: SandboxSettings,
+    pub(crate) check: bool,
+    pub(crate) deps: Option<DepsMode>,
+    pub(crate) budget: Overrides,
+    pub(crate) today: Date,
+    pub(crate) sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
-    pub shard: Option<shard::Shard>,
+    pub(crate) shard: Option<shard::Shard>,
     /// Where the runs execute (`--remote-executor`), as the command line asks.
-    pub remote_exec: remote_exec::Asked,
+    pub(crate) remote_exec: remote_exec::Asked,
     /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
     /// interpreters) between audits, with a cancellation flag of each audit's own.
-    pub runner: Option<Arc<crate::pytest::driver::Runner>>,
+    pub(crate) runner: Option<Arc<crate::pytest::driver::Runner>>,
     /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
     /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
-    pub frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
+    pub(crate) frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
 }
 
 /// Runs the whole audit and writes its report.
-pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
+pub(crate) fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     run(ctx, opts).map(|outcome| crate::report::assemble::assemble(&outcome))
 }
 
@@ -108,12 +108,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         .remote
         .clone()
         .or_else(|| remote.as_ref().map(|s| s.as_cache()));
-    let (store, warning) = crate::engine::store::open(
-        &ctx.cache_dir,
-        opts.cache,
-        store_remote.as_ref(),
-        &ctx.remote_failure,
-    );
+    let (store, warning) = ctx.open_store(opts.cache, store_remote.as_ref());
     if let Some(w) = warning {
         ctx.warn(&w);
     }

@@ -16,7 +16,7 @@ use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 
 /// Adds the replay run of `coupled`, after the runs and the delta it was derived from.
-pub fn start(
+pub(crate) fn start(
     engine: &Engine,
     base: &Snapshot,
     delta: &Delta,
@@ -49,7 +49,7 @@ pub fn start(
 }
 
 /// Waits for the replay and reads each coupled test per the decision table.
-pub fn read(
+pub(crate) fn read(
     engine: &Engine,
     node: NodeId,
     delta: &Delta,
@@ -102,7 +102,7 @@ pub fn read(
 /// The fixture delta with what coupling follows beyond the declared groups: each file a test
 /// of the file-order run read that the patch changed (see [`traced_reads`]), as a change of no
 /// group (`group` empty). Only files tests read are compared, each by its digest on both sides.
-pub fn with_traced(engine: &Engine, delta: &Delta, file_run: &RunResult) -> Delta {
+pub(crate) fn with_traced(engine: &Engine, delta: &Delta, file_run: &RunResult) -> Delta {
     let mut out = delta.clone();
     for path in traced_reads(file_run, delta) {
         let (b, h) = (engine.base.digest(&path), engine.head.digest(&path));

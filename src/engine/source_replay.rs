@@ -12,9 +12,9 @@ use crate::testsrc::SourceFile;
 
 /// A test to replay: its head node id, and the node id of the base's version of it (the same,
 /// unless the patch renamed the test).
-pub struct Candidate {
-    pub nodeid: String,
-    pub base_nodeid: String,
+pub(crate) struct Candidate {
+    pub(crate) nodeid: String,
+    pub(crate) base_nodeid: String,
 }
 
 impl Candidate {
@@ -26,7 +26,7 @@ impl Candidate {
 /// The edited tests worth replaying: they pass at head, and the base has them, by name or as a
 /// test the patch renamed ([`crate::audit::renamed`]: a head test new by name whose body matches
 /// a base test of the same file that is gone at head).
-pub fn candidates(
+pub(crate) fn candidates(
     edited: &BTreeSet<String>,
     base_ids: &HashSet<&str>,
     head_ids: &HashSet<&str>,

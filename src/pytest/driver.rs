@@ -47,35 +47,35 @@ pub(crate) const ENV_ALLOWLIST: &[&str] = &[
 
 /// How runs are made: shared by every run of one fixgate invocation.
 #[derive(Clone)]
-pub struct Runner {
-    pub interpreter: Interpreter,
+pub(crate) struct Runner {
+    pub(crate) interpreter: Interpreter,
     /// The plugin, compiled (read-only to runs).
-    pub plugin: Arc<crate::pytest::plugin::Installed>,
+    pub(crate) plugin: Arc<crate::pytest::plugin::Installed>,
     /// pytest's rewritten test modules, made by fixgate before the runs that import them (see
     /// src/pytest/rewrites.rs): sandboxes are fresh and write no bytecode, so without them
     /// every run would rewrite and compile every test module again.
-    pub rewrites: Arc<crate::pytest::rewrites::Rewrites>,
+    pub(crate) rewrites: Arc<crate::pytest::rewrites::Rewrites>,
     /// The cache directory, hidden from runs (but for the plugin and the rewrites).
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
     /// Every run's bounds.
-    pub limits: crate::limits::Limits,
+    pub(crate) limits: crate::limits::Limits,
     /// Extra variable names passed through (`--pass-env`).
-    pub pass_env: Vec<String>,
-    pub test_timeout: Duration,
+    pub(crate) pass_env: Vec<String>,
+    pub(crate) test_timeout: Duration,
     /// The user's repository root, to spot imports of project code from outside the sandbox.
-    pub origin_root: PathBuf,
+    pub(crate) origin_root: PathBuf,
     /// Set by Ctrl-C: stop, kill the child, clean up.
-    pub interrupted: Arc<AtomicBool>,
+    pub(crate) interrupted: Arc<AtomicBool>,
     /// Leave the network alone (`--allow-network`); by default runs get a network namespace
     /// of their own with only loopback, where the platform permits it.
-    pub allow_network: bool,
+    pub(crate) allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
-    pub forkserver: Arc<Pool>,
+    pub(crate) forkserver: Arc<Pool>,
     /// How runs are contained on this machine.
     pub(crate) host: Arc<crate::contain::Host>,
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
-    pub env: Arc<crate::environment::Environment>,
+    pub(crate) env: Arc<crate::environment::Environment>,
 }
 
 struct Process<'z> {
@@ -301,12 +301,12 @@ impl Runner {
     }
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
-    pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
+    pub(crate) fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
         self.collect_traced(snapshot).map(|(c, _)| c.items)
     }
 
     /// Collects, and returns what collection read and imported (its dependencies).
-    pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+    pub(crate) fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
         let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
         if !errors.is_empty() {
             return Err(collect_error(snapshot, &errors));
@@ -317,7 +317,7 @@ impl Runner {
     /// Collects `snapshot` with `overlay` over it: what collected, what collection read and
     /// imported, and the files that did not collect with pytest's message for each (the
     /// base's test files on the head's code may import what the head removed).
-    pub fn collect_overlaid(
+    pub(crate) fn collect_overlaid(
         &self,
         snapshot: &Snapshot,
         overlay: &Overlay,
@@ -408,7 +408,7 @@ impl Runner {
 
     /// Runs `order` in a fresh sandbox of `snapshot` (with `overlay`), continuing in a new
     /// process after a crash or a timeout.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         snapshot: &Snapshot,
         overlay: &Overlay,
@@ -421,7 +421,7 @@ impl Runner {
 
     /// Runs every test in collection order, collecting in the same process (no separate
     /// collection run): seed 0 costs one pytest start, like plain pytest.
-    pub fn run_collection_order(
+    pub(crate) fn run_collection_order(
         &self,
         snapshot: &Snapshot,
         groups: &FixtureGroups,
@@ -431,7 +431,7 @@ impl Runner {
     }
 
     /// Runs the order of `seed` (0: collection order, in one process).
-    pub fn run_seed(
+    pub(crate) fn run_seed(
         &self,
         snapshot: &Snapshot,
         seed: u64,
@@ -938,7 +938,7 @@ impl Announced {
 }
 
 /// A file pytest could not collect: its node id and pytest's message with where it broke.
-pub type CollectFailure = (String, String);
+pub(crate) type CollectFailure = (String, String);
 
 /// The error for test files pytest could not collect, with pytest's own messages.
 /// A collection error's message, with the lines of pytest's report that say where it broke

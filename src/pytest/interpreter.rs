@@ -10,17 +10,17 @@ use crate::environment::Environment;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     /// Sorted `(name, version)` of every installed distribution.
-    pub distributions: Vec<(String, String)>,
-    pub executable: String,
-    pub pytest: String,
-    pub version: String,
+    pub(crate) distributions: Vec<(String, String)>,
+    pub(crate) executable: String,
+    pub(crate) pytest: String,
+    pub(crate) version: String,
 }
 
 impl Fingerprint {
     /// One hash for keys: changes when any field changes.
-    pub fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         let mut h = blake3::Hasher::new_derive_key("fixgate interpreter v1");
         for part in [&self.executable, &self.version, &self.pytest] {
             h.update(&(part.len() as u64).to_le_bytes());
@@ -37,17 +37,17 @@ impl Fingerprint {
 }
 
 #[derive(Clone, Debug)]
-pub struct Interpreter {
+pub(crate) struct Interpreter {
     /// What to execute: the path the user named or the one found.
-    pub path: PathBuf,
-    pub fingerprint: Fingerprint,
+    pub(crate) path: PathBuf,
+    pub(crate) fingerprint: Fingerprint,
     /// `site.getuserbase()` under the caller's HOME, kept for runs whose HOME moves.
-    pub user_base: Option<String>,
+    pub(crate) user_base: Option<String>,
 }
 
 /// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
 /// `python3` on PATH.
-pub fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -> PathBuf {
+pub(crate) fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -> PathBuf {
     if let Some(p) = flag {
         // Runs start in a sandbox, so a relative path must be made absolute here, against the
         // directory the user typed it in. Not canonicalized: resolving a venv's symlinked
@@ -164,7 +164,7 @@ static PREFETCHED: std::sync::Mutex<Option<Prefetched>> = std::sync::Mutex::new(
 /// Starts [`probe_cached`] on another thread: on a machine that has not remembered the
 /// interpreter, Python's start-up then overlaps the snapshots instead of preceding them. The
 /// next [`probe_cached`] for the same arguments takes the result.
-pub fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environment>) {
+pub(crate) fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environment>) {
     let (p, c) = (path.clone(), cache_dir.clone());
     let handle = std::thread::spawn(move || probe_cached_now(&p, &c, &env));
     *PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some((path, cache_dir, handle));
@@ -172,7 +172,11 @@ pub fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environme
 
 /// [`probe`], reusing the fingerprint remembered under `cache_dir` while the interpreter's
 /// executable and `sys.path` directories are unchanged.
-pub fn probe_cached(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
+pub(crate) fn probe_cached(
+    path: &Path,
+    cache_dir: &Path,
+    env: &Environment,
+) -> Result<Interpreter> {
     let prefetched = PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some((p, c, handle)) = prefetched {
         // A prefetch thread that panicked is a bug there; probing again here still answers.
@@ -234,7 +238,7 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
 }
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
-pub fn probe(path: &Path) -> Result<Interpreter> {
+pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
     probe_with_paths(path).map(|(i, _)| i)
 }
 

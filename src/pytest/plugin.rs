@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
 
-pub const MODULE: &str = "fixgate_plugin";
+pub(crate) const MODULE: &str = "fixgate_plugin";
 const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
@@ -50,7 +50,7 @@ pub(crate) fn files() -> Vec<(String, &'static str)> {
 }
 
 /// The plugin's content hash: part of every run's key, since a new plugin may observe more.
-pub fn digest() -> String {
+pub(crate) fn digest() -> String {
     digest_of(&files())
 }
 
@@ -68,8 +68,8 @@ fn digest_of(files: &[(String, &str)]) -> String {
 /// The plugin on disk: the folder to put on `PYTHONPATH`, and the private folder that holds it
 /// when the cache directory is not writable (removed when the last run is done).
 #[derive(Debug)]
-pub struct Installed {
-    pub dir: PathBuf,
+pub(crate) struct Installed {
+    pub(crate) dir: PathBuf,
     _private: Option<tempfile::TempDir>,
 }
 
@@ -98,7 +98,7 @@ for name in sys.argv[2:]:
 /// (once per interpreter: `fingerprint` names it). When the cache directory is not writable, a
 /// private temporary folder of this process takes its place, never a folder other users
 /// share: whoever can write the plugin decides every run's outcome.
-pub fn install(
+pub(crate) fn install(
     cache_dir: &Path,
     temp_dir: &Path,
     python: &Path,
