@@ -93,7 +93,7 @@ impl GrpcConnection {
     /// Connects to the `grpc://` or `grpcs://` URL of `config` (`host:port[/instance]`, the
     /// instance also from the path) and negotiates the digest function.
     pub fn open(config: &RemoteConfig) -> Result<GrpcConnection, RemoteError> {
-        let (scheme, rest) = crate::remote::split_url(&config.url)?;
+        let (scheme, rest) = crate::remote_config::split_url(&config.url)?;
         match scheme {
             "grpc" | "grpcs" => GrpcConnection::connect(scheme == "grpcs", rest, config),
             _ => Err(RemoteError::BadUrl {
