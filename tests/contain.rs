@@ -360,6 +360,10 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     let marker = unique("fixgate-killed");
     let repo = survivors_repo(&marker, true);
     let home = tempfile::tempdir().unwrap();
+    // Sandboxes of this test's own: another test's fixgate, sharing /tmp, would otherwise be
+    // the next command that finds (and removes) the killed run's sandbox.
+    let sandboxes = tempfile::tempdir().unwrap();
+    let sandboxes_dir = sandboxes.path().to_str().unwrap();
     let before = tree_bytes(repo.path());
     let mut child = common::fixgate_command()
         .args(["run", "--format", "json", "--python"])
@@ -368,6 +372,7 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
         .arg(repo.cache.path())
         .current_dir(repo.path())
         .env("HOME", home.path())
+        .env("TMPDIR", sandboxes_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -389,7 +394,12 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     assert!(gone, "survivors after SIGKILL of fixgate: {left:?}");
     assert_eq!(tree_bytes(repo.path()), before);
     // The next command of any kind removes the killed fixgate's sandbox.
-    let out = fixgate_env(&repo, home.path(), &[], &["manifest"]);
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[("TMPDIR", sandboxes_dir)],
+        &["manifest"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("left by a fixgate that was killed"),
