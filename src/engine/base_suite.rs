@@ -335,17 +335,7 @@ fn collect(
         .live
         .add_after(node, &[], after)
         .map_err(|e| Error::bug(e.to_string()))?;
-    let out = engine.live.wait(id);
-    if engine
-        .runner
-        .interrupted
-        .load(std::sync::atomic::Ordering::SeqCst)
-    {
-        return Err(Error::Interrupted);
-    }
-    let bytes = out
-        .into_result()
-        .map_err(|why| Error::Infra(format!("collect(base-suite) failed: {why}")))?;
+    let bytes = crate::engine::steps::outputs(engine, &[id])?.remove(0);
     serde_json::from_slice(&bytes)
         .map_err(|e| Error::bug(format!("a step's output does not decode: {e}")))
 }

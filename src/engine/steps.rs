@@ -44,7 +44,7 @@ fn add(engine: &Engine, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
 
 /// Waits for each of `want` in the audit's graph and returns its output (an error names a node
 /// that failed).
-fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>> {
+pub(crate) fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>> {
     want.iter()
         .map(|&id| {
             let out = engine.live.wait(id);
