@@ -32,6 +32,8 @@ pub(crate) struct PreparedCommand {
     pub(crate) origin_root: PathBuf,
     /// What the interpreter needs, its executable as named and as resolved: readable.
     pub(crate) interpreter: Vec<PathBuf>,
+    /// The interpreter's `sys.path` folders: readable where no hidden folder is concerned.
+    pub(crate) libraries: Vec<PathBuf>,
     /// Leave the network alone (`--allow-network`).
     pub(crate) allow_network: bool,
     /// The run's bounds.
@@ -63,6 +65,7 @@ impl PreparedCommand {
                 rewrite_cache: &self.rewrite_cache,
                 origin_root: &self.origin_root,
                 interpreter: &interpreter,
+                libraries: &self.libraries,
                 allow_network: self.allow_network,
                 limits: &self.limits,
             },

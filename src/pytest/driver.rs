@@ -173,6 +173,7 @@ impl Runner {
                 self.interpreter.path.clone(),
                 PathBuf::from(&self.interpreter.fingerprint.executable),
             ],
+            libraries: self.interpreter.sys_path.clone(),
             allow_network: self.allow_network,
             limits: self.limits,
         }

@@ -43,6 +43,9 @@ pub(crate) struct Interpreter {
     pub(crate) fingerprint: Fingerprint,
     /// `site.getuserbase()` under the caller's HOME, kept for runs whose HOME moves.
     pub(crate) user_base: Option<String>,
+    /// The folders of its `sys.path`, canonical (site-packages, what `.pth` files add): a run
+    /// must be able to read them wherever they are, a private `/tmp` included.
+    pub(crate) sys_path: Vec<PathBuf>,
 }
 
 /// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
@@ -129,10 +132,11 @@ struct Remembered {
     version: u32,
     fingerprint: Fingerprint,
     user_base: Option<String>,
+    sys_path: Vec<PathBuf>,
     stamps: Vec<(String, i128, i128)>,
 }
 
-const REMEMBERED_VERSION: u32 = 1;
+const REMEMBERED_VERSION: u32 = 2;
 
 fn stamp(path: &Path) -> Option<(i128, i128)> {
     use std::os::unix::fs::MetadataExt;
@@ -206,13 +210,14 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
                 path: path.to_path_buf(),
                 fingerprint: r.fingerprint,
                 user_base: r.user_base,
+                sys_path: r.sys_path,
             });
         }
     }
-    let (interpreter, paths) = probe_with_paths(path)?;
+    let interpreter = probe(path)?;
     let mut stamps = Vec::new();
     let exe = PathBuf::from(&interpreter.fingerprint.executable);
-    for p in std::iter::once(exe).chain(paths.iter().map(PathBuf::from)) {
+    for p in std::iter::once(exe).chain(interpreter.sys_path.iter().cloned()) {
         if let Some((m, c)) = stamp(&p) {
             stamps.push((p.display().to_string(), m, c));
         }
@@ -221,6 +226,7 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
         version: REMEMBERED_VERSION,
         fingerprint: interpreter.fingerprint.clone(),
         user_base: interpreter.user_base.clone(),
+        sys_path: interpreter.sys_path.clone(),
         stamps,
     };
     // Remembering only saves time: a failure to write is not worth a warning.
@@ -239,10 +245,6 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
 pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
-    probe_with_paths(path).map(|(i, _)| i)
-}
-
-fn probe_with_paths(path: &Path) -> Result<(Interpreter, Vec<String>)> {
     let out = Command::new(path)
         .args(["-c", PROBE])
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -271,17 +273,15 @@ fn probe_with_paths(path: &Path) -> Result<(Interpreter, Vec<String>)> {
             path.display()
         )));
     };
-    Ok((
-        Interpreter {
-            path: path.to_path_buf(),
-            fingerprint: Fingerprint {
-                executable: probe.executable,
-                version: probe.version,
-                pytest,
-                distributions: probe.distributions,
-            },
-            user_base: probe.user_base,
+    Ok(Interpreter {
+        path: path.to_path_buf(),
+        fingerprint: Fingerprint {
+            executable: probe.executable,
+            version: probe.version,
+            pytest,
+            distributions: probe.distributions,
         },
-        probe.paths,
-    ))
+        user_base: probe.user_base,
+        sys_path: probe.paths.into_iter().map(PathBuf::from).collect(),
+    })
 }

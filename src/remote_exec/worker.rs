@@ -797,6 +797,7 @@ impl Bot {
             rewrite_cache: dir.join("pyc"),
             origin_root: self.config.work_dir.clone(),
             interpreter: vec![program.to_path_buf()],
+            libraries: Vec::new(),
             allow_network: network,
             // The worker's own folder of fingerprints is hidden from the action.
             cache_dir: self.config.cache_dir.clone(),
