@@ -472,7 +472,7 @@ fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
     let repo = TestRepo::new();
     repo.write(
         "tests/test_a.py",
-        &format!(
+        format!(
             "import os\nimport extra_lib\n\n\ndef test_a():\n    assert extra_lib.ANSWER == 42\n\n\n\
              def test_the_rest_of_tmp_is_hidden():\n    assert not os.path.exists({:?})\n",
             key.display().to_string()
