@@ -1197,6 +1197,44 @@ fn an_expired_freeze_entry_of_the_base_stops_the_audit_with_exit_5() {
 }
 
 #[test]
+fn an_unknown_field_in_a_freeze_entry_is_a_warning_in_the_report_and_on_stderr() {
+    let repo = TestRepo::new();
+    let id = "tests/test_a.py::test_a";
+    repo.write("tests/test_a.py", "def test_a():\n    pass\n");
+    let base = repo.commit("base");
+    let entry = ledger(&[(id, "2024-01-01", "2024-03-31")]).replacen(
+        "\"owner\"",
+        "\"ticket\": \"JIRA-1\",\n    \"owner\"",
+        1,
+    );
+    assert!(entry.contains("ticket"), "{entry}");
+    repo.write(".fixgate/freeze.json", &entry);
+    let head = repo.commit("freeze with a typo'd field");
+    // Not --quiet: the warning is said on standard error as well.
+    let run = repo.fixgate_py(&[
+        "audit",
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--format",
+        "json",
+        "--seeds",
+        "0",
+        "--today",
+        "2024-02-01",
+    ]);
+    let v = run.json();
+    assert_verdict(&run, &v, exit::PASS, "pass");
+    let warnings = strs(&v["warnings"]).join("\n");
+    assert!(
+        warnings.contains("unknown field \"ticket\" is ignored"),
+        "{warnings}\n{v}"
+    );
+    assert!(run.stderr.contains("unknown field \"ticket\""), "{run:?}");
+}
+
+#[test]
 fn active_freeze_entries_deselect_and_count_and_entries_the_patch_adds_are_reported() {
     let repo = TestRepo::new();
     let frozen = "tests/test_parse.py::test_unicode";

@@ -237,7 +237,6 @@ impl Ledger {
     }
 
     /// Problems that do not stop the audit (unknown fields), each a full message.
-    #[cfg(test)]
     pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }

@@ -158,6 +158,15 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner()),
     );
+    // The ledgers' problems that did not stop the audit (unknown fields), each side's once.
+    for w in [&sides.base.ledger, &sides.head.ledger]
+        .into_iter()
+        .flat_map(|l| l.warnings())
+    {
+        if !phased.warnings.contains(w) {
+            phased.warnings.push(w.clone());
+        }
+    }
     Ok(AuditOutcome {
         strict: opts.strict,
         base: side_of(&sides.base.snapshot),
