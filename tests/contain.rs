@@ -407,6 +407,20 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     );
 }
 
+/// `fixgate run --format json` on `repo` with the interpreter `py` and the home `home`.
+fn run_with(repo: &TestRepo, py: &Path, home: &Path) -> serde_json::Value {
+    let out = common::fixgate_command()
+        .args(["run", "--format", "json", "--python"])
+        .arg(py)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    json(&out)
+}
+
 #[test]
 fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still_runs() {
     assert_namespaces_permitted();
@@ -423,16 +437,7 @@ fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still
     let repo = TestRepo::new();
     repo.write("tests/test_a.py", "def test_a():\n    pass\n");
     repo.commit("base");
-    let out = common::fixgate_command()
-        .args(["run", "--format", "json", "--python"])
-        .arg(&py)
-        .arg("--cache-dir")
-        .arg(repo.cache.path())
-        .current_dir(repo.path())
-        .env("HOME", home)
-        .output()
-        .unwrap();
-    let v = json(&out);
+    let v = run_with(&repo, &py, home);
     assert_eq!(v["containment"], "namespaces", "{v}");
     assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
 }
@@ -449,16 +454,8 @@ fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
         .tempdir_in("/tmp")
         .unwrap();
     std::fs::write(lib.path().join("extra_lib.py"), "ANSWER = 42\n").unwrap();
-    let own_site = Command::new(&py)
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .unwrap();
-    let own_site = std::path::PathBuf::from(String::from_utf8(own_site.stdout).unwrap().trim());
     std::fs::write(
-        own_site.join("extra.pth"),
+        common::purelib(&py).join("extra.pth"),
         format!("{}\n", lib.path().display()),
     )
     .unwrap();
@@ -479,15 +476,11 @@ fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
         ),
     );
     repo.commit("base");
-    let out = common::fixgate_command()
-        .args(["run", "--format", "json", "--python"])
-        .arg(&py)
-        .arg("--cache-dir")
-        .arg(repo.cache.path())
-        .current_dir(repo.path())
-        .output()
-        .unwrap();
-    let v = json(&out);
+    let v = run_with(
+        &repo,
+        &py,
+        Path::new(&std::env::var_os("HOME").unwrap_or_default()),
+    );
     assert_eq!(v["containment"], "namespaces", "{v}");
     assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
     assert_eq!(

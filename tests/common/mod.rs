@@ -314,15 +314,20 @@ pub fn private_venv(dir: &Path) -> std::path::PathBuf {
         .unwrap();
     assert!(ok.success());
     let venv_python = dir.join("bin/python");
-    let own_site = Command::new(&venv_python)
+    let own_site = purelib(&venv_python);
+    std::fs::create_dir_all(&own_site).unwrap();
+    std::fs::write(own_site.join("test_interpreter.pth"), format!("{site}\n")).unwrap();
+    venv_python
+}
+
+/// The site-packages folder of the interpreter `py` (where a `.pth` file takes effect).
+pub fn purelib(py: &Path) -> std::path::PathBuf {
+    let out = Command::new(py)
         .args([
             "-c",
             "import sysconfig; print(sysconfig.get_paths()['purelib'])",
         ])
         .output()
         .unwrap();
-    let own_site = std::path::PathBuf::from(String::from_utf8(own_site.stdout).unwrap().trim());
-    std::fs::create_dir_all(&own_site).unwrap();
-    std::fs::write(own_site.join("test_interpreter.pth"), format!("{site}\n")).unwrap();
-    venv_python
+    std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
