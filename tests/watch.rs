@@ -127,7 +127,7 @@ impl Watched {
     fn watch(&self, args: &[&str]) -> Watcher {
         let py = common::python();
         let stderr = self.dir.path().join("watch.stderr");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        let mut child = common::fixgate_command()
             .args(["watch", "--format", "json", "--debounce", "50"])
             .args(args)
             .arg("--python")
@@ -135,7 +135,6 @@ impl Watched {
             .arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
             .current_dir(self.repo())
-            .env_remove("FIXGATE_CACHE_DIR")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

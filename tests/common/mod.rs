@@ -124,12 +124,17 @@ impl TestRepo {
 
 /// The real binary, with none of the caller's `FIXGATE_*` variables: a developer's
 /// `FIXGATE_REMOTE_CACHE` or `FIXGATE_FORK=0` must not reach a test that did not ask for it.
+/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the supervisor alone)
+/// but those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes.
 pub fn fixgate_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
     for (name, _) in std::env::vars_os() {
         if name.as_encoded_bytes().starts_with(b"FIXGATE_") {
             cmd.env_remove(name);
         }
+    }
+    if std::env::var_os("FIXGATE_TEST_NO_NAMESPACES").is_some_and(|v| v == "1") {
+        cmd.env("FIXGATE_NO_NAMESPACES", "1");
     }
     cmd
 }
