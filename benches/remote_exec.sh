@@ -146,6 +146,17 @@ audit_time() { # DIR CACHE ARGS...: wall seconds of one audit (any verdict)
 # The remote actions of the last audit (a remote one): the runs both sides made.
 runs_of() { python3 -c 'import json; r=json.load(open("'"$OUT"'/last.json")); print(r["graph"]["remote_executed"])'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+# Where the last (remote) audit's actions spent their time, per executed action.
+stages_of() { python3 -c '
+import json
+r = json.load(open("'"$OUT"'/last.json"))["remote_execution"]
+s, n = r["stages"], max(1, r["actions"] - r["cached_actions"])
+service = s["execute_seconds"] - s["worker_total_seconds"]
+print("per action: upload %.3f s, service (queue, scheduling, hand-back) %.3f s, worker %.3f s "
+      "(input fetch %.3f, execution %.3f, output upload %.3f), read-back %.3f s" % (
+      s["upload_seconds"] / n, service / n, s["worker_total_seconds"] / n,
+      s["worker_input_fetch_seconds"] / n, s["worker_execution_seconds"] / n,
+      s["worker_output_upload_seconds"] / n, s["read_back_seconds"] / n))'; }
 
 if part action; then
 echo "== action: one-test suite, --no-cache --jobs 1 (load $(load))"
@@ -159,6 +170,7 @@ for r in $(seq "$RUNS"); do
     n=$(runs_of)
     echo "$lf $lw $rm_ $n" >>"$OUT/action.txt"
     echo "  round $r: local fresh ${lf}s, local forked ${lw}s, remote ${rm_}s, $n runs (load $(load))"
+    echo "    $(stages_of)"
 done
 awk '{ print ($3 - $1) / $4 }' "$OUT/action.txt" | median | xargs printf "  median overhead per remote action vs a fresh local run: %.3f s\n"
 awk '{ print ($3 - $2) / $4 }' "$OUT/action.txt" | median | xargs printf "  median overhead per remote action vs a forked local run: %.3f s\n"

@@ -82,6 +82,23 @@ fn assert_same_as_local(dir: &Path, service: &Server, workers: &[&Worker]) -> se
             .all(|p| names.contains(&p["worker"].as_str().unwrap())),
         "every run names the worker it ran on: {runs:?}"
     );
+    // Where the time went: the worker's stages, inside the Execute call that waited for them
+    // (one clock on loopback).
+    let stages = &r["remote_execution"]["stages"];
+    let secs = |k: &str| {
+        stages[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {stages}"))
+    };
+    if r["remote_execution"]["cached_actions"] != r["remote_execution"]["actions"] {
+        assert!(secs("worker_execution_seconds") > 0.0, "{stages}");
+        assert!(secs("worker_input_fetch_seconds") > 0.0, "{stages}");
+        assert!(
+            secs("worker_execution_seconds") <= secs("worker_total_seconds")
+                && secs("worker_total_seconds") <= secs("execute_seconds") + 0.05,
+            "{stages}"
+        );
+    }
     // Only collections stay local: the base's and the head's, and the base-suite replay's
     // collection (the base's tests over the head's code) when the head changed the tests.
     let local: Vec<&str> = r["remote_execution"]["local_runs"]

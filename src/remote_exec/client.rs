@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use bazel_remote_apis::google::longrunning::{operation, Operation};
@@ -173,6 +173,56 @@ pub(crate) struct Summary {
     pub(crate) runs: BTreeMap<String, Placement>,
     /// pytest runs that ran on this machine (the collections).
     pub(crate) local_runs: Vec<String>,
+    /// Where the time of the executed actions went, summed over them.
+    pub(crate) stages: Stages,
+}
+
+/// Seconds summed over the actions that ran (not those answered from the service's cache):
+/// this machine's part (upload, the `Execute` call, read-back) and, from each result's
+/// `ExecutedActionMetadata` on the worker's own clock, the worker's. The `Execute` call less
+/// the worker's time is the service's: queueing, scheduling, handing the result back.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Stages {
+    /// Building the input root and uploading what the CAS lacked.
+    pub(crate) upload_seconds: f64,
+    /// From `Execute` to its answer.
+    pub(crate) execute_seconds: f64,
+    /// Fetching the outputs and decoding them into a run result.
+    pub(crate) read_back_seconds: f64,
+    /// On the worker: materializing the input root.
+    pub(crate) worker_input_fetch_seconds: f64,
+    /// On the worker: the command itself (the interpreter's start included).
+    pub(crate) worker_execution_seconds: f64,
+    /// On the worker: uploading the outputs.
+    pub(crate) worker_output_upload_seconds: f64,
+    /// On the worker, from taking the lease to finishing it.
+    pub(crate) worker_total_seconds: f64,
+}
+
+impl Stages {
+    fn add_worker(&mut self, m: &reapi::ExecutedActionMetadata) {
+        use bazel_remote_apis::google::protobuf::Timestamp;
+        let span = |a: &Option<Timestamp>, b: &Option<Timestamp>| match (a, b) {
+            (Some(a), Some(b)) => {
+                let s = (b.seconds - a.seconds) as f64 + f64::from(b.nanos - a.nanos) * 1e-9;
+                s.max(0.0)
+            }
+            _ => 0.0,
+        };
+        self.worker_input_fetch_seconds += span(
+            &m.input_fetch_start_timestamp,
+            &m.input_fetch_completed_timestamp,
+        );
+        self.worker_execution_seconds += span(
+            &m.execution_start_timestamp,
+            &m.execution_completed_timestamp,
+        );
+        self.worker_output_upload_seconds += span(
+            &m.output_upload_start_timestamp,
+            &m.output_upload_completed_timestamp,
+        );
+        self.worker_total_seconds += span(&m.worker_start_timestamp, &m.worker_completed_timestamp);
+    }
 }
 
 /// The launcher's `out/run.json`.
@@ -446,6 +496,7 @@ impl Executor {
         progress: Option<&ProgressBar>,
     ) -> Result<Attempt> {
         let function = self.function;
+        let began = Instant::now();
         let watch = serde_json::json!({ "roots": run.groups.watch_roots() }).to_string();
         let mut items: Vec<(Vec<u8>, Item)> = vec![
             (b"tree".to_vec(), Item::Subtree(tree.root)),
@@ -498,6 +549,7 @@ impl Executor {
         if let Some(pb) = progress {
             pb.set_message(format!("remote: queued at {}", self.settings.url));
         }
+        let uploaded = Instant::now();
         let response = match self.execute(&action_digest, progress) {
             Ok(r) => r,
             Err(why) => return Ok(Attempt::Failed(why)),
@@ -513,6 +565,7 @@ impl Executor {
         let Some(result) = response.result else {
             return Ok(Attempt::Failed("the service sent no ActionResult".into()));
         };
+        let executed = Instant::now();
         let placement = Placement {
             worker: result
                 .execution_metadata
@@ -522,7 +575,19 @@ impl Executor {
             cached: response.cached_result,
         };
         match self.read_back(runner, run, &result) {
-            Ok(r) => Ok(Attempt::Done(Box::new(r), placement)),
+            Ok(r) => {
+                if !response.cached_result {
+                    let mut s = lock(&self.summary);
+                    let stages = &mut s.stages;
+                    stages.upload_seconds += (uploaded - began).as_secs_f64();
+                    stages.execute_seconds += (executed - uploaded).as_secs_f64();
+                    stages.read_back_seconds += executed.elapsed().as_secs_f64();
+                    if let Some(m) = &result.execution_metadata {
+                        stages.add_worker(m);
+                    }
+                }
+                Ok(Attempt::Done(Box::new(r), placement))
+            }
             Err(ReadBack::Failed(why)) => Ok(Attempt::Failed(why)),
             Err(ReadBack::Run(e)) => Err(e),
         }

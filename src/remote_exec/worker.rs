@@ -533,7 +533,9 @@ impl Bot {
         })?;
         let input = RemoteDigest::from_proto(input)
             .map_err(|e| Failure::new(tonic::Code::InvalidArgument, e.to_string()))?;
+        let fetch_started = now();
         self.materialize(&root, input)?;
+        let fetched = now();
         let cwd = relative(&root_path, &command.working_directory)?;
         let program = self.program(&command, &cwd)?;
         if let Some(want) = &wants.interpreter {
@@ -556,6 +558,7 @@ impl Bot {
             .map(|t| Duration::from_secs(u64::try_from(t.seconds).unwrap_or(0)))
             .filter(|t| !t.is_zero())
             .unwrap_or(crate::remote_exec::action::MAX_ACTION_TIMEOUT);
+        let execution_started = now();
         let (exit_code, timed_out) = self.run_command(
             &command,
             &program,
@@ -565,12 +568,20 @@ impl Bot {
             timeout,
             cancel,
         )?;
+        let executed = now();
         let mut result = self.outputs(&root, &command, dir)?;
+        let uploaded = now();
         result.exit_code = exit_code;
         result.execution_metadata = Some(reapi::ExecutedActionMetadata {
             worker: self.config.bot_id.clone(),
             worker_start_timestamp: Some(started),
-            worker_completed_timestamp: Some(now()),
+            input_fetch_start_timestamp: Some(fetch_started),
+            input_fetch_completed_timestamp: Some(fetched),
+            execution_start_timestamp: Some(execution_started),
+            execution_completed_timestamp: Some(executed),
+            output_upload_start_timestamp: Some(executed),
+            output_upload_completed_timestamp: Some(uploaded),
+            worker_completed_timestamp: Some(uploaded),
             ..Default::default()
         });
         if timed_out {
