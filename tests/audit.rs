@@ -626,6 +626,35 @@ fn a_new_test_failing_in_every_order_is_failing_and_rejects() {
 }
 
 #[test]
+fn a_test_the_patch_broke_passes_six_base_runs_before_its_failure_is_the_patchs() {
+    let repo = TestRepo::new();
+    repo.write("app.py", "def add(a, b):\n    return a + b\n")
+        .write(
+            "tests/test_app.py",
+            "from app import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n",
+        );
+    let base = repo.commit("base");
+    repo.write("app.py", "def add(a, b):\n    return a - b\n");
+    let head = repo.commit("breaks add");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    assert_verdict(&run, &v, exit::REJECT, "reject");
+    let id = "tests/test_app.py::test_add";
+    assert_eq!(bucket(&v, id), "failing", "{}", test(&v, id));
+    let f = finding(&v, "failing", id);
+    assert_eq!(f["introduced"], true, "{f}");
+    assert_eq!(f["blocking"], true, "{f}");
+    // Red in every order of the head and alone: the base runs it alone six times, each green.
+    let checks: Vec<&str> = v["graph"]["all_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["label"].as_str())
+        .filter(|l| l.starts_with(&format!("base-check(failing {id})")))
+        .collect();
+    assert_eq!(checks.len(), 6, "{checks:?}");
+}
+
+#[test]
 fn a_fixture_that_raises_in_setup_is_the_error_bucket() {
     let (repo, base, head) = base_plus(
         "import pytest\n\n\n@pytest.fixture\ndef database():\n    raise RuntimeError(\"cannot connect\")\n\n\n\
