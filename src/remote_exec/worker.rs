@@ -126,8 +126,9 @@ struct Bot {
     /// How actions are contained on this machine.
     host: Arc<Host>,
     cache: Mutex<BlobCache>,
-    /// Interpreter identities by resolved path.
-    identities: Mutex<HashMap<PathBuf, String>>,
+    /// Interpreter identities by resolved path, with the interpreter's `sys.path` folders
+    /// (readable by its actions wherever they are).
+    identities: Mutex<HashMap<PathBuf, (String, Vec<PathBuf>)>>,
 }
 
 /// Serves leases until `interrupted` is set; `log` gets one line per lease.
@@ -758,7 +759,7 @@ impl Bot {
 
     /// The identity of the interpreter at `program`, probed once per path.
     fn identity(&self, program: &Path) -> std::result::Result<String, Failure> {
-        if let Some(id) = lock(&self.identities).get(program) {
+        if let Some((id, _)) = lock(&self.identities).get(program) {
             return Ok(id.clone());
         }
         let interpreter =
@@ -770,7 +771,10 @@ impl Bot {
                     )
                 })?;
         let id = crate::remote_exec::client::interpreter_identity(&interpreter.fingerprint);
-        lock(&self.identities).insert(program.to_path_buf(), id.clone());
+        lock(&self.identities).insert(
+            program.to_path_buf(),
+            (id.clone(), interpreter.sys_path.clone()),
+        );
         Ok(id)
     }
 
@@ -808,7 +812,11 @@ impl Bot {
             rewrite_cache: dir.join("pyc"),
             origin_root: self.config.work_dir.clone(),
             interpreter: vec![program.to_path_buf()],
-            libraries: Vec::new(),
+            // Known once the interpreter was identified (an action that names it).
+            libraries: lock(&self.identities)
+                .get(program)
+                .map(|(_, l)| l.clone())
+                .unwrap_or_default(),
             allow_network: network,
             // The worker's own folder of fingerprints is hidden from the action.
             cache_dir: self.config.cache_dir.clone(),
