@@ -81,7 +81,13 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
     let pb = ctx.progress(0, "init");
-    let result = runner.run_seed(&snapshot, 0, &config.groups, pb.as_ref());
+    let result = runner.run_seed(
+        &snapshot,
+        0,
+        &config.groups,
+        crate::pytest::driver::Record::NONE,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

@@ -8,7 +8,7 @@ use crate::cli::RunArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::pytest::driver::{RunResult, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Record, RunResult, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::events::{CollectedItem, Outcome};
 use crate::pytest::interpreter::Fingerprint;
 
@@ -59,12 +59,25 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             }
             let overlay = Default::default();
             (
-                runner.run(&snapshot, &overlay, &order, &config.groups, pb.as_ref()),
+                runner.run(
+                    &snapshot,
+                    &overlay,
+                    &order,
+                    &config.groups,
+                    Record::ALL,
+                    pb.as_ref(),
+                ),
                 None,
             )
         }
         None => (
-            runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref()),
+            runner.run_seed(
+                &snapshot,
+                args.seed,
+                &config.groups,
+                Record::ALL,
+                pb.as_ref(),
+            ),
             Some(args.seed),
         ),
     };

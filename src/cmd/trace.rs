@@ -46,7 +46,13 @@ pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(&args.sandbox)?;
     let pb = ctx.progress(0, "trace");
-    let result = runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref());
+    let result = runner.run_seed(
+        &snapshot,
+        args.seed,
+        &config.groups,
+        crate::pytest::driver::Record::NONE,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

@@ -12,7 +12,7 @@ use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
+use crate::pytest::driver::{Record, RunResult};
 use crate::pytest::events::{CollectedItem, Outcome};
 use crate::pytest::order;
 
@@ -38,6 +38,22 @@ impl OrderLabel {
             OrderLabel::Reversed => order::reversed(items),
             OrderLabel::Seed(s) => order::seeded(items, s),
             OrderLabel::Twice => order::twice(items),
+        }
+    }
+}
+
+impl OrderLabel {
+    /// What the run of this order records: the file-order run the code each test ran and the
+    /// state it left changed, the reversed run the state (each test after other neighbours),
+    /// the others nothing (see `crate::audit::scope`).
+    pub fn record(self) -> Record {
+        match self {
+            OrderLabel::File => Record::ALL,
+            OrderLabel::Reversed => Record {
+                code: false,
+                state: true,
+            },
+            OrderLabel::Seed(_) | OrderLabel::Twice => Record::NONE,
         }
     }
 }
@@ -93,7 +109,8 @@ pub fn start(
             Role::Head,
             l.order(items),
         )
-        .inputs(&[collection]);
+        .inputs(&[collection])
+        .record(l.record());
         nodes.insert(l, engine.add_run(&req)?);
     }
     Ok(Started {

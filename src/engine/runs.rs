@@ -13,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::config::{DepsMode, FixtureGroups};
 use crate::engine::digests::TreeDigests;
 use crate::error::{Error, Result};
-use crate::pytest::driver::{RunResult, Runner, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Record, RunResult, Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
 use crate::sandbox::Overlay;
 
@@ -51,6 +51,9 @@ pub struct RunRequest {
     /// Which repetition of the same run this is: repetitions are separate processes and separate
     /// cache entries (0 is the first, keyed as a run that is never repeated).
     pub repeat: u32,
+    /// What the run records besides outcomes and file traces (the file-order and reversed
+    /// runs of the matrix, see `crate::audit::scope`).
+    pub record: Record,
 }
 
 impl RunRequest {
@@ -65,7 +68,14 @@ impl RunRequest {
             inputs: Vec::new(),
             after: Vec::new(),
             repeat: 0,
+            record: Record::NONE,
         }
+    }
+
+    /// The run records `record` too.
+    pub fn record(mut self, record: Record) -> RunRequest {
+        self.record = record;
+        self
     }
 
     /// The `k`-th repetition of this run.
@@ -175,6 +185,9 @@ impl Engine<'_, '_> {
         if req.repeat > 0 {
             node = node.param("repeat", req.repeat.to_string());
         }
+        if req.record != Record::NONE {
+            node = node.param("record", req.record.arg());
+        }
         for (path, digest) in side.startup_files() {
             node = node.file(path, digest);
         }
@@ -242,6 +255,7 @@ impl Engine<'_, '_> {
         let groups = self.groups.clone();
         let deps_mode = self.deps_mode;
         let order = req.order.clone();
+        let record = req.record;
         let overlay_bytes = req.overlay.clone();
         let label = req.label.clone();
         let progress = self.progress.clone();
@@ -256,7 +270,14 @@ impl Engine<'_, '_> {
                 pb.set_prefix(label.clone());
                 pb
             });
-            let result = runner.run(&side.snapshot, &overlay_bytes, &order, &groups, pb.as_ref());
+            let result = runner.run(
+                &side.snapshot,
+                &overlay_bytes,
+                &order,
+                &groups,
+                record,
+                pb.as_ref(),
+            );
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }
@@ -273,7 +294,7 @@ impl Engine<'_, '_> {
 /// How a run node's output is encoded, part of its key so that entries in another encoding are
 /// misses, not decode errors. postcard, not JSON: a warm audit decodes every seed run (8 x 2,000
 /// tests is 9 MB of JSON, a third of its time) and a fresh machine downloads them.
-const RUN_ENCODING: &str = "postcard 1";
+const RUN_ENCODING: &str = "postcard 2";
 
 /// A run node's output bytes back into the run.
 pub(crate) fn decode_run(bytes: &[u8]) -> std::result::Result<RunResult, postcard::Error> {

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
 use crate::pytest::events::{
-    ChangedPath, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace, Violation,
+    ChangedPath, CodeRan, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace,
+    Violation,
 };
 use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::forkserver::{Lease, Pool, Zygote};
@@ -68,6 +69,38 @@ pub struct Runner {
     pub env: Arc<crate::environment::Environment>,
 }
 
+/// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
+/// `record.py`): the repository's code each test ran, and the shared state it left changed.
+/// The audit asks it of its file-order run (both) and its reversed run (state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    pub code: bool,
+    pub state: bool,
+}
+
+impl Record {
+    pub const NONE: Record = Record {
+        code: false,
+        state: false,
+    };
+    pub const ALL: Record = Record {
+        code: true,
+        state: true,
+    };
+
+    /// The option's value: what the plugin records per test.
+    pub fn arg(self) -> String {
+        let mut parts = Vec::new();
+        if self.code {
+            parts.push("code");
+        }
+        if self.state {
+            parts.push("state");
+        }
+        parts.join(",")
+    }
+}
+
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
 /// differ by whether one was looked into.)
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -86,6 +119,13 @@ pub struct RunResult {
     pub order: Vec<String>,
     /// How many pytest processes the run took (more than one after a crash or a timeout).
     pub processes: u32,
+    /// Why the code the run was to record is not known, when it is not.
+    #[serde(default)]
+    pub recording_error: Option<String>,
+    /// The repository's code that ran outside any test, in a run that recorded code (`None`:
+    /// not recorded, or not known).
+    #[serde(default)]
+    pub session_code: Option<CodeRan>,
     /// File accesses outside any test (collection, session fixtures).
     pub session_trace: Trace,
     pub tests: Vec<TestResult>,
@@ -379,9 +419,10 @@ impl Runner {
         overlay: &Overlay,
         order: &[String],
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
-        self.run_order(snapshot, overlay, Some(order), groups, progress)
+        self.run_order(snapshot, overlay, Some(order), groups, record, progress)
     }
 
     /// Runs every test in collection order, collecting in the same process (no separate
@@ -390,9 +431,10 @@ impl Runner {
         &self,
         snapshot: &Snapshot,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
-        self.run_order(snapshot, &Overlay::new(), None, groups, progress)
+        self.run_order(snapshot, &Overlay::new(), None, groups, record, progress)
     }
 
     /// Runs the order of `seed` (0: collection order, in one process).
@@ -401,16 +443,17 @@ impl Runner {
         snapshot: &Snapshot,
         seed: u64,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         if seed == 0 {
-            return self.run_collection_order(snapshot, groups, progress);
+            return self.run_collection_order(snapshot, groups, record, progress);
         }
         let order = crate::pytest::order::seeded(&self.collect(snapshot)?, seed);
         if let Some(pb) = progress {
             pb.set_length(order.len() as u64);
         }
-        self.run(snapshot, &Overlay::new(), &order, groups, progress)
+        self.run(snapshot, &Overlay::new(), &order, groups, record, progress)
     }
 
     fn run_order(
@@ -419,6 +462,7 @@ impl Runner {
         overlay: &Overlay,
         order: Option<&[String]>,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
@@ -437,6 +481,8 @@ impl Runner {
             executed: Vec::new(),
             tests: Vec::new(),
             processes: 0,
+            recording_error: None,
+            session_code: record.code.then(CodeRan::new),
             session_trace: Trace::default(),
             warnings: Vec::new(),
             incomplete_trace: false,
@@ -454,6 +500,9 @@ impl Runner {
         }
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
+            if record != Record::NONE {
+                extra.push(format!("--fixgate-record={}", record.arg()));
+            }
             match &remaining {
                 Some(ids) => {
                     let mut text = ids.join("\n");
@@ -479,7 +528,7 @@ impl Runner {
                     let z = lease.zygote();
                     let events = sandbox_dir.join(format!("events-{k}.jsonl"));
                     std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
-                    match z.fork(&events, &order_file, Some(&watch)) {
+                    match z.fork(&events, &order_file, Some(&watch), record) {
                         Ok(_) => Process {
                             log: z.log().to_path_buf(),
                             proc: Proc::Forked(z),
@@ -615,6 +664,24 @@ impl Runner {
                         }
                     }
                     Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
+                    Event::SessionCode { code, unknown } => match (code, unknown) {
+                        (Some(code), None) => {
+                            if let Some(all) = &mut result.session_code {
+                                for (path, lines) in code {
+                                    let known = all.entry(path).or_default();
+                                    known.extend(lines);
+                                    known.sort_unstable();
+                                    known.dedup();
+                                }
+                            }
+                        }
+                        (_, why) => {
+                            result.session_code = None;
+                            result.recording_error.get_or_insert(
+                                why.unwrap_or_else(|| "the plugin did not say why".into()),
+                            );
+                        }
+                    },
                     // The session ended cleanly: the test it names was running, and a test
                     // inferred to follow the last result never started (a plugin or conftest
                     // stopped the session between tests).
@@ -895,6 +962,8 @@ fn to_result(t: TestEvent) -> TestResult {
         end: t.end,
         trace: t.trace,
         changed: t.changed,
+        code: t.code.filter(|_| !t.code_unknown),
+        state: t.state,
         violations: Vec::new(),
     }
 }
@@ -903,6 +972,7 @@ fn merge_trace(into: &mut Trace, from: Trace) {
     into.import.extend(from.import);
     into.list.extend(from.list);
     into.mkdir.extend(from.mkdir);
+    into.network.extend(from.network);
     into.outside.extend(from.outside);
     into.read.extend(from.read);
     into.remove.extend(from.remove);
@@ -1032,6 +1102,8 @@ mod tests {
             index: Default::default(),
             order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
             processes: 1,
+            recording_error: None,
+            session_code: None,
             session_trace: Trace::default(),
             tests: tests
                 .iter()

@@ -336,6 +336,9 @@ impl Zygote {
         let mut args = runner.base_args(&sandbox, &events);
         args.push("--fixgate-collect".into());
         args.push(format!("--fixgate-forkserver={REPLY_FD}"));
+        // The code collection runs is recorded for the runs that will ask (an empty list: what
+        // each forked run records per test, it says itself).
+        args.push("--fixgate-record=".into());
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
         let mut cmd = runner.command(&sandbox, &args);
@@ -437,11 +440,13 @@ impl Zygote {
         events: &Path,
         order: &Path,
         watch: Option<&Path>,
+        record: crate::pytest::driver::Record,
     ) -> Result<i32, String> {
         let command = serde_json::json!({
             "events": events.display().to_string(),
             "order": order.display().to_string(),
             "watch": watch.map(|w| w.display().to_string()),
+            "record": record.arg(),
         });
         let sent = writeln!(self.commands, "{command}").and_then(|_| self.commands.flush());
         if let Err(e) = sent {

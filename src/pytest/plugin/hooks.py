@@ -12,6 +12,7 @@ import pytest
 
 import fixgate_plugin_forkserver as _forkserver
 import fixgate_plugin_trace as _trace
+from fixgate_plugin_record import Recording
 from fixgate_plugin_classify import _Classifier
 from fixgate_plugin_events import (
     _ENCODE,
@@ -81,6 +82,14 @@ def pytest_addoption(parser):
         default=None,
         metavar="PATH",
         help="fixgate: the sandbox root; recorded paths are relative to it (default: rootdir).",
+    )
+    group.addoption(
+        "--fixgate-record",
+        dest="fixgate_record",
+        default=None,
+        metavar="WHAT",
+        help="fixgate: record per test the repository's code that ran (code) and the shared "
+        "state left changed (state), a comma-separated list; empty: only outside tests.",
     )
     group.addoption(
         "--fixgate-collect",
@@ -163,6 +172,7 @@ class _FixgatePlugin(object):
         self.announced_pos = None
         self.last_reported = None
         self.interrupted_in = None  # the test a clean session end interrupted, if any
+        self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
 
         try:
             invocation = str(config.invocation_params.dir)
@@ -197,6 +207,9 @@ class _FixgatePlugin(object):
         if inipath is not None:
             self.session_trace.add(("read", os.path.abspath(str(inipath))))
         _trace._TRACE = self.session_trace
+        what = config.getoption("fixgate_record", None)
+        if what is not None:
+            self.recording = Recording(self.classifier, what)
         if not _trace._HOOK_INSTALLED:
             sys.addaudithook(_trace._audit_hook)
             _trace._HOOK_INSTALLED = True
@@ -330,6 +343,8 @@ class _FixgatePlugin(object):
         self.last_reported = None
         self.interrupted_in = None
         self._open_run(command.get("events"), command.get("order"), command.get("watch"))
+        if self.recording is not None:
+            self.recording.forked(command.get("record"))
         self.order_state = "failed"
         self._apply_order(self.config, session.items)
         self.order_state = "ok"
@@ -588,6 +603,8 @@ class _FixgatePlugin(object):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
+        if self.recording is not None:
+            self.recording.collection_done()
         if self.forkserver_fd is not None:
             if not session.config.option.collectonly and not session.testsfailed:
                 self._emit_collection_trace()
@@ -664,6 +681,8 @@ class _FixgatePlugin(object):
                 self.lease.start()
             if self.fd is not None:
                 _trace._TRACE = cur["trace"]
+            if self.recording is not None:
+                self.recording.test_start()
             return cur
         except Exception:
             self.internal("test start")
@@ -810,6 +829,12 @@ class _FixgatePlugin(object):
             event["trace"] = trace
         if changed:
             event["changed"] = changed
+        if self.recording is not None:
+            try:
+                event.update(self.recording.test_end())
+            except Exception:
+                event["code_unknown"] = True
+                self.internal("recording")
         try:
             line = _test_line(
                 cur["nodeid"], cur["index"], outcome, phases, cur["start"], cur["end"], event
@@ -871,6 +896,10 @@ class _FixgatePlugin(object):
                     self.internal("session trace")
                 self._drain_hook_errors()
                 self.emit({"event": "session_trace", "trace": trace})
+                if self.recording is not None:
+                    code = self.recording.session_event()
+                    if code is not None:
+                        self.emit(code)
                 self.emit(
                     {
                         "event": "finish",
