@@ -168,5 +168,8 @@ fn slugs_follow_github() {
         slug(" `fixgate run [--seed N | --order FILE] [--rev REV]`"),
         "fixgate-run---seed-n----order-file---rev-rev"
     );
-    assert_eq!(slug(" The JSON report, schema 1"), "the-json-report-schema-1");
+    assert_eq!(
+        slug(" The JSON report, schema 1"),
+        "the-json-report-schema-1"
+    );
 }

@@ -55,3 +55,51 @@ fn the_file_order_run_records_the_code_each_test_ran_and_the_state_it_left_chang
     let session = &v["result"]["session_code"];
     assert_eq!(session["pkg/reg.py"], serde_json::json!([1]), "{session}");
 }
+
+/// Runs `fixgate audit` with the test interpreter and the repository's own cache.
+fn audit(repo: &TestRepo, args: &[&str]) -> (common::Run, Value) {
+    let mut all = vec!["audit", "--format", "json", "--jobs", "2"];
+    all.extend_from_slice(args);
+    let run = repo.fixgate_py(&all);
+    let v: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
+    (run, v)
+}
+
+fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets_an_env_var() {
+    let repo = recording_repo();
+    repo.write("README.md", "docs\n");
+    repo.commit("head: docs only");
+    let (run, v) = audit(
+        &repo,
+        &["--base", "HEAD~1", "--head", "HEAD", "--seeds", "1"],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    let leaks = findings(&v, "leaks-state");
+    let message = |id: &str| -> String {
+        leaks
+            .iter()
+            .find(|f| f["tests"][0] == id)
+            .unwrap_or_else(|| panic!("no leaks-state finding for {id}: {v}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let put = message("tests/test_a.py::test_put");
+    assert!(put.contains("the module global REG of pkg/reg.py"), "{put}");
+    let env = message("tests/test_a.py::test_env");
+    assert!(env.contains("the environment variable FIXGATE_T"), "{env}");
+    assert_eq!(leaks.len(), 2, "{v}");
+    assert!(leaks.iter().all(|f| f["blocking"] == false), "{v}");
+    assert_eq!(v["verdict"], "pass");
+}

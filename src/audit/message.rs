@@ -7,6 +7,7 @@ use crate::audit::budget;
 use crate::audit::triage::{self, Signal};
 use crate::audit::verdict::{self, FindingKind};
 use crate::engine::search::Pair;
+use crate::pytest::events::StateChange;
 use crate::report;
 
 pub(crate) fn finding_message(
@@ -95,6 +96,22 @@ pub(crate) fn finding_message(
             "{id} passes, then fails when run again in the same process (every time): it leaves \
              behind state that breaks its own next run"
         ),
+        FindingKind::LeaksState => {
+            let what: Vec<String> = triaged
+                .get(id)
+                .into_iter()
+                .flat_map(|t| &t.signals)
+                .filter_map(|s| match s {
+                    Signal::LeaksState(change) => Some(describe_leak(change)),
+                    _ => None,
+                })
+                .collect();
+            format!(
+                "{id} leaves shared state changed behind it: {}; a later test that reads it \
+                 depends on the order (no victim seen)",
+                what.join(", ")
+            )
+        }
         FindingKind::FreezeAdded => format!(
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
@@ -143,5 +160,24 @@ pub(crate) fn finding_message(
         base
     } else {
         format!("{base} (pre-existing: the base has it too)")
+    }
+}
+
+/// One change of shared state, as a finding names it.
+pub(crate) fn describe_leak(change: &StateChange) -> String {
+    match change {
+        StateChange::Env(name) => format!("the environment variable {name}"),
+        StateChange::Cwd => "the working directory".into(),
+        StateChange::SysPath => "sys.path".into(),
+        StateChange::SysModules(name) => format!("the module {name} in sys.modules"),
+        StateChange::Global { path, name } => format!("the module global {name} of {path}"),
+        StateChange::Threads(n) => match n {
+            1 => "a thread left running".into(),
+            n => format!("{n} threads left running"),
+        },
+        StateChange::Extension(path) => {
+            format!("the C extension {path}, whose state fixgate cannot see")
+        }
+        StateChange::Other(text) => text.clone(),
     }
 }

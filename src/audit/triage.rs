@@ -43,6 +43,10 @@
 //!   did not do it every time gets nothing from the nio order: its prefix (every earlier test
 //!   twice) may be what broke it. The nio order's outcomes are never among the outcomes
 //!   compared across orders: a second run is not another order.
+//! - A test that left shared state changed behind it in the file-order or reversed run (a
+//!   module global of the repository, an environment variable, the working directory,
+//!   `sys.path` or `sys.modules`, a thread) gets the signal `leaks-state` naming what, and a
+//!   finding of its own that does not block: a polluter without a victim (yet).
 //! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
 //!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
 //!
@@ -64,7 +68,7 @@ use std::fmt;
 
 use crate::audit::nio::Idempotence;
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::Outcome;
+use crate::pytest::events::{Outcome, StateChange};
 
 /// What the audit knows about one test.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -96,6 +100,8 @@ pub struct Evidence {
     /// without all its culprits before it (or not after them all). Flaky, as well as
     /// order-dependent when its pair held.
     pub flaky_too: bool,
+    /// The shared state it left changed behind it (the file-order and reversed runs).
+    pub leaks: Vec<StateChange>,
 }
 
 /// How many times each way the outcome must follow the order before a test is order-dependent:
@@ -229,12 +235,15 @@ pub enum Signal {
     /// A plugin reran it.
     Rerun,
     EditedByPatch,
+    /// It left this shared state changed behind it (`leaks-state:env:HOME`, one per change).
+    LeaksState(StateChange),
 }
 
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
             Signal::LeaseViolation(group) => return write!(f, "lease-violation:{group}"),
+            Signal::LeaksState(change) => return write!(f, "leaks-state:{change}"),
             Signal::OrderDependent => "order-dependent",
             Signal::Victim => "victim",
             Signal::Brittle => "brittle",
@@ -267,6 +276,9 @@ impl<'de> Deserialize<'de> for Signal {
         let text = String::deserialize(deserializer)?;
         if let Some(group) = text.strip_prefix("lease-violation:") {
             return Ok(Signal::LeaseViolation(group.to_string()));
+        }
+        if let Some(change) = text.strip_prefix("leaks-state:") {
+            return Ok(Signal::LeaksState(StateChange::parse(change)));
         }
         [
             Signal::OrderDependent,
@@ -331,6 +343,7 @@ impl Triage {
                 Signal::Error => add(FindingKind::ErrorBucket),
                 Signal::Flaky => add(FindingKind::Flaky),
                 Signal::NonIdempotent => add(FindingKind::NonIdempotent),
+                Signal::LeaksState(_) => add(FindingKind::LeaksState),
                 _ => {}
             }
         }
@@ -467,6 +480,10 @@ pub fn triage(e: &Evidence) -> Triage {
     flag(outcomes.contains(&Outcome::Xpassed), Signal::Xpassed);
     flag(e.reruns > 0, Signal::Rerun);
     flag(e.edited_by_patch, Signal::EditedByPatch);
+    let mut leaks = e.leaks.clone();
+    leaks.sort();
+    leaks.dedup();
+    signals.extend(leaks.into_iter().map(Signal::LeaksState));
     Triage { bucket, signals }
 }
 
@@ -1042,5 +1059,34 @@ mod serde_tests {
             assert_eq!(serde_json::from_str::<Bucket>(&text).unwrap(), b);
         }
         assert!(serde_json::from_str::<Signal>("\"nonsense\"").is_err());
+    }
+
+    #[test]
+    fn a_test_that_leaks_state_keeps_its_bucket_and_gets_one_signal_per_change_and_a_finding() {
+        let mut e = Evidence {
+            outcomes: vec![
+                ("0".into(), Outcome::Passed),
+                ("rev".into(), Outcome::Passed),
+            ],
+            ..Evidence::default()
+        };
+        e.leaks = vec![
+            StateChange::Env("HOME".into()),
+            StateChange::Global {
+                path: "pkg/reg.py".into(),
+                name: "REG".into(),
+            },
+            StateChange::Env("HOME".into()),
+        ];
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Stable);
+        let texts: Vec<String> = t.signals.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            texts,
+            ["leaks-state:env:HOME", "leaks-state:global:pkg/reg.py:REG"]
+        );
+        assert_eq!(t.finding_kinds(), [FindingKind::LeaksState]);
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Triage>(&json).unwrap(), t);
     }
 }

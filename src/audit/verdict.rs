@@ -117,6 +117,9 @@ pub enum FindingKind {
     /// A test that passes, then fails when run again in the same process (`--nio`): it
     /// pollutes its own state.
     NonIdempotent,
+    /// A test that left shared state changed behind it (a module global, an environment
+    /// variable...): a polluter without a victim, reported, never blocking by itself.
+    LeaksState,
 }
 
 impl FindingKind {
@@ -141,6 +144,7 @@ impl FindingKind {
             FindingKind::RedefinedTest => "redefined-test",
             FindingKind::TestRefactor => "test-refactor",
             FindingKind::NonIdempotent => "non-idempotent",
+            FindingKind::LeaksState => "leaks-state",
         }
     }
 

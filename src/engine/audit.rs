@@ -649,6 +649,7 @@ fn gather(
                 unexplained: false,
                 nio: None,
                 flaky_too: false,
+                leaks: matrix.state(id).into_iter().collect(),
             },
         );
     }

@@ -13,7 +13,7 @@ use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::driver::{Record, RunResult};
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::events::{CollectedItem, Outcome, StateChange};
 use crate::pytest::order;
 
 /// An order of the matrix.
@@ -162,7 +162,7 @@ impl Started {
                 .map(Output::new)
                 .map_err(|e| NodeError::Infra(format!("bug: the matrix does not encode: {e}")))
         })
-        .param("encoding", "postcard-1");
+        .param("encoding", "postcard-2");
         let id = engine
             .live
             .add(node, &inputs)
@@ -251,6 +251,18 @@ impl Matrix {
         self.runs
             .values()
             .flat_map(|r| r.violations(i).iter().cloned())
+            .collect()
+    }
+
+    /// The shared state the test left changed in the runs that recorded it (file order and
+    /// reversed), each change once.
+    pub fn state(&self, nodeid: &str) -> BTreeSet<StateChange> {
+        let Some(i) = self.ids.get(nodeid) else {
+            return BTreeSet::new();
+        };
+        self.runs
+            .values()
+            .flat_map(|r| r.state(i).iter().cloned())
             .collect()
     }
 

@@ -213,6 +213,7 @@ fn kind_noun(kind: &str) -> (String, String) {
         "expired-freeze" => fixed("expired freeze entry", "expired freeze entries"),
         "edited-assertion" => fixed("edited assertion", "edited assertions"),
         "non-idempotent" => fixed("non-idempotent test", "non-idempotent tests"),
+        "leaks-state" => fixed("test leaking state", "tests leaking state"),
         other => {
             let other = clean(other);
             (format!("{other} finding"), format!("{other} findings"))
