@@ -193,6 +193,10 @@ pub struct AuditArgs {
     /// flaky [default: `[tool.fixgate] nio` of the base, else off]
     #[arg(long)]
     pub nio: bool,
+    /// Run every shuffled order over the whole selection, not only what the patch can affect
+    /// (see docs/impact.md)
+    #[arg(long)]
+    pub full: bool,
     /// Ignore the cache: run every step
     #[arg(long)]
     pub no_cache: bool,

@@ -6,6 +6,7 @@ mod base_check;
 mod compact;
 mod culprits;
 pub(crate) mod digests;
+mod impact;
 mod judge;
 pub(crate) mod matrix;
 mod pairs;

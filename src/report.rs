@@ -199,6 +199,33 @@ pub struct Finding {
     pub blocking: bool,
 }
 
+/// What the shuffled orders ran (`crate::audit::scope`, docs/impact.md).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScopeReport {
+    /// `scoped`: the shuffled orders ran what the patch can affect; `full`: the whole selection.
+    pub mode: String,
+    /// Why the orders ran in full.
+    pub reason: Option<String>,
+    /// The tests of the selection.
+    pub tests: u64,
+    /// How many tests the patch affected (new or edited, or reached by its footprint).
+    pub affected: Option<u64>,
+    /// The tests that left shared state changed (run in every order with their readers).
+    pub writers: Vec<String>,
+    /// How many tests each order ran, by label.
+    pub runs: BTreeMap<String, u64>,
+    /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
+    pub carried: Vec<Carried>,
+}
+
+/// A test a shuffled order carried: its outcome cannot follow the order, and these are the
+/// outcomes of the orders that ran it (file order and reversed, on the head).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Carried {
+    pub nodeid: String,
+    pub evidence: BTreeMap<String, String>,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AuditReport {
     pub schema: u32,
@@ -210,6 +237,8 @@ pub struct AuditReport {
     pub seeds: Vec<u64>,
     /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
     pub orders: Vec<String>,
+    /// What the shuffled orders ran; `None` when the audit stopped before them.
+    pub scope: Option<ScopeReport>,
     pub tests: Vec<TestReport>,
     pub pairs: Vec<PairReport>,
     pub findings: Vec<Finding>,

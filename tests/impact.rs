@@ -53,7 +53,7 @@ fn the_file_order_run_records_the_code_each_test_ran_and_the_state_it_left_chang
     assert_eq!(add["state"], serde_json::json!([]));
     // Module bodies ran while collecting: outside any test.
     let session = &v["result"]["session_code"];
-    assert_eq!(session["pkg/reg.py"], serde_json::json!([1]), "{session}");
+    assert_eq!(session["pkg/reg.py"], serde_json::json!([0]), "{session}");
 }
 
 /// Runs `fixgate audit` with the test interpreter and the repository's own cache.
@@ -102,4 +102,173 @@ fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets
     assert_eq!(leaks.len(), 2, "{v}");
     assert!(leaks.iter().all(|f| f["blocking"] == false), "{v}");
     assert_eq!(v["verdict"], "pass");
+}
+
+/// Three source modules and their tests; the first test file also sets a value in a shared
+/// registry that one test of the last file reads.
+fn registry_repo() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/registry.py", "VALUES = {}\n")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n");
+    for k in 0..3 {
+        repo.write(
+            &format!("pkg/m{k}.py"),
+            format!("def add(x):\n    return x + {k}\n"),
+        );
+        let mut tests = format!("from pkg import m{k}\n");
+        if k == 0 {
+            tests.push_str(
+                "from pkg import registry\n\n\ndef test_setter():\n    registry.VALUES['offset'] = 5\n",
+            );
+        }
+        if k == 2 {
+            tests.push_str(
+                "from pkg import registry\n\n\ndef test_reader():\n    assert registry.VALUES.get('offset') in (None, 5)\n",
+            );
+        }
+        for t in 0..3 {
+            tests.push_str(&format!(
+                "\n\ndef test_{t}():\n    assert m{k}.add({t}) == {}\n",
+                t + k
+            ));
+        }
+        repo.write(&format!("tests/test_m{k}.py"), tests);
+    }
+    repo.commit("base");
+    repo
+}
+
+fn scoped_audit(repo: &TestRepo, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let run = repo.fixgate_py(&args);
+    let v: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
+    common::assert_same_as_full(repo, &args, &v);
+    v
+}
+
+fn bucket(v: &Value, nodeid: &str) -> String {
+    v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == nodeid)
+        .unwrap_or_else(|| panic!("{nodeid} is not in the report"))["bucket"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries_the_rest() {
+    let repo = registry_repo();
+    repo.write(
+        "pkg/m1.py",
+        "def add(x):\n    # the same sum\n    return 1 + x\n",
+    );
+    repo.commit("head: m1 rewritten");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "scoped", "{scope}");
+    assert_eq!(scope["affected"], 3, "{scope}");
+    assert_eq!(
+        scope["writers"],
+        serde_json::json!(["tests/test_m0.py::test_setter"])
+    );
+    // m1's three tests, the setter, and the two files that import the registry it writes.
+    assert_eq!(scope["runs"]["0"], 11);
+    assert_eq!(scope["runs"]["rev"], 11);
+    assert_eq!(scope["runs"]["1"], 3 + 1 + 3 + 4, "{scope}");
+    let carried: Vec<&str> = scope["carried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["nodeid"].as_str().unwrap())
+        .collect();
+    assert!(
+        carried.is_empty(),
+        "every other test imports the registry's file: {scope}"
+    );
+}
+
+#[test]
+fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introduced() {
+    let repo = registry_repo();
+    repo.write(
+        "pkg/m1.py",
+        "from pkg import registry\n\n\ndef add(x):\n    return x + 1 + registry.VALUES.get('offset', 0)\n",
+    );
+    repo.commit("head: m1 reads the registry");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    for t in 0..3 {
+        let victim = format!("tests/test_m1.py::test_{t}");
+        assert_eq!(bucket(&v, &victim), "order-dependent", "{v}");
+        let pair = v["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["victim"] == victim.as_str())
+            .unwrap_or_else(|| panic!("no pair for {victim}: {v}"));
+        assert_eq!(
+            pair["culprits"],
+            serde_json::json!(["tests/test_m0.py::test_setter"])
+        );
+        assert_eq!(pair["introduced"], true);
+    }
+}
+
+#[test]
+fn a_conftest_change_falls_back_to_full_orders_and_says_why() {
+    let repo = registry_repo();
+    repo.write("tests/conftest.py", "import pytest\n");
+    repo.commit("head: a conftest");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "full", "{scope}");
+    assert_eq!(
+        scope["reason"],
+        "the patch changes tests/conftest.py, which runs around every test"
+    );
+    assert_eq!(scope["runs"]["1"], 11);
+}
+
+#[test]
+fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_them() {
+    // No registry this time: a test of one module touches nothing of the others.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "");
+    for k in 0..2 {
+        repo.write(
+            &format!("pkg/m{k}.py"),
+            format!("def add(x):\n    return x + {k}\n"),
+        )
+        .write(
+            &format!("tests/test_m{k}.py"),
+            format!(
+                "from pkg import m{k}\n\n\ndef test_add():\n    assert m{k}.add(1) == {}\n",
+                1 + k
+            ),
+        );
+    }
+    repo.commit("base");
+    repo.write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "scoped", "{scope}");
+    assert_eq!(scope["affected"], 1);
+    assert_eq!(scope["runs"]["1"], 1);
+    assert_eq!(
+        scope["carried"],
+        serde_json::json!([{"nodeid": "tests/test_m0.py::test_add", "evidence": {"0": "passed", "rev": "passed"}}])
+    );
+    assert_eq!(bucket(&v, "tests/test_m0.py::test_add"), "stable");
 }

@@ -186,6 +186,7 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
         today,
         sandbox: args.sandbox.clone(),
         shard: args.shard,
+        full: args.full,
     })
 }
 

@@ -108,6 +108,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         seed_list: None,
         strict: false,
         nio: false,
+        full: false,
         no_cache: false,
         check: false,
         deps: None,

@@ -14,6 +14,7 @@ use crate::audit::budget::{self, Limits, Overrides, Usage};
 use crate::audit::edited::{coupled_tests, edited_tests};
 use crate::audit::freeze::{self, Date};
 use crate::audit::nio::{self, Idempotence, Twice};
+use crate::audit::scope::{Full, Scope};
 use crate::audit::triage::{Confirm, Evidence, Signal};
 use crate::audit::verdict::{self, FindingKind};
 use crate::cli::SandboxArgs;
@@ -25,7 +26,7 @@ use crate::engine::judge::{self, Weighed};
 use crate::engine::matrix::{self, Confirmation, Matrix, OrderLabel};
 use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
-use crate::engine::{base_check, pairs, replay, source_replay, steps};
+use crate::engine::{base_check, impact, pairs, replay, source_replay, steps};
 use crate::error::{Error, Result};
 use crate::pytest::events::{CollectedItem, Collection, Outcome};
 use crate::report::{self, AuditReport};
@@ -49,6 +50,8 @@ pub struct Options {
     pub sandbox: SandboxArgs,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<crate::cli::Shard>,
+    /// `--full`: every shuffled order over the whole selection.
+    pub full: bool,
 }
 
 /// Runs the whole audit.
@@ -231,7 +234,15 @@ fn phases(
             head_collected.node,
         );
     }
-    let started_matrix = matrix::start(engine, &labels, &selection, head_collected.node)?;
+    // The file-order and reversed runs first: what they record decides what the shuffled
+    // orders run (`crate::audit::scope`).
+    let mut started_matrix = matrix::start(
+        engine,
+        &labels[..2],
+        &selection,
+        head_collected.node,
+        &Scope::Full(Full::Asked),
+    )?;
     // The nio order runs beside the matrix, read apart from it (see `audit::nio`).
     let started_nio = match nio {
         true => {
@@ -242,6 +253,7 @@ fn phases(
                 &twice,
                 &selection,
                 head_collected.node,
+                &Scope::Full(Full::Asked),
             )?)
         }
         false => None,
@@ -282,7 +294,26 @@ fn phases(
             &[started_matrix.nodes[&OrderLabel::File]],
         )?),
     };
+    let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
+    let footprint = impact::footprint(engine);
+    let scope = impact::scope(
+        engine,
+        opts.full,
+        &footprint,
+        &file_run,
+        &reversed_run,
+        &edited,
+    );
+    drop(reversed_run);
+    started_matrix.add(
+        engine,
+        &labels[2..],
+        &selection,
+        head_collected.node,
+        &scope,
+    )?;
     let matrix = started_matrix.finish(engine, file_run)?;
+    report.scope = Some(impact::section(&scope, &matrix, selection.len()));
     let file_run = matrix.file_run();
     report.warnings.extend(matrix.warnings());
     if opts.check {
@@ -293,7 +324,7 @@ fn phases(
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
-    let confirmation = matrix::confirm(engine, &matrix, &selection, &disagreeing, &always_red)?;
+    let confirmation = matrix::confirm(engine, &matrix, &disagreeing, &always_red)?;
     let mut evidence = gather(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
     let nio_read = match &started_nio {
         Some(started) => Some(read_nio(engine, started, &nodeids)?),
@@ -510,7 +541,14 @@ fn run_shard(
         .filter(|(i, _)| *i as u32 % shard.n == shard.k - 1)
         .map(|(_, l)| *l)
         .collect();
-    let started = matrix::start(engine, &mine, selection, collection)?;
+    // A share cannot see the file-order run another share makes: its orders run in full.
+    let started = matrix::start(
+        engine,
+        &mine,
+        selection,
+        collection,
+        &Scope::Full(Full::Sharded),
+    )?;
     let nodes: Vec<NodeId> = started.nodes.values().copied().collect();
     started.settle(engine)?;
     let executed = nodes

@@ -7,6 +7,7 @@ use std::fmt;
 use fixgate_graph::{Node, NodeError, NodeId, Output};
 
 use crate::audit::nio::Twice;
+use crate::audit::scope::Scope;
 use crate::audit::triage::PROOF_RERUNS;
 use crate::contain::OutsideWrite;
 use crate::engine::compact::{CompactRun, TestIds};
@@ -94,32 +95,47 @@ pub struct Started {
     pub nodes: BTreeMap<OrderLabel, NodeId>,
 }
 
-/// Adds one seed run per label, each computed from the collection it orders.
+/// Adds one seed run per label, each computed from the collection it orders; a shuffled order
+/// runs only the tests of `scope` (file order and reversed always run whole).
 pub fn start(
     engine: &Engine,
     labels: &[OrderLabel],
     items: &[CollectedItem],
     collection: NodeId,
+    scope: &Scope,
 ) -> Result<Started> {
-    let mut nodes = BTreeMap::new();
-    for &l in labels {
-        let req = RunRequest::new(
-            format!("seed-run({l})"),
-            "seed-run",
-            Role::Head,
-            l.order(items),
-        )
-        .inputs(&[collection])
-        .record(l.record());
-        nodes.insert(l, engine.add_run(&req)?);
-    }
-    Ok(Started {
-        labels: labels.to_vec(),
-        nodes,
-    })
+    let mut started = Started {
+        labels: Vec::new(),
+        nodes: BTreeMap::new(),
+    };
+    started.add(engine, labels, items, collection, scope)?;
+    Ok(started)
 }
 
 impl Started {
+    /// Adds the runs of more labels (the shuffled orders, once the scope is known).
+    pub fn add(
+        &mut self,
+        engine: &Engine,
+        labels: &[OrderLabel],
+        items: &[CollectedItem],
+        collection: NodeId,
+        scope: &Scope,
+    ) -> Result<()> {
+        for &l in labels {
+            let mut order = l.order(items);
+            if matches!(l, OrderLabel::Seed(_)) {
+                order.retain(|id| scope.runs(id));
+            }
+            let req = RunRequest::new(format!("seed-run({l})"), "seed-run", Role::Head, order)
+                .inputs(&[collection])
+                .record(l.record());
+            self.nodes.insert(l, engine.add_run(&req)?);
+            self.labels.push(l);
+        }
+        Ok(())
+    }
+
     /// Waits for the run of one order.
     pub fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
         let id = self.nodes[&label];
@@ -387,7 +403,6 @@ pub const MANY_RED: usize = 8;
 pub fn confirm(
     engine: &Engine,
     matrix: &Matrix,
-    items: &[CollectedItem],
     disagreeing: &[String],
     always_red: &[String],
 ) -> Result<Confirmation> {
@@ -451,7 +466,9 @@ pub fn confirm(
         }
         let mut round = Vec::new();
         for (l, end) in &needed {
-            let mut order = l.order(items);
+            // The order the run made (a shuffled order may have run only a scope of the
+            // selection).
+            let mut order = matrix.order(*l);
             order.truncate(*end);
             let after = match out.rerun_nodes.get(l).and_then(|n| n.last()) {
                 Some(previous) => vec![*previous],

@@ -207,7 +207,7 @@ pub struct TestEvent {
 }
 
 /// The repository's code objects that ran: repo-relative file, then the first line of each code
-/// object (its first decorator's line, as CPython numbers it), sorted.
+/// object (its first decorator's line, as CPython numbers it; 0 for the module's body), sorted.
 pub type CodeRan = BTreeMap<String, Vec<u32>>;
 
 /// Shared state a test left changed behind it, as the plugin's `state` list spells it

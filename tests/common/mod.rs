@@ -292,3 +292,49 @@ pub fn private_venv(dir: &Path) -> std::path::PathBuf {
     std::fs::write(own_site.join("test_interpreter.pth"), format!("{site}\n")).unwrap();
     venv_python
 }
+
+/// The verdict, every test's bucket and every pair of an audit report: what a scoped audit and
+/// `--full` must agree on (issue 21).
+pub fn judgment(v: &serde_json::Value) -> serde_json::Value {
+    let buckets: std::collections::BTreeMap<String, serde_json::Value> = v["tests"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| {
+                    (
+                        t["nodeid"].as_str().unwrap_or("").to_string(),
+                        t["bucket"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut pairs: Vec<serde_json::Value> = v["pairs"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|p| {
+                    serde_json::json!([p["kind"], p["victim"], p["culprits"], p["introduced"]])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pairs.sort_by_key(|p| p.to_string());
+    serde_json::json!({"verdict": v["verdict"], "exit_code": v["exit_code"], "buckets": buckets, "pairs": pairs})
+}
+
+/// Runs the same audit again with `--full` (the shuffled orders over the whole selection) and
+/// asserts that it judges as `scoped` did: the verdict, every bucket, every pair.
+pub fn assert_same_as_full(repo: &TestRepo, args: &[&str], scoped: &serde_json::Value) {
+    let mut full_args = args.to_vec();
+    full_args.push("--full");
+    let full = repo.fixgate_py(&full_args);
+    let full: serde_json::Value = serde_json::from_str(&full.stdout)
+        .unwrap_or_else(|e| panic!("the --full report is not JSON ({e}): {full:?}"));
+    assert_eq!(
+        judgment(scoped),
+        judgment(&full),
+        "the scoped audit (scope {}) and --full disagree",
+        scoped["scope"]
+    );
+}

@@ -1,6 +1,7 @@
 """fixgate plugin: which code objects of the repository ran in each test (its setup, call and
 teardown) and outside any test (collection, session fixtures), as repo-relative paths and the
-first line of each code object (the line of its first decorator, as CPython numbers it).
+first line of each code object (the line of its first decorator, as CPython numbers it; 0 for a
+module's body).
 
 Python 3.12+ uses sys.monitoring. One tool sees the first start of every code object anywhere
 (PY_START as a global event) and disables itself there at once, so code outside the repository
@@ -177,4 +178,6 @@ class Deps(object):
         for code in codes:
             rel = files.get(code.co_filename) or self._repo_path(code.co_filename)
             if rel:
-                into.setdefault(rel, set()).add(code.co_firstlineno)
+                # A module's body is line 0: a function may start on line 1 too.
+                line = 0 if code.co_name == "<module>" else code.co_firstlineno
+                into.setdefault(rel, set()).add(line)
