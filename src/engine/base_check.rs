@@ -29,7 +29,58 @@ pub fn run(
     after: &[NodeId],
 ) -> Result<HashSet<(FindingKind, String)>> {
     let mut requests: Vec<BaseCheck> = Vec::new();
+    // Victims of one culprit set that change nothing others see are checked together (the
+    // set, then every victim; every victim without it), as the head proved them.
+    let mut batches: BTreeMap<(&'static str, Vec<String>), (PairKind, Vec<String>)> =
+        BTreeMap::new();
     for p in pairs {
+        if p.search.outcome.explains()
+            && base_ids.contains(p.victim.as_str())
+            && p.culprits.iter().all(|c| base_ids.contains(c.as_str()))
+            && !matrix.writes(&p.victim)
+        {
+            batches
+                .entry((p.kind.as_str(), p.culprits.clone()))
+                .or_insert_with(|| (p.kind, Vec::new()))
+                .1
+                .push(p.victim.clone());
+        }
+    }
+    batches.retain(|_, (_, victims)| victims.len() > 1);
+    for ((_, culprits), (kind, victims)) in &batches {
+        let tag = blake3::hash(culprits.join("\n").as_bytes()).to_hex()[..12].to_string();
+        let alone = format!("base-check(alone batch {tag})");
+        let mut order = culprits.clone();
+        order.extend(victims.iter().cloned());
+        let culprit_kind = if *kind == PairKind::Polluter {
+            FindingKind::Polluter
+        } else {
+            FindingKind::OrderDependent
+        };
+        requests.push(BaseCheck {
+            request: base_request(format!("base-check(pair batch {tag})"), order),
+            findings: culprits.iter().map(|c| (culprit_kind, c.clone())).collect(),
+            check: Check::PairBatch {
+                victims: victims.clone(),
+                kind: *kind,
+                alone: alone.clone(),
+            },
+        });
+        requests.push(BaseCheck {
+            request: base_request(alone, victims.clone()),
+            findings: Vec::new(),
+            check: Check::Nothing,
+        });
+    }
+    let batched = |p: &Pair| {
+        batches
+            .get(&(p.kind.as_str(), p.culprits.clone()))
+            .is_some_and(|(_, v)| v.contains(&p.victim))
+    };
+    for p in pairs {
+        if batched(p) {
+            continue;
+        }
         // A pair that did not hold on the head has nothing to show on the base.
         if !p.search.outcome.explains() {
             continue;
@@ -167,7 +218,7 @@ pub fn run(
         // This round's runs: the pending checks and the alone runs their pair checks read.
         let mut round: Vec<usize> = pending.clone();
         for &i in &pending {
-            if let Check::Pair { alone, .. } = &requests[i].check {
+            if let Check::Pair { alone, .. } | Check::PairBatch { alone, .. } = &requests[i].check {
                 round.extend(alone_of(alone));
             }
         }
@@ -210,6 +261,29 @@ pub fn run(
                         PairKind::Polluter => after == Some(false) && alone == Some(true),
                         PairKind::StateSetter => after == Some(true) && alone == Some(false),
                     }
+                }
+                Check::PairBatch {
+                    victims,
+                    kind,
+                    alone,
+                } => {
+                    let alone = alone_of(alone).and_then(result);
+                    let mut all = true;
+                    for v in victims {
+                        let after = r.outcome_of(v).map(Outcome::is_green);
+                        let by_itself = alone.and_then(|a| a.outcome_of(v)).map(Outcome::is_green);
+                        let shows = match kind {
+                            PairKind::Polluter => after == Some(false) && by_itself == Some(true),
+                            PairKind::StateSetter => {
+                                after == Some(true) && by_itself == Some(false)
+                            }
+                        };
+                        if shows {
+                            pre.insert((FindingKind::OrderDependent, v.clone()));
+                        }
+                        all &= shows;
+                    }
+                    all
                 }
                 Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !o.is_green()),
                 Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
@@ -258,6 +332,14 @@ enum Check {
     Nothing,
     /// Many red tests at once, checked in one run on the base (see `matrix::MANY_RED`).
     Batch(Vec<(String, FindingKind)>),
+    /// Several victims of one set: the set then every victim, and (`alone`, a label of the
+    /// same batch) every victim without it. Each victim that shows it is pre-existing; the
+    /// culprits' findings when every one does.
+    PairBatch {
+        victims: Vec<String>,
+        kind: PairKind,
+        alone: String,
+    },
     /// `alone` is the label of the victim-alone run of the same batch.
     Pair {
         victim: String,

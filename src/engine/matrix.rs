@@ -282,6 +282,20 @@ impl Matrix {
             .collect()
     }
 
+    /// Whether the test left shared state changed or wrote a file of the tree in the runs that
+    /// recorded it: it may change what a later test sees.
+    pub fn writes(&self, nodeid: &str) -> bool {
+        !self.state(nodeid).is_empty()
+            || self.file.test(nodeid).is_some_and(|t| {
+                let tr = &t.trace;
+                !(tr.write.is_empty()
+                    && tr.remove.is_empty()
+                    && tr.mkdir.is_empty()
+                    && tr.rename.is_empty()
+                    && t.changed.is_empty())
+            })
+    }
+
     /// The most reruns the suite itself gave the test in one order.
     pub fn reruns(&self, nodeid: &str) -> u32 {
         self.ids.get(nodeid).map_or(0, |i| {
