@@ -31,8 +31,7 @@ pub fn run(
     let mut requests: Vec<BaseCheck> = Vec::new();
     // Victims of one culprit set that change nothing others see are checked together (the
     // set, then every victim; every victim without it), as the head proved them.
-    let mut batches: BTreeMap<(&'static str, Vec<String>), (PairKind, Vec<String>)> =
-        BTreeMap::new();
+    let mut batches: BTreeMap<(&'static str, Vec<String>), Victims> = BTreeMap::new();
     for p in pairs {
         if p.search.outcome.explains()
             && base_ids.contains(p.victim.as_str())
@@ -305,6 +304,9 @@ pub fn run(
     }
     Ok(pre)
 }
+
+/// The victims of one culprit set, with the set's kind.
+type Victims = (PairKind, Vec<String>);
 
 /// One run on the base, the findings it can show to be pre-existing, and how to read it.
 struct BaseCheck {
