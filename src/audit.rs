@@ -1,17 +1,27 @@
-//! The audit: the seed matrix, confirmation, polluter search, triage, coupling and replay,
-//! budget, freeze ledger and verdict.
+//! The audit's judgments, pure: from typed evidence to buckets, pairs, findings and the verdict.
+//! Nothing here runs a test or reads the graph (`crate::engine` does, and imports these); what
+//! an audit found is an [`outcome::AuditOutcome`], from which the report is written.
 
+pub(crate) mod base_check;
 pub(crate) mod bisect;
 pub(crate) mod budget;
 pub(crate) mod collection;
 pub(crate) mod edited;
+pub(crate) mod findings;
 pub(crate) mod footprint;
 pub mod freeze;
+pub(crate) mod gates;
 pub(crate) mod message;
 pub(crate) mod nio;
+pub(crate) mod order;
+pub(crate) mod outcome;
+pub(crate) mod outside;
+pub(crate) mod pair;
+pub(crate) mod proof;
 pub(crate) mod pysrc;
 pub(crate) mod renamed;
 pub(crate) mod replay;
+pub(crate) mod repro;
 pub(crate) mod scope;
 pub(crate) mod source_replay;
 pub(crate) mod triage;

@@ -22,6 +22,24 @@ pub const MAX_JOBS: usize = 1024;
 /// computed from it can overflow.
 pub const MAX_TEST_TIMEOUT: u64 = 7 * 24 * 3600;
 
+/// `fixgate --help`: what fixgate is, and the exit codes from `crate::exit`.
+fn long_about() -> String {
+    format!(
+        "Audits a patch to a Python repository's pytest suite and says whether its green is \
+         real: order dependence, tests writing shared fixtures they do not own, expected-data \
+         fixtures edited together with the code, and new skips.\n\nExit codes: {}.",
+        crate::exit::summary()
+    )
+}
+
+/// `fixgate audit --help`'s first line, with the exit codes from `crate::exit`.
+fn audit_about() -> String {
+    format!(
+        "Audit a patch: is the head's green real? Exit codes: {}",
+        crate::exit::summary()
+    )
+}
+
 /// A `usize` option within `min..=max`, with clap's range message when it is not.
 fn bounded_usize(min: usize, max: usize) -> impl clap::builder::TypedValueParser<Value = usize> {
     clap::value_parser!(u64)
@@ -34,11 +52,7 @@ fn bounded_usize(min: usize, max: usize) -> impl clap::builder::TypedValueParser
     name = "fixgate",
     version = VERSION,
     about = "Audits a patch to a Python repository's pytest suite and says whether its green is real",
-    long_about = "Audits a patch to a Python repository's pytest suite and says whether its green \
-                  is real: order dependence, tests writing shared fixtures they do not own, \
-                  expected-data fixtures edited together with the code, and new skips.\n\n\
-                  Exit codes: 0 pass, 1 reject, 2 error (nothing judged), 3 fixture drift \
-                  against fixtures.lock, 4 unverified (budget breached), 5 expired freeze entry."
+    long_about = long_about()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -54,8 +68,8 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DIR")]
     pub repo: Option<PathBuf>,
     /// Output format
-    #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    #[arg(long, global = true, value_enum, default_value_t = FormatArg::Human)]
+    pub format: FormatArg,
     /// Write the report to FILE instead of standard output
     #[arg(long, global = true, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -91,8 +105,9 @@ pub struct RemoteArgs {
     pub remote_required: bool,
 }
 
+/// `--format` (resolved into [`crate::report::Format`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum FormatArg {
     Human,
     Json,
     /// A pull-request comment (audit only)
@@ -116,8 +131,7 @@ pub enum Command {
     /// Run the suite once and show which tests read and wrote which fixture files, and every
     /// lease violation
     Trace(TraceArgs),
-    /// Audit a patch: is the head's green real? Exit 0 pass, 1 reject, 3 drift, 4 unverified,
-    /// 5 expired freeze entry, 2 error
+    #[command(about = audit_about())]
     Audit(AuditArgs),
     /// Print the build graph of the last audit of this repository, with each node's status
     Graph(GraphArgs),

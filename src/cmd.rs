@@ -1,5 +1,6 @@
 //! The commands: each resolves its arguments, calls into the library and renders a report.
 
+pub(crate) mod atomic;
 pub(crate) mod audit;
 pub(crate) mod cache;
 pub(crate) mod delta;
@@ -9,6 +10,7 @@ pub(crate) mod init;
 pub(crate) mod lock;
 pub(crate) mod manifest;
 pub(crate) mod run;
+pub(crate) mod settings;
 pub(crate) mod shell;
 pub(crate) mod trace;
 
@@ -26,12 +28,8 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // The one read of the process environment; everything below gets typed values from it.
     let env = crate::environment::Environment::read()?;
-    let ctx = Ctx::new(&cli.global, env)?;
-    crate::engine::store::configure(crate::engine::store::resolve(
-        &cli.global.remote,
-        &ctx.repo.root,
-        &ctx.env,
-    )?);
+    let mut ctx = Ctx::new(&settings::global(&cli.global), env)?;
+    ctx.remote = settings::remote(&cli.global.remote, &ctx.repo.root, &ctx.env)?;
     let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),
@@ -47,6 +45,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Completions(args) => shell::completions(args.shell),
         Command::Man => shell::man(),
     }?;
-    crate::engine::store::finish()?;
+    ctx.remote_failure.check()?;
     Ok(code)
 }

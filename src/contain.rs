@@ -18,7 +18,7 @@
 //! supervisor is a child subreaper instead: after pytest exits it kills every descendant left.
 //!
 //! A forking zygote (one warm interpreter per job slot, a fork per run) spawned through
-//! `Runner::command()` gets all of this once, for itself. Per-run containment then needs, in
+//! `PreparedCommand::command` gets all of this once, for itself. Per-run containment then needs, in
 //! the zygote, before each fork: `unshare(CLONE_NEWPID)` (the zygote has `CAP_SYS_ADMIN` in its
 //! user namespace only if it keeps its capabilities, so it must be spawned without
 //! `drop_capabilities` and drop them in each forked run instead); in the forked child (PID 1
@@ -32,7 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -62,8 +62,9 @@ impl Mode {
 /// namespaces (read with the rest of the environment, in src/environment.rs).
 const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
 
-/// What this machine permits, found once per fixgate process.
-struct Host {
+/// What this machine permits, probed once per fixgate process (the context keeps it) and handed
+/// to every run through its runner.
+pub(crate) struct Host {
     mode: Mode,
     /// Why namespaces are not used (`None` when they are).
     reason: Option<String>,
@@ -74,25 +75,9 @@ struct Host {
     env: Arc<Environment>,
 }
 
-static HOST: OnceLock<Host> = OnceLock::new();
-
-/// The host as [`init`] settled it. Runs come only from a `Runner`, which is made after
-/// `init`; reaching this first is a bug, not a state to guess containment for.
-fn host() -> &'static Host {
-    HOST.get()
-        .expect("contain::init settles the host before any run is prepared")
-}
-
-/// The containment runs of this process get (`None` before [`init`]: nothing ran).
-pub(crate) fn current() -> Mode {
-    HOST.get().map_or(Mode::None, |h| h.mode)
-}
-
-/// Settles the containment once: with `strict`, a platform without namespaces is an error
-/// (queues that must never run untrusted code uncontained). Otherwise returns the mode and,
-/// for [`Mode::None`], the reason to tell the user.
-pub(crate) fn init(strict: bool, env: &Arc<Environment>) -> Result<(Mode, Option<&'static str>)> {
-    let h = HOST.get_or_init(|| {
+impl Host {
+    /// Finds what this machine permits (a user namespace is tried in a child).
+    pub(crate) fn probe(env: &Arc<Environment>) -> Host {
         let reason = if env.no_namespaces {
             Some(format!("{DISABLE_ENV} is set"))
         } else {
@@ -108,19 +93,33 @@ pub(crate) fn init(strict: bool, env: &Arc<Environment>) -> Result<(Mode, Option
             home: env.home.clone(),
             env: env.clone(),
         }
-    });
-    if strict && h.mode == Mode::None {
-        return Err(Error::Infra(format!(
-            "--containment strict: runs cannot be contained here ({}); run fixgate where user \
-             and mount namespaces are permitted (e.g. sysctl user.max_user_namespaces > 0, or a \
-             container started with --privileged or a seccomp profile that allows unshare), or \
-             drop --containment strict to run uncontained",
-            h.reason
-                .as_deref()
-                .unwrap_or("namespaces are not permitted")
-        )));
     }
-    Ok((h.mode, h.reason.as_deref()))
+
+    /// The containment runs get here.
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// With `strict`, a platform without namespaces is an error (queues that must never run
+    /// untrusted code uncontained). Otherwise, for [`Mode::None`], the reason to tell the user.
+    pub(crate) fn check(&self, strict: bool) -> Result<Option<&str>> {
+        let h = self;
+        if h.mode == Mode::Namespaces {
+            return Ok(None);
+        }
+        if strict {
+            return Err(Error::Infra(format!(
+                "--containment strict: runs cannot be contained here ({}); run fixgate where \
+                 user and mount namespaces are permitted (e.g. sysctl user.max_user_namespaces \
+                 > 0, or a container started with --privileged or a seccomp profile that allows \
+                 unshare), or drop --containment strict to run uncontained",
+                h.reason
+                    .as_deref()
+                    .unwrap_or("namespaces are not permitted")
+            )));
+        }
+        Ok(h.reason.as_deref())
+    }
 }
 
 /// The paths of one run that containment must know.
@@ -143,8 +142,8 @@ pub(crate) struct RunPaths<'a> {
 
 /// Makes `cmd` a contained run: [`Mode::Namespaces`] where permitted, else the supervisor
 /// alone. Call after every other setting of `cmd` (it adds the last `pre_exec` step).
-pub(crate) fn apply(cmd: &mut Command, paths: &RunPaths) {
-    let mut plan = Plan::new(host(), paths);
+pub(crate) fn apply(host: &Host, cmd: &mut Command, paths: &RunPaths) {
+    let mut plan = Plan::new(host, paths);
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
     // on memory prepared before the fork (no allocation, no locks), which is what a child of
     // a multithreaded process may do.
@@ -492,97 +491,6 @@ impl Plan {
         check(libc::chdir(self.cwd.as_ptr()))?;
         drop_capabilities()
     }
-}
-
-/// A write the run attempted outside its sandbox: blocked (read-only world, hidden folders) or,
-/// without namespaces, possibly done. Either way a finding against the patch (`outside-write`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
-pub struct OutsideWrite {
-    /// The test that attempted it; `None` outside any test (collection, session fixtures).
-    pub nodeid: Option<String>,
-    /// `write`, `remove`, `rename` or `mkdir` as the audit hook saw it; `read-only` when the
-    /// evidence is the failure itself (an EROFS error in the test's message, as a write made
-    /// through a subprocess reports it when the test passes the error on).
-    pub op: String,
-    pub path: String,
-}
-
-/// Operations of the plugin's trace that change the file system.
-const WRITE_OPS: [&str; 4] = ["write", "remove", "rename", "mkdir"];
-
-/// Every write the run attempted outside its sandbox, per test, sorted: the audit hook's
-/// record of accesses outside the sandbox, and failures whose message is a read-only file
-/// system error naming a path.
-pub fn outside_writes(result: &crate::pytest::driver::RunResult) -> Vec<OutsideWrite> {
-    let mut out = Vec::new();
-    let traces = result
-        .tests
-        .iter()
-        .map(|t| (Some(&t.nodeid), &t.trace))
-        .chain([(None, &result.session_trace)]);
-    for (nodeid, trace) in traces {
-        for o in &trace.outside {
-            if WRITE_OPS.contains(&o.op.as_str()) {
-                out.push(OutsideWrite {
-                    nodeid: nodeid.cloned(),
-                    op: o.op.clone(),
-                    path: o.path.clone(),
-                });
-            }
-        }
-    }
-    for t in &result.tests {
-        let messages = t
-            .phases
-            .values()
-            .filter_map(|p| p.message.as_deref())
-            .chain(t.message.as_deref());
-        for m in messages {
-            for path in erofs_paths(m) {
-                let seen = out
-                    .iter()
-                    .any(|w| w.nodeid.as_ref() == Some(&t.nodeid) && w.path == path);
-                if !seen {
-                    out.push(OutsideWrite {
-                        nodeid: Some(t.nodeid.clone()),
-                        op: "read-only".into(),
-                        path,
-                    });
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// The paths a failure message reports as on a read-only file system, in the forms Python
-/// (`[Errno 30] Read-only file system: '/x'`) and shells (`cannot create /x: Read-only file
-/// system`) write them.
-fn erofs_paths(message: &str) -> Vec<String> {
-    const EROFS: &str = "Read-only file system";
-    let mut out = Vec::new();
-    for line in message.lines().filter(|l| l.contains(EROFS)) {
-        if let Some(rest) = line.split(&format!("{EROFS}: ")).nth(1) {
-            let quoted = rest
-                .strip_prefix('\'')
-                .and_then(|r| r.split('\'').next())
-                .or_else(|| rest.strip_prefix('"').and_then(|r| r.split('"').next()));
-            if let Some(p) = quoted.filter(|p| p.starts_with('/')) {
-                out.push(p.to_string());
-                continue;
-            }
-        }
-        for word in line.split_whitespace() {
-            let word = word.trim_end_matches(':').trim_matches(['\'', '"']);
-            if word.starts_with('/') && word.len() > 1 {
-                out.push(word.to_string());
-                break;
-            }
-        }
-    }
-    out
 }
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -992,19 +900,6 @@ mod tests {
         assert_eq!(&buf[..16], b"/proc/self/fd/7\0");
         fd_path(&mut buf, 1234567890);
         assert_eq!(&buf[..25], b"/proc/self/fd/1234567890\0");
-    }
-
-    #[test]
-    fn read_only_errors_name_their_paths() {
-        assert_eq!(
-            erofs_paths("OSError: [Errno 30] Read-only file system: '/tmp/evil.txt'"),
-            vec!["/tmp/evil.txt"]
-        );
-        assert_eq!(
-            erofs_paths("sh: 1: cannot create /home/u/x: Read-only file system"),
-            vec!["/home/u/x"]
-        );
-        assert!(erofs_paths("AssertionError: assert 1 == 2").is_empty());
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! What every command shares: the repository, the output settings, the cache directory, and the
-//! steps that load a snapshot's configuration and manifest.
+//! What every command shares: the repository, the output settings, the cache directory and its
+//! remote, and the steps that load a snapshot's configuration and manifest. Everything here is
+//! resolved settings (`cmd::settings` makes them from the command line): no clap type reaches
+//! this module or the engine below it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,20 +9,46 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::{Format, GlobalArgs, SandboxArgs};
 use crate::config::{self, Config};
+use crate::engine::store::{RemoteFailure, RemoteSettings};
 use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::driver::Runner;
 use crate::pytest::{interpreter, plugin};
+use crate::report::Format;
 use crate::snapshot::{Repo, Snapshot};
 use crate::statcache::StatCache;
+
+/// The options every command shares, resolved.
+pub struct Settings {
+    pub repo: Option<PathBuf>,
+    pub format: Format,
+    pub output: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
+    pub quiet: bool,
+    pub python: Option<PathBuf>,
+    /// `None`: one per core.
+    pub jobs: Option<usize>,
+}
+
+/// How a pytest process is set up.
+#[derive(Clone, Debug)]
+pub struct SandboxSettings {
+    /// Variables passed into the runs beside the allowlist.
+    pub pass_env: Vec<String>,
+    /// A test that runs longer is killed and recorded as timeout.
+    pub test_timeout: Duration,
+    /// Leave the network alone instead of giving each run a loopback-only namespace.
+    pub allow_network: bool,
+    /// Refuse to run where runs cannot be contained.
+    pub strict_containment: bool,
+}
 
 pub struct Ctx {
     pub repo: Repo,
@@ -34,10 +62,20 @@ pub struct Ctx {
     pub interrupted: Arc<AtomicBool>,
     /// The process environment, read once at start.
     pub env: Arc<Environment>,
+    /// The remote cache behind the local one, when one is configured.
+    pub remote: Option<RemoteSettings>,
+    /// Where a store records that a required remote failed.
+    pub remote_failure: RemoteFailure,
+    /// How runs are contained on this machine, probed once (by the first runner).
+    host: Arc<OnceLock<Arc<crate::contain::Host>>>,
+    /// How this process's runs were made (forked or fresh), over every runner it makes.
+    pub fork_stats: Arc<crate::pytest::forkserver::ForkStats>,
+    /// The warnings [`Ctx::warn_once`] printed.
+    warned: Arc<Mutex<Vec<String>>>,
 }
 
 impl Ctx {
-    pub fn new(args: &GlobalArgs, env: Environment) -> Result<Ctx> {
+    pub fn new(args: &Settings, env: Environment) -> Result<Ctx> {
         let ctx = Ctx::open(args, Arc::new(env))?;
         for w in &ctx.env.warnings {
             ctx.warn(w);
@@ -53,7 +91,7 @@ impl Ctx {
         Ok(ctx)
     }
 
-    fn open(args: &GlobalArgs, env: Arc<Environment>) -> Result<Ctx> {
+    fn open(args: &Settings, env: Arc<Environment>) -> Result<Ctx> {
         Ok(Ctx {
             repo: Repo::open(args.repo.as_deref(), env.cwd.as_deref())?,
             format: args.format,
@@ -71,7 +109,49 @@ impl Ctx {
             },
             interrupted: interrupt_flag()?,
             env,
+            remote: None,
+            remote_failure: RemoteFailure::default(),
+            host: Arc::default(),
+            fork_stats: Arc::default(),
+            warned: Arc::default(),
         })
+    }
+
+    /// This context on another repository, with another interpreter (the demo's): everything
+    /// else, the cache and what was probed and counted included, shared.
+    pub(crate) fn on(&self, repo: Repo, python: PathBuf) -> Ctx {
+        Ctx {
+            repo,
+            format: self.format,
+            output: self.output.clone(),
+            cache_dir: self.cache_dir.clone(),
+            quiet: self.quiet,
+            python: Some(python),
+            jobs: self.jobs,
+            interrupted: self.interrupted.clone(),
+            env: self.env.clone(),
+            remote: self.remote.clone(),
+            remote_failure: self.remote_failure.clone(),
+            host: self.host.clone(),
+            fork_stats: self.fork_stats.clone(),
+            warned: self.warned.clone(),
+        }
+    }
+
+    /// The store for the cache directory, with the remote behind it (see
+    /// [`crate::engine::store::open`]).
+    pub fn open_store(&self, enabled: bool) -> (Arc<dyn fixgate_cache::Store>, Option<String>) {
+        crate::engine::store::open(
+            &self.cache_dir,
+            enabled,
+            self.remote.as_ref(),
+            &self.remote_failure,
+        )
+    }
+
+    /// Whether results go to the remote cache (`--remote-upload` with a remote).
+    pub fn uploads(&self) -> bool {
+        self.remote.as_ref().is_some_and(|r| r.config.upload)
     }
 
     /// Starts fingerprinting the interpreter [`Ctx::runner`] will use, on another thread.
@@ -82,9 +162,12 @@ impl Ctx {
 
     /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
     /// the environment policy, the containment (settled once per process).
-    pub fn runner(&self, args: &SandboxArgs) -> Result<Runner> {
-        let strict = args.containment == crate::cli::ContainmentArg::Strict;
-        if let (crate::contain::Mode::None, Some(why)) = crate::contain::init(strict, &self.env)? {
+    pub fn runner(&self, args: &SandboxSettings) -> Result<Runner> {
+        let host = self
+            .host
+            .get_or_init(|| Arc::new(crate::contain::Host::probe(&self.env)))
+            .clone();
+        if let Some(why) = host.check(args.strict_containment)? {
             self.warn_once(&format!(
                 "runs are not contained ({why}): tests can write outside their sandbox and \
                  processes they start may outlive the run; --containment strict refuses this"
@@ -103,14 +186,16 @@ impl Ctx {
             plugin_dir: plugin::install(&self.cache_dir, &self.env.temp_dir)?,
             rewrite_cache,
             pass_env: args.pass_env.clone(),
-            test_timeout: Duration::from_secs(args.test_timeout),
+            test_timeout: args.test_timeout,
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
             forkserver: Arc::new(crate::pytest::forkserver::Pool::new(
                 self.jobs,
                 (!self.env.fork).then(|| "FIXGATE_FORK=0".to_owned()),
+                self.fork_stats.clone(),
             )),
+            host,
             env: self.env.clone(),
         })
     }
@@ -135,8 +220,7 @@ impl Ctx {
 
     /// A warning printed once per fixgate process, however often it comes up.
     pub fn warn_once(&self, message: &str) {
-        static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if !seen.iter().any(|m| m == message) {
             seen.push(message.to_owned());
             self.warn(message);

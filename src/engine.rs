@@ -1,18 +1,22 @@
 //! The engine: the audit's steps as nodes of one live build graph, run through the cache.
 
-mod assemble;
 pub(crate) mod audit;
 mod base_check;
+mod check;
 mod compact;
+mod confirm;
 mod culprits;
 pub(crate) mod digests;
 mod impact;
 mod judge;
+pub(crate) mod kind;
 pub(crate) mod matrix;
+mod nio;
 mod pairs;
 mod replay;
 pub(crate) mod runs;
 pub(crate) mod search;
+pub(crate) mod shard;
 mod sides;
 mod source_replay;
 pub(crate) mod steps;

@@ -1,5 +1,7 @@
-//! The binary's one error type. Every variant is "nothing was judged" and maps to exit 2;
-//! verdicts (drift, reject, ...) are results, not errors, and never travel through here.
+//! The binary's one error type. Every variant is "nothing was judged" and maps to exit 2 (or
+//! 130 when interrupted); verdicts (drift, reject, ...) are results, not errors, and never
+//! travel through here. A broken invariant is [`Error::Bug`]: fixgate's fault, not the input's,
+//! and its message says so.
 
 use std::path::PathBuf;
 
@@ -24,9 +26,18 @@ pub enum Error {
     /// Something around the run broke (an interpreter, a sandbox, a child process).
     #[error("{0}")]
     Infra(String),
+    /// pytest ran and the suite did not collect (a file that does not import, a conftest that
+    /// raises): the suite's own failure, which an audit judges (the head's `collection-error`),
+    /// where every other error means nothing could be judged.
+    #[error("{0}")]
+    NotCollected(String),
     /// Ctrl-C or SIGTERM: the children were killed and the sandboxes removed.
     #[error("interrupted")]
     Interrupted,
+    /// An invariant of fixgate's own broke (an output that does not decode, a node that cannot
+    /// be added): not the repository's fault, and nothing the user can fix but report.
+    #[error("bug: {0} (this is a bug in fixgate, not in the repository: please report it, with the command that showed it)")]
+    Bug(String),
 }
 
 impl Error {
@@ -36,6 +47,11 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+
+    /// A broken invariant, described as what was found broken.
+    pub fn bug(what: impl Into<String>) -> Error {
+        Error::Bug(what.into())
     }
 
     pub fn exit_code(&self) -> i32 {

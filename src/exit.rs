@@ -14,3 +14,37 @@ pub const UNVERIFIED: i32 = 4;
 pub const EXPIRED_FREEZE: i32 = 5;
 /// Interrupted by Ctrl-C or SIGTERM (the shell's convention, 128 + SIGINT); nothing was judged.
 pub const INTERRUPTED: i32 = 130;
+
+/// Every verdict's exit code and what it says, in the order of the codes: what the help text
+/// prints (and the README's table says in more words).
+pub const VERDICTS: [(i32, &str); 6] = [
+    (PASS, "pass"),
+    (REJECT, "reject"),
+    (ERROR, "error (nothing judged)"),
+    (DRIFT, "fixture drift against fixtures.lock"),
+    (UNVERIFIED, "unverified (budget breached)"),
+    (EXPIRED_FREEZE, "expired freeze entry"),
+];
+
+/// `0 pass, 1 reject, 2 error (nothing judged), ...`: the exit codes in one line.
+pub fn summary() -> String {
+    VERDICTS
+        .iter()
+        .map(|(code, what)| format!("{code} {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_lists_every_verdict_code_once_in_order() {
+        assert_eq!(
+            summary(),
+            "0 pass, 1 reject, 2 error (nothing judged), 3 fixture drift against fixtures.lock, \
+             4 unverified (budget breached), 5 expired freeze entry"
+        );
+    }
+}

@@ -1,9 +1,15 @@
-//! Running pytest: the interpreter, the embedded plugin, orders, and the driver.
+//! Running pytest: the interpreter, the embedded plugin, orders, the prepared command of a process,
+//! the runner (`driver`), the event stream it follows and the run result it builds.
 
+pub(crate) mod command;
 pub(crate) mod driver;
 pub mod events;
 pub(crate) mod exit_watch;
 pub(crate) mod forkserver;
 pub(crate) mod interpreter;
+pub(crate) mod lease;
 pub(crate) mod order;
+pub(crate) mod outside;
 pub(crate) mod plugin;
+pub(crate) mod result;
+pub(crate) mod stream;

@@ -1,22 +1,71 @@
 //! The audit report: one typed structure, rendered as JSON (the versioned contract in the
 //! README), human text, markdown, JUnit XML and GitHub workflow annotations.
 
+//!
+//! The report is written once, by [`assemble`], from an audit's typed outcome; its fields are
+//! the audit's own enums, which serialise to the schema's strings (`"order-dependent"`,
+//! `"rev"`, ...) and carry the renderers' words (`FindingKind::noun`, `Bucket::rank`), so no
+//! renderer or reader ever turns a string back into a kind.
+
+pub(crate) mod assemble;
 pub mod github;
 pub mod human;
 pub mod junit;
 pub mod markdown;
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
+
+use crate::audit::bisect::PairKind;
+use crate::audit::freeze::Entry;
+use crate::audit::order::OrderLabel;
+pub(crate) use crate::audit::outcome::Side;
+use crate::audit::pair::Found;
+use crate::audit::triage::{Bucket, Signal};
+use crate::audit::verdict::{FindingKind, Verdict};
+use crate::audit::{replay, source_replay};
+use crate::delta::Change;
+use crate::pytest::result::Outcome;
 
 pub const SCHEMA: u32 = 1;
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Side {
-    /// What the user named: a revision, or `worktree`.
-    pub rev: String,
-    pub commit: Option<String>,
+/// What a command's report is rendered as (`--format`); every command has human and JSON, only
+/// `fixgate audit` the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+    /// A pull-request comment.
+    Markdown,
+    /// JUnit XML.
+    Junit,
+    /// GitHub workflow annotations.
+    Github,
+}
+
+/// A column of a test's outcomes: an order of the matrix (or the nio order), or the second run
+/// of each test in the nio order (`nio#2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Column {
+    Order(OrderLabel),
+    SecondRun,
+}
+
+impl fmt::Display for Column {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Column::Order(l) => l.fmt(f),
+            Column::SecondRun => write!(f, "{}#2", OrderLabel::Twice),
+        }
+    }
+}
+
+impl Serialize for Column {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// One test of the head, with its outcome in every order and its bucket.
@@ -25,10 +74,10 @@ pub struct TestReport {
     pub nodeid: String,
     /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
     /// `crashed` or `timeout`.
-    pub bucket: String,
-    pub signals: Vec<String>,
+    pub bucket: Bucket,
+    pub signals: Vec<Signal>,
     /// Order label (`0`, `rev`, `1`, ...) → outcome.
-    pub outcomes: BTreeMap<String, String>,
+    pub(crate) outcomes: BTreeMap<Column, Outcome>,
     /// Fixture groups this test changed without holding their lease.
     pub dirty_groups: Vec<String>,
     pub edited_by_patch: bool,
@@ -41,10 +90,10 @@ pub struct TestReport {
 }
 
 /// A polluter (or state-setter) and its victim, with a command that reproduces it.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct PairReport {
     /// `polluter` or `state-setter`.
-    pub kind: String,
+    pub kind: PairKind,
     /// The responsible test; with several tests responsible together, the first of them.
     pub polluter: String,
     pub victim: String,
@@ -57,7 +106,8 @@ pub struct PairReport {
     /// `search` (bisection or delta debugging), `reused-from-this-audit` (another victim's
     /// culprits, confirmed in one run) or `reused-from-an-earlier-audit` (a set remembered for
     /// this victim and base, confirmed in one run).
-    pub found_by: String,
+    #[serde(serialize_with = "found_by")]
+    pub(crate) found_by: Found,
     /// pytest processes that checked the pair holds on every rerun (culprits then victim, the
     /// victim alone).
     pub verify_runs: u32,
@@ -65,20 +115,20 @@ pub struct PairReport {
     pub unexplained: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ChangedFixture {
     pub path: String,
     pub group: String,
-    pub change: String,
+    pub change: Change,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ReplayReport {
     pub nodeid: String,
-    pub head: String,
-    pub base: String,
-    /// `redefined`, `cosmetic` or `additive`.
-    pub reading: String,
+    pub head: Outcome,
+    pub base: Outcome,
+    /// `redefined`, `cosmetic`, `additive` or `inconclusive`.
+    pub(crate) reading: replay::Reading,
 }
 
 /// What one share of a sharded matrix ran (`fixgate audit --shard K/N`).
@@ -88,7 +138,7 @@ pub struct ShardNote {
     /// `K/N`.
     pub shard: String,
     /// The order labels of this share.
-    pub orders: Vec<String>,
+    pub(crate) orders: Vec<OrderLabel>,
     /// Of its seed runs, how many executed here and how many came from a cache.
     pub executed: usize,
     pub cached: usize,
@@ -98,18 +148,18 @@ pub struct ShardNote {
 }
 
 /// One edited test run with the base's version of its test file on the head's code.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct SourceReplay {
     pub nodeid: String,
     /// The base's node id of a test the patch renamed (its base version ran under this name);
     /// `None` for a test edited under its own name.
     pub renamed_from: Option<String>,
     /// Its outcome at head.
-    pub head: String,
+    pub head: Outcome,
     /// Its outcome with the base's test code; `None` when the base's file did not run it.
-    pub base_test_code: Option<String>,
+    pub base_test_code: Option<Outcome>,
     /// `redefined-test`, `test-refactor` or `inconclusive`.
-    pub reading: String,
+    pub(crate) reading: source_replay::Reading,
     /// The lines of the test (or around it) only the base has, and only the head has.
     pub base_lines: Vec<String>,
     pub head_lines: Vec<String>,
@@ -135,13 +185,13 @@ pub struct Freeze {
     pub expired: Vec<String>,
     pub added_by_patch: Vec<String>,
     /// Suggested ledger entries for flaky and pre-existing findings.
-    pub suggested: BTreeMap<String, serde_json::Value>,
+    pub suggested: BTreeMap<String, Entry>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Drift {
     pub path: String,
-    pub change: String,
+    pub change: Change,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -184,12 +234,12 @@ pub struct NodeStatus {
 }
 
 /// A finding: something the verdict rests on, with its evidence.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Finding {
     /// `order-dependent`, `polluter`, `lease-violation`, `redefined`, `cosmetic`, `additive`,
     /// `failing`, `crashed`, `timeout`, `error`, `flaky`, `new-skip`, `freeze-added`,
-    /// `lock-changed`, `budget`, `drift`, `expired-freeze`, `edited-assertion`, ...
-    pub kind: String,
+    /// `lock-changed`, `edited-assertion`, ... (every [`FindingKind`]).
+    pub kind: FindingKind,
     pub tests: Vec<String>,
     pub message: String,
     /// A command that reproduces it, when there is one.
@@ -202,8 +252,7 @@ pub struct Finding {
 /// What the shuffled orders ran (`crate::audit::scope`, docs/impact.md).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ScopeReport {
-    /// `scoped`: the shuffled orders ran what the patch can affect; `full`: the whole selection.
-    pub mode: String,
+    pub mode: ScopeMode,
     /// Why the orders ran in full.
     pub reason: Option<String>,
     /// The tests of the selection.
@@ -212,31 +261,42 @@ pub struct ScopeReport {
     pub affected: Option<u64>,
     /// The tests that left shared state changed (run in every order with their readers).
     pub writers: Vec<String>,
-    /// How many tests each order ran, by label.
-    pub runs: BTreeMap<String, u64>,
+    /// How many tests each order ran.
+    pub runs: BTreeMap<OrderLabel, u64>,
     /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
     pub carried: Vec<Carried>,
 }
 
-/// A test a shuffled order carried: its outcome cannot follow the order, and these are the
-/// outcomes of the orders that ran it (file order and reversed, on the head).
+/// Whether the shuffled orders ran a scope of the selection or all of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeMode {
+    /// The shuffled orders ran what the patch can affect.
+    Scoped,
+    /// The whole selection.
+    #[default]
+    Full,
+}
+
+/// A test the shuffled orders carried: its outcome cannot follow the order, and these are its
+/// outcomes in the orders that ran it (file order and reversed, on the head).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Carried {
     pub nodeid: String,
-    pub evidence: BTreeMap<String, String>,
+    pub evidence: BTreeMap<OrderLabel, Outcome>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AuditReport {
     pub schema: u32,
-    pub verdict: String,
+    pub verdict: Verdict,
     pub exit_code: i32,
     pub reasons: Vec<String>,
     pub base: Side,
     pub head: Side,
     pub seeds: Vec<u64>,
     /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
-    pub orders: Vec<String>,
+    pub(crate) orders: Vec<OrderLabel>,
     /// What the shuffled orders ran; `None` when the audit stopped before them.
     pub scope: Option<ScopeReport>,
     pub tests: Vec<TestReport>,
@@ -258,8 +318,10 @@ pub struct AuditReport {
     pub duration_seconds: f64,
     pub strict: bool,
     /// How the runs were contained: `namespaces` (a read-only world, no survivors) or `none`
-    /// (the platform refused namespaces; see README, Containment).
-    pub containment: String,
+    /// (the platform refused namespaces; see README, Containment); empty in the report of a
+    /// head that could not be audited.
+    #[serde(serialize_with = "containment")]
+    pub containment: Option<crate::contain::Mode>,
     pub interpreter: Option<String>,
     /// Problems around the audit that did not stop it (an editable install, a damaged cache
     /// entry): also printed on standard error.
@@ -270,4 +332,15 @@ pub struct AuditReport {
     /// With `--shard K/N`: what this share ran (the report is then only this note).
     #[serde(skip)]
     pub shard: Option<ShardNote>,
+}
+
+fn found_by<S: Serializer>(found: &Found, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(found.as_str())
+}
+
+fn containment<S: Serializer>(
+    mode: &Option<crate::contain::Mode>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(mode.map_or("", |m| m.as_str()))
 }

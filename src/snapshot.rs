@@ -543,8 +543,8 @@ impl Snapshot {
     pub fn read(&self, entry: &Entry, git: Option<&Repository>) -> Result<Vec<u8>> {
         match (entry.blob, git) {
             (Some(oid), Some(git)) => Ok(git.find_blob(oid)?.content().to_vec()),
-            (Some(_), None) => Err(Error::Infra(format!(
-                "bug: reading {} from a commit snapshot without a git handle",
+            (Some(_), None) => Err(Error::bug(format!(
+                "reading {} from a commit snapshot without a git handle",
                 entry.path
             ))),
             (None, _) => {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use std::process::Command;
 
 use common::{tree_bytes, Run, TestRepo};
@@ -235,7 +237,7 @@ fn lock_check_reads_a_flat_sha256_map_by_name_and_prefix() {
 
     repo.write("tests/fixtures/users.json", "[\"ana\", \"bo\"]\n");
     let drift = repo.fixgate(&["lock", "--check", "--format", "json"]);
-    assert_eq!(drift.code, 3, "{drift:?}");
+    assert_eq!(drift.code, exit::DRIFT, "{drift:?}");
     assert_eq!(
         drift_of(&drift),
         [(
@@ -244,7 +246,7 @@ fn lock_check_reads_a_flat_sha256_map_by_name_and_prefix() {
         )]
     );
     let human = repo.fixgate(&["lock", "--check"]);
-    assert_eq!(human.code, 3);
+    assert_eq!(human.code, exit::DRIFT);
     assert!(
         human.stdout.contains("modified  tests/fixtures/users.json"),
         "{human:?}"
@@ -262,7 +264,7 @@ fn lock_check_reads_a_sha256_files_manifest_with_sizes() {
     repo.write("tests/data/golden/total.txt", "43\n")
         .write("tests/fixtures/extra.json", "{}\n");
     let drift = repo.fixgate(&["lock", "--check", "--format", "json"]);
-    assert_eq!(drift.code, 3, "{drift:?}");
+    assert_eq!(drift.code, exit::DRIFT, "{drift:?}");
     assert_eq!(
         drift_of(&drift),
         [
@@ -294,7 +296,7 @@ fn the_lock_path_comes_from_pyproject_or_the_flag() {
     let elsewhere = repo.path().join("other.json");
     std::fs::write(&elsewhere, "{}\n").unwrap();
     let flag = repo.fixgate(&["lock", "--check", "--lock", elsewhere.to_str().unwrap()]);
-    assert_eq!(flag.code, 3, "{flag:?}");
+    assert_eq!(flag.code, exit::DRIFT, "{flag:?}");
     assert!(flag.stdout.contains("added"), "{flag:?}");
 }
 
@@ -305,7 +307,7 @@ fn migrate_rewrites_a_foreign_lock_in_fixgates_format_only_without_drift() {
     repo.write("tests/fixtures.lock.json", &lock)
         .write("tests/fixtures/users.json", "[\"eve\"]\n");
     let refused = repo.fixgate(&["lock", "--migrate"]);
-    assert_eq!(refused.code, 3, "{refused:?}");
+    assert_eq!(refused.code, exit::DRIFT, "{refused:?}");
     assert!(refused.stdout.contains("not migrated"), "{refused:?}");
     assert_eq!(text(&repo, "tests/fixtures.lock.json"), lock);
 
@@ -340,7 +342,7 @@ fn writing_fixgates_lock_over_a_foreign_one_is_refused_with_the_way_out() {
     let lock = flat_lock(&repo);
     repo.write("tests/fixtures.lock.json", &lock);
     let r = repo.fixgate(&["lock"]);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, exit::ERROR, "{r:?}");
     assert!(r.stderr.contains("--migrate"), "{r:?}");
     assert_eq!(text(&repo, "tests/fixtures.lock.json"), lock);
 }
@@ -350,7 +352,7 @@ fn an_unknown_lock_format_is_an_error_naming_the_formats_accepted() {
     let repo = fixture_repo();
     repo.write("fixtures.lock", "{\"version\": 2, \"pins\": [1, 2]}\n");
     let r = repo.fixgate(&["lock", "--check"]);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, exit::ERROR, "{r:?}");
     assert!(
         r.stderr.contains("unknown lock format")
             && r.stderr.contains("flat JSON map")
@@ -375,10 +377,7 @@ fn completions_man_page_and_version_need_no_repository() {
     assert!(man.stdout.contains(".TH fixgate 1"), "{man:?}");
     assert!(man.stdout.contains("init"), "{man:?}");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let out = common::fixgate_command().arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&out.stdout);
     let commit = version
         .trim_end()
@@ -517,7 +516,7 @@ fn the_audit_gate_is_drift_with_exit_3_against_a_foreign_lock_of_the_base() {
         repo.write("tests/data/golden/total.txt", "41\n");
         let head = repo.commit("change the golden total, keep the lock");
         let (r, v) = audit_json(&repo, &base, &head);
-        assert_eq!(r.code, 3, "{at}: {r:?}");
+        assert_eq!(r.code, exit::DRIFT, "{at}: {r:?}");
         assert_eq!(v["verdict"], "drift", "{at}");
         assert_eq!(
             v["lock"]["drift"],

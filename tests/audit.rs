@@ -3,6 +3,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use common::{tree_bytes, Run, TestRepo};
 use serde_json::Value;
 
@@ -178,7 +180,7 @@ fn the_shared_cart_patch_that_matches_the_polluted_total_is_rejected_with_its_pa
     let head = repo.commit("fix test_tax_on_lamp");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(v["schema"], 1);
     assert_eq!(v["base"]["commit"], base.as_str());
     assert_eq!(v["head"]["commit"], head.as_str());
@@ -239,7 +241,7 @@ fn the_demo_runs_and_exits_zero_printing_a_reject_verdict() {
     assert_eq!(json.code, 0, "{json:?}");
     let v = json.json();
     assert_eq!(v["verdict"], "reject");
-    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["exit_code"], exit::REJECT);
     assert!(
         v["pairs"]
             .as_array()
@@ -298,7 +300,7 @@ fn a_test_writing_a_sqlite_fixture_without_a_lease_is_a_polluter_of_group_db() {
     let head = repo.commit("add a test that writes the db");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let writer = test(&v, WRITER);
     assert_eq!(writer["bucket"], "polluter", "{writer}");
     assert_eq!(strs(&writer["dirty_groups"]), ["db"], "{writer}");
@@ -326,7 +328,7 @@ fn a_test_holding_the_db_lease_is_stable_and_no_finding() {
     let head = repo.commit("add a test that writes the db under its lease");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     let writer = test(&v, WRITER);
     assert_eq!(writer["bucket"], "stable", "{writer}");
     assert_eq!(strs(&writer["dirty_groups"]), Vec::<String>::new());
@@ -404,7 +406,7 @@ fn a_code_only_patch_has_no_fixture_delta_and_the_other_gates_decide() {
     let head = repo.commit("refactor parse");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["fixtures"]["changed"], serde_json::json!([]));
     assert_eq!(v["fixtures"]["coupled"], serde_json::json!([]));
     assert_eq!(v["fixtures"]["replay"], serde_json::json!([]));
@@ -437,7 +439,7 @@ fn code_and_its_expected_data_edited_together_is_a_redefined_test_and_rejected()
     let head = repo.commit("parse in tenths");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(
         v["fixtures"]["changed"],
         serde_json::json!([{"path": EXPECTED, "group": "parse", "change": "modified"}])
@@ -461,7 +463,7 @@ fn reordering_the_keys_of_a_json_fixture_is_cosmetic_and_passes_flagged() {
     let head = repo.commit("reformat expected.json");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(
         v["fixtures"]["changed"],
         serde_json::json!([{"path": EXPECTED, "group": "parse", "change": "modified"}])
@@ -490,7 +492,7 @@ fn a_new_test_reading_only_a_new_fixture_is_additive_and_passes() {
     let head = repo.commit("negative values, with their fixture");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     let new_id = "tests/test_negative.py::test_negative_values";
     assert_eq!(
         v["fixtures"]["changed"],
@@ -539,7 +541,7 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
 
     // The counter is host state shared between runs, which contained runs cannot write (a
     // write to /tmp is an outside write): this test of flaky detection runs uncontained.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    let out = common::fixgate_command()
         .args([
             "audit", "--base", &base, "--head", &head, "--format", "json", "--quiet",
         ])
@@ -548,7 +550,6 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
         .env("FIXGATE_NO_NAMESPACES", "1")
         .output()
         .unwrap();
@@ -574,7 +575,7 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
     assert_eq!(bucket(&v, "tests/test_flaky.py::test_steady"), "stable");
     // No fixture changed, flaky on repeat: nondeterminism, not drift; pass with a freeze entry
     // suggested.
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["fixtures"]["changed"], serde_json::json!([]));
     assert_eq!(v["pairs"], serde_json::json!([]));
     let f = finding(&v, "flaky", id);
@@ -612,7 +613,7 @@ fn a_new_test_failing_in_every_order_is_failing_and_rejects() {
         "def add(a, b):\n    return a + b\n\n\ndef test_add():\n    assert add(2, 2) == 5\n",
     );
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_add";
     let t = test(&v, id);
     assert_eq!(t["bucket"], "failing", "{t}");
@@ -634,7 +635,7 @@ fn a_fixture_that_raises_in_setup_is_the_error_bucket() {
          def test_uses_database(database):\n    assert database\n",
     );
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_uses_database";
     assert_eq!(bucket(&v, id), "error", "{}", test(&v, id));
     assert_eq!(outcome(&v, id, "0"), "error");
@@ -649,7 +650,7 @@ fn a_test_that_exits_the_interpreter_is_crashed_and_the_others_still_run() {
          def test_after():\n    pass\n",
     );
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_exits";
     assert_eq!(bucket(&v, id), "crashed", "{}", test(&v, id));
     assert_eq!(outcome(&v, id, "0"), "crashed");
@@ -680,7 +681,7 @@ fn a_test_that_outlives_the_test_timeout_is_the_timeout_bucket() {
         started.elapsed() < std::time::Duration::from_secs(50),
         "the sleeping test was not killed at its timeout"
     );
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_sleeps";
     assert_eq!(bucket(&v, id), "timeout", "{}", test(&v, id));
     assert_eq!(outcome(&v, id, "0"), "timeout");
@@ -708,7 +709,7 @@ fn a_test_that_writes_a_file_another_test_reads_is_found_as_their_pair() {
     let head = repo.commit("a test that writes settings.txt");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let writer = "tests/test_a_debug.py::test_turns_debug_on";
     let reader = "tests/test_b_settings.py::test_debug_is_off";
     assert_eq!(outcome(&v, reader, "0"), "failed");
@@ -782,7 +783,7 @@ fn a_victim_broken_only_by_two_tests_together_gets_the_minimal_set_of_two() {
 
     let seeds = [1u64, 2, 3];
     let (run, v) = audit(&repo, &base, &head, &["--seed-list", "1,2,3"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let victim = "tests/test_parts.py::test_victim_needs_a_clean_slate";
     let a = "tests/test_parts.py::test_sets_a";
     let b = "tests/test_parts.py::test_sets_b";
@@ -887,7 +888,7 @@ fn the_working_tree_is_the_default_head_and_the_audit_leaves_it_untouched() {
         "audit", "--base", &base, "--seeds", "0", "--format", "json", "--quiet",
     ]);
     let v = run.json();
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(v["head"]["rev"], "worktree");
     assert!(v["head"]["commit"].is_null(), "{}", v["head"]);
     assert_eq!(v["base"]["commit"], base.as_str());
@@ -918,7 +919,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     let polluter = "tests/test_registry.py::test_register_plugin";
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     let pairs = v["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), 1, "{}", v["pairs"]);
     assert_eq!(pairs[0]["victim"], victim);
@@ -962,7 +963,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     assert_eq!(run_repro(&repo, &alone), Some(0), "{repro}");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0", "--strict"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(v["strict"], true);
     assert_eq!(v["pairs"][0]["introduced"], false);
     assert_eq!(finding(&v, "order-dependent", victim)["blocking"], true);
@@ -977,7 +978,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     );
     let edits_victim = repo.commit("touch the victim's assertion");
     let (run, v) = audit(&repo, &base, &edits_victim, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(test(&v, victim)["edited_by_patch"], true);
     let f = finding(&v, "order-dependent", victim);
     assert_eq!(f["blocking"], true, "{f}");
@@ -1013,7 +1014,7 @@ fn a_test_that_chdirs_into_a_temp_dir_and_stays_there_is_the_polluter_of_relativ
     let head = repo.commit("a test that changes directory");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let chdir = "tests/test_b_scratch.py::test_works_in_a_scratch_dir";
     let first = "tests/test_a_config.py::test_reads_config";
     let second = "tests/test_c_config.py::test_reads_config_again";
@@ -1065,7 +1066,7 @@ fn the_polluter_search_stays_within_its_bound_for_a_prefix_of_64_tests() {
     let head = repo.commit("the first test dirties STATE");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     let victim = "tests/test_many.py::test_999_victim";
     let polluter = "tests/test_many.py::test_000_polluter";
     assert_eq!(v["tests"].as_array().unwrap().len(), 65);
@@ -1105,7 +1106,7 @@ fn a_new_skip_marker_makes_the_patch_unverified_with_a_budget_breach() {
     let id = "tests/test_io.py::test_writes";
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 4, "unverified");
+    assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     let breaches = strs(&v["budget"]["breaches"]);
     assert!(!breaches.is_empty(), "{}", v["budget"]);
     assert!(breaches.iter().any(|b| b.contains(id)), "{breaches:?}");
@@ -1123,7 +1124,7 @@ fn a_new_skip_marker_makes_the_patch_unverified_with_a_budget_breach() {
         &head,
         &["--seeds", "0", "--max-new-skips", "1"],
     );
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["budget"]["breaches"], serde_json::json!([]));
 }
 
@@ -1132,7 +1133,7 @@ fn too_many_tests_for_the_budget_is_unverified() {
     let (repo, base, head) =
         base_plus("def test_two():\n    pass\n\n\ndef test_three():\n    pass\n");
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0", "--max-tests", "2"]);
-    assert_verdict(&run, &v, 4, "unverified");
+    assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     assert_eq!(v["budget"]["used"]["tests"], 3);
     assert_eq!(v["budget"]["limits"]["tests"], 2);
     assert_eq!(strs(&v["budget"]["breaches"]).len(), 1, "{}", v["budget"]);
@@ -1176,7 +1177,7 @@ fn an_expired_freeze_entry_of_the_base_stops_the_audit_with_exit_5() {
         &head,
         &["--seeds", "0", "--today", "2024-04-01"],
     );
-    assert_verdict(&run, &v, 5, "expired-freeze");
+    assert_verdict(&run, &v, exit::EXPIRED_FREEZE, "expired-freeze");
     assert_eq!(strs(&v["freeze"]["expired"]), [old]);
     let reasons = strs(&v["reasons"]).join("\n");
     assert!(
@@ -1194,7 +1195,7 @@ fn an_expired_freeze_entry_of_the_base_stops_the_audit_with_exit_5() {
         &head,
         &["--seeds", "0", "--today", "2024-03-31"],
     );
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(strs(&v["freeze"]["active"]), [old]);
     assert_eq!(v["freeze"]["expired"], serde_json::json!([]));
 }
@@ -1246,7 +1247,7 @@ fn active_freeze_entries_deselect_and_count_and_entries_the_patch_adds_are_repor
     finding(&v, "freeze-added", hidden);
     // The ledger is read from the base: the patch's own entry hides nothing.
     assert_eq!(bucket(&v, hidden), "failing", "{}", test(&v, hidden));
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
 
     // A frozen-count budget of zero is breached by the base's entry (reject still wins).
     let (_, v) = audit(
@@ -1288,7 +1289,7 @@ fn a_fixture_modified_without_relocking_is_drift_with_exit_3() {
     let head = repo.commit("bump the level, forget the lock");
 
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 3, "drift");
+    assert_verdict(&run, &v, exit::DRIFT, "drift");
     assert_eq!(
         v["lock"]["drift"],
         serde_json::json!([{"path": "tests/fixtures/cfg/settings.json", "change": "modified"}])
@@ -1309,7 +1310,7 @@ fn a_locked_repository_with_an_untouched_fixture_passes_the_lock_gate() {
     repo.write("README.md", "notes\n");
     let head = repo.commit("docs");
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["lock"]["drift"], serde_json::json!([]));
     assert_eq!(v["lock"]["changed_by_patch"], false);
 }
@@ -1333,7 +1334,7 @@ fn a_patch_that_relocks_a_modified_fixture_reports_the_lock_change_and_no_drift(
         "{}",
         v["fixtures"]
     );
-    assert_verdict(&run, &v, 0, "pass");
+    assert_verdict(&run, &v, exit::PASS, "pass");
 }
 
 #[test]
@@ -1351,7 +1352,7 @@ fn an_unknown_base_revision_is_an_error_with_exit_2() {
         "json",
         "--quiet",
     ]);
-    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.code, exit::ERROR, "{run:?}");
     assert!(run.stderr.contains("no-such-revision"), "{run:?}");
 }
 
@@ -1486,7 +1487,7 @@ fn regression_a_new_unittest_skip_decorator_is_a_new_skip() {
     );
     let head = repo.commit("skip it");
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 4, "unverified");
+    assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     assert_eq!(v["budget"]["used"]["new_skips"], 1, "{}", v["budget"]);
 }
 
@@ -1501,7 +1502,7 @@ fn regression_a_skip_inside_an_edited_test_body_is_a_new_skip() {
     );
     let head = repo.commit("skip inside");
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
-    assert_verdict(&run, &v, 4, "unverified");
+    assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     let f = finding(&v, "new-skip", "tests/test_s.py::test_a");
     assert!(
         f["message"].as_str().unwrap().contains("pytest.skip()"),
@@ -1526,7 +1527,7 @@ fn regression_a_change_that_breaks_every_test_does_not_start_a_process_per_test(
     );
     let head = repo.commit("break every test");
     let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
-    assert_verdict(&run, &v, 1, "reject");
+    assert_verdict(&run, &v, exit::REJECT, "reject");
     assert!(
         v["tests"]
             .as_array()

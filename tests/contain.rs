@@ -29,15 +29,13 @@ fn real_python() -> std::path::PathBuf {
 
 /// Runs the binary on `repo` with the test interpreter, a given HOME and extra environment.
 fn fixgate_env(repo: &TestRepo, home: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    let mut cmd = common::fixgate_command();
     cmd.args(args)
         .arg("--python")
         .arg(real_python())
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
-        .env_remove("FIXGATE_NO_NAMESPACES")
         .env("HOME", home)
         .env("NO_COLOR", "1");
     for (k, v) in env {
@@ -360,13 +358,12 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     let repo = survivors_repo(&marker, true);
     let home = tempfile::tempdir().unwrap();
     let before = tree_bytes(repo.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    let mut child = common::fixgate_command()
         .args(["run", "--format", "json", "--python"])
         .arg(real_python())
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_NO_NAMESPACES")
         .env("HOME", home.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -413,13 +410,12 @@ fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still
     let repo = TestRepo::new();
     repo.write("tests/test_a.py", "def test_a():\n    pass\n");
     repo.commit("base");
-    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    let out = common::fixgate_command()
         .args(["run", "--format", "json", "--python"])
         .arg(&py)
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_NO_NAMESPACES")
         .env("HOME", home)
         .output()
         .unwrap();
@@ -433,7 +429,7 @@ fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
     let marker = unique("fixgate-fallback-killed");
     let repo = survivors_repo(&marker, true);
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    let mut child = common::fixgate_command()
         .args(["run", "--format", "json", "--python"])
         .arg(real_python())
         .arg("--cache-dir")
@@ -656,7 +652,7 @@ fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
             .arg(env!("CARGO_BIN_EXE_fixgate"));
         c
     } else {
-        Command::new(env!("CARGO_BIN_EXE_fixgate"))
+        common::fixgate_command()
     };
     let out = cmd
         .args(["run", "--format", "json", "--python"])
@@ -664,7 +660,6 @@ fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_NO_NAMESPACES")
         .env("HOME", home.path())
         .output()
         .expect("setpriv (util-linux) runs the binary as nobody");

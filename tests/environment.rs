@@ -4,19 +4,16 @@
 
 mod common;
 
-use std::process::Command;
+use fixgate::exit;
 
 use common::TestRepo;
 
 fn fixgate_with(repo: &TestRepo, vars: &[(&str, &str)], args: &[&str]) -> common::Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    let mut cmd = common::fixgate_command();
     cmd.args(args)
         .arg("--cache-dir")
         .arg(repo.cache.path())
-        .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
-        .env_remove("FIXGATE_FORK")
-        .env_remove("FIXGATE_NO_NAMESPACES");
+        .current_dir(repo.path());
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -43,7 +40,7 @@ fn a_bad_fixgate_switch_is_a_usage_error_that_names_it() {
         ("FIXGATE_NO_NAMESPACES", "2"),
     ] {
         let r = fixgate_with(&repo, &[(name, value)], &["manifest", "--format", "json"]);
-        assert_eq!(r.code, 2, "{r:?}");
+        assert_eq!(r.code, exit::ERROR, "{r:?}");
         assert!(r.stdout.is_empty(), "{r:?}");
         assert!(
             r.stderr

@@ -2,6 +2,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use common::{git, TestRepo};
 use serde_json::Value;
 
@@ -136,7 +138,7 @@ fn config_error(manifest: Option<&str>, pyproject: Option<&str>, expect: &[&str]
         repo.write("pyproject.toml", p);
     }
     let run = repo.fixgate(&["manifest"]);
-    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.code, exit::ERROR, "{run:?}");
     for e in expect {
         assert!(run.stderr.contains(e), "expected {e:?} in:\n{}", run.stderr);
     }
@@ -214,12 +216,12 @@ fn lock_check_reports_every_drift_kind_with_exit_3() {
         .write("tests/fixtures/db/new.sqlite", b"new")
         .remove("tests/fixtures/top.txt");
     let human = repo.fixgate(&["lock", "--check"]);
-    assert_eq!(human.code, 3, "{human:?}");
+    assert_eq!(human.code, exit::DRIFT, "{human:?}");
     assert!(
         human.stdout.contains("modified") && human.stdout.contains("tests/fixtures/db/app.sqlite")
     );
     let json = repo.fixgate(&["lock", "--check", "--format", "json"]);
-    assert_eq!(json.code, 3);
+    assert_eq!(json.code, exit::DRIFT);
     let drift: Vec<(String, String)> = json.json()["drift"]
         .as_array()
         .unwrap()
@@ -250,7 +252,7 @@ fn lock_check_reports_every_drift_kind_with_exit_3() {
 fn lock_check_without_a_lock_is_a_usage_error_with_a_hint() {
     let repo = fixture_repo();
     let r = repo.fixgate(&["lock", "--check"]);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, exit::ERROR);
     assert!(r.stderr.contains("fixgate lock"), "{r:?}");
 }
 
@@ -363,10 +365,10 @@ fn a_directory_that_is_not_a_git_repository() {
     assert_eq!(m.code, 0, "{m:?}");
     assert_eq!(paths(&m.json(), "files"), ["tests/fixtures/db/app.sqlite"]);
     let rev = repo.fixgate(&["manifest", "--rev", "HEAD"]);
-    assert_eq!(rev.code, 2);
+    assert_eq!(rev.code, exit::ERROR);
     assert!(rev.stderr.contains("not a git repository"), "{rev:?}");
     let delta = repo.fixgate(&["delta", "HEAD~1"]);
-    assert_eq!(delta.code, 2);
+    assert_eq!(delta.code, exit::ERROR);
     assert!(delta.stderr.contains("not a git repository"), "{delta:?}");
 }
 
@@ -374,7 +376,7 @@ fn a_directory_that_is_not_a_git_repository() {
 fn an_unknown_revision_is_a_clear_error() {
     let repo = fixture_repo();
     let r = repo.fixgate(&["manifest", "--rev", "no-such-branch"]);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, exit::ERROR);
     assert!(
         r.stderr.contains("unknown revision \"no-such-branch\""),
         "{r:?}"

@@ -3,6 +3,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -244,7 +246,7 @@ fn four_audits_at_once_on_one_cache_all_complete_with_identical_outcomes() {
     let py = common::python();
     let children: Vec<_> = (0..4)
         .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_fixgate"))
+            common::fixgate_command()
                 .args([
                     "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet",
                     "--python",
@@ -349,7 +351,7 @@ fn cache_commands_report_and_maintain_the_store() {
     let gc = repo.fixgate(&["cache", "gc", "--max-size", "1"]);
     assert_eq!(gc.code, 0, "{gc:?}");
     let none = repo.fixgate(&["cache", "gc"]);
-    assert_eq!(none.code, 2);
+    assert_eq!(none.code, exit::ERROR);
     let clear = repo.fixgate(&["cache", "clear"]);
     assert_eq!(clear.code, 0);
     let after = audit(&repo, &[]);

@@ -50,12 +50,11 @@ struct Outcome {
 }
 
 fn run_case(repo: &TestRepo, c: &Case) -> Outcome {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    let mut cmd = common::fixgate_command();
     cmd.args(&c.args)
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
         .env("NO_COLOR", "1")
         .env("RUST_BACKTRACE", "0");
     if c.pipes != Pipes::Captured {
@@ -466,7 +465,6 @@ fn regression_a_closed_stderr_pipe_left_an_empty_report_and_exit_101() {
     let out = Command::new("bash")
         .args(["-c", &script])
         .current_dir(repo.path())
-        .env_remove("FIXGATE_CACHE_DIR")
         .output()
         .unwrap();
     let code = String::from_utf8_lossy(&out.stdout).trim().to_string();

@@ -4,6 +4,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use std::path::Path;
 
 use common::{Run, TestRepo};
@@ -286,7 +288,7 @@ fn an_order_file_may_list_a_test_twice_only_in_a_row() {
             true,
             &["run", "--order", order.to_str().unwrap()],
         );
-        assert_eq!(run.code, 2, "{listed:?}: {run:?}");
+        assert_eq!(run.code, exit::ERROR, "{listed:?}: {run:?}");
         assert!(run.stderr.contains("is listed twice"), "{run:?}");
     }
 }

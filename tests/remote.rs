@@ -5,8 +5,9 @@
 
 mod common;
 
+use fixgate::exit;
+
 use std::path::Path;
-use std::process::Command;
 
 use common::servers::{self, Server};
 use common::{git, Run, TestRepo};
@@ -81,7 +82,7 @@ fn clone_of(repo: &TestRepo) -> TestRepo {
 /// Runs the binary in `dir` with `cache` as its cache directory, the test interpreter, none of
 /// the caller's remote settings, and `env`.
 fn fixgate(dir: &Path, cache: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    let mut cmd = common::fixgate_command();
     cmd.args(args)
         .arg("--cache-dir")
         .arg(cache)
@@ -89,14 +90,6 @@ fn fixgate(dir: &Path, cache: &Path, args: &[&str], env: &[(&str, &str)]) -> Run
         .arg(common::python())
         .current_dir(dir)
         .env("NO_COLOR", "1");
-    for var in [
-        "FIXGATE_CACHE_DIR",
-        "FIXGATE_REMOTE_CACHE",
-        "FIXGATE_REMOTE_HEADER",
-        "FIXGATE_CACHE_KEY",
-    ] {
-        cmd.env_remove(var);
-    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -445,7 +438,7 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
             &["--remote-cache", &url, "--remote-required"],
             &[],
         );
-        assert_eq!(run.code, 2, "{url}: {run:?}");
+        assert_eq!(run.code, exit::ERROR, "{url}: {run:?}");
         assert!(run.stderr.contains("--remote-required"), "{run:?}");
     }
 }
@@ -622,7 +615,7 @@ fn credentials_appear_in_no_report_log_line_or_cache_file() {
         &["cache", "stats", "--remote-cache", &server.url],
         &[("FIXGATE_REMOTE_HEADER", TOKEN)],
     );
-    assert_eq!(bad.code, 2, "{bad:?}");
+    assert_eq!(bad.code, exit::ERROR, "{bad:?}");
     outputs.push(format!("{bad:?}"));
     for file in files_under(repo.cache.path()) {
         if let Ok(text) = std::fs::read_to_string(&file) {
@@ -771,7 +764,7 @@ fn a_shard_must_be_k_of_n() {
             &["audit", "--base", &base, "--head", &head, "--shard", bad],
             &[],
         );
-        assert_eq!(run.code, 2, "{bad}: {run:?}");
+        assert_eq!(run.code, exit::ERROR, "{bad}: {run:?}");
         assert!(run.stderr.contains("K/N"), "{bad}: {}", run.stderr);
     }
 }

@@ -2,6 +2,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use common::{assert_outcomes, outcomes, tree_bytes, TestRepo};
 
 fn cart_repo() -> TestRepo {
@@ -236,7 +238,7 @@ fn an_interpreter_without_pytest_is_exit_2_with_the_install_hint() {
     assert!(ok.success());
     let py = venv.path().join("bin/python");
     let run = repo.fixgate(&["run", "--python", py.to_str().unwrap()]);
-    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.code, exit::ERROR, "{run:?}");
     assert!(run.stderr.contains("-m pip install pytest"), "{run:?}");
     assert!(run.stderr.contains(py.to_str().unwrap()), "{run:?}");
 }
@@ -248,7 +250,7 @@ fn a_syntax_error_in_a_test_file_is_a_clear_error_with_pytests_message() {
         .write("tests/test_broken.py", "def test_broken(:\n    pass\n");
     repo.commit("base");
     let run = repo.fixgate_py(&["run"]);
-    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.code, exit::ERROR, "{run:?}");
     assert!(run.stderr.contains("tests/test_broken.py"), "{run:?}");
     assert!(
         run.stderr.contains("SyntaxError") || run.stderr.contains("invalid syntax"),
@@ -285,7 +287,7 @@ fn an_order_file_runs_exactly_that_order_and_rejects_unknown_ids() {
     std::fs::write(&order, "tests/test_cart.py::test_nope\n").unwrap();
     let bad = repo.fixgate_py(&["run", "--order", order.to_str().unwrap()]);
     std::fs::remove_file(&order).unwrap();
-    assert_eq!(bad.code, 2);
+    assert_eq!(bad.code, exit::ERROR);
     assert!(
         bad.stderr.contains("line 1") && bad.stderr.contains("test_nope"),
         "{bad:?}"
@@ -646,7 +648,7 @@ fn a_rewrite_warning_is_seen_on_every_run_not_only_the_first() {
     let first = repo.fixgate_py(&["run", "--format", "json"]);
     let second = repo.fixgate_py(&["run", "--format", "json"]);
     assert_eq!(first.code, second.code, "{first:?}\n{second:?}");
-    assert_eq!(first.code, 2, "{first:?}");
+    assert_eq!(first.code, exit::ERROR, "{first:?}");
     assert!(
         second.stderr.contains("assertion is always true"),
         "{second:?}"

@@ -3,6 +3,8 @@
 
 mod common;
 
+use fixgate::exit;
+
 use common::TestRepo;
 use serde_json::Value;
 
@@ -255,7 +257,7 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
         "--output",
         out.path().to_str().unwrap(),
     ]);
-    assert_eq!(run.code, 2, "an error outranks a pass: {run:?}");
+    assert_eq!(run.code, exit::ERROR, "an error outranks a pass: {run:?}");
     let mut files: Vec<String> = std::fs::read_dir(out.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

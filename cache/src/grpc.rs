@@ -12,7 +12,8 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::remote::{Backend, DigestFunction, RemoteConfig, RemoteDigest, RemoteError};
+use crate::remote_config::RemoteConfig;
+use crate::wire::{Backend, DigestFunction, RemoteDigest, RemoteError};
 
 /// Blobs up to this size go through the batch calls; larger ones through ByteStream, in chunks
 /// of this size. It stays under gRPC's common 4 MiB message limit.
@@ -338,7 +339,7 @@ impl Backend for GrpcBackend {
 mod tests {
     #[test]
     fn upload_resources_follow_the_bytestream_layout() {
-        let d = crate::remote::DigestFunction::Sha256.digest(b"x");
+        let d = crate::wire::DigestFunction::Sha256.digest(b"x");
         let layout = |instance: &str, function| {
             let l = super::Layout {
                 instance: instance.to_owned(),
@@ -346,11 +347,11 @@ mod tests {
             };
             (l.blob(&d), l.upload(&d))
         };
-        let (read, write) = layout("", crate::remote::DigestFunction::Sha256);
+        let (read, write) = layout("", crate::wire::DigestFunction::Sha256);
         assert_eq!(read, format!("blobs/{}/1", d.hex()));
         assert!(write.starts_with("uploads/"));
         assert!(write.ends_with(&format!("/blobs/{}/1", d.hex())));
-        let (read, write) = layout("main", crate::remote::DigestFunction::Blake3);
+        let (read, write) = layout("main", crate::wire::DigestFunction::Blake3);
         assert_eq!(read, format!("main/blobs/blake3/{}/1", d.hex()));
         assert!(write.starts_with("main/uploads/"));
         assert!(write.ends_with(&format!("/blobs/blake3/{}/1", d.hex())));

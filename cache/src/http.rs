@@ -10,7 +10,8 @@ use prost::Message;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
-use crate::remote::{Backend, DigestFunction, RemoteConfig, RemoteDigest, RemoteError};
+use crate::remote_config::RemoteConfig;
+use crate::wire::{Backend, DigestFunction, RemoteDigest, RemoteError};
 
 /// Answers larger than this are refused rather than read into memory.
 const MAX_BODY: u64 = 1 << 30;

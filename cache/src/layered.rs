@@ -9,8 +9,10 @@ use std::sync::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::mac::MacKey;
-use crate::remote::{self, Backend, DigestFunction, EntryKind, RemoteConfig, RemoteError};
+use crate::remote::{self, EntryKind};
+use crate::remote_config::RemoteConfig;
 use crate::store::push_candidate;
+use crate::wire::{Backend, DigestFunction, RemoteError};
 use crate::{ActionRecord, Digest, Origin, Store, TraceEntry, Warning};
 
 /// Hits, misses and bytes moved by one [`LayeredStore`].
@@ -565,7 +567,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::remote::RemoteDigest;
+    use crate::wire::RemoteDigest;
     use crate::{Dep, MemStore};
     use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 

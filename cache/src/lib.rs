@@ -25,7 +25,9 @@ mod mac;
 mod maintenance;
 mod mem;
 mod remote;
+mod remote_config;
 mod store;
+mod wire;
 
 pub use digest::{Digest, ParseDigestError};
 pub use disk::{DiskStore, MaintenanceError, OpenError, DEFAULT_INDEX_WAIT};
@@ -34,12 +36,11 @@ pub use layered::{LayeredStore, PushReport, Touched, TransferStats};
 pub use mac::MacKey;
 pub use maintenance::{AreaStats, GcReport, Stats, VerifyReport};
 pub use mem::MemStore;
-pub use remote::{
-    DigestFunction, RemoteConfig, RemoteError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-};
+pub use remote_config::{RemoteConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use store::{
     ActionRecord, Dep, NoStore, Origin, Store, TraceEntry, Warning, MAX_TRACE_CANDIDATES,
 };
+pub use wire::{DigestFunction, RemoteError};
 
 /// Schema version of a cache directory and of every record in it. Bump it when a stored format
 /// changes; directories of an older schema are cleared on open.

@@ -6,7 +6,7 @@ use std::fmt;
 use bazel_remote_apis::google::protobuf::Any;
 use prost::Message;
 
-use crate::remote::RemoteDigest;
+use crate::wire::RemoteDigest;
 
 /// The type URL of the MAC in an ActionResult's `execution_metadata.auxiliary_metadata`.
 pub(crate) const MAC_TYPE_URL: &str = "type.googleapis.com/fixgate.cache.v1.Mac";

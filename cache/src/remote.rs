@@ -1,204 +1,15 @@
-//! The remote cache: its settings, the digest functions it may use, how a node's record maps onto
-//! a REAPI Action and ActionResult, and the contract the two protocol backends implement.
-
-use std::fmt;
-use std::time::Duration;
+//! The remote cache: how a node's record maps onto a REAPI Action and ActionResult, and which
+//! protocol backend a URL names.
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use prost::Message;
-use sha2::Digest as _;
 
 use crate::mac::MacKey;
-
-/// How long connecting to the remote may take before the remote counts as down.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one request may take before it counts as failed.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::remote_config::{display_url, RemoteConfig};
+use crate::wire::{Backend, DigestFunction, RemoteDigest, RemoteError};
 
 /// The output path a node's value has in its ActionResult.
 pub(crate) const VALUE_PATH: &str = "value";
-
-/// Where the remote cache is and how to use it. Built by the binary from flags, the environment
-/// and `pyproject.toml`; the cache crate never reads those itself.
-#[derive(Clone)]
-pub struct RemoteConfig {
-    /// `http://`, `https://` (Bazel HTTP cache protocol), `grpc://` or `grpcs://` (REAPI v2).
-    /// For gRPC a path names the instance: `grpc://host:8980/main`.
-    pub url: String,
-    /// Write results to the remote (off by default: an untrusted run must not publish).
-    pub upload: bool,
-    /// Extra request headers, e.g. `("Authorization", "Bearer …")`. Secret: never displayed.
-    pub headers: Vec<(String, String)>,
-    /// Sign action results on upload and ignore unsigned or badly signed ones on download.
-    pub mac_key: Option<MacKey>,
-    /// See [`DEFAULT_CONNECT_TIMEOUT`].
-    pub connect_timeout: Duration,
-    /// See [`DEFAULT_REQUEST_TIMEOUT`].
-    pub request_timeout: Duration,
-}
-
-impl RemoteConfig {
-    /// Settings for `url` with the defaults: no upload, no headers, no signing.
-    pub fn new(url: impl Into<String>) -> RemoteConfig {
-        RemoteConfig {
-            url: url.into(),
-            upload: false,
-            headers: Vec::new(),
-            mac_key: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        }
-    }
-
-    /// The URL as it may be shown: without a query string, which can hold a token, and
-    /// without `user:password@`.
-    pub fn display_url(&self) -> String {
-        display_url(&self.url)
-    }
-}
-
-impl fmt::Debug for RemoteConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Header values and the key are credentials: only their presence is shown.
-        f.debug_struct("RemoteConfig")
-            .field("url", &self.display_url())
-            .field("upload", &self.upload)
-            .field(
-                "headers",
-                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
-            .field("signed", &self.mac_key.is_some())
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
-}
-
-pub(crate) fn display_url(url: &str) -> String {
-    let url = url.split(['?', '#']).next().unwrap_or(url);
-    // Credentials in the URL are refused, but the message refusing them must not show them.
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let end = rest.find('/').unwrap_or(rest.len());
-            match rest[..end].rfind('@') {
-                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-                None => url.to_owned(),
-            }
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// Why the remote could not be used. Messages never contain header values.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RemoteError {
-    /// The URL is not one fixgate can use.
-    #[error("remote cache URL {url:?} {why}")]
-    BadUrl {
-        /// The URL, without its query.
-        url: String,
-        /// What is wrong, as a fragment after the URL.
-        why: String,
-    },
-    /// A header from `FIXGATE_REMOTE_HEADER` is malformed.
-    #[error("remote cache header {name:?} is not a valid header (expected \"Name: value\")")]
-    BadHeader {
-        /// The header's name (never its value).
-        name: String,
-    },
-    /// Connecting, a timeout, or a broken connection.
-    #[error("cannot reach the remote cache: {0}")]
-    Transport(String),
-    /// The server answered with an error.
-    #[error("the remote cache answered {0}")]
-    Status(String),
-    /// The server answered something that is not what the protocol says.
-    #[error("the remote cache sent an invalid answer: {0}")]
-    Protocol(String),
-}
-
-/// The hash function remote digests are computed with: what the server offers, BLAKE3 first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DigestFunction {
-    /// SHA-256, what every REAPI server and Bazel HTTP cache understands.
-    Sha256,
-    /// BLAKE3, fixgate's own hash, when the server offers it.
-    Blake3,
-}
-
-impl DigestFunction {
-    /// `sha256` or `blake3`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DigestFunction::Sha256 => "sha256",
-            DigestFunction::Blake3 => "blake3",
-        }
-    }
-
-    /// The digest of `bytes`.
-    pub(crate) fn digest(self, bytes: &[u8]) -> RemoteDigest {
-        let hash: [u8; 32] = match self {
-            DigestFunction::Sha256 => sha2::Sha256::digest(bytes).into(),
-            DigestFunction::Blake3 => *blake3::hash(bytes).as_bytes(),
-        };
-        RemoteDigest {
-            hash,
-            size: bytes.len() as u64,
-        }
-    }
-
-    /// The REAPI enum value.
-    pub(crate) fn reapi(self) -> i32 {
-        match self {
-            DigestFunction::Sha256 => reapi::digest_function::Value::Sha256 as i32,
-            DigestFunction::Blake3 => reapi::digest_function::Value::Blake3 as i32,
-        }
-    }
-
-    /// BLAKE3 when `offered` has it, else SHA-256 when it has that, else `None`.
-    pub(crate) fn choose(offered: &[i32]) -> Option<DigestFunction> {
-        [DigestFunction::Blake3, DigestFunction::Sha256]
-            .into_iter()
-            .find(|f| offered.contains(&f.reapi()))
-    }
-}
-
-/// A REAPI digest: a hash of the negotiated function and the size of what it hashes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct RemoteDigest {
-    pub(crate) hash: [u8; 32],
-    pub(crate) size: u64,
-}
-
-impl RemoteDigest {
-    pub(crate) fn hex(&self) -> String {
-        crate::Digest::from_bytes(self.hash).to_hex()
-    }
-
-    pub(crate) fn to_proto(self) -> reapi::Digest {
-        reapi::Digest {
-            hash: self.hex(),
-            size_bytes: i64::try_from(self.size).unwrap_or(i64::MAX),
-        }
-    }
-
-    pub(crate) fn from_proto(d: &reapi::Digest) -> Result<RemoteDigest, RemoteError> {
-        let hash = crate::Digest::from_hex(&d.hash)
-            .map_err(|e| RemoteError::Protocol(format!("digest {:?}: {e}", d.hash)))?;
-        let size = u64::try_from(d.size_bytes)
-            .map_err(|_| RemoteError::Protocol(format!("negative size {}", d.size_bytes)))?;
-        Ok(RemoteDigest {
-            hash: *hash.as_bytes(),
-            size,
-        })
-    }
-
-    /// Whether `bytes` are what this digest names.
-    pub(crate) fn matches(&self, function: DigestFunction, bytes: &[u8]) -> bool {
-        function.digest(bytes) == *self
-    }
-}
 
 /// What a node's entry is in the remote action cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,28 +123,6 @@ pub(crate) fn read_result(
     Ok((value, result.exit_code != 0))
 }
 
-/// One remote cache protocol. Every call is one request (or one short exchange); a missing
-/// entry is `Ok(None)`, anything else that goes wrong is an error.
-pub(crate) trait Backend: Send + Sync {
-    /// The digest function keys and blobs are computed with on this server.
-    fn digest_function(&self) -> DigestFunction;
-
-    fn get_action_result(
-        &self,
-        action: &RemoteDigest,
-    ) -> Result<Option<reapi::ActionResult>, RemoteError>;
-
-    fn put_action_result(
-        &self,
-        action: &RemoteDigest,
-        result: &reapi::ActionResult,
-    ) -> Result<(), RemoteError>;
-
-    fn get_blob(&self, digest: &RemoteDigest) -> Result<Option<Vec<u8>>, RemoteError>;
-
-    fn put_blob(&self, digest: &RemoteDigest, bytes: &[u8]) -> Result<(), RemoteError>;
-}
-
 /// Connects to the server `config` names: for gRPC this asks for its capabilities (and so fails
 /// fast when it is down), for HTTP it only builds the client.
 pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteError> {
@@ -403,28 +192,6 @@ mod tests {
     }
 
     #[test]
-    fn sha256_digest_is_the_standard_one() {
-        let d = DigestFunction::Sha256.digest(b"abc");
-        assert_eq!(
-            d.hex(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(d.size, 3);
-    }
-
-    #[test]
-    fn blake3_is_preferred_when_offered() {
-        let sha = DigestFunction::Sha256.reapi();
-        let b3 = DigestFunction::Blake3.reapi();
-        assert_eq!(
-            DigestFunction::choose(&[sha, b3]),
-            Some(DigestFunction::Blake3)
-        );
-        assert_eq!(DigestFunction::choose(&[sha]), Some(DigestFunction::Sha256));
-        assert_eq!(DigestFunction::choose(&[]), None);
-    }
-
-    #[test]
     fn results_round_trip_and_signatures_are_checked() {
         let f = DigestFunction::Sha256;
         let action = action_digest(f, EntryKind::Action, &crate::Digest::of(b"k"));
@@ -469,16 +236,5 @@ mod tests {
             assert!(matches!(err, RemoteError::BadUrl { .. }), "{url}: {err}");
             assert!(!err.to_string().contains("pw"));
         }
-    }
-
-    #[test]
-    fn debug_never_shows_header_values() {
-        let mut c = RemoteConfig::new("https://cache.example/?token=abc");
-        c.headers
-            .push(("Authorization".into(), "Bearer sekrit".into()));
-        let shown = format!("{c:?}");
-        assert!(!shown.contains("sekrit"));
-        assert!(!shown.contains("abc"));
-        assert!(shown.contains("Authorization"));
     }
 }

@@ -36,6 +36,25 @@ impl PairKind {
             PairKind::StateSetter => "state-setter",
         }
     }
+
+    /// Whether a victim's outcome (`green` or not) is the anomaly this kind of culprit causes:
+    /// a polluter's victim fails, a state-setter's passes. The one rule for the search, the
+    /// reuse of known sets, every check of a pair and the base checks.
+    pub(crate) fn anomaly(self, green: bool) -> bool {
+        match self {
+            PairKind::Polluter => !green,
+            PairKind::StateSetter => green,
+        }
+    }
+
+    /// The finding a culprit of this kind is: a polluter is one; a state-setter is no defect of
+    /// its own (the brittle test that needs it is), so it shares the victim's order dependence.
+    pub(crate) fn culprit_finding(self) -> crate::audit::verdict::FindingKind {
+        match self {
+            PairKind::Polluter => crate::audit::verdict::FindingKind::Polluter,
+            PairKind::StateSetter => crate::audit::verdict::FindingKind::OrderDependent,
+        }
+    }
 }
 
 /// How the culprits were narrowed down.

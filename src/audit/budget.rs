@@ -2,13 +2,15 @@
 //! `[tool.fixgate.budget]`), what the audit used, the breaches that make a patch unverified, and
 //! the new skips found by comparing the markers of the base and head collections.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 
 use serde::{Serialize, Serializer};
 
+use crate::audit::triage::Evidence;
 use crate::config::BudgetConfig;
-use crate::pytest::events::{CollectedItem, Marker};
+use crate::pytest::events::{CollectedItem, Collection, Marker};
+use crate::pytest::result::Outcome;
 
 /// The markers that stop a test from counting: each one added by a patch is a new skip.
 const SKIP_MARKERS: [&str; 3] = ["skip", "skipif", "xfail"];
@@ -199,6 +201,42 @@ pub struct NewSkip {
     /// `skip`, `skipif` or `xfail`.
     pub marker: String,
     pub reason: Option<String>,
+}
+
+/// The new skips of a patch: new skip markers on the tests and the collectors the head skipped
+/// ([`new_skips`]), and a skip inside the body of a test the base had (`pytest.skip(...)` is no
+/// marker): a test the patch edited and that was skipped in every order counts too, with the
+/// reason its run gave (`skip_reason`). Sorted by nodeid.
+pub(crate) fn patch_skips(
+    base: &Collection,
+    head: &Collection,
+    evidence: &BTreeMap<String, Evidence>,
+    edited: &BTreeSet<String>,
+    base_ids: &HashSet<&str>,
+    skip_reason: impl Fn(&str) -> Option<String>,
+) -> Vec<NewSkip> {
+    let with_skipped = |c: &Collection| {
+        c.items
+            .iter()
+            .chain(&c.skipped_collectors)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let mut skips = new_skips(&with_skipped(base), &with_skipped(head));
+    for (id, e) in evidence {
+        let skipped =
+            !e.outcomes.is_empty() && e.outcomes.iter().all(|(_, o)| *o == Outcome::Skipped);
+        let counted = skips.iter().any(|s| &s.nodeid == id);
+        if skipped && edited.contains(id) && base_ids.contains(id.as_str()) && !counted {
+            skips.push(NewSkip {
+                nodeid: id.clone(),
+                marker: "pytest.skip()".into(),
+                reason: skip_reason(id),
+            });
+        }
+    }
+    skips.sort_by(|a, b| a.nodeid.cmp(&b.nodeid));
+    skips
 }
 
 /// The new skips of `head` relative to `base`, one per test (its first new skip marker), sorted

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::delta::Delta;
-use crate::pytest::driver::RunResult;
+use crate::pytest::result::RunResult;
 use crate::snapshot::Snapshot;
 
 /// The tests whose outcome the patch's edits to their file decide: their function changed, or

@@ -1,24 +1,24 @@
-//! The one-line message of each finding, as the report prints it.
-
-use std::collections::{BTreeMap, BTreeSet};
+//! The one-line message of each finding, as the report prints it, from the typed evidence it
+//! rests on. A kind without a case here gets the default line, `<subject>: <kind>`.
 
 use crate::audit::bisect::PairKind;
-use crate::audit::budget;
-use crate::audit::triage::{self, Signal};
+use crate::audit::collection::Broken;
+use crate::audit::outcome::{Judgment, Nondeterminism};
+use crate::audit::pair::Pair;
+use crate::audit::triage::Signal;
 use crate::audit::verdict::{self, FindingKind};
-use crate::engine::search::Pair;
 use crate::pytest::events::StateChange;
-use crate::report;
 
-pub(crate) fn finding_message(
-    f: &verdict::Finding,
-    triaged: &BTreeMap<String, triage::Triage>,
-    pairs: &[Pair],
-    replay: &[report::ReplayReport],
-    new_skips: &[budget::NewSkip],
-    outside: &BTreeMap<Option<String>, BTreeSet<String>>,
-    source_replay: &[report::SourceReplay],
-) -> String {
+/// The message of a finding the verdict weighed (or of an `edited-assertion`).
+pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
+    let (triaged, pairs, replay, new_skips, outside, source_replay) = (
+        &j.triaged,
+        &j.pairs,
+        &j.replay,
+        &j.new_skips,
+        &j.outside,
+        &j.source_replay,
+    );
     let id = &f.subject;
     let base = match f.kind {
         FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
@@ -139,14 +139,12 @@ pub(crate) fn finding_message(
                 _ => format!("{id} passes with both versions of its test code: a refactor. base: {b}; head: {h}"),
             }
         }
+        FindingKind::EditedAssertion => match pairs.iter().find(|p| &p.victim == id) {
+            Some(p) => edited_assertion(p),
+            None => format!("{id}: {}", f.kind.as_str()),
+        },
         FindingKind::OutsideWrite => {
-            let key = (id != crate::engine::audit::SESSION).then(|| id.clone());
-            let what: Vec<&str> = outside
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-                .collect();
+            let what: Vec<&str> = outside.of_subject(id);
             let shown = what.iter().take(5).copied().collect::<Vec<_>>().join(", ");
             let more = match what.len() {
                 n if n > 5 => format!(" and {} more", n - 5),
@@ -180,4 +178,40 @@ pub(crate) fn describe_leak(change: &StateChange) -> String {
         }
         StateChange::Other(text) => text.clone(),
     }
+}
+
+/// The `edited-assertion` message of a pair's victim. It is never pre-existing: the patch edited
+/// the test.
+fn edited_assertion(p: &Pair) -> String {
+    format!(
+        "the patch edited {}, whose outcome depends on {} ({}): it changed the test instead of \
+         isolating it",
+        p.victim,
+        p.culprits.join(", "),
+        p.kind.as_str()
+    )
+}
+
+/// The message of a head whose suite does not collect: where, and pytest's error.
+pub(crate) fn collection_error(broken: &Broken) -> String {
+    let at = match (&broken.file, broken.line) {
+        (Some(f), Some(l)) => format!("{f}:{l}: "),
+        (Some(f), None) => format!("{f}: "),
+        _ => String::new(),
+    };
+    format!(
+        "the head's suite does not collect while the base's does: {at}{}",
+        broken.error
+    )
+}
+
+/// The message of an outcome a fresh run (`--check`) did not repeat.
+pub(crate) fn nondeterministic(n: &Nondeterminism) -> String {
+    format!(
+        "--check: {} was {} in the cached run of order {} and {} now",
+        n.nodeid,
+        n.cached.map(|o| o.as_str()).unwrap_or("absent"),
+        n.order,
+        n.fresh.as_str()
+    )
 }

@@ -2,8 +2,8 @@
 //! order, `--nio`) and of the runs that confirm it. A test that passes and then fails when it
 //! runs again pollutes its own state; that is proven only when it does so every time.
 
-use crate::audit::triage::PROOF_RERUNS;
-use crate::pytest::events::Outcome;
+use crate::audit::proof::PROOF_RERUNS;
+use crate::pytest::result::Outcome;
 
 /// A test's two runs in a row in one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,16 +71,6 @@ pub fn base_shows(reruns: &[Twice]) -> bool {
     reruns.iter().any(|t| t.breaks_itself())
 }
 
-/// The command that shows a test breaking itself: `fixgate run` of an order that lists it twice
-/// in a row (plain pytest runs a node id given twice only once).
-pub fn repro(nodeid: &str) -> String {
-    let id = crate::engine::search::shell_quote(nodeid);
-    format!(
-        "printf '%s\\n' {id} {id} > nio-order.txt && fixgate run --order nio-order.txt  \
-         # passes, then fails when run again in the same process"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,16 +81,6 @@ mod tests {
             first,
             second: Some(second),
         }
-    }
-
-    #[test]
-    fn the_repro_lists_the_test_twice_for_fixgate_run() {
-        assert_eq!(
-            repro("tests/test_a.py::test_x[a b]"),
-            "printf '%s\\n' 'tests/test_a.py::test_x[a b]' 'tests/test_a.py::test_x[a b]' > \
-             nio-order.txt && fixgate run --order nio-order.txt  # passes, then fails when run \
-             again in the same process"
-        );
     }
 
     #[test]

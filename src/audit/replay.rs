@@ -1,6 +1,17 @@
 //! The fixture decision table: how a coupled test's replay on the base's fixture bytes reads.
 
-use crate::pytest::events::Outcome;
+use crate::audit::verdict::FindingKind;
+use crate::pytest::result::Outcome;
+
+/// One coupled test replayed on head code with the base's fixture bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ReplayRead {
+    pub(crate) nodeid: String,
+    /// Its outcome at head, and on the base's fixture bytes.
+    pub(crate) head: Outcome,
+    pub(crate) base: Outcome,
+    pub(crate) reading: Reading,
+}
 
 /// How one replayed test reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +36,16 @@ impl Reading {
         }
     }
 
+    /// The finding this reading is, if any.
+    pub(crate) fn finding(self) -> Option<FindingKind> {
+        match self {
+            Reading::Redefined => Some(FindingKind::Redefined),
+            Reading::Cosmetic => Some(FindingKind::Cosmetic),
+            Reading::Additive => Some(FindingKind::Additive),
+            Reading::Inconclusive => None,
+        }
+    }
+
     /// Reads a replay: `new_test` (the base has no such test), `reads_only_added` (every delta
     /// file it read was added by the patch), and its outcome at head and on the base's bytes.
     pub(crate) fn of(
@@ -42,6 +63,12 @@ impl Reading {
         } else {
             Reading::Redefined
         }
+    }
+}
+
+impl serde::Serialize for Reading {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 

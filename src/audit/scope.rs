@@ -27,16 +27,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::audit::footprint::{Footprint, Imports};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{StateChange, TestResult};
+use crate::pytest::events::StateChange;
+use crate::pytest::result::{RunResult, TestResult};
 
 /// Why the shuffled orders run the whole selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Full {
     /// `--full`.
     Asked,
-    /// `--shard`: a share cannot see the file-order run another share makes.
-    Sharded,
     Footprint(String),
     /// A changed function ran outside any test.
     RanAtCollection {
@@ -59,7 +57,6 @@ impl fmt::Display for Full {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Full::Asked => f.write_str("--full"),
-            Full::Sharded => f.write_str("a sharded audit runs full orders"),
             Full::Footprint(why) => f.write_str(why),
             Full::RanAtCollection { path, line } => write!(
                 f,

@@ -1,7 +1,25 @@
 //! Test-source replay read as the decision table: a test the patch edited, run with the base's
 //! version of its test file on the head's code.
 
-use crate::pytest::events::Outcome;
+use crate::audit::verdict::FindingKind;
+use crate::pytest::result::Outcome;
+
+/// One edited test run with the base's version of its test file on the head's code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SourceRead {
+    pub(crate) nodeid: String,
+    /// The base's node id of a test the patch renamed (its base version ran under this name);
+    /// `None` for a test edited under its own name.
+    pub(crate) renamed_from: Option<String>,
+    /// Its outcome at head.
+    pub(crate) head: Outcome,
+    /// Its outcome with the base's test code; `None` when the base's file did not run it.
+    pub(crate) base_test_code: Option<Outcome>,
+    pub(crate) reading: Reading,
+    /// The lines of the test (or around it) only the base has, and only the head has.
+    pub(crate) base_lines: Vec<String>,
+    pub(crate) head_lines: Vec<String>,
+}
 
 /// How an edited test's replay reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +48,21 @@ impl Reading {
             Reading::Refactor => "test-refactor",
             Reading::Inconclusive => "inconclusive",
         }
+    }
+
+    /// The finding this reading is, if any.
+    pub(crate) fn finding(self) -> Option<FindingKind> {
+        match self {
+            Reading::Redefined => Some(FindingKind::RedefinedTest),
+            Reading::Refactor => Some(FindingKind::TestRefactor),
+            Reading::Inconclusive => None,
+        }
+    }
+}
+
+impl serde::Serialize for Reading {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 

@@ -67,15 +67,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 use crate::audit::nio::Idempotence;
+use crate::audit::order::OrderLabel;
 use crate::audit::verdict::FindingKind;
-use crate::pytest::events::{Outcome, StateChange};
+use crate::pytest::events::StateChange;
+use crate::pytest::result::Outcome;
 
 /// What the audit knows about one test.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Evidence {
-    /// The outcome per order label (`"0"`, `"rev"`, `"1"`…), in the order of the seed list. A
-    /// list rather than a map so that `"10"` does not sort before `"2"`.
-    pub outcomes: Vec<(String, Outcome)>,
+    /// The outcome per order, in the order of the matrix (file, reversed, then the seed list).
+    pub outcomes: Vec<(OrderLabel, Outcome)>,
     /// For a test whose outcome differed across orders: the reruns of a failing and a passing
     /// order.
     pub confirm: Option<Confirm>,
@@ -104,11 +105,7 @@ pub struct Evidence {
     pub leaks: Vec<StateChange>,
 }
 
-/// How many times each way the outcome must follow the order before a test is order-dependent:
-/// the failing order rerun, the passing order rerun, and a found pair (culprits then victim, and
-/// the victim alone). A test that flakes with probability `p` in any order passes such a check
-/// by chance with probability at most `(1-p)^3 p^3` (see README, "How sure a reject is").
-pub const PROOF_RERUNS: usize = 3;
+pub use crate::audit::proof::PROOF_RERUNS;
 
 /// The reruns that tell order-dependent from flaky.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,8 +139,9 @@ impl Confirm {
 }
 
 /// The primary bucket. Every test lands in exactly one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Bucket {
+    #[default]
     Stable,
     OrderDependent,
     Polluter,
@@ -167,6 +165,21 @@ impl Bucket {
             Bucket::Skipped => "skipped",
             Bucket::Crashed => "crashed",
             Bucket::Timeout => "timeout",
+        }
+    }
+
+    /// Where a reader wants the bucket in a report: the defects first, then the rest.
+    pub(crate) fn rank(self) -> u8 {
+        match self {
+            Bucket::OrderDependent => 0,
+            Bucket::Polluter => 1,
+            Bucket::Failing => 2,
+            Bucket::Error => 3,
+            Bucket::Crashed => 4,
+            Bucket::Timeout => 5,
+            Bucket::Flaky => 6,
+            Bucket::Skipped => 7,
+            Bucket::Stable => 8,
         }
     }
 }
@@ -508,15 +521,16 @@ mod tests {
     use super::*;
     use Outcome::*;
 
-    const LABELS: [&str; 4] = ["0", "rev", "1", "2"];
+    const LABELS: [OrderLabel; 4] = [
+        OrderLabel::File,
+        OrderLabel::Reversed,
+        OrderLabel::Seed(1),
+        OrderLabel::Seed(2),
+    ];
 
     fn ev(outcomes: &[Outcome]) -> Evidence {
         Evidence {
-            outcomes: LABELS
-                .iter()
-                .zip(outcomes)
-                .map(|(l, o)| ((*l).to_owned(), *o))
-                .collect(),
+            outcomes: LABELS.iter().zip(outcomes).map(|(l, o)| (*l, *o)).collect(),
             ..Evidence::default()
         }
     }
@@ -1065,8 +1079,8 @@ mod serde_tests {
     fn a_test_that_leaks_state_keeps_its_bucket_and_gets_one_signal_per_change_and_a_finding() {
         let mut e = Evidence {
             outcomes: vec![
-                ("0".into(), Outcome::Passed),
-                ("rev".into(), Outcome::Passed),
+                (OrderLabel::File, Outcome::Passed),
+                (OrderLabel::Reversed, Outcome::Passed),
             ],
             ..Evidence::default()
         };

@@ -1,6 +1,14 @@
 //! The verdict: what every finding means for the patch, and the one answer with its exit code,
 //! following DESIGN.md's triage policy and precedence
-//! (error > drift > expired-freeze > reject > unverified > pass).
+//! (error > drift > expired-freeze > reject > unverified > pass), which is [`Verdict`]'s order.
+//!
+//! # Adding a finding kind
+//!
+//! A new kind of finding is one variant of [`FindingKind`] (its name, its noun, whether it is a
+//! code defect, all in this file) and one rule that produces it from typed evidence (in
+//! `audit::findings`, or beside the phase whose evidence it reads). Its message is
+//! `audit::message`'s default line (`<subject>: <kind>`) until that module gives it one of its
+//! own; the renderers, the verdict and the report need nothing else.
 
 use std::fmt;
 
@@ -8,14 +16,17 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::exit;
 
-/// The audit's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The audit's answer, ordered by precedence: the greater of two verdicts wins (one audit's
+/// gates, or the reports of several heads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Verdict {
     Pass,
-    Reject,
     Unverified,
-    Drift,
+    Reject,
     ExpiredFreeze,
+    Drift,
+    /// Nothing was judged (also what a report that knows nothing else says).
+    #[default]
     Error,
 }
 
@@ -117,6 +128,13 @@ pub enum FindingKind {
     /// A test that passes, then fails when run again in the same process (`--nio`): it
     /// pollutes its own state.
     NonIdempotent,
+    /// The patch edited the assertion of an order-dependent test the base had: it changed the
+    /// test instead of isolating it. Reported beside the victim's `order-dependent` finding,
+    /// which is what the verdict weighs.
+    EditedAssertion,
+    /// `--check`: a cached run's outcome differs from a fresh run of the same order. Reported
+    /// only: what it says is that a cache entry was a coin flip.
+    Nondeterministic,
     /// A test that left shared state changed behind it (a module global, an environment
     /// variable...): a polluter without a victim, reported, never blocking by itself.
     LeaksState,
@@ -144,7 +162,41 @@ impl FindingKind {
             FindingKind::RedefinedTest => "redefined-test",
             FindingKind::TestRefactor => "test-refactor",
             FindingKind::NonIdempotent => "non-idempotent",
+            FindingKind::EditedAssertion => "edited-assertion",
+            FindingKind::Nondeterministic => "nondeterministic",
             FindingKind::LeaksState => "leaks-state",
+        }
+    }
+
+    /// What one finding of the kind is called in a sentence, singular and plural.
+    pub(crate) fn noun(self) -> (&'static str, &'static str) {
+        match self {
+            FindingKind::OrderDependent => ("order-dependent test", "order-dependent tests"),
+            FindingKind::Polluter => ("polluter", "polluters"),
+            FindingKind::LeaseViolation => ("lease violation", "lease violations"),
+            FindingKind::Redefined => ("redefined test", "redefined tests"),
+            FindingKind::Cosmetic => ("cosmetic fixture change", "cosmetic fixture changes"),
+            FindingKind::Additive => ("additive fixture", "additive fixtures"),
+            FindingKind::Failing => ("failing test", "failing tests"),
+            FindingKind::Crashed => ("crashed test", "crashed tests"),
+            FindingKind::Timeout => ("timed-out test", "timed-out tests"),
+            FindingKind::ErrorBucket => ("test error", "test errors"),
+            FindingKind::Flaky => ("flaky test", "flaky tests"),
+            FindingKind::NewSkip => ("new skip", "new skips"),
+            FindingKind::FreezeAdded => ("freeze entry added", "freeze entries added"),
+            FindingKind::LockChanged => ("lock change", "lock changes"),
+            FindingKind::EditedAssertion => ("edited assertion", "edited assertions"),
+            FindingKind::NonIdempotent => ("non-idempotent test", "non-idempotent tests"),
+            FindingKind::LeaksState => ("test leaking state", "tests leaking state"),
+            FindingKind::OutsideWrite => ("outside-write finding", "outside-write findings"),
+            FindingKind::CollectionError => {
+                ("collection-error finding", "collection-error findings")
+            }
+            FindingKind::RedefinedTest => ("redefined-test finding", "redefined-test findings"),
+            FindingKind::TestRefactor => ("test-refactor finding", "test-refactor findings"),
+            FindingKind::Nondeterministic => {
+                ("nondeterministic finding", "nondeterministic findings")
+            }
         }
     }
 
@@ -164,6 +216,7 @@ impl FindingKind {
                 | FindingKind::CollectionError
                 | FindingKind::RedefinedTest
                 | FindingKind::NonIdempotent
+                | FindingKind::EditedAssertion
         )
     }
 }
@@ -256,6 +309,17 @@ pub struct Decision {
     pub dispositions: Vec<Disposition>,
 }
 
+impl Decision {
+    /// A pass with nothing weighed (a share of a sharded matrix judges nothing).
+    pub(crate) fn pass() -> Decision {
+        Decision {
+            verdict: Verdict::Pass,
+            reasons: Vec::new(),
+            dispositions: Vec::new(),
+        }
+    }
+}
+
 /// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
 pub fn decide(gates: &Gates) -> Decision {
     let dispositions: Vec<Disposition> = gates
@@ -263,41 +327,35 @@ pub fn decide(gates: &Gates) -> Decision {
         .iter()
         .map(|f| disposition(f, gates.strict))
         .collect();
-    let (verdict, reasons) = if !gates.errors.is_empty() {
-        (Verdict::Error, gates.errors.to_vec())
-    } else if !gates.drift.is_empty() {
-        let reasons = gates
-            .drift
-            .iter()
-            .map(|d| format!("fixture differs from fixtures.lock: {d}"))
-            .collect();
-        (Verdict::Drift, reasons)
-    } else if !gates.expired.is_empty() {
-        let reasons = gates
-            .expired
-            .iter()
-            .map(|e| format!("freeze entry expired: {e}"))
-            .collect();
-        (Verdict::ExpiredFreeze, reasons)
-    } else if dispositions.contains(&Disposition::Rejects) {
-        let reasons = gates
-            .findings
-            .iter()
-            .zip(&dispositions)
-            .filter(|(_, d)| **d == Disposition::Rejects)
-            .map(|(f, _)| format!("{} {}: {}", f.kind, f.subject, why_rejects(f)))
-            .collect();
-        (Verdict::Reject, reasons)
-    } else if !gates.breaches.is_empty() {
-        let reasons = gates
-            .breaches
-            .iter()
-            .map(|b| format!("over budget: {b}"))
-            .collect();
-        (Verdict::Unverified, reasons)
-    } else {
-        (Verdict::Pass, Vec::new())
+    let line = |prefix: &str, lines: &[String]| -> Vec<String> {
+        lines.iter().map(|l| format!("{prefix}{l}")).collect()
     };
+    let rejects: Vec<String> = gates
+        .findings
+        .iter()
+        .zip(&dispositions)
+        .filter(|(_, d)| **d == Disposition::Rejects)
+        .map(|(f, _)| format!("{} {}: {}", f.kind, f.subject, why_rejects(f)))
+        .collect();
+    // Every gate that has something to say, the verdict of the gravest: `Verdict`'s order is
+    // the precedence.
+    let (verdict, reasons) = [
+        (Verdict::Error, gates.errors.to_vec()),
+        (
+            Verdict::Drift,
+            line("fixture differs from fixtures.lock: ", gates.drift),
+        ),
+        (
+            Verdict::ExpiredFreeze,
+            line("freeze entry expired: ", gates.expired),
+        ),
+        (Verdict::Reject, rejects),
+        (Verdict::Unverified, line("over budget: ", gates.breaches)),
+    ]
+    .into_iter()
+    .filter(|(_, reasons)| !reasons.is_empty())
+    .max_by_key(|(v, _)| *v)
+    .unwrap_or((Verdict::Pass, Vec::new()));
     Decision {
         verdict,
         reasons,
@@ -360,6 +418,30 @@ mod tests {
         FindingKind::ErrorBucket,
         FindingKind::NonIdempotent,
     ];
+
+    #[test]
+    fn the_order_of_verdicts_is_their_precedence() {
+        let mut all = [
+            Verdict::Error,
+            Verdict::Pass,
+            Verdict::Drift,
+            Verdict::Unverified,
+            Verdict::ExpiredFreeze,
+            Verdict::Reject,
+        ];
+        all.sort();
+        assert_eq!(
+            all.map(Verdict::exit_code),
+            [
+                exit::PASS,
+                exit::UNVERIFIED,
+                exit::REJECT,
+                exit::EXPIRED_FREEZE,
+                exit::DRIFT,
+                exit::ERROR
+            ]
+        );
+    }
 
     #[test]
     fn names_and_exit_codes() {

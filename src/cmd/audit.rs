@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use crate::audit::budget::Overrides;
 use crate::audit::freeze::Date;
-use crate::cli::{AuditArgs, DepsArg, Format};
+use crate::audit::verdict::Verdict;
+use crate::cli::{AuditArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
 use crate::error::{Error, Result};
-use crate::exit;
-use crate::report::{self, AuditReport};
+use crate::report::{self, AuditReport, Format};
 
 pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let heads = heads(args)?;
@@ -58,20 +58,6 @@ fn heads(args: &AuditArgs) -> Result<Vec<String>> {
     Ok(heads)
 }
 
-/// How bad an exit code is, in the verdict's precedence: error, drift, expired freeze, reject,
-/// unverified, pass.
-fn severity(code: i32) -> u8 {
-    match code {
-        exit::ERROR => 5,
-        exit::DRIFT => 4,
-        exit::EXPIRED_FREEZE => 3,
-        exit::REJECT => 2,
-        exit::UNVERIFIED => 1,
-        exit::PASS => 0,
-        _ => 5,
-    }
-}
-
 /// Audits every head against one base, one after another through one cache: every base step
 /// (snapshot, collection, base checks, remembered culprit sets) runs once and is found by the
 /// heads after it. A head that cannot be audited gets an error report; the others go on.
@@ -85,16 +71,14 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
             ))
         })?;
     }
-    let mut worst = exit::PASS;
+    let mut worst = Verdict::Pass;
     for (i, head) in heads.iter().enumerate() {
         let report = match audit::audit(ctx, &options(args, Some(head.clone()))?) {
             Ok(r) => r,
             Err(Error::Interrupted) => return Err(Error::Interrupted),
-            Err(e) => error_report(head, &e),
+            Err(e) => report::assemble::error(head, &e),
         };
-        if severity(report.exit_code) > severity(worst) {
-            worst = report.exit_code;
-        }
+        worst = worst.max(report.verdict);
         for w in &report.warnings {
             ctx.warn(&format!("{head}: {w}"));
         }
@@ -108,22 +92,7 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
             None => write_stdout(&text)?,
         }
     }
-    Ok(worst)
-}
-
-/// The report of a head that could not be audited: verdict error, the reason, exit 2.
-fn error_report(head: &str, e: &Error) -> AuditReport {
-    AuditReport {
-        schema: report::SCHEMA,
-        verdict: "error".into(),
-        exit_code: e.exit_code(),
-        reasons: vec![e.to_string()],
-        head: report::Side {
-            rev: head.to_string(),
-            commit: None,
-        },
-        ..AuditReport::default()
-    }
+    Ok(worst.exit_code())
 }
 
 /// `03-feature_x.json`: the head's place in the list, then its revision with every character a
@@ -184,8 +153,10 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
             max_reruns: args.max_reruns,
         },
         today,
-        sandbox: args.sandbox.clone(),
-        shard: args.shard,
+        sandbox: crate::cmd::settings::sandbox(&args.sandbox),
+        shard: args
+            .shard
+            .map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
         full: args.full,
     })
 }
@@ -265,25 +236,6 @@ fn save_graph(ctx: &Ctx, report: &AuditReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_most_severe_exit_code_follows_the_verdict_precedence() {
-        let mut codes = [
-            exit::PASS,
-            exit::UNVERIFIED,
-            exit::REJECT,
-            exit::EXPIRED_FREEZE,
-            exit::DRIFT,
-            exit::ERROR,
-        ];
-        let ranks: Vec<u8> = codes.iter().map(|&c| severity(c)).collect();
-        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
-        codes.reverse();
-        assert_eq!(
-            codes.iter().copied().max_by_key(|&c| severity(c)),
-            Some(exit::ERROR)
-        );
-    }
 
     #[test]
     fn report_names_keep_their_place_and_drop_odd_characters() {

@@ -75,7 +75,7 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
             })?;
         }
         CacheAction::Push => {
-            let settings = store::configured().ok_or_else(|| {
+            let settings = ctx.remote.as_ref().ok_or_else(|| {
                 Error::Usage(
                     "cache push needs a remote cache: pass --remote-cache URL, set \
                      FIXGATE_REMOTE_CACHE, or set [tool.fixgate] remote-cache"

@@ -88,17 +88,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         ));
     }
     let python = demo_python(ctx)?;
-    let demo_ctx = Ctx {
-        repo: Repo::open(Some(&dir), ctx.env.cwd.as_deref())?,
-        format: ctx.format,
-        output: ctx.output.clone(),
-        cache_dir: ctx.cache_dir.clone(),
-        quiet: ctx.quiet,
-        python: Some(python),
-        jobs: ctx.jobs,
-        interrupted: ctx.interrupted.clone(),
-        env: ctx.env.clone(),
-    };
+    let demo_ctx = ctx.on(Repo::open(Some(&dir), ctx.env.cwd.as_deref())?, python);
     let args = AuditArgs {
         base: "HEAD~1".into(),
         head: vec!["HEAD".into()],

@@ -3,11 +3,12 @@
 
 use std::fmt::Write;
 
-use crate::cli::{Format, GraphArgs};
+use crate::cli::GraphArgs;
 use crate::cmd::audit::last_audit_dir;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::report::Format;
 use crate::report::GraphSummary;
 
 fn load(ctx: &Ctx) -> Result<(GraphSummary, String, serde_json::Value)> {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cli::LockArgs;
+use crate::cmd::atomic;
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
@@ -98,7 +99,7 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
     let text = new.to_json();
     let changed = old.as_deref() != Some(text.as_bytes());
     if changed {
-        write_atomically(&lock_path, text.as_bytes())?;
+        atomic::write(&lock_path, text.as_bytes())?;
     }
     let report = WriteReport {
         schema: 1,
@@ -152,7 +153,7 @@ fn migrate(
     let ok = drift.is_empty();
     let changed = ok && pinned.format != LockFormat::Fixgate;
     if changed {
-        write_atomically(path, new.to_json().as_bytes())?;
+        atomic::write(path, new.to_json().as_bytes())?;
     }
     let report = MigrateReport {
         schema: 1,
@@ -179,19 +180,6 @@ fn migrate(
         }
     })?;
     Ok(if ok { exit::PASS } else { exit::DRIFT })
-}
-
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create a file in", dir, e))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| Error::io("write", tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("write", path, e.error))?;
-    Ok(())
 }
 
 fn render_check(lock: &str, drift: &[Drift]) -> String {

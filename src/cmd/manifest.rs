@@ -13,7 +13,7 @@ pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
     let config = ctx.config(&snapshot)?;
     let manifest = ctx.manifest(&snapshot, &config)?;
     match ctx.format {
-        crate::cli::Format::Json => ctx.emit(&manifest.to_json())?,
+        crate::report::Format::Json => ctx.emit(&manifest.to_json())?,
         _ => ctx.emit_report(&manifest, || render(&manifest))?,
     }
     // The process exits next, and a large tree's snapshot and manifest are tens of thousands of

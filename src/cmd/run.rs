@@ -8,9 +8,10 @@ use crate::cli::RunArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::pytest::driver::{Record, RunResult, ENV_ALLOWLIST, HASH_SEED};
-use crate::pytest::events::{CollectedItem, Outcome};
+use crate::pytest::driver::{Record, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::events::CollectedItem;
 use crate::pytest::interpreter::Fingerprint;
+use crate::pytest::result::{Outcome, RunResult};
 
 #[derive(Serialize)]
 pub struct RunReport<'a> {
@@ -21,7 +22,7 @@ pub struct RunReport<'a> {
     pub forkserver: crate::pytest::forkserver::ForkSummary,
     pub interpreter: &'a Fingerprint,
     /// Writes the run attempted outside its sandbox (each a reason to reject the patch).
-    pub outside_writes: Vec<crate::contain::OutsideWrite>,
+    pub outside_writes: Vec<crate::pytest::outside::OutsideWrite>,
     pub python_hash_seed: &'static str,
     pub result: &'a RunResult,
     pub schema: u32,
@@ -49,7 +50,7 @@ pub struct SnapshotInfo {
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&args.sandbox)?;
+    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
     let pb = ctx.progress(0, "run");
     let (result, seed) = match &args.order {
         Some(file) => {
@@ -88,7 +89,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     for w in &result.warnings {
         ctx.warn(w);
     }
-    let outside_writes = crate::contain::outside_writes(&result);
+    let outside_writes = crate::pytest::outside::outside_writes(&result);
     for w in &outside_writes {
         ctx.warn(&format!(
             "{} tried to {} {} outside its sandbox",
@@ -98,7 +99,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
         ));
     }
     let report = RunReport {
-        containment: crate::contain::current().as_str(),
+        containment: runner.host.mode().as_str(),
         outside_writes,
         schema: 1,
         snapshot: SnapshotInfo {
@@ -114,9 +115,9 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             .chain(args.sandbox.pass_env.iter().cloned())
             .collect(),
         result: &result,
-        forkserver: crate::pytest::forkserver::summary(),
+        forkserver: ctx.fork_stats.summary(),
     };
-    if ctx.format == crate::cli::Format::Json {
+    if ctx.format == crate::report::Format::Json {
         return ctx.emit(&report.to_json()).map(|_| exit::PASS);
     }
     ctx.emit_report(&report, || {
@@ -265,7 +266,7 @@ mod tests {
                 ..Default::default()
             },
             containment: "namespaces",
-            outside_writes: vec![crate::contain::OutsideWrite {
+            outside_writes: vec![crate::pytest::outside::OutsideWrite {
                 nodeid: Some("t.py::test_a".into()),
                 op: "write".into(),
                 path: "/tmp/x".into(),

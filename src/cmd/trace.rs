@@ -9,7 +9,9 @@ use crate::config::FixtureGroups;
 use crate::context::Ctx;
 use crate::error::Result;
 use crate::exit;
-use crate::pytest::events::{OutsideAccess, TestResult, Violation};
+use crate::pytest::events::OutsideAccess;
+use crate::pytest::lease::Violation;
+use crate::pytest::result::TestResult;
 use crate::repo_path::RepoPath;
 
 #[derive(Serialize)]
@@ -44,7 +46,7 @@ struct Report<'a> {
 pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&args.sandbox)?;
+    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
     let pb = ctx.progress(0, "trace");
     let result = runner.run_seed(
         &snapshot,

@@ -6,15 +6,18 @@ use std::collections::{BTreeMap, HashSet};
 
 use fixgate_graph::NodeId;
 
+use crate::audit::base_check::{checked_alone, is_red, pair_shows, red_in_order, shows};
 use crate::audit::bisect::PairKind;
+use crate::audit::findings::PreExisting;
+use crate::audit::pair::Pair;
 use crate::audit::triage::{self, PROOF_RERUNS};
 use crate::audit::verdict::FindingKind;
-use crate::engine::matrix::{self, Matrix};
+use crate::engine::confirm::MANY_RED;
+use crate::engine::kind::{repeat, NodeKind};
+use crate::engine::matrix::Matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};
-use crate::engine::search::Pair;
 use crate::error::Result;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
+use crate::pytest::result::Outcome;
 
 /// Checks each head finding on the base snapshot with the same evidence; returns the
 /// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the
@@ -27,7 +30,7 @@ pub fn run(
     base_ids: &HashSet<&str>,
     outside_writers: &[String],
     after: &[NodeId],
-) -> Result<HashSet<(FindingKind, String)>> {
+) -> Result<PreExisting> {
     let mut requests: Vec<BaseCheck> = Vec::new();
     // Victims of one culprit set that change nothing others see are checked together (the
     // set, then every victim; every victim without it), as the head proved them.
@@ -91,27 +94,20 @@ pub fn run(
         }
         let mut order = p.culprits.clone();
         order.push(p.victim.clone());
-        let culprit_kind = if p.kind == PairKind::Polluter {
-            FindingKind::Polluter
-        } else {
-            FindingKind::OrderDependent
-        };
+        let culprit_kind = p.kind.culprit_finding();
         let mut kinds = vec![(FindingKind::OrderDependent, p.victim.clone())];
         kinds.extend(p.culprits.iter().map(|c| (culprit_kind, c.clone())));
         requests.push(BaseCheck {
-            request: base_request(format!("base-check(pair {})", p.victim), order),
+            request: base_request(format!("pair {}", p.victim), order),
             findings: kinds,
             check: Check::Pair {
                 victim: p.victim.clone(),
                 kind: p.kind,
-                alone: format!("base-check(alone {})", p.victim),
+                alone: NodeKind::BaseCheck.of(format!("alone {}", p.victim)),
             },
         });
         requests.push(BaseCheck {
-            request: base_request(
-                format!("base-check(alone {})", p.victim),
-                vec![p.victim.clone()],
-            ),
+            request: base_request(format!("alone {}", p.victim), vec![p.victim.clone()]),
             findings: Vec::new(),
             check: Check::Nothing,
         });
@@ -129,17 +125,9 @@ pub fn run(
         }
         {
             match kind {
-                FindingKind::LeaseViolation
-                | FindingKind::OutsideWrite
-                | FindingKind::Failing
-                | FindingKind::Crashed
-                | FindingKind::Timeout
-                | FindingKind::ErrorBucket => {
+                kind if checked_alone(kind) => {
                     requests.push(BaseCheck {
-                        request: base_request(
-                            format!("base-check({} {id})", kind.as_str()),
-                            vec![id.clone()],
-                        ),
+                        request: base_request(format!("{} {id}", kind.as_str()), vec![id.clone()]),
                         findings: vec![(kind, id.clone())],
                         check: Check::Alone {
                             nodeid: id.clone(),
@@ -159,7 +147,7 @@ pub fn run(
                             .filter(|o| base_ids.contains(o.as_str()))
                             .collect();
                         requests.push(BaseCheck {
-                            request: base_request(format!("base-check(order {id})"), order),
+                            request: base_request(format!("order {id}"), order),
                             findings: vec![(kind, id.clone())],
                             check: Check::Red { nodeid: id.clone() },
                         });
@@ -171,8 +159,8 @@ pub fn run(
     }
     // A change that breaks the whole suite must not start a base process per test: red tests
     // beyond a handful are checked together.
-    let red = |c: &BaseCheck| matches!(&c.check, Check::Alone { kind, .. } if *kind != FindingKind::LeaseViolation);
-    if requests.iter().filter(|c| red(c)).count() > matrix::MANY_RED {
+    let red = |c: &BaseCheck| matches!(&c.check, Check::Alone { kind, .. } if is_red(*kind));
+    if requests.iter().filter(|c| red(c)).count() > MANY_RED {
         let mut items = Vec::new();
         requests.retain(|c| match &c.check {
             Check::Alone { nodeid, kind } if red(c) => {
@@ -189,12 +177,12 @@ pub fn run(
             .map(|(n, _)| n.clone())
             .collect();
         requests.push(BaseCheck {
-            request: base_request("base-check(red tests)".into(), order),
+            request: base_request("red tests".into(), order),
             findings: Vec::new(),
             check: Check::Batch(items),
         });
     }
-    let mut pre = HashSet::new();
+    let mut pre = PreExisting::new();
     for (id, t) in triaged {
         if t.finding_kinds().contains(&FindingKind::Flaky) && base_ids.contains(id.as_str()) {
             pre.insert((FindingKind::Flaky, id.clone()));
@@ -227,9 +215,7 @@ pub fn run(
             .iter()
             .map(|&i| {
                 let mut r = requests[i].request.clone().after(after).repeat(k);
-                if k > 0 {
-                    r.label = format!("{}#{k}", r.label);
-                }
+                r.label = repeat(r.label, k);
                 r
             })
             .collect();
@@ -256,10 +242,7 @@ pub fn run(
                         .and_then(result)
                         .and_then(|a| a.outcome_of(victim))
                         .map(Outcome::is_green);
-                    match kind {
-                        PairKind::Polluter => after == Some(false) && alone == Some(true),
-                        PairKind::StateSetter => after == Some(true) && alone == Some(false),
-                    }
+                    pair_shows(*kind, after, alone)
                 }
                 Check::PairBatch {
                     victims,
@@ -271,24 +254,19 @@ pub fn run(
                     for v in victims {
                         let after = r.outcome_of(v).map(Outcome::is_green);
                         let by_itself = alone.and_then(|a| a.outcome_of(v)).map(Outcome::is_green);
-                        let shows = match kind {
-                            PairKind::Polluter => after == Some(false) && by_itself == Some(true),
-                            PairKind::StateSetter => {
-                                after == Some(true) && by_itself == Some(false)
-                            }
-                        };
-                        if shows {
+                        let holds = pair_shows(*kind, after, by_itself);
+                        if holds {
                             pre.insert((FindingKind::OrderDependent, v.clone()));
                         }
-                        all &= shows;
+                        all &= holds;
                     }
                     all
                 }
-                Check::Red { nodeid } => r.outcome_of(nodeid).is_some_and(|o| !o.is_green()),
-                Check::Alone { nodeid, kind } => alone_holds(r, nodeid, *kind),
+                Check::Red { nodeid } => red_in_order(r, nodeid),
+                Check::Alone { nodeid, kind } => shows(r, nodeid, *kind),
                 Check::Batch(items) => {
                     for (nodeid, kind) in items {
-                        if alone_holds(r, nodeid, *kind) {
+                        if shows(r, nodeid, *kind) {
                             pre.insert((*kind, nodeid.clone()));
                         }
                     }
@@ -313,21 +291,6 @@ struct BaseCheck {
     request: RunRequest,
     findings: Vec<(FindingKind, String)>,
     check: Check,
-}
-
-/// Whether a run on the base shows the finding `kind` for `nodeid`.
-fn alone_holds(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
-    let t = r.test(nodeid);
-    match kind {
-        FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
-        FindingKind::OutsideWrite => crate::contain::outside_writes(r)
-            .iter()
-            .any(|w| w.nodeid.as_deref() == Some(nodeid)),
-        FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
-        FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
-        FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
-        _ => t.is_some_and(|t| !t.outcome.is_green()),
-    }
 }
 
 enum Check {
@@ -357,6 +320,12 @@ enum Check {
     },
 }
 
-fn base_request(label: String, order: Vec<String>) -> RunRequest {
-    RunRequest::new(label, "base-check", Role::Base, order)
+/// A run on the base, labelled `base-check(what)`.
+fn base_request(what: String, order: Vec<String>) -> RunRequest {
+    RunRequest::new(
+        NodeKind::BaseCheck.of(what),
+        NodeKind::BaseCheck,
+        Role::Base,
+        order,
+    )
 }

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::contain::OutsideWrite;
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::{Outcome, StateChange};
+use crate::pytest::events::StateChange;
+use crate::pytest::outside::OutsideWrite;
+use crate::pytest::result::{Outcome, RunResult};
 
 /// Test node ids, each stored once and named by its index.
 #[derive(Default)]
@@ -85,7 +85,7 @@ impl CompactRun {
             order: run.order.iter().map(|id| ids.intern(id)).collect(),
             warnings: run.warnings.clone(),
             processes: run.processes,
-            outside: crate::contain::outside_writes(run),
+            outside: crate::pytest::outside::outside_writes(run),
             ..CompactRun::default()
         };
         for t in &run.tests {
@@ -153,7 +153,8 @@ impl CompactRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pytest::events::{TestResult, Violation};
+    use crate::pytest::lease::Violation;
+    use crate::pytest::result::TestResult;
 
     fn result(nodeid: &str, outcome: Outcome) -> TestResult {
         TestResult::missing(nodeid, outcome, format!("{nodeid} said so"), 0.0, 0.0)

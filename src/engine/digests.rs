@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use fixgate_cache::{Digest, KeyWriter};
 
+use crate::error::{Error, Result};
 use crate::repo_path::RepoPath;
 use crate::snapshot::{EntryKind, Snapshot};
 
@@ -113,4 +114,30 @@ pub fn content_digest(kind: EntryKind, bytes: &[u8]) -> Digest {
         }
         _ => Digest::of(bytes),
     }
+}
+
+/// The digest that identifies a snapshot's content: the tree id for a commit, a hash over every
+/// file's content (through the stat cache) for the working tree.
+pub fn tree_digest(
+    snapshot: &Snapshot,
+    stat_cache: Option<&mut crate::statcache::StatCache>,
+) -> Result<Digest> {
+    let mut w = KeyWriter::new("tree");
+    if let Some(commit) = snapshot.commit() {
+        let git = snapshot
+            .open_git()?
+            .ok_or_else(|| Error::bug("a commit snapshot without git"))?;
+        let tree = git.find_commit(commit)?.tree_id();
+        w.str("git-tree").str(&tree.to_string());
+        return Ok(w.finish());
+    }
+    let entries: Vec<&crate::snapshot::Entry> = snapshot.entries.iter().collect();
+    let hashes = crate::manifest::hash_entries(snapshot, &entries, stat_cache)?;
+    w.str("worktree");
+    for (e, (h, _)) in entries.iter().zip(hashes) {
+        w.bytes(e.path.as_bytes())
+            .u64(e.kind as u64)
+            .bytes(h.as_bytes());
+    }
+    Ok(w.finish())
 }

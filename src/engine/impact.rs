@@ -1,14 +1,13 @@
-//! The inputs of the scope rule read from the snapshots (the changed files with their bytes, the
-//! head's imports), and the report's `scope` section: the judgment is `crate::audit::scope`.
+//! The scope phase: the inputs of the scope rule read from the snapshots (the patch's footprint
+//! from the changed files and their bytes, the head's imports) and the recorded file-order and
+//! reversed runs; the judgment is `crate::audit::scope`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::audit::footprint::{self, Change, Footprint, Imports};
 use crate::audit::scope::{self, Full, Scope};
-use crate::engine::matrix::Matrix;
 use crate::engine::runs::Engine;
-use crate::pytest::driver::RunResult;
-use crate::report;
+use crate::pytest::result::RunResult;
 
 /// Whether a file's bytes matter to the footprint (the others count by their path alone).
 fn read_bytes(path: &str) -> bool {
@@ -19,7 +18,7 @@ fn read_bytes(path: &str) -> bool {
 }
 
 /// The files that differ between the base and the head.
-pub(crate) fn footprint(engine: &Engine) -> Footprint {
+fn footprint(engine: &Engine) -> Footprint {
     let (base, head) = (&engine.base.snapshot, &engine.head.snapshot);
     let paths: BTreeSet<String> = base
         .entries
@@ -72,7 +71,6 @@ fn imports(engine: &Engine) -> Imports {
 pub(crate) fn scope(
     engine: &Engine,
     full: bool,
-    footprint: &Footprint,
     file: &RunResult,
     reversed: &RunResult,
     edited: &BTreeSet<String>,
@@ -80,55 +78,5 @@ pub(crate) fn scope(
     if full {
         return Scope::Full(Full::Asked);
     }
-    scope::scope(file, reversed, footprint, edited, &imports(engine))
-}
-
-/// The report's `scope` section: how many tests the patch affected, how many each order ran,
-/// the tests the shuffled orders carried (with the outcomes that carried them), or why the
-/// orders ran in full.
-pub(crate) fn section(scope: &Scope, matrix: &Matrix, selection: usize) -> report::ScopeReport {
-    let runs: BTreeMap<String, u64> = matrix
-        .labels
-        .iter()
-        .map(|l| (l.to_string(), matrix.order(*l).len() as u64))
-        .collect();
-    match scope {
-        Scope::Full(why) => report::ScopeReport {
-            mode: "full".into(),
-            reason: Some(why.to_string()),
-            affected: None,
-            writers: Vec::new(),
-            runs,
-            carried: Vec::new(),
-            tests: selection as u64,
-        },
-        Scope::Scoped {
-            run,
-            affected,
-            writers,
-        } => {
-            let carried = matrix
-                .order(crate::engine::matrix::OrderLabel::File)
-                .into_iter()
-                .filter(|id| !run.contains(id))
-                .map(|id| report::Carried {
-                    evidence: matrix
-                        .outcomes(&id)
-                        .into_iter()
-                        .map(|(l, o)| (l.to_string(), o.as_str().to_string()))
-                        .collect(),
-                    nodeid: id,
-                })
-                .collect();
-            report::ScopeReport {
-                mode: "scoped".into(),
-                reason: None,
-                affected: Some(affected.len() as u64),
-                writers: writers.iter().cloned().collect(),
-                runs,
-                carried,
-                tests: selection as u64,
-            }
-        }
-    }
+    scope::scope(file, reversed, &footprint(engine), edited, &imports(engine))
 }

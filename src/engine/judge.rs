@@ -11,13 +11,14 @@ use fixgate_graph::{Node, NodeError, NodeId, Output};
 use crate::audit::budget::{self, Limits, Usage};
 use crate::audit::triage::{self, Evidence, Triage};
 use crate::audit::verdict::{self, Decision, Finding, Gates};
-use crate::engine::runs::Engine;
+use crate::engine::kind::NodeKind;
+use crate::engine::runs::{node_bug, Engine};
 use crate::error::{Error, Result};
 
 fn json<T: serde::Serialize>(v: &T) -> std::result::Result<Output, NodeError> {
     serde_json::to_vec(v)
         .map(Output::new)
-        .map_err(|e| NodeError::Infra(format!("bug: a judgment does not encode: {e}")))
+        .map_err(|e| node_bug(format!("a judgment does not encode: {e}")))
 }
 
 /// Adds `node` after `after` and waits for its output, decoded.
@@ -30,7 +31,7 @@ fn judge<T: serde::de::DeserializeOwned>(
     let id = engine
         .live
         .add_after(node, inputs, after)
-        .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+        .map_err(|e| Error::bug(e.to_string()))?;
     let label = engine.live.label(id);
     let bytes = engine
         .live
@@ -38,7 +39,7 @@ fn judge<T: serde::de::DeserializeOwned>(
         .into_result()
         .map_err(|e| Error::Infra(format!("{label} failed: {e}")))?;
     let value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Infra(format!("bug: the output of {label} does not decode: {e}")))?;
+        .map_err(|e| Error::bug(format!("the output of {label} does not decode: {e}")))?;
     Ok((id, value))
 }
 
@@ -49,7 +50,7 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
     for (id, e) in evidence {
         w.str(id);
         w.list(&e.outcomes, |w, (label, o)| {
-            w.str(label).str(o.as_str());
+            w.str(&label.to_string()).str(o.as_str());
         });
         match &e.confirm {
             Some(c) => {
@@ -89,7 +90,8 @@ pub fn triage(
 ) -> Result<(NodeId, BTreeMap<String, Triage>)> {
     let key = evidence_key(&evidence);
     let evidence = Arc::new(evidence);
-    let node = Node::new("triage", "triage", move |_| {
+    let kind = NodeKind::Triage;
+    let node = Node::new(kind.label(), kind.as_str(), move |_| {
         let triaged: BTreeMap<&String, Triage> = evidence
             .iter()
             .map(|(id, e)| (id, triage::triage(e)))
@@ -139,7 +141,8 @@ pub fn budget(
     w.list(&usage.reruns, |w, r| {
         w.str(&r.nodeid).u64(u64::from(r.count));
     });
-    let node = Node::new("budget", "budget", move |_| {
+    let kind = NodeKind::Budget;
+    let node = Node::new(kind.label(), kind.as_str(), move |_| {
         let lines: Vec<String> = budget::check(&limits, &usage)
             .iter()
             .map(|b| b.to_string())
@@ -179,11 +182,11 @@ pub fn verdict(
     }
     w.u64(u64::from(weighed.strict));
     let weighed = Arc::new(weighed);
-    let node = Node::new("verdict", "verdict", move |inputs| {
+    let kind = NodeKind::Verdict;
+    let node = Node::new(kind.label(), kind.as_str(), move |inputs| {
         let breaches: Vec<String> = match inputs.first() {
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
-                NodeError::Infra(format!("bug: the budget's output does not decode: {e}"))
-            })?,
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map_err(|e| node_bug(format!("the budget's output does not decode: {e}")))?,
             None => Vec::new(),
         };
         json(&verdict::decide(&Gates {

@@ -8,14 +8,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use fixgate_graph::{Node, NodeError, NodeId, Output};
+use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::bisect::PairKind;
+use crate::audit::order::OrderLabel;
+use crate::audit::pair::{Found, Pair};
 use crate::audit::triage::{Bucket, Confirm, Evidence, Signal, PROOF_RERUNS};
+use crate::engine::confirm::Confirmation;
 use crate::engine::culprits;
-use crate::engine::matrix::{Confirmation, Matrix, OrderLabel};
-use crate::engine::runs::{Engine, Role};
-use crate::engine::search::{self, Found, Known, Pair};
+use crate::engine::kind::NodeKind;
+use crate::engine::matrix::Matrix;
+use crate::engine::runs::{node_bug, Engine, Role};
+use crate::engine::search::{self, Known, PairRun};
 use crate::error::{Error, Result};
 
 /// How many victims try known sets at once: each waits on runs the graph's workers execute, so
@@ -57,7 +61,7 @@ pub(crate) fn search_pairs(
     confirmation: &Confirmation,
     evidence: &mut BTreeMap<String, Evidence>,
     nodeids: &[String],
-) -> Result<Vec<Pair>> {
+) -> Result<Vec<PairRun>> {
     // Victims red alone run alone again, side by side, before their question is asked: one
     // unlucky run alone must not send a flaky victim to a search for a state-setter.
     let candidates: Vec<&String> = nodeids
@@ -217,9 +221,8 @@ fn side_by_side<T: Send>(
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Infra("bug: a polluter search panicked".into()))
-                    })
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::bug("a polluter search panicked")))
                 })
                 .collect()
         });
@@ -304,7 +307,7 @@ fn batched(
             victim_flaky,
         };
         let bytes = serde_json::to_vec(&answer)
-            .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
+            .map_err(|e| Error::bug(format!("a pair does not encode: {e}")))?;
         out.push((
             i,
             Answered {
@@ -331,12 +334,16 @@ fn pair_node(q: &Question, bytes: Option<Vec<u8>>) -> Node {
     if let Some(b) = bytes {
         let _ = slot.set(b);
     }
-    Node::new(format!("pair({})", q.id), "pair", move |_| {
-        slot.get()
-            .cloned()
-            .map(Output::new)
-            .ok_or_else(|| NodeError::Infra("bug: a pair node without its answer".into()))
-    })
+    Node::new(
+        NodeKind::Pair.of(&q.id),
+        NodeKind::Pair.as_str(),
+        move |_| {
+            slot.get()
+                .cloned()
+                .map(Output::new)
+                .ok_or_else(|| node_bug("a pair node without its answer"))
+        },
+    )
     .param("victim", q.id.as_str())
     .param("kind", q.kind.as_str())
 }
@@ -440,11 +447,7 @@ fn searched(
 /// Whether the confirmation reruns of the order showed the anomaly after the whole prefix.
 fn whole_reproduces(confirmation: &Confirmation, q: &Question) -> bool {
     let reruns = confirmation.outcomes(q.label, &q.id);
-    !reruns.is_empty()
-        && reruns.iter().all(|o| match q.kind {
-            PairKind::Polluter => !o.is_green(),
-            PairKind::StateSetter => o.is_green(),
-        })
+    !reruns.is_empty() && reruns.iter().all(|o| q.kind.anomaly(o.is_green()))
 }
 
 /// The tests before the victim in the order that showed the anomaly, and the runs a search of
@@ -474,12 +477,11 @@ fn checked(
     matrix: &Matrix,
     confirmation: &Confirmation,
     q: &Question,
-    pair: Pair,
+    found: PairRun,
 ) -> Result<Answered> {
-    let check = |pair: Pair| -> Result<(Pair, u32, NodeId, bool)> {
-        let mut pair = pair;
+    let check = |found: PairRun| -> Result<(Pair, u32, NodeId, bool)> {
+        let PairRun { mut pair, last } = found;
         if !pair.search.outcome.explains() {
-            let last = pair.last;
             return Ok((pair, 0, last, false));
         }
         let v = search::verify(
@@ -489,14 +491,14 @@ fn checked(
             &pair.culprits,
             &q.alone_greens,
             q.known_flaky,
-            pair.last,
+            last,
         )?;
         if !v.outcome.is_found() {
             pair.search.outcome = v.outcome;
         }
         Ok((pair, v.runs, v.last, v.victim_flaky))
     };
-    let (mut pair, mut verify_runs, mut last, mut victim_flaky) = check(pair)?;
+    let (mut pair, mut verify_runs, mut last, mut victim_flaky) = check(found)?;
     if !pair.search.outcome.is_found() {
         let (prefix, _) = prefix(matrix, confirmation, q);
         let first_runs = pair.search.runs + verify_runs;
@@ -511,10 +513,10 @@ fn checked(
             &[last],
         )?;
         let flaky_before = victim_flaky;
-        if again.culprits == pair.culprits && again.search.outcome.explains() {
+        if again.pair.culprits == pair.culprits && again.pair.search.outcome.explains() {
             // The same set: its check would read the same runs (they are cached) again.
             last = again.last;
-            pair.search.runs = again.search.runs;
+            pair.search.runs = again.pair.search.runs;
         } else {
             (pair, verify_runs, last, victim_flaky) = check(again)?;
         }
@@ -540,7 +542,7 @@ fn checked(
         victim_flaky,
     };
     let bytes = serde_json::to_vec(&answer)
-        .map_err(|e| Error::Infra(format!("bug: a pair does not encode: {e}")))?;
+        .map_err(|e| Error::bug(format!("a pair does not encode: {e}")))?;
     Ok(Answered {
         answer,
         bytes,
@@ -556,13 +558,16 @@ fn record(
     evidence: &mut BTreeMap<String, Evidence>,
     q: &Question,
     a: Answered,
-) -> Result<Option<Pair>> {
+) -> Result<Option<PairRun>> {
     let node = engine
         .live
         .add_after(pair_node(q, Some(a.bytes)), &q.asked, &a.after)
-        .map_err(|e| Error::Infra(format!("bug: {e}")))?;
+        .map_err(|e| Error::bug(e.to_string()))?;
     if let Err(e) = engine.live.wait(node).into_result() {
-        return Err(Error::Infra(format!("pair({}) failed: {e}", q.id)));
+        return Err(Error::Infra(format!(
+            "{} failed: {e}",
+            engine.live.label(node)
+        )));
     }
     let answer = a.answer;
     if let Some(e) = evidence.get_mut(&q.id) {
@@ -581,18 +586,20 @@ fn record(
             }
         }
     }
-    Ok(Some(Pair {
-        kind: answer.kind,
-        victim: q.id.clone(),
-        culprits: answer.culprits,
-        search: answer.search,
+    Ok(Some(PairRun {
+        pair: Pair {
+            kind: answer.kind,
+            victim: q.id.clone(),
+            culprits: answer.culprits,
+            search: answer.search,
+            found: answer.found,
+            verify_runs: answer.verify_runs,
+        },
         last: node,
-        found: answer.found,
-        verify_runs: answer.verify_runs,
     }))
 }
 
 fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
     serde_json::from_slice(bytes)
-        .map_err(|e| Error::Infra(format!("bug: a cached pair does not decode: {e}")))
+        .map_err(|e| Error::bug(format!("a cached pair does not decode: {e}")))
 }

@@ -5,13 +5,12 @@ use std::collections::HashSet;
 
 use fixgate_graph::NodeId;
 
-use crate::audit::replay::Reading;
+use crate::audit::replay::{Reading, ReplayRead};
 use crate::delta::{Change, Delta};
+use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
-use crate::pytest::events::Outcome;
-use crate::report;
+use crate::pytest::result::{Outcome, RunResult};
 use crate::snapshot::Snapshot;
 
 /// Adds the replay run of `coupled`, after the runs and the delta it was derived from.
@@ -30,15 +29,15 @@ pub fn start(
             Change::Removed | Change::Modified => {
                 let entry = base
                     .find(&c.path)
-                    .ok_or_else(|| Error::Infra(format!("bug: {} is not in the base", c.path)))?;
+                    .ok_or_else(|| Error::bug(format!("{} is not in the base", c.path)))?;
                 Some(base.read(entry, git.as_ref())?)
             }
         };
         overlay.push((c.path.clone(), bytes));
     }
     let mut req = RunRequest::new(
-        "replay-run".into(),
-        "replay-run",
+        NodeKind::ReplayRun.label(),
+        NodeKind::ReplayRun,
         Role::Head,
         coupled.to_vec(),
     )
@@ -55,7 +54,7 @@ pub fn read(
     coupled: &[String],
     head_run: &RunResult,
     base_ids: &HashSet<&str>,
-) -> Result<Vec<report::ReplayReport>> {
+) -> Result<Vec<ReplayRead>> {
     let result = engine
         .wait_run(node)?
         .map_err(|e| Error::Infra(format!("the replay failed: {e}")))?;
@@ -87,11 +86,11 @@ pub fn read(
             head,
             on_base,
         );
-        out.push(report::ReplayReport {
+        out.push(ReplayRead {
             nodeid: id.clone(),
-            head: head.as_str().into(),
-            base: on_base.as_str().into(),
-            reading: reading.as_str().into(),
+            head,
+            base: on_base,
+            reading,
         });
     }
     Ok(out)

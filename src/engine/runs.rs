@@ -12,9 +12,11 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::config::{DepsMode, FixtureGroups};
 use crate::engine::digests::TreeDigests;
+use crate::engine::kind::NodeKind;
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Record, RunResult, Runner, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Record, Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
+use crate::pytest::result::RunResult;
 use crate::sandbox::Overlay;
 
 /// Which snapshot a run executes.
@@ -38,8 +40,7 @@ impl Role {
 pub struct RunRequest {
     /// Unique in its batch and stable across audits, e.g. `seed-run(3)`.
     pub label: String,
-    /// The node kind, e.g. `seed-run`, `bisect-run`.
-    pub kind: &'static str,
+    pub kind: NodeKind,
     pub role: Role,
     pub order: Vec<String>,
     /// Bytes put over the snapshot's (replay: the base's fixture bytes on head code).
@@ -58,7 +59,7 @@ pub struct RunRequest {
 
 impl RunRequest {
     /// A run with no edges yet.
-    pub fn new(label: String, kind: &'static str, role: Role, order: Vec<String>) -> RunRequest {
+    pub fn new(label: String, kind: NodeKind, role: Role, order: Vec<String>) -> RunRequest {
         RunRequest {
             label,
             kind,
@@ -142,7 +143,7 @@ impl Engine<'_, '_> {
             ("env", env.finish().to_string()),
             ("hash-seed", HASH_SEED.to_string()),
             ("timeout", self.runner.test_timeout.as_secs().to_string()),
-            ("groups", crate::engine::steps::groups_key(&self.groups)),
+            ("groups", self.groups.key()),
             ("deps", format!("{:?}", self.deps_mode)),
             (
                 "network",
@@ -171,7 +172,7 @@ impl Engine<'_, '_> {
         });
         let mut node = Node::new(
             req.label.clone(),
-            req.kind,
+            req.kind.as_str(),
             self.compute(req, side.clone(), overlay.clone()),
         )
         .param("role", req.role.as_str())
@@ -198,7 +199,7 @@ impl Engine<'_, '_> {
         });
         self.live
             .add_after(node, &req.inputs, &req.after)
-            .map_err(|e| Error::Infra(format!("bug: {e}")))
+            .map_err(|e| Error::bug(e.to_string()))
     }
 
     /// Waits for a run added with [`Engine::add_run`]; a run that failed gives its error.
@@ -209,8 +210,9 @@ impl Engine<'_, '_> {
         }
         let label = self.live.label(id);
         let result = outcome.into_result().and_then(|bytes| {
-            decode_run(&bytes)
-                .map_err(|e| format!("bug: a cached run of {label} does not decode: {e}"))
+            decode_run(&bytes).map_err(|e| {
+                Error::bug(format!("a cached run of {label} does not decode: {e}")).to_string()
+            })
         });
         if let Ok(r) = &result {
             if self
@@ -237,10 +239,14 @@ impl Engine<'_, '_> {
     /// Runs one request and gives its result, its failure an infrastructure error.
     pub fn run_one(&self, req: &RunRequest) -> Result<(NodeId, RunResult)> {
         let id = self.add_run(req)?;
-        let r = self
-            .wait_run(id)?
-            .map_err(|e| Error::Infra(format!("{} failed: {e}", req.label)))?;
-        Ok((id, r))
+        Ok((id, self.wait_ok(id)?))
+    }
+
+    /// Waits for a run added with [`Engine::add_run`]; a run that failed is an infrastructure
+    /// error naming it.
+    pub fn wait_ok(&self, id: NodeId) -> Result<RunResult> {
+        self.wait_run(id)?
+            .map_err(|e| Error::Infra(format!("{} failed: {e}", self.live.label(id))))
     }
 
     /// The node's compute function: one sandboxed pytest run, its result without timings (so
@@ -285,10 +291,16 @@ impl Engine<'_, '_> {
             strip_timing(&mut result);
             let deps = dependencies(&result, &side, &overlay, &groups, deps_mode);
             let bytes = postcard::to_allocvec(&result)
-                .map_err(|e| NodeError::Infra(format!("bug: a run result does not encode: {e}")))?;
+                .map_err(|e| node_bug(format!("a run result does not encode: {e}")))?;
             Ok(Output::new(bytes).with_reads(deps))
         }
     }
+}
+
+/// A broken invariant inside a node's computation: the node fails with [`Error::Bug`]'s
+/// message.
+pub(crate) fn node_bug(what: impl Into<String>) -> NodeError {
+    NodeError::Infra(Error::bug(what).to_string())
 }
 
 /// How a run node's output is encoded, part of its key so that entries in another encoding are

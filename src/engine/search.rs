@@ -6,32 +6,13 @@ use std::cell::Cell;
 use fixgate_graph::NodeId;
 
 use crate::audit::bisect::{self, PairKind, Search};
+use crate::audit::order::OrderLabel;
+use crate::audit::pair::{Found, Pair};
 use crate::audit::triage::PROOF_RERUNS;
+use crate::engine::kind::{self, repeat, NodeKind};
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Error;
-use crate::pytest::events::Outcome;
-
-/// Where a pair's culprits came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Found {
-    /// Bisection or delta debugging over the prefix.
-    Searched,
-    /// The culprits of another victim of this audit, confirmed in one run.
-    ReusedThisAudit,
-    /// A set found for this victim in an earlier audit of the same base, confirmed in one run.
-    ReusedEarlierAudit,
-}
-
-impl Found {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Found::Searched => "search",
-            Found::ReusedThisAudit => "reused-from-this-audit",
-            Found::ReusedEarlierAudit => "reused-from-an-earlier-audit",
-        }
-    }
-}
+use crate::pytest::result::Outcome;
 
 /// What a pair node records: the answer to "who makes this victim misbehave in this run".
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -162,10 +143,7 @@ struct Check<'e, 'l, 'a> {
 
 impl Check<'_, '_, '_> {
     fn anomaly(&self, green: bool) -> bool {
-        match self.kind {
-            PairKind::Polluter => !green,
-            PairKind::StateSetter => green,
-        }
+        self.kind.anomaly(green)
     }
 
     fn alone_runs(&self) -> u32 {
@@ -177,11 +155,8 @@ impl Check<'_, '_, '_> {
         while !self.pair_broke && self.pair_runs < upto {
             let k = self.pair_runs;
             let req = RunRequest::new(
-                match k {
-                    0 => format!("verify-run({})[{}]", self.victim, self.tag),
-                    k => format!("verify-run({})[{}]#{k}", self.victim, self.tag),
-                },
-                "verify-run",
+                repeat(NodeKind::VerifyRun.tagged(self.victim, &self.tag), k),
+                NodeKind::VerifyRun,
                 Role::Head,
                 self.order.clone(),
             )
@@ -198,8 +173,8 @@ impl Check<'_, '_, '_> {
     fn alone(&mut self) -> Result<(), Error> {
         let k = self.alone_runs();
         let req = RunRequest::new(
-            format!("alone-run({})[{}]#{k}", self.victim, self.tag),
-            "alone-run",
+            format!("{}#{k}", NodeKind::AloneRun.tagged(self.victim, &self.tag)),
+            NodeKind::AloneRun,
             Role::Head,
             vec![self.victim.to_string()],
         )
@@ -233,8 +208,8 @@ pub fn settle_alone(
     while seen.iter().all(|o| !o.is_green()) && seen.len() < PROOF_RERUNS {
         let k = seen.len() as u32;
         let req = RunRequest::new(
-            format!("alone-run({victim})#{k}"),
-            "alone-run",
+            repeat(NodeKind::AloneRun.of(victim), k),
+            NodeKind::AloneRun,
             Role::Head,
             vec![victim.to_string()],
         )
@@ -258,13 +233,10 @@ pub fn order_check(
     victim: &str,
     kind: PairKind,
     culprits: &[String],
-    orders: &[(String, Vec<String>, Outcome)],
+    orders: &[(OrderLabel, Vec<String>, Outcome)],
     after: NodeId,
 ) -> Result<(bool, NodeId), Error> {
-    let anomaly = |o: Outcome| match kind {
-        PairKind::Polluter => !o.is_green(),
-        PairKind::StateSetter => o.is_green(),
-    };
+    let anomaly = |o: Outcome| kind.anomaly(o.is_green());
     let mut last = after;
     for (label, order, seen) in orders {
         let after_all = culprits.iter().all(|c| order.contains(c));
@@ -272,8 +244,8 @@ pub fn order_check(
             continue;
         }
         let req = RunRequest::new(
-            format!("order-check({victim})[{label}]"),
-            "confirm-run",
+            kind::order_check(victim, label),
+            NodeKind::ConfirmRun,
             Role::Head,
             order.clone(),
         )
@@ -287,17 +259,11 @@ pub fn order_check(
     Ok((false, last))
 }
 
-/// A found (or unexplained) pair.
-pub struct Pair {
-    pub kind: PairKind,
-    pub victim: String,
-    pub culprits: Vec<String>,
-    pub search: Search,
-    /// The last node of the search (each step starts after the one before it).
+/// A found (or unexplained) pair, and the last node of the runs that found it (each step of a
+/// search starts after the one before it; what comes next starts after the last).
+pub struct PairRun {
+    pub pair: Pair,
     pub last: NodeId,
-    pub found: Found,
-    /// Runs that checked the pair holds on every rerun.
-    pub verify_runs: u32,
 }
 
 /// A known culprit set to try before searching, and where it is known from.
@@ -318,12 +284,9 @@ pub fn reuse(
     alone: Option<bool>,
     known: &[Known],
     after: &[NodeId],
-) -> Result<Option<Pair>, Error> {
+) -> Result<Option<PairRun>, Error> {
     // The victim alone must show the normal outcome, or no set can be its culprits.
-    let normal_alone = match kind {
-        PairKind::Polluter => alone == Some(true),
-        PairKind::StateSetter => alone == Some(false),
-    };
+    let normal_alone = alone.is_some_and(|green| !kind.anomaly(green));
     if !normal_alone {
         return Ok(None);
     }
@@ -346,8 +309,8 @@ pub fn reuse(
         order.push(victim.to_string());
         let key = blake3::hash(order.join("\n").as_bytes()).to_hex();
         let req = RunRequest::new(
-            format!("reuse-run({victim})[{}]", &key[..12]),
-            "reuse-run",
+            NodeKind::ReuseRun.tagged(victim, &key[..12]),
+            NodeKind::ReuseRun,
             Role::Head,
             order,
         )
@@ -355,24 +318,22 @@ pub fn reuse(
         let (node, result) = engine.run_one(&req)?;
         runs += 1;
         previous = vec![node];
-        let reproduced = Some(outcome(&result, victim)).is_some_and(|o| match kind {
-            PairKind::Polluter => !o.is_green(),
-            PairKind::StateSetter => o.is_green(),
-        });
-        if reproduced {
-            return Ok(Some(Pair {
-                kind,
-                victim: victim.to_string(),
-                culprits: indices.iter().map(|&i| prefix[i].clone()).collect(),
-                search: Search {
-                    culprits: indices,
-                    runs,
-                    method: bisect::Method::Reused,
-                    outcome: bisect::SearchOutcome::Found,
+        if kind.anomaly(outcome(&result, victim).is_green()) {
+            return Ok(Some(PairRun {
+                pair: Pair {
+                    kind,
+                    victim: victim.to_string(),
+                    culprits: indices.iter().map(|&i| prefix[i].clone()).collect(),
+                    search: Search {
+                        culprits: indices,
+                        runs,
+                        method: bisect::Method::Reused,
+                        outcome: bisect::SearchOutcome::Found,
+                    },
+                    found: k.from,
+                    verify_runs: 0,
                 },
                 last: node,
-                found: k.from,
-                verify_runs: 0,
             }));
         }
     }
@@ -400,7 +361,7 @@ pub fn find(
     whole_reproduces: bool,
     repeats: u32,
     after: &[NodeId],
-) -> Result<Pair, Error> {
+) -> Result<PairRun, Error> {
     let first = after.to_vec();
     let last: Cell<Option<NodeId>> = Cell::new(None);
     let repeated = Cell::new(0u32);
@@ -419,13 +380,13 @@ pub fn find(
                 };
                 // A search with repeats follows one without (same kind, order and repeat: the
                 // run already made is found in the cache), under labels of its own.
+                let step = NodeKind::BisectRun.tagged(victim, &key[..12]);
                 let req = RunRequest::new(
-                    match (repeats, k) {
-                        (0 | 1, _) => format!("bisect-run({victim})[{}]", &key[..12]),
-                        (r, 0) => format!("bisect-run({victim})[{}]x{r}", &key[..12]),
-                        (r, k) => format!("bisect-run({victim})[{}]x{r}#{k}", &key[..12]),
+                    match repeats {
+                        0 | 1 => step,
+                        r => repeat(format!("{step}x{r}"), k),
                     },
-                    "bisect-run",
+                    NodeKind::BisectRun,
                     role,
                     order.clone(),
                 )
@@ -434,12 +395,7 @@ pub fn find(
                 let (node, result) = engine.run_one(&req)?;
                 last.set(Some(node));
                 repeated.set(repeated.get() + u32::from(k > 0));
-                let outcome = outcome(&result, victim);
-                let anomaly = match kind {
-                    PairKind::Polluter => !outcome.is_green(),
-                    PairKind::StateSetter => outcome.is_green(),
-                };
-                if !anomaly {
+                if !kind.anomaly(outcome(&result, victim).is_green()) {
                     return Ok(false);
                 }
             }
@@ -448,54 +404,29 @@ pub fn find(
     )?;
     // The report counts processes: a repeated step is several.
     search.runs += repeated.get();
-    Ok(Pair {
-        kind,
-        victim: victim.to_string(),
-        culprits: search.culprits.iter().map(|&i| prefix[i].clone()).collect(),
-        search,
-        last: last.get().or(first.first().copied()).ok_or_else(|| {
-            Error::Infra(format!(
-                "bug: the search for {victim} has no node to start after"
-            ))
-        })?,
-        found: Found::Searched,
-        verify_runs: 0,
+    let last = last.get().or(first.first().copied()).ok_or_else(|| {
+        Error::bug(format!(
+            "the search for {victim} has no node to start after"
+        ))
+    })?;
+    Ok(PairRun {
+        pair: Pair {
+            kind,
+            victim: victim.to_string(),
+            culprits: search.culprits.iter().map(|&i| prefix[i].clone()).collect(),
+            search,
+            found: Found::Searched,
+            verify_runs: 0,
+        },
+        last,
     })
 }
 
 /// The victim's outcome in a run; one that never ran (an earlier test ended the session with
 /// `pytest.exit()`, say) is red: its green is not real. One rule for the search, the reuse and
 /// the checks.
-fn outcome(result: &crate::pytest::driver::RunResult, victim: &str) -> Outcome {
+fn outcome(result: &crate::pytest::result::RunResult, victim: &str) -> Outcome {
     result.outcome_of(victim).unwrap_or(Outcome::Error)
-}
-
-/// The one-line reproduction: `python -m pytest -p no:randomly CULPRITS VICTIM`.
-pub fn repro(pair: &Pair) -> String {
-    let mut ids: Vec<String> = pair.culprits.iter().map(|c| shell_quote(c)).collect();
-    ids.push(shell_quote(&pair.victim));
-    let both = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
-        ids.join(" ")
-    );
-    let alone = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
-        shell_quote(&pair.victim)
-    );
-    match pair.kind {
-        PairKind::Polluter => format!("{both}  # fails; the victim alone passes: {alone}"),
-        PairKind::StateSetter => format!("{both}  # passes; the victim alone fails: {alone}"),
-    }
-}
-
-pub(crate) fn shell_quote(s: &str) -> String {
-    if s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"/._:-=".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 /// What [`verify_batch`] established for each victim of a batch.
@@ -546,11 +477,8 @@ pub fn verify_batch(
             let what = if with_culprits { "pair" } else { "alone" };
             let set = blake3::hash(open.join("\n").as_bytes()).to_hex()[..12].to_string();
             let req = RunRequest::new(
-                match k {
-                    0 => format!("batch-run({what} {tag})[{set}]"),
-                    k => format!("batch-run({what} {tag})[{set}]#{k}"),
-                },
-                "verify-run",
+                repeat(format!("batch-run({what} {tag})[{set}]"), k),
+                NodeKind::VerifyRun,
                 Role::Head,
                 order,
             )

@@ -8,7 +8,6 @@ use fixgate_cache::Digest;
 use crate::audit::freeze::{self, Ledger};
 use crate::config::Config;
 use crate::context::Ctx;
-use crate::engine::steps;
 use crate::error::{Error, Result};
 use crate::snapshot::Snapshot;
 
@@ -42,8 +41,8 @@ impl Sides {
         let base_config = ctx.config(&base)?;
         let config = crate::delta::pair_config(ctx, &base, &head)?;
         let mut stat = crate::statcache::StatCache::load(&ctx.cache_dir, &head.root);
-        let head_tree = steps::tree_digest(&head, Some(&mut stat))?;
-        let base_tree = steps::tree_digest(&base, None)?;
+        let head_tree = crate::engine::digests::tree_digest(&head, Some(&mut stat))?;
+        let base_tree = crate::engine::digests::tree_digest(&base, None)?;
         if let Err(e) = stat.save() {
             ctx.warn(&format!("failed to save the stat cache: {e}"));
         }

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use fixgate_graph::NodeId;
 
-use crate::audit::source_replay::Reading;
+use crate::audit::source_replay::{Reading, SourceRead};
+use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::driver::RunResult;
+use crate::pytest::result::RunResult;
 use crate::repo_path::RepoPath;
-use crate::report;
 use crate::snapshot::Snapshot;
 
 /// A test to replay: its head node id, and the node id of the base's version of it (the same,
@@ -176,8 +176,8 @@ pub fn start(
         .map(str::to_string)
         .collect();
     let mut req = RunRequest::new(
-        "source-replay-run".into(),
-        "source-replay-run",
+        NodeKind::SourceReplayRun.label(),
+        NodeKind::SourceReplayRun,
         Role::Head,
         order,
     )
@@ -194,7 +194,7 @@ pub fn read(
     head_run: &RunResult,
     base: &Snapshot,
     head: &Snapshot,
-) -> Result<Vec<report::SourceReplay>> {
+) -> Result<Vec<SourceRead>> {
     let result = engine
         .wait_run(node)?
         .map_err(|e| Error::Infra(format!("the test-source replay failed: {e}")))?;
@@ -231,14 +231,14 @@ pub fn read(
         }
         let head_outcome = head_run
             .outcome_of(id)
-            .unwrap_or(crate::pytest::events::Outcome::Error);
+            .unwrap_or(crate::pytest::result::Outcome::Error);
         let on_base = result.outcome_of(&c.base_nodeid);
-        out.push(report::SourceReplay {
+        out.push(SourceRead {
             nodeid: id.clone(),
             renamed_from: c.renamed().then(|| c.base_nodeid.clone()),
-            head: head_outcome.as_str().into(),
-            base_test_code: on_base.map(|o| o.as_str().to_string()),
-            reading: Reading::of(head_outcome, on_base).as_str().into(),
+            head: head_outcome,
+            base_test_code: on_base,
+            reading: Reading::of(head_outcome, on_base),
             base_lines,
             head_lines,
         });

@@ -3,18 +3,17 @@
 
 use std::sync::Arc;
 
-use fixgate_cache::{Dep, Digest, KeyWriter};
+use fixgate_cache::{Dep, Digest};
 use fixgate_graph::{Node, NodeError, NodeId, Output};
 
-use crate::config::FixtureGroups;
+use crate::audit::gates::LockCheck;
 use crate::delta::{self, Delta};
 use crate::engine::digests::TreeDigests;
-use crate::engine::runs::Engine;
+use crate::engine::kind::NodeKind;
+use crate::engine::runs::{node_bug, Engine};
 use crate::error::{Error, Result};
-use crate::lock::{Drift, Lock};
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::events::Collection;
-use crate::snapshot::Snapshot;
 
 /// What the fixture steps found.
 pub struct Fixtures {
@@ -26,66 +25,21 @@ pub struct Fixtures {
     pub delta: Delta,
 }
 
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct LockCheck {
-    /// Whether the base has a lock at all (no lock: no lock gate).
-    pub present: bool,
-    /// Fixture files that differ from the lock the head carries.
-    pub drift: Vec<DriftEntry>,
-    /// Pins the patch changed in fixtures.lock.
-    pub changed_pins: Vec<String>,
-    /// A lock file that does not parse.
-    pub error: Option<String>,
-}
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct DriftEntry {
-    pub path: String,
-    pub change: String,
-}
-
-/// The digest that identifies a snapshot's content: the tree id for a commit, a hash over every
-/// file's content (through the stat cache) for the working tree.
-pub fn tree_digest(
-    snapshot: &Snapshot,
-    stat_cache: Option<&mut crate::statcache::StatCache>,
-) -> Result<Digest> {
-    let mut w = KeyWriter::new("tree");
-    if let Some(commit) = snapshot.commit() {
-        let git = snapshot
-            .open_git()?
-            .ok_or_else(|| Error::Infra("bug: a commit snapshot without git".into()))?;
-        let tree = git.find_commit(commit)?.tree_id();
-        w.str("git-tree").str(&tree.to_string());
-        return Ok(w.finish());
-    }
-    let entries: Vec<&crate::snapshot::Entry> = snapshot.entries.iter().collect();
-    let hashes = manifest::hash_entries(snapshot, &entries, stat_cache)?;
-    w.str("worktree");
-    for (e, (h, _)) in entries.iter().zip(hashes) {
-        w.bytes(e.path.as_bytes())
-            .u64(e.kind as u64)
-            .bytes(h.as_bytes());
-    }
-    Ok(w.finish())
-}
-
 fn json<T: serde::Serialize>(v: &T) -> std::result::Result<Output, NodeError> {
     serde_json::to_vec(v)
         .map(Output::new)
-        .map_err(|e| NodeError::Infra(format!("bug: an output does not encode: {e}")))
+        .map_err(|e| node_bug(format!("an output does not encode: {e}")))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, NodeError> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| NodeError::Infra(format!("bug: an input does not decode: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| node_bug(format!("an input does not decode: {e}")))
 }
 
 fn add(engine: &Engine, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
     engine
         .live
         .add(node, inputs)
-        .map_err(|e| Error::Infra(format!("bug: {e}")))
+        .map_err(|e| Error::bug(e.to_string()))
 }
 
 /// Waits for each of `want` in the audit's graph and returns its output (an error names a node
@@ -123,9 +77,11 @@ pub fn prepare_fixtures(
     ] {
         let snap = add(
             engine,
-            Node::new(format!("snapshot({role})"), "snapshot", move |_| {
-                Ok(Output::new(tree.as_bytes().to_vec()))
-            })
+            Node::new(
+                NodeKind::Snapshot.of(role),
+                NodeKind::Snapshot.as_str(),
+                move |_| Ok(Output::new(tree.as_bytes().to_vec())),
+            )
             .param("tree", tree.to_string()),
             &[],
         )?;
@@ -133,12 +89,16 @@ pub fn prepare_fixtures(
         let groups = engine.groups.clone();
         let m = add(
             engine,
-            Node::new(format!("manifest({role})"), "manifest", move |_| {
-                let m = manifest::build(&snapshot, &groups, Hashing { stat_cache: None })
-                    .map_err(|e| NodeError::Infra(e.to_string()))?;
-                json(&m)
-            })
-            .param("groups", groups_key(&engine.groups)),
+            Node::new(
+                NodeKind::Manifest.of(role),
+                NodeKind::Manifest.as_str(),
+                move |_| {
+                    let m = manifest::build(&snapshot, &groups, Hashing { stat_cache: None })
+                        .map_err(|e| NodeError::Infra(e.to_string()))?;
+                    json(&m)
+                },
+            )
+            .param("groups", engine.groups.key()),
             &[snap],
         )?;
         manifest_ids.push(m);
@@ -153,12 +113,13 @@ pub fn prepare_fixtures(
         };
         let snapshot = engine.head.snapshot.clone();
         let path = lock_path.to_string();
-        let n = Node::new("lock-check", "lock-check", move |inputs| {
+        let kind = NodeKind::LockCheck;
+        let n = Node::new(kind.label(), kind.as_str(), move |inputs| {
             let head: Manifest = parse(inputs[0])?;
             // SHA-256 pins (teams' own locks) are checked against the head's bytes.
             let mut read = crate::lock::snapshot_reader(&snapshot)
                 .map_err(|e| NodeError::Infra(e.to_string()))?;
-            json(&check_lock(
+            json(&crate::audit::gates::check_lock(
                 &path,
                 bl.as_deref(),
                 hl.as_deref(),
@@ -173,11 +134,15 @@ pub fn prepare_fixtures(
     };
     let delta_node = add(
         engine,
-        Node::new("delta", "delta", |inputs| {
-            let base: Manifest = parse(inputs[0])?;
-            let head: Manifest = parse(inputs[1])?;
-            json(&delta::between(&base, &head))
-        }),
+        Node::new(
+            NodeKind::Delta.label(),
+            NodeKind::Delta.as_str(),
+            |inputs| {
+                let base: Manifest = parse(inputs[0])?;
+                let head: Manifest = parse(inputs[1])?;
+                json(&delta::between(&base, &head))
+            },
+        ),
         &[manifest_ids[0], manifest_ids[1]],
     )?;
     let out = outputs(
@@ -216,18 +181,31 @@ pub struct Collected {
     pub collection: Collection,
 }
 
+impl Collected {
+    /// The node ids collected.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.collection.items.iter().map(|i| i.nodeid.as_str())
+    }
+}
+
+/// A head whose suite did not collect: its collection's node, and pytest's error text.
+pub struct Failed {
+    pub node: NodeId,
+    pub why: String,
+}
+
 /// Adds the collections of the base and the head, after `gate` (the lock check: no test runs
 /// before the gates held), and waits for both. The base must collect (else nothing can be
 /// judged); a head that does not is the patch's doing, and comes back as its error text.
 pub fn collect_both(
     engine: &Engine,
     gate: NodeId,
-) -> Result<(Collected, std::result::Result<Collected, String>)> {
+) -> Result<(Collected, std::result::Result<Collected, Failed>)> {
     let add_side = |role, side: &std::sync::Arc<TreeDigests>| {
         engine
             .live
             .add_after(collect_node(engine, role, side.clone()), &[], &[gate])
-            .map_err(|e| Error::Infra(format!("bug: {e}")))
+            .map_err(|e| Error::bug(e.to_string()))
     };
     let b = add_side("base", &engine.base)?;
     let h = add_side("head", &engine.head)?;
@@ -253,10 +231,13 @@ pub fn collect_both(
         fixgate_graph::Outcome::Missing(fixgate_graph::Status::Failed {
             error: NodeError::Data(why),
             ..
-        }) => Err(why),
+        }) => Err(Failed { node: h, why }),
         other => {
             let why = other.into_result().err().unwrap_or_default();
-            return Err(Error::Infra(format!("collect(head) failed: {why}")));
+            return Err(Error::Infra(format!(
+                "{} failed: {why}",
+                engine.live.label(h)
+            )));
         }
     };
     Ok((base, head))
@@ -264,18 +245,7 @@ pub fn collect_both(
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes)
-        .map_err(|e| Error::Infra(format!("bug: a step's output does not decode: {e}")))
-}
-
-/// The key of the fixture groups: leases and manifests depend on them.
-pub(crate) fn groups_key(groups: &FixtureGroups) -> String {
-    let mut w = KeyWriter::new("groups");
-    w.list(groups.groups(), |w, g| {
-        w.str(&g.name).list(&g.globs, |w, glob| {
-            w.str(glob);
-        });
-    });
-    w.finish().to_string()
+        .map_err(|e| Error::bug(format!("a step's output does not decode: {e}")))
 }
 
 /// Collection as a traced node: it depends on the files pytest imported and read while
@@ -284,7 +254,8 @@ pub(crate) fn groups_key(groups: &FixtureGroups) -> String {
 fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> Node {
     let runner = engine.runner.clone();
     let compute_side = side.clone();
-    let mut node = Node::new(format!("collect({role})"), "collect", move |_| {
+    let kind = NodeKind::Collect;
+    let mut node = Node::new(kind.of(role), kind.as_str(), move |_| {
         let (items, trace) =
             runner
                 .collect_traced(&compute_side.snapshot)
@@ -292,13 +263,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     // The suite's own failure (a file that does not import, a conftest that
                     // raises: pytest ran and exited with its code) is data; a process that
                     // could not start or was killed is not.
-                    Error::Infra(m)
-                        if m.contains("could not collect")
-                            || (m.starts_with("pytest collection failed")
-                                && m.contains("(exit Some(")) =>
-                    {
-                        NodeError::Data(m)
-                    }
+                    Error::NotCollected(m) => NodeError::Data(m),
                     e => NodeError::Infra(e.to_string()),
                 })?;
         let mut paths: Vec<String> = trace
@@ -340,68 +305,4 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     }
     let probe = side.clone();
     node.traced(move |p| probe.digest(p))
-}
-
-/// The lock gate. The pins are the base's; a patch that re-locks shows as changed pins (a
-/// finding of its own), and drift is any fixture that differs from the lock the head carries.
-pub fn check_lock(
-    path: &str,
-    base: Option<&[u8]>,
-    head: Option<&[u8]>,
-    head_manifest: &Manifest,
-    read: &mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
-) -> LockCheck {
-    let Some(base) = base else {
-        return LockCheck::default();
-    };
-    let parsed_base = match Lock::parse(base, &format!("{path} of the base")) {
-        Ok(l) => l,
-        Err(e) => {
-            return LockCheck {
-                present: true,
-                error: Some(e.to_string()),
-                ..LockCheck::default()
-            }
-        }
-    };
-    let effective = match head.map(|h| Lock::parse(h, &format!("{path} of the head"))) {
-        Some(Ok(l)) => l,
-        Some(Err(e)) => {
-            return LockCheck {
-                present: true,
-                error: Some(e.to_string()),
-                ..LockCheck::default()
-            }
-        }
-        // The patch deleted the lock: the base's pins still hold.
-        None => parsed_base.clone(),
-    };
-    let mut changed_pins: Vec<String> = parsed_base
-        .files
-        .iter()
-        .filter(|(p, h)| effective.files.get(*p) != Some(h))
-        .map(|(p, _)| p.to_string())
-        .chain(
-            effective
-                .files
-                .keys()
-                .filter(|p| !parsed_base.files.contains_key(*p))
-                .map(|p| p.to_string()),
-        )
-        .collect();
-    changed_pins.sort();
-    changed_pins.dedup();
-    let drift: Vec<Drift> = effective.check_with(head_manifest, read);
-    LockCheck {
-        present: true,
-        drift: drift
-            .iter()
-            .map(|d| DriftEntry {
-                path: d.path.to_string(),
-                change: d.change.as_str().to_string(),
-            })
-            .collect(),
-        changed_pins,
-        error: None,
-    }
 }

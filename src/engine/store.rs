@@ -2,22 +2,18 @@
 //! when one is configured, or no store at all; and the record of what the last audit moved.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use fixgate_cache::{
-    ActionRecord, Digest, DiskStore, LayeredStore, MacKey, NoStore, Origin, RemoteConfig, Store,
-    Touched, TraceEntry, TransferStats, Warning,
+    ActionRecord, Digest, DiskStore, LayeredStore, NoStore, Origin, RemoteConfig, Store, Touched,
+    TraceEntry, TransferStats, Warning,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cli::RemoteArgs;
 use crate::error::{Error, Result};
 
 /// The file under the cache directory that holds the last audit's [`LastTransfer`].
 pub const LAST_TRANSFER: &str = "last-transfer.json";
-
-/// Request headers for the remote, `Name: value`, one a line. Secret.
-const HEADER_ENV: &str = "FIXGATE_REMOTE_HEADER";
 
 /// The resolved remote cache settings.
 #[derive(Clone, Debug)]
@@ -37,102 +33,24 @@ pub struct LastTransfer {
 
 const LAST_TRANSFER_SCHEMA: u32 = 1;
 
-// `audit()` opens its store with `open(cache_dir, enabled)`; the remote settings reach it from
-// the command line through here, so the engine needs no new argument.
-static REMOTE: OnceLock<Option<RemoteSettings>> = OnceLock::new();
-static REQUIRED_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+/// Where a store records that a required remote failed (`--remote-required`), for the command
+/// to fail at its end: the store writes it down when the audit is done with it (dropped).
+#[derive(Clone, Debug, Default)]
+pub struct RemoteFailure(Arc<Mutex<Option<String>>>);
 
-/// Resolves the remote settings: `--remote-cache` or `FIXGATE_REMOTE_CACHE`, else
-/// `[tool.fixgate] remote-cache` in the working tree's `pyproject.toml`; headers from
-/// `FIXGATE_REMOTE_HEADER`, the signing key from `FIXGATE_CACHE_KEY`.
-pub fn resolve(
-    args: &RemoteArgs,
-    repo_root: &Path,
-    env: &crate::environment::Environment,
-) -> Result<Option<RemoteSettings>> {
-    let url = match &args.remote_cache {
-        Some(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        Some(_) => None,
-        None => {
-            let path = repo_root.join(crate::config::PYPROJECT_FILE);
-            // A pyproject.toml that does not parse is reported by the commands that load the
-            // configuration; here it only means no remote cache is named.
-            std::fs::read(&path)
-                .ok()
-                .and_then(|bytes| crate::config::remote_cache(&bytes).ok().flatten())
-        }
-    };
-    let Some(url) = url else {
-        if args.remote_upload || args.remote_required {
-            return Err(Error::Usage(
-                "--remote-upload and --remote-required need a remote cache: pass --remote-cache \
-                 URL, set FIXGATE_REMOTE_CACHE, or set [tool.fixgate] remote-cache"
-                    .into(),
-            ));
-        }
-        return Ok(None);
-    };
-    let mut config = RemoteConfig::new(url);
-    config.upload = args.remote_upload;
-    if let Some(text) = &env.remote_header {
-        config.headers = parse_headers(text)?;
+impl RemoteFailure {
+    fn set(&self, why: String) {
+        *lock(&self.0) = Some(why);
     }
-    if let Some(key) = &env.cache_key {
-        config.mac_key = Some(MacKey::derive(key.as_bytes()));
-    }
-    Ok(Some(RemoteSettings {
-        config,
-        required: args.remote_required,
-    }))
-}
 
-/// `Name: value` lines; errors name the line, never its value.
-fn parse_headers(text: &str) -> Result<Vec<(String, String)>> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| {
-            let (name, value) = line.split_once(':').unwrap_or(("", ""));
-            let name = name.trim();
-            let valid = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !valid || value.trim().is_empty() {
-                return Err(Error::Usage(format!(
-                    "{HEADER_ENV} line {} is not a header; write \"Name: value\", e.g. \
-                     \"Authorization: Bearer <token>\"",
-                    i + 1
-                )));
-            }
-            Ok((name.to_owned(), value.trim().to_owned()))
-        })
-        .collect()
-}
-
-/// Makes `settings` the remote every later [`open`] uses. Called once, before the command.
-pub fn configure(settings: Option<RemoteSettings>) {
-    // A second call (never made by the binary) keeps the first settings.
-    let _ = REMOTE.set(settings);
-}
-
-/// The settings [`configure`] was given.
-pub fn configured() -> Option<&'static RemoteSettings> {
-    REMOTE.get().and_then(Option::as_ref)
-}
-
-/// Whether results go to a remote cache (`--remote-upload` with a remote).
-pub fn uploads() -> bool {
-    configured().is_some_and(|s| s.config.upload)
-}
-
-/// Fails when the remote was required and a store found it unusable.
-pub fn finish() -> Result<()> {
-    match lock(&REQUIRED_FAILURE).take() {
-        Some(why) => Err(Error::Infra(format!(
-            "the remote cache failed and --remote-required is set: {why}"
-        ))),
-        None => Ok(()),
+    /// Fails when the remote was required and a store found it unusable.
+    pub fn check(&self) -> Result<()> {
+        match lock(&self.0).take() {
+            Some(why) => Err(Error::Infra(format!(
+                "the remote cache failed and --remote-required is set: {why}"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -140,18 +58,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The store for `cache_dir` (with the configured remote behind it), or `NoStore` (with the
-/// warning to print) when the cache is disabled or cannot be opened: the audit still runs,
-/// uncached.
-pub fn open(cache_dir: &Path, enabled: bool) -> (Arc<dyn Store>, Option<String>) {
-    open_with(cache_dir, enabled, configured())
-}
-
-/// [`open`] with the remote given explicitly.
-pub fn open_with(
+/// The store for `cache_dir` with `remote` behind it, or `NoStore` (with the warning to print)
+/// when the cache is disabled or cannot be opened: the audit still runs, uncached. A required
+/// remote that fails is recorded in `failure`.
+pub fn open(
     cache_dir: &Path,
     enabled: bool,
     remote: Option<&RemoteSettings>,
+    failure: &RemoteFailure,
 ) -> (Arc<dyn Store>, Option<String>) {
     if !enabled {
         return (Arc::new(NoStore), None);
@@ -170,7 +84,7 @@ pub fn open_with(
             let recorded = Recorded {
                 store,
                 path: cache_dir.join(LAST_TRANSFER),
-                required: remote.is_some_and(|r| r.required),
+                failure: remote.filter(|r| r.required).map(|_| failure.clone()),
             };
             (Arc::new(recorded), None)
         }
@@ -205,15 +119,16 @@ pub fn last_transfer(cache_dir: &Path) -> Result<Option<LastTransfer>> {
 struct Recorded {
     store: LayeredStore<DiskStore>,
     path: PathBuf,
-    required: bool,
+    /// With a required remote: where to record that it failed.
+    failure: Option<RemoteFailure>,
 }
 
 impl Drop for Recorded {
     fn drop(&mut self) {
         self.store.flush();
-        if self.required {
+        if let Some(failure) = &self.failure {
             if let Some(e) = self.store.remote_error() {
-                *lock(&REQUIRED_FAILURE) = Some(e.to_string());
+                failure.set(e.to_string());
             }
         }
         let record = LastTransfer {
@@ -276,24 +191,5 @@ impl Store for Recorded {
 
     fn origin(&self, action_key: &Digest) -> Origin {
         self.store.origin(action_key)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_parse_and_errors_never_show_values() {
-        assert_eq!(
-            parse_headers("Authorization: Bearer abc\n\nX-Team: infra\n").unwrap(),
-            vec![
-                ("Authorization".to_owned(), "Bearer abc".to_owned()),
-                ("X-Team".to_owned(), "infra".to_owned())
-            ]
-        );
-        let err = parse_headers("Bearer sekrit").unwrap_err().to_string();
-        assert!(err.contains("line 1"), "{err}");
-        assert!(!err.contains("sekrit"), "{err}");
     }
 }

@@ -1,37 +1,36 @@
-//! The driver: runs pytest in a sandbox with the plugin, follows its event stream, survives tests
-//! that kill or hang the interpreter, and builds typed results.
+//! The runner: prepares the command of each pytest process, starts it fresh or forks it from a
+//! warm interpreter, follows it to its end (the test timeout, Ctrl-C), continues the order in a
+//! new process after a test that killed or hung the interpreter, and assembles the run's result.
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use serde::{Deserialize, Serialize};
 
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
-use crate::pytest::events::{
-    ChangedPath, CodeRan, CollectedItem, Collection, Event, Outcome, TestEvent, TestResult, Trace,
-    Violation,
-};
+use crate::pytest::command::PreparedCommand;
+use crate::pytest::events::{CodeRan, CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
-use crate::pytest::forkserver::{Lease, Pool, Zygote};
+use crate::pytest::forkserver::{Launch, Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
-use crate::repo_path::RepoPath;
+use crate::pytest::lease::lease_violations;
+use crate::pytest::result::{Outcome, RunResult, TestResult};
+use crate::pytest::stream::{read_events, EventReader};
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
-pub const HASH_SEED: &str = "0";
+pub(crate) const HASH_SEED: &str = "0";
 
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.
-pub const ENV_ALLOWLIST: &[&str] = &[
+pub(crate) const ENV_ALLOWLIST: &[&str] = &[
     "PATH",
     "LANG",
     "LANGUAGE",
@@ -64,6 +63,8 @@ pub struct Runner {
     pub allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
     pub forkserver: Arc<Pool>,
+    /// How runs are contained on this machine.
+    pub(crate) host: Arc<crate::contain::Host>,
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
     pub env: Arc<crate::environment::Environment>,
@@ -98,70 +99,6 @@ impl Record {
             parts.push("state");
         }
         parts.join(",")
-    }
-}
-
-/// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
-/// differ by whether one was looked into.)
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunResult {
-    /// The order that executed, as the plugin recorded it.
-    pub executed: Vec<String>,
-    /// The plugin hit an internal error while tracing: some accesses may be missing, so the
-    /// run must be treated as depending on the whole tree.
-    #[serde(default)]
-    pub incomplete_trace: bool,
-    /// Node id → position in `tests`, built on first use (audits look tests up thousands of
-    /// times).
-    #[serde(skip)]
-    index: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
-    /// The requested order.
-    pub order: Vec<String>,
-    /// How many pytest processes the run took (more than one after a crash or a timeout).
-    pub processes: u32,
-    /// Why the code the run was to record is not known, when it is not.
-    #[serde(default)]
-    pub recording_error: Option<String>,
-    /// The repository's code that ran outside any test, in a run that recorded code (`None`:
-    /// not recorded, or not known).
-    #[serde(default)]
-    pub session_code: Option<CodeRan>,
-    /// File accesses outside any test (collection, session fixtures).
-    pub session_trace: Trace,
-    pub tests: Vec<TestResult>,
-    pub warnings: Vec<String>,
-}
-
-impl RunResult {
-    pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
-        self.test(nodeid).map(|t| t.outcome)
-    }
-
-    /// The result of one test. Call only once `tests` is final.
-    pub fn test(&self, nodeid: &str) -> Option<&TestResult> {
-        self.position(nodeid).map(|i| &self.tests[i])
-    }
-
-    /// The second run of a test the order listed twice in a row (the nio order).
-    pub fn again(&self, nodeid: &str) -> Option<&TestResult> {
-        let first = self.position(nodeid)?;
-        self.tests
-            .get(first + 1)
-            .filter(|t| t.nodeid == nodeid && t.occurrence == 1)
-    }
-
-    /// Where a test's (first) result is in `tests`.
-    fn position(&self, nodeid: &str) -> Option<usize> {
-        let index = self.index.get_or_init(|| {
-            let mut index = HashMap::with_capacity(self.tests.len());
-            for (i, t) in self.tests.iter().enumerate() {
-                // A test run twice in a row (the nio order) is its first run here; the second
-                // is `again`'s.
-                index.entry(t.nodeid.clone()).or_insert(i);
-            }
-            index
-        });
-        index.get(nodeid).copied()
     }
 }
 
@@ -213,19 +150,18 @@ impl Process<'_> {
 }
 
 impl Runner {
-    /// The environment of a run: the allowlist, then the sandbox's own settings.
-    pub(crate) fn command(&self, sandbox: &Sandbox, args: &[String]) -> Command {
+    /// The command of a pytest process in `sandbox` with pytest's `args`: the interpreter, the
+    /// environment (the allowlist, then the sandbox's own settings) and what containment needs.
+    fn prepare(&self, sandbox: &Sandbox, args: &[String]) -> PreparedCommand {
         let tree = sandbox.tree();
-        let mut cmd = Command::new(&self.interpreter.path);
-        cmd.arg("-m").arg("pytest").args(args);
-        cmd.current_dir(&tree).env_clear();
+        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
         for name in ENV_ALLOWLIST
             .iter()
             .copied()
             .chain(self.pass_env.iter().map(String::as_str))
         {
             if let Some(v) = self.env.var(name) {
-                cmd.env(name, v);
+                env.insert(name.to_owned(), v.to_owned());
             }
         }
         let mut pythonpath = vec![tree.clone()];
@@ -233,46 +169,48 @@ impl Runner {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin_dir.clone());
-        cmd.env(
+        let mut set = |name: &str, value: OsString| {
+            env.insert(name.to_owned(), value);
+        };
+        set(
             "PYTHONPATH",
             std::env::join_paths(pythonpath).unwrap_or_default(),
-        )
-        .env("HOME", sandbox.home())
-        .env("TMPDIR", sandbox.tmp())
-        .env("TEMP", sandbox.tmp())
-        .env("TMP", sandbox.tmp())
-        .env("PYTHONHASHSEED", HASH_SEED)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("FIXGATE_PYC_CACHE", &self.rewrite_cache)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("TZ", "UTC")
-        .env("NO_COLOR", "1");
+        );
+        set("HOME", sandbox.home().into());
+        set("TMPDIR", sandbox.tmp().into());
+        set("TEMP", sandbox.tmp().into());
+        set("TMP", sandbox.tmp().into());
+        set("PYTHONHASHSEED", HASH_SEED.into());
+        set("PYTHONDONTWRITEBYTECODE", "1".into());
+        set("FIXGATE_PYC_CACHE", self.rewrite_cache.clone().into());
+        set("PYTHONUNBUFFERED", "1".into());
+        set("TZ", "UTC".into());
+        set("NO_COLOR", "1".into());
         // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
         // unless the caller passes the variable on purpose.
         if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
-            cmd.env("PYTHONNOUSERSITE", "1");
+            set("PYTHONNOUSERSITE", "1".into());
         }
-        cmd.stdin(Stdio::null());
-        // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
-        // the terminal reaches fixgate, which then cleans up.
-        cmd.process_group(0);
-        let executable = Path::new(&self.interpreter.fingerprint.executable);
-        crate::contain::apply(
-            &mut cmd,
-            &crate::contain::RunPaths {
-                sandbox: sandbox.dir(),
-                cwd: &tree,
-                plugin_dir: &self.plugin_dir,
-                rewrite_cache: &self.rewrite_cache,
-                origin_root: &self.origin_root,
-                interpreter: &[&self.interpreter.path, executable],
-                allow_network: self.allow_network,
-            },
-        );
-        cmd
+        let mut all_args = vec!["-m".to_owned(), "pytest".to_owned()];
+        all_args.extend_from_slice(args);
+        PreparedCommand {
+            program: self.interpreter.path.clone(),
+            args: all_args,
+            env,
+            cwd: tree,
+            sandbox: sandbox.dir().to_path_buf(),
+            plugin_dir: self.plugin_dir.clone(),
+            rewrite_cache: self.rewrite_cache.clone(),
+            origin_root: self.origin_root.clone(),
+            interpreter: vec![
+                self.interpreter.path.clone(),
+                PathBuf::from(&self.interpreter.fingerprint.executable),
+            ],
+            allow_network: self.allow_network,
+        }
     }
 
-    pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -319,7 +257,8 @@ impl Runner {
             .try_clone()
             .map_err(|e| Error::io("open", &log, e))?;
         let child = self
-            .command(sandbox, &args)
+            .prepare(sandbox, &args)
+            .command(&self.host)
             .stdout(log_file)
             .stderr(log_err)
             .spawn()
@@ -329,7 +268,7 @@ impl Runner {
                     self.interpreter.path.display()
                 ))
             })?;
-        crate::pytest::forkserver::count_fresh();
+        self.forkserver.stats().count_fresh();
         let exit = ExitWatch::new(&child);
         Ok(Process {
             proc: Proc::Fresh(child, exit),
@@ -360,7 +299,7 @@ impl Runner {
         for ev in read_events(&p.events)? {
             match ev {
                 Event::Collected { items: i } => items = Some(i),
-                Event::SessionTrace { trace: t } => merge_trace(&mut trace, t),
+                Event::SessionTrace { trace: t } => trace.merge(t),
                 Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
                     file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
                     nodeid,
@@ -397,17 +336,25 @@ impl Runner {
                     trace,
                 ))
             }
-            None => Err(Error::Infra(format!(
-                "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
-                snapshot.rev_label(),
-                status.code(),
-                if problems.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", problems.join("; "))
-                },
-                log_tail(&p.log)
-            ))),
+            None => {
+                let why = format!(
+                    "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
+                    snapshot.rev_label(),
+                    status.code(),
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", problems.join("; "))
+                    },
+                    log_tail(&p.log)
+                );
+                // pytest ran to its end with an exit code: the suite's failure. Killed (no
+                // code): the run's.
+                Err(match status.code() {
+                    Some(_) => Error::NotCollected(why),
+                    None => Error::Infra(why),
+                })
+            }
         }
     }
 
@@ -466,7 +413,16 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
-        let mut place = match self.forkserver.checkout(self, snapshot, overlay, order) {
+        let prepare = |sandbox: &Sandbox, events: &Path| {
+            self.prepare(sandbox, &self.base_args(sandbox, events))
+        };
+        let launch = Launch {
+            temp_dir: &self.env.temp_dir,
+            interrupted: &self.interrupted,
+            prepare: &prepare,
+            host: &self.host,
+        };
+        let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
         };
@@ -476,18 +432,8 @@ impl Runner {
         std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
         let order_file = sandbox_dir.join("order.txt");
 
-        let mut result = RunResult {
-            order: order.map(<[String]>::to_vec).unwrap_or_default(),
-            executed: Vec::new(),
-            tests: Vec::new(),
-            processes: 0,
-            recording_error: None,
-            session_code: record.code.then(CodeRan::new),
-            session_trace: Trace::default(),
-            warnings: Vec::new(),
-            incomplete_trace: false,
-            index: Default::default(),
-        };
+        let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
+        result.session_code = record.code.then(CodeRan::new);
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -536,7 +482,7 @@ impl Runner {
                         },
                         Err(reason) => {
                             // The zygote failed: this run goes on fresh, in its sandbox.
-                            crate::pytest::forkserver::fall_back(reason);
+                            self.forkserver.stats().fall_back(reason);
                             self.spawn(&z.sandbox, k, &extra)?
                         }
                     }
@@ -658,12 +604,12 @@ impl Runner {
                             pb.set_message(next.clone());
                         }
                         result.executed.push(t.nodeid.clone());
-                        result.tests.push(to_result(*t));
+                        result.tests.push(TestResult::from_event(*t));
                         if let Some(pb) = progress {
                             pb.inc(1);
                         }
                     }
-                    Event::SessionTrace { trace } => merge_trace(&mut result.session_trace, trace),
+                    Event::SessionTrace { trace } => result.session_trace.merge(trace),
                     Event::SessionCode { code, unknown } => match (code, unknown) {
                         (Some(code), None) => {
                             if let Some(all) = &mut result.session_code {
@@ -858,7 +804,7 @@ fn collect_error(snapshot: &Snapshot, errors: &[(String, String)]) -> Error {
         msg.push_str(&format!("--- {nodeid}\n{}\n", message.trim_end()));
     }
     msg.push_str("fix the test files so that `python -m pytest --collect-only` succeeds");
-    Error::Infra(msg)
+    Error::NotCollected(msg)
 }
 
 impl ProcessOutcome {
@@ -884,32 +830,6 @@ struct ProcessOutcome {
     collect_errors: Vec<(String, String)>,
     problems: Vec<String>,
     log_tail: String,
-}
-
-/// A group changed by a test that does not hold its lease.
-pub fn lease_violations(
-    changed: &[ChangedPath],
-    writes: &[String],
-    groups: &FixtureGroups,
-) -> Vec<Violation> {
-    let mut out: Vec<Violation> = Vec::new();
-    for c in changed {
-        let Some(group) = groups.group_of(&RepoPath::parse_lossless(&c.path)) else {
-            continue;
-        };
-        if writes.iter().any(|w| w == group) {
-            continue;
-        }
-        match out.iter_mut().find(|v| v.group == group) {
-            Some(v) => v.files.push(c.clone()),
-            None => out.push(Violation {
-                group: group.to_owned(),
-                files: vec![c.clone()],
-            }),
-        }
-    }
-    out.sort_by(|a, b| a.group.cmp(&b.group));
-    out
 }
 
 /// Reports must not depend on where this run's sandbox was: failure messages lose the sandbox
@@ -946,40 +866,6 @@ fn scrub_sandbox_paths(result: &mut RunResult, sandbox_dir: &Path) {
         .session_trace
         .outside
         .retain(|o| !under_sandbox(&o.path));
-}
-
-fn to_result(t: TestEvent) -> TestResult {
-    TestResult {
-        outcome: Outcome::parse(&t.outcome),
-        nodeid: t.nodeid,
-        occurrence: 0,
-        phases: t.phases,
-        message: t.message,
-        skip_reason: t.skip_reason,
-        reruns: t.reruns,
-        writes_marker: t.writes_marker,
-        start: t.start,
-        end: t.end,
-        trace: t.trace,
-        changed: t.changed,
-        code: t.code.filter(|_| !t.code_unknown),
-        state: t.state,
-        violations: Vec::new(),
-    }
-}
-
-fn merge_trace(into: &mut Trace, from: Trace) {
-    into.import.extend(from.import);
-    into.list.extend(from.list);
-    into.mkdir.extend(from.mkdir);
-    into.network.extend(from.network);
-    into.outside.extend(from.outside);
-    into.read.extend(from.read);
-    into.remove.extend(from.remove);
-    into.rename.extend(from.rename);
-    into.sqlite.extend(from.sqlite);
-    into.unknown.extend(from.unknown);
-    into.write.extend(from.write);
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {
@@ -1043,93 +929,4 @@ fn log_tail(log: &Path) -> String {
         return String::new();
     }
     format!("pytest said:\n{}", tail.join("\n"))
-}
-
-/// Reads every event of a finished stream.
-pub(crate) fn read_events(path: &Path) -> Result<Vec<Event>> {
-    let mut r = EventReader::open(path)?;
-    r.read_new()
-}
-
-/// Reads complete lines appended to the events file since the last call.
-struct EventReader {
-    file: BufReader<std::fs::File>,
-    partial: String,
-}
-
-impl EventReader {
-    fn open(path: &Path) -> Result<EventReader> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
-        Ok(EventReader {
-            file: BufReader::new(file),
-            partial: String::new(),
-        })
-    }
-
-    fn read_new(&mut self) -> Result<Vec<Event>> {
-        let mut out = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = self
-                .file
-                .read_line(&mut line)
-                .map_err(|e| Error::Infra(format!("failed to read the plugin's events: {e}")))?;
-            if n == 0 {
-                break;
-            }
-            if !line.ends_with('\n') {
-                // A line the plugin is still writing: keep it for the next call.
-                self.partial.push_str(&line);
-                break;
-            }
-            let full = std::mem::take(&mut self.partial) + &line;
-            if let Some(ev) = Event::parse(full.trim_end()) {
-                out.push(ev);
-            }
-        }
-        Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn result(tests: &[(&str, u32, Outcome)]) -> RunResult {
-        RunResult {
-            executed: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
-            incomplete_trace: false,
-            index: Default::default(),
-            order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
-            processes: 1,
-            recording_error: None,
-            session_code: None,
-            session_trace: Trace::default(),
-            tests: tests
-                .iter()
-                .map(|&(id, occurrence, outcome)| TestResult {
-                    occurrence,
-                    ..TestResult::missing(id, outcome, String::new(), 0.0, 0.0)
-                })
-                .collect(),
-            warnings: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_test_run_twice_in_a_row_is_its_first_run_and_its_second_is_again() {
-        let r = result(&[
-            ("t::a", 0, Outcome::Passed),
-            ("t::a", 1, Outcome::Failed),
-            ("t::b", 0, Outcome::Passed),
-            ("t::b", 1, Outcome::Passed),
-        ]);
-        assert_eq!(r.outcome_of("t::a"), Some(Outcome::Passed));
-        assert_eq!(r.again("t::a").map(|t| t.outcome), Some(Outcome::Failed));
-        assert_eq!(r.again("t::b").map(|t| t.outcome), Some(Outcome::Passed));
-        // A test that ran once has no second run.
-        let once = result(&[("t::a", 0, Outcome::Passed), ("t::b", 0, Outcome::Failed)]);
-        assert!(once.again("t::a").is_none() && once.again("t::b").is_none());
-        assert!(once.again("t::c").is_none());
-    }
 }

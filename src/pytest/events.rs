@@ -1,5 +1,4 @@
-//! The plugin's event stream (JSON lines, see docs/plugin-protocol.md) and the typed results the
-//! driver builds from it.
+//! The plugin's event stream: what one JSON line says (see docs/plugin-protocol.md).
 
 use std::collections::BTreeMap;
 
@@ -137,6 +136,22 @@ pub struct Trace {
     pub sqlite: Vec<String>,
     pub unknown: Vec<String>,
     pub write: Vec<String>,
+}
+
+impl Trace {
+    /// Adds what `from` recorded (a session's trace arrives in parts, one per process).
+    pub(crate) fn merge(&mut self, from: Trace) {
+        self.import.extend(from.import);
+        self.list.extend(from.list);
+        self.mkdir.extend(from.mkdir);
+        self.outside.extend(from.outside);
+        self.read.extend(from.read);
+        self.remove.extend(from.remove);
+        self.rename.extend(from.rename);
+        self.sqlite.extend(from.sqlite);
+        self.unknown.extend(from.unknown);
+        self.write.extend(from.write);
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -289,125 +304,6 @@ impl<'de> Deserialize<'de> for StateChange {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StateChange, D::Error> {
         let text = String::deserialize(d)?;
         Ok(StateChange::parse(&text))
-    }
-}
-
-/// The outcome of one test in one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    Passed,
-    Failed,
-    /// Setup or teardown failed.
-    Error,
-    Skipped,
-    Xfailed,
-    Xpassed,
-    /// The test killed the interpreter.
-    Crashed,
-    /// The test ran past `--test-timeout` and was killed.
-    Timeout,
-}
-
-impl Outcome {
-    pub fn parse(s: &str) -> Outcome {
-        match s {
-            "passed" => Outcome::Passed,
-            "failed" => Outcome::Failed,
-            "skipped" => Outcome::Skipped,
-            "xfailed" => Outcome::Xfailed,
-            "xpassed" => Outcome::Xpassed,
-            _ => Outcome::Error,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Passed => "passed",
-            Outcome::Failed => "failed",
-            Outcome::Error => "error",
-            Outcome::Skipped => "skipped",
-            Outcome::Xfailed => "xfailed",
-            Outcome::Xpassed => "xpassed",
-            Outcome::Crashed => "crashed",
-            Outcome::Timeout => "timeout",
-        }
-    }
-
-    /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
-    /// search and every base check.
-    pub fn is_green(self) -> bool {
-        matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
-    }
-}
-
-/// A fixture group changed by a test that does not hold its lease.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Violation {
-    pub files: Vec<ChangedPath>,
-    pub group: String,
-}
-
-/// One test's result in one run.
-///
-/// The fields of the types in a run report are declared in sorted order, so that serializing
-/// them directly gives sorted keys (see `cmd::run`, where a test pins it).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TestResult {
-    pub changed: Vec<ChangedPath>,
-    /// The repository's code the test ran, in a run that recorded it (`None`: not recorded, or
-    /// not known).
-    #[serde(default)]
-    pub code: Option<CodeRan>,
-    /// Wall-clock seconds since the epoch, like `start`.
-    pub end: f64,
-    pub message: Option<String>,
-    pub nodeid: String,
-    /// Which run of the test this is in a run that lists it twice in a row (the nio order): 0
-    /// the first, 1 the second. Always written: run outputs are also kept in postcard, which
-    /// has no field names and cannot skip one.
-    #[serde(default)]
-    pub occurrence: u32,
-    pub outcome: Outcome,
-    pub phases: BTreeMap<String, Phase>,
-    pub reruns: u32,
-    pub skip_reason: Option<String>,
-    /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
-    pub start: f64,
-    /// Shared state it left changed, in a run that recorded it.
-    #[serde(default)]
-    pub state: Vec<StateChange>,
-    pub trace: Trace,
-    pub violations: Vec<Violation>,
-    pub writes_marker: Vec<String>,
-}
-
-impl TestResult {
-    /// A result for a test whose process died or was killed before it reported.
-    pub fn missing(
-        nodeid: &str,
-        outcome: Outcome,
-        message: String,
-        start: f64,
-        end: f64,
-    ) -> TestResult {
-        TestResult {
-            nodeid: nodeid.to_owned(),
-            occurrence: 0,
-            outcome,
-            phases: BTreeMap::new(),
-            message: Some(message),
-            skip_reason: None,
-            reruns: 0,
-            writes_marker: Vec::new(),
-            start,
-            end,
-            code: None,
-            state: Vec::new(),
-            trace: Trace::default(),
-            changed: Vec::new(),
-            violations: Vec::new(),
-        }
     }
 }
 

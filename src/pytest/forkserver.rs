@@ -15,13 +15,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pytest::driver::Runner;
+use crate::pytest::command::PreparedCommand;
 use crate::pytest::events::{Event, Trace};
 use crate::sandbox::{Overlay, Sandbox, TreeState};
 use crate::snapshot::Snapshot;
@@ -49,33 +49,41 @@ pub struct ForkSummary {
     pub zygotes: u32,
 }
 
-static FORKS: AtomicU32 = AtomicU32::new(0);
-static FRESH: AtomicU32 = AtomicU32::new(0);
-static ZYGOTES: AtomicU32 = AtomicU32::new(0);
-static FALLBACKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// The counts behind a [`ForkSummary`]: kept by the context of one fixgate invocation and
+/// shared by every pool it makes, so that a report counts the runs of the heads before it too.
+#[derive(Debug, Default)]
+pub struct ForkStats {
+    forks: AtomicU32,
+    fresh: AtomicU32,
+    zygotes: AtomicU32,
+    fallbacks: Mutex<BTreeSet<String>>,
+}
 
-/// What this process's runs did so far (for the report).
-pub fn summary() -> ForkSummary {
-    let forks = FORKS.load(Ordering::Relaxed);
-    ForkSummary {
-        fallbacks: FALLBACKS
-            .lock()
-            .map(|f| f.iter().cloned().collect())
-            .unwrap_or_default(),
-        forks,
-        fresh_processes: FRESH.load(Ordering::Relaxed),
-        mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
-        zygotes: ZYGOTES.load(Ordering::Relaxed),
+impl ForkStats {
+    /// What the runs did so far (for the report).
+    pub fn summary(&self) -> ForkSummary {
+        let forks = self.forks.load(Ordering::Relaxed);
+        ForkSummary {
+            fallbacks: self
+                .fallbacks
+                .lock()
+                .map(|f| f.iter().cloned().collect())
+                .unwrap_or_default(),
+            forks,
+            fresh_processes: self.fresh.load(Ordering::Relaxed),
+            mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
+            zygotes: self.zygotes.load(Ordering::Relaxed),
+        }
     }
-}
 
-pub(crate) fn count_fresh() {
-    FRESH.fetch_add(1, Ordering::Relaxed);
-}
+    pub(crate) fn count_fresh(&self) {
+        self.fresh.fetch_add(1, Ordering::Relaxed);
+    }
 
-pub(crate) fn fall_back(reason: String) {
-    if let Ok(mut f) = FALLBACKS.lock() {
-        f.insert(reason);
+    pub(crate) fn fall_back(&self, reason: String) {
+        if let Ok(mut f) = self.fallbacks.lock() {
+            f.insert(reason);
+        }
     }
 }
 
@@ -95,7 +103,20 @@ fn identity(snapshot: &Snapshot) -> Key {
     *h.finalize().as_bytes()
 }
 
-/// The warm interpreters of one Runner: per job slot at most two alive (an audit alternates
+/// What starting a zygote takes from the runner; used only when a zygote is started.
+pub(crate) struct Launch<'a> {
+    /// Where the zygote's sandbox goes.
+    pub(crate) temp_dir: &'a Path,
+    /// Set by Ctrl-C: stop waiting for the zygote's collection.
+    pub(crate) interrupted: &'a AtomicBool,
+    /// The command of a pytest process in a sandbox, writing the given event file, as the
+    /// runner prepares every run; the zygote adds the flags of its own protocol.
+    pub(crate) prepare: &'a dyn Fn(&Sandbox, &Path) -> PreparedCommand,
+    /// What this machine permits: how the zygote is contained.
+    pub(crate) host: &'a crate::contain::Host,
+}
+
+/// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
 /// between the base and the head; with one per slot, every switch would kill a zygote and
 /// collect again), idle ones kept for the next run of their snapshot. Dropping the pool kills
 /// them.
@@ -110,12 +131,13 @@ pub struct Pool {
     refused: Mutex<HashMap<Key, String>>,
     /// The node ids a fresh collection of each snapshot listed, in order.
     collections: Mutex<HashMap<Key, Vec<String>>>,
+    stats: Arc<ForkStats>,
 }
 
 impl Pool {
     /// A pool for `slots` job slots; `disabled` (`FIXGATE_FORK=0`, with the reason to report)
     /// turns the fork server off for every run of this process.
-    pub(crate) fn new(slots: usize, disabled: Option<String>) -> Pool {
+    pub(crate) fn new(slots: usize, disabled: Option<String>, stats: Arc<ForkStats>) -> Pool {
         Pool {
             disabled,
             capacity: 2 * slots.max(1),
@@ -123,7 +145,13 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             collections: Mutex::new(HashMap::new()),
+            stats,
         }
+    }
+
+    /// Where this pool counts what its runs did.
+    pub(crate) fn stats(&self) -> &ForkStats {
+        &self.stats
     }
 
     /// Remembers what a fresh collection of `snapshot` listed, to check zygotes against.
@@ -134,7 +162,7 @@ impl Pool {
     }
 
     fn refuse(&self, key: Key, reason: String) {
-        fall_back(reason.clone());
+        self.stats.fall_back(reason.clone());
         if let Ok(mut r) = self.refused.lock() {
             r.insert(key, reason);
         }
@@ -144,18 +172,19 @@ impl Pool {
     /// restored; `None` when this run must use fresh processes.
     pub(crate) fn checkout(
         &self,
-        runner: &Runner,
+        launch: &Launch,
         snapshot: &Snapshot,
         overlay: &Overlay,
         order: Option<&[String]>,
     ) -> Option<Lease<'_>> {
         if let Some(reason) = &self.disabled {
-            fall_back(reason.clone());
+            self.stats.fall_back(reason.clone());
             return None;
         }
         if !overlay.is_empty() {
             // Replay runs put other bytes into the tree than the zygote collected from.
-            fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
+            self.stats
+                .fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
             return None;
         }
         let key = identity(snapshot);
@@ -173,7 +202,7 @@ impl Pool {
                 if !self.make_room() {
                     return None; // every slot busy: this run starts fresh
                 }
-                match Zygote::start(runner, snapshot, key) {
+                match Zygote::start(launch, snapshot, key, &self.stats) {
                     Ok(z) => z,
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
@@ -318,12 +347,19 @@ pub(crate) struct Zygote {
     /// or touched home or tmp, so a run never continues in a fork after a crash).
     collection: Option<Trace>,
     log: PathBuf,
+    /// Where its forks are counted.
+    stats: Arc<ForkStats>,
 }
 
 impl Zygote {
-    fn start(runner: &Runner, snapshot: &Snapshot, key: Key) -> Result<Zygote, String> {
+    fn start(
+        launch: &Launch,
+        snapshot: &Snapshot,
+        key: Key,
+        stats: &Arc<ForkStats>,
+    ) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &runner.env.temp_dir)
+        let sandbox = Sandbox::create(snapshot, &Overlay::new(), launch.temp_dir)
             .map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
             .record()
@@ -333,15 +369,17 @@ impl Zygote {
         std::fs::write(&events, b"").map_err(|e| why(e.to_string()))?;
         let (read, write) = pipe().map_err(|e| why(e.to_string()))?;
         let (command_read, command_write) = pipe().map_err(|e| why(e.to_string()))?;
-        let mut args = runner.base_args(&sandbox, &events);
-        args.push("--fixgate-collect".into());
-        args.push(format!("--fixgate-forkserver={REPLY_FD}"));
+        let mut prepared = (launch.prepare)(&sandbox, &events);
+        prepared.args.push("--fixgate-collect".into());
+        prepared
+            .args
+            .push(format!("--fixgate-forkserver={REPLY_FD}"));
         // The code collection runs is recorded for the runs that will ask (an empty list: what
         // each forked run records per test, it says itself).
-        args.push("--fixgate-record=".into());
+        prepared.args.push("--fixgate-record=".into());
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
-        let mut cmd = runner.command(&sandbox, &args);
+        let mut cmd = prepared.command(launch.host);
         let write_fd = write.as_raw_fd();
         let command_fd = command_read.as_raw_fd();
         // SAFETY: the closure runs between fork and exec and only makes system calls (dup,
@@ -366,7 +404,7 @@ impl Zygote {
         let process = spawn_steadily(cmd).map_err(|e| why(e.to_string()))?;
         drop(write);
         drop(command_read);
-        ZYGOTES.fetch_add(1, Ordering::Relaxed);
+        stats.zygotes.fetch_add(1, Ordering::Relaxed);
         let commands = std::fs::File::from(command_write);
         let mut zygote = Zygote {
             key,
@@ -380,9 +418,10 @@ impl Zygote {
             pristine: TreeState::default(),
             collection: None,
             log,
+            stats: stats.clone(),
         };
         let reply = loop {
-            if runner.interrupted.load(Ordering::SeqCst) {
+            if launch.interrupted.load(Ordering::SeqCst) {
                 return Err("interrupted while the warm interpreter collected".to_owned());
             }
             match zygote.replies.line(POLL_MS) {
@@ -404,7 +443,7 @@ impl Zygote {
             return Err(format!("the warm interpreter said {reply:?}, not ready"));
         }
         let mut collection = None;
-        for ev in crate::pytest::driver::read_events(&events).map_err(|e| why(e.to_string()))? {
+        for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
                 Event::Collected { items } => {
                     zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
@@ -465,7 +504,7 @@ impl Zygote {
                     match pid {
                         Some(pid) => {
                             self.running = Some(pid);
-                            FORKS.fetch_add(1, Ordering::Relaxed);
+                            self.stats.forks.fetch_add(1, Ordering::Relaxed);
                             return Ok(pid);
                         }
                         None => {

@@ -60,12 +60,7 @@ fn annotation(out: &mut String, level: &str, f: &Finding, by_id: &BTreeMap<&str,
 
 /// `fixgate verdict: reject (exit 1): 1 order-dependent test, ...`, then the reasons.
 fn verdict(r: &AuditReport) -> String {
-    let verdict = if r.verdict.is_empty() {
-        "unknown"
-    } else {
-        &r.verdict
-    };
-    let mut s = format!("fixgate verdict: {verdict} (exit {})", r.exit_code);
+    let mut s = format!("fixgate verdict: {} (exit {})", r.verdict, r.exit_code);
     let blocking = finding_counts(r.findings.iter().filter(|f| f.blocking));
     let other = finding_counts(r.findings.iter().filter(|f| !f.blocking));
     if !blocking.is_empty() {
@@ -134,7 +129,7 @@ mod tests {
         assert!(lines[2]
             .starts_with("::error title=fixgate%3A redefined::passes on head fixtures, fails"));
         assert!(lines[3]
-            .starts_with("::error file=tests/test_parse.py,line=30,title=fixgate%3A budget::"));
+            .starts_with("::error file=tests/test_parse.py,line=30,title=fixgate%3A new-skip::"));
     }
 
     #[test]
@@ -156,11 +151,11 @@ mod tests {
         let last = gh.lines().last().unwrap();
         assert!(last.starts_with(
             "::notice::fixgate verdict: reject (exit 1): 1 order-dependent \
-             test, 1 polluter, 1 redefined test, 1 budget breach; not blocking: 1 flaky test\
+             test, 1 polluter, 1 redefined test, 1 new skip; not blocking: 1 flaky test\
              %0A- tests/test_pricing.py::test_tax is order-dependent"
         ));
         let pass = AuditReport {
-            verdict: "pass".into(),
+            verdict: crate::audit::verdict::Verdict::Pass,
             ..Default::default()
         };
         assert_eq!(render(&pass), "::notice::fixgate verdict: pass (exit 0)\n");

@@ -1,28 +1,19 @@
 //! The terminal summary of an audit: the verdict first, then the evidence a reviewer acts on.
 //!
-//! The helpers that name outcomes, buckets and finding kinds live here and are shared by the
-//! other renderers, so that every format says the same thing in the same words.
+//! The helpers that count findings and lay out outcomes live here and are shared by the other
+//! renderers, so that every format says the same thing in the same words; the words themselves
+//! are the report's enums' (`FindingKind::noun`, `Bucket::rank`, `Outcome::letter`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::{AuditReport, Finding, TestReport};
+use super::{AuditReport, Column, Finding, TestReport};
+use crate::audit::freeze::Entry;
+use crate::audit::triage::{Bucket, Signal};
+use crate::audit::verdict::{FindingKind, Verdict};
 
 /// Lines are wrapped to this width where the text allows it (node ids and commands are not cut).
 const WIDTH: usize = 100;
-
-/// Buckets in the order a reader wants them: the defects first, then the rest.
-const BUCKETS: [&str; 9] = [
-    "order-dependent",
-    "polluter",
-    "failing",
-    "error",
-    "crashed",
-    "timeout",
-    "flaky",
-    "skipped",
-    "stable",
-];
 
 /// Renders the human summary; `color` adds ANSI colors (the caller decides from `NO_COLOR` and
 /// whether stdout is a terminal).
@@ -34,11 +25,11 @@ pub fn render(r: &AuditReport, color: bool) -> String {
     let (head, other) = verdict_parts(r);
     let line = verdict_line(r);
     if line.chars().count() <= WIDTH || other.is_empty() {
-        out.push_str(&paint.verdict(&r.verdict, &line));
+        out.push_str(&paint.verdict(r.verdict, &line));
     } else {
-        out.push_str(&paint.verdict(&r.verdict, &head));
+        out.push_str(&paint.verdict(r.verdict, &head));
         out.push_str("\n  ");
-        out.push_str(&paint.verdict(&r.verdict, &format!("not blocking: {other}")));
+        out.push_str(&paint.verdict(r.verdict, &format!("not blocking: {other}")));
     }
     out.push('\n');
     for reason in &r.reasons {
@@ -89,12 +80,11 @@ pub(crate) fn verdict_line(r: &AuditReport) -> String {
 
 /// The verdict with its blocking findings, and the counts of the non-blocking ones.
 fn verdict_parts(r: &AuditReport) -> (String, String) {
-    let verdict = if r.verdict.is_empty() {
-        "unknown"
-    } else {
-        &r.verdict
-    };
-    let mut line = format!("{} (exit {})", clean(verdict).to_uppercase(), r.exit_code);
+    let mut line = format!(
+        "{} (exit {})",
+        r.verdict.as_str().to_uppercase(),
+        r.exit_code
+    );
     let blocking = finding_counts(r.findings.iter().filter(|f| f.blocking));
     if !blocking.is_empty() {
         let _ = write!(line, ": {blocking}");
@@ -120,56 +110,45 @@ pub(crate) fn graph_line(r: &AuditReport) -> String {
     )
 }
 
-/// One letter per outcome, for grids: `P` passed, `F` failed, `E` error, `S` skipped,
-/// `C` crashed, `T` timeout, `X` xfailed or xpassed, `?` anything else.
-pub(crate) fn outcome_letter(outcome: &str) -> &'static str {
-    match outcome {
-        "passed" => "P",
-        "failed" => "F",
-        "error" => "E",
-        "skipped" => "S",
-        "crashed" => "C",
-        "timeout" => "T",
-        "xfailed" | "xpassed" => "X",
-        _ => "?",
-    }
-}
-
-/// The legend of [`outcome_letter`].
+/// The legend of [`crate::pytest::result::Outcome::letter`].
 pub(crate) const OUTCOME_LEGEND: &str =
     "P passed, F failed, E error, S skipped, C crashed, T timeout, X xfailed/xpassed";
 
 /// A test's outcomes in run order, `0:P rev:F 1:P 2:F`; orders the test did not run in are left
 /// out, and outcomes under labels missing from `orders` follow in label order.
 pub(crate) fn outcomes_compact(r: &AuditReport, t: &TestReport) -> String {
-    let mut parts = Vec::new();
-    for order in &r.orders {
-        if let Some(o) = t.outcomes.get(order) {
-            parts.push(format!("{}:{}", clean(order), outcome_letter(o)));
-        }
-    }
-    for (order, o) in &t.outcomes {
-        if !r.orders.contains(order) {
-            parts.push(format!("{}:{}", clean(order), outcome_letter(o)));
-        }
-    }
-    parts.join(" ")
+    columns(r, t)
+        .into_iter()
+        .map(|c| format!("{c}:{}", t.outcomes[&c].letter()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
-/// Rank of a bucket in [`BUCKETS`]; unknown buckets sort after the known ones.
-pub(crate) fn bucket_rank(bucket: &str) -> usize {
-    BUCKETS
+/// The columns a test has outcomes in: the report's orders in run order, then any column only
+/// the test has (the nio order's second runs).
+pub(crate) fn columns(r: &AuditReport, t: &TestReport) -> Vec<Column> {
+    let mut out: Vec<Column> = r
+        .orders
         .iter()
-        .position(|b| *b == bucket)
-        .unwrap_or(BUCKETS.len())
+        .map(|l| Column::Order(*l))
+        .filter(|c| t.outcomes.contains_key(c))
+        .collect();
+    let extra: Vec<Column> = t
+        .outcomes
+        .keys()
+        .filter(|c| !out.contains(c))
+        .copied()
+        .collect();
+    out.extend(extra);
+    out
 }
 
 /// Finding kinds in order of first appearance, so that grouping keeps the audit's ordering.
-pub(crate) fn kinds_in_order<'a>(findings: &[&'a Finding]) -> Vec<&'a str> {
-    let mut kinds: Vec<&str> = Vec::new();
+pub(crate) fn kinds_in_order(findings: &[&Finding]) -> Vec<FindingKind> {
+    let mut kinds: Vec<FindingKind> = Vec::new();
     for f in findings {
-        if !kinds.contains(&f.kind.as_str()) {
-            kinds.push(&f.kind);
+        if !kinds.contains(&f.kind) {
+            kinds.push(f.kind);
         }
     }
     kinds
@@ -182,43 +161,11 @@ pub(crate) fn finding_counts<'a>(findings: impl Iterator<Item = &'a Finding>) ->
         .into_iter()
         .map(|kind| {
             let n = findings.iter().filter(|f| f.kind == kind).count() as u64;
-            let (one, many) = kind_noun(kind);
-            plural(n, &one, &many)
+            let (one, many) = kind.noun();
+            plural(n, one, many)
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// What one finding of a kind is called in a sentence, singular and plural.
-fn kind_noun(kind: &str) -> (String, String) {
-    let fixed = |one: &str, many: &str| (one.to_owned(), many.to_owned());
-    match kind {
-        "order-dependent" => fixed("order-dependent test", "order-dependent tests"),
-        "polluter" => fixed("polluter", "polluters"),
-        "state-setter" => fixed("state-setter", "state-setters"),
-        "lease-violation" => fixed("lease violation", "lease violations"),
-        "redefined" => fixed("redefined test", "redefined tests"),
-        "cosmetic" => fixed("cosmetic fixture change", "cosmetic fixture changes"),
-        "additive" => fixed("additive fixture", "additive fixtures"),
-        "failing" => fixed("failing test", "failing tests"),
-        "crashed" => fixed("crashed test", "crashed tests"),
-        "timeout" => fixed("timed-out test", "timed-out tests"),
-        "error" => fixed("test error", "test errors"),
-        "flaky" => fixed("flaky test", "flaky tests"),
-        "new-skip" => fixed("new skip", "new skips"),
-        "freeze-added" => fixed("freeze entry added", "freeze entries added"),
-        "lock-changed" => fixed("lock change", "lock changes"),
-        "budget" => fixed("budget breach", "budget breaches"),
-        "drift" => fixed("drifted fixture", "drifted fixtures"),
-        "expired-freeze" => fixed("expired freeze entry", "expired freeze entries"),
-        "edited-assertion" => fixed("edited assertion", "edited assertions"),
-        "non-idempotent" => fixed("non-idempotent test", "non-idempotent tests"),
-        "leaks-state" => fixed("test leaking state", "tests leaking state"),
-        other => {
-            let other = clean(other);
-            (format!("{other} finding"), format!("{other} findings"))
-        }
-    }
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -261,16 +208,16 @@ pub(crate) fn first_line(s: &str, max: usize) -> String {
 struct Paint(bool);
 
 impl Paint {
-    fn verdict(&self, verdict: &str, text: &str) -> String {
+    fn verdict(&self, verdict: Verdict, text: &str) -> String {
         if !self.0 {
             return text.to_owned();
         }
         // Green for a pass, yellow when nothing could be judged on the merits (a breached
         // budget, drifted inputs), red when the patch or the ledger is at fault.
         let code = match verdict {
-            "pass" => "32",
-            "unverified" | "drift" => "33",
-            _ => "31",
+            Verdict::Pass => "32",
+            Verdict::Unverified | Verdict::Drift => "33",
+            Verdict::Reject | Verdict::ExpiredFreeze | Verdict::Error => "31",
         };
         format!("\x1b[1;{code}m{text}\x1b[0m")
     }
@@ -312,7 +259,7 @@ fn context_line(r: &AuditReport) -> String {
         ),
         None => clean(&s.rev),
     };
-    let orders: Vec<String> = r.orders.iter().map(|o| clean(o)).collect();
+    let orders: Vec<String> = r.orders.iter().map(|o| o.to_string()).collect();
     let mut line = format!("base {} → head {}", side(&r.base), side(&r.head));
     if !orders.is_empty() {
         let _ = write!(line, "; orders {}", orders.join(" "));
@@ -328,7 +275,7 @@ fn context_line(r: &AuditReport) -> String {
 
 fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], introduced: bool) {
     for kind in kinds_in_order(findings) {
-        let _ = writeln!(out, "  {}", clean(kind));
+        let _ = writeln!(out, "  {kind}");
         for f in findings.iter().filter(|f| f.kind == kind) {
             for t in &f.tests {
                 let _ = writeln!(out, "    {}", clean(t));
@@ -362,9 +309,11 @@ fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], intro
     }
 }
 
-/// A ledger entry as it would be pasted into `.fixgate/freeze.json`.
-pub(crate) fn freeze_entry(nodeid: &str, entry: &serde_json::Value) -> String {
+/// A ledger entry as it would be pasted into `.fixgate/freeze.json` (keys sorted, as the
+/// ledger writes them).
+pub(crate) fn freeze_entry(nodeid: &str, entry: &Entry) -> String {
     let key = serde_json::Value::String(nodeid.to_owned());
+    let entry = serde_json::to_value(entry).unwrap_or_default();
     clean(&format!("{key}: {entry}"))
 }
 
@@ -373,11 +322,11 @@ fn tests_into(out: &mut String, paint: &Paint, r: &AuditReport) {
         return;
     }
     let mut counts: Vec<(&str, usize)> = Vec::new();
-    let mut buckets: Vec<&str> = r.tests.iter().map(|t| t.bucket.as_str()).collect();
-    buckets.sort_by_key(|b| (bucket_rank(b), *b));
+    let mut buckets: Vec<Bucket> = r.tests.iter().map(|t| t.bucket).collect();
+    buckets.sort_by_key(|b| b.rank());
     buckets.dedup();
     for b in buckets {
-        counts.push((b, r.tests.iter().filter(|t| t.bucket == b).count()));
+        counts.push((b.as_str(), r.tests.iter().filter(|t| t.bucket == b).count()));
     }
     section(out, paint, &format!("tests: {}", r.tests.len()));
     let width = counts
@@ -391,17 +340,21 @@ fn tests_into(out: &mut String, paint: &Paint, r: &AuditReport) {
         .max()
         .unwrap_or(1);
     for (bucket, n) in &counts {
-        let _ = writeln!(out, "  {:<width$}  {n:>nw$}", clean(bucket));
+        let _ = writeln!(out, "  {bucket:<width$}  {n:>nw$}");
     }
 
-    let mut unstable: Vec<&TestReport> = r.tests.iter().filter(|t| t.bucket != "stable").collect();
+    let mut unstable: Vec<&TestReport> = r
+        .tests
+        .iter()
+        .filter(|t| t.bucket != Bucket::Stable)
+        .collect();
     if unstable.is_empty() {
         return;
     }
-    unstable.sort_by_key(|t| bucket_rank(&t.bucket));
-    let rows: Vec<(String, String, &TestReport)> = unstable
+    unstable.sort_by_key(|t| t.bucket.rank());
+    let rows: Vec<(&str, String, &TestReport)> = unstable
         .iter()
-        .map(|t| (clean(&t.bucket), outcomes_compact(r, t), *t))
+        .map(|t| (t.bucket.as_str(), outcomes_compact(r, t), *t))
         .collect();
     let bw = rows
         .iter()
@@ -439,17 +392,16 @@ fn tests_into(out: &mut String, paint: &Paint, r: &AuditReport) {
 /// The signals of a test, plus the facts the report carries beside them when the signals do not
 /// already name them.
 pub(crate) fn test_tags(t: &TestReport) -> Vec<String> {
-    let mut tags: Vec<String> = t.signals.iter().map(|s| clean(s)).collect();
-    let named = |needle: &str| t.signals.iter().any(|s| s.contains(needle));
+    let mut tags: Vec<String> = t.signals.iter().map(|s| clean(&s.to_string())).collect();
     for g in &t.dirty_groups {
-        if !named(g) {
+        if !t.signals.contains(&Signal::LeaseViolation(g.clone())) {
             tags.push(format!("dirty group {}", clean(g)));
         }
     }
-    if t.edited_by_patch && !named("edit") {
+    if t.edited_by_patch && !t.signals.contains(&Signal::EditedByPatch) {
         tags.push("edited by the patch".to_owned());
     }
-    if !t.introduced && !named("pre-existing") {
+    if !t.introduced {
         tags.push("pre-existing".to_owned());
     }
     tags
@@ -463,7 +415,7 @@ fn pairs_into(out: &mut String, paint: &Paint, r: &AuditReport) {
     for p in &r.pairs {
         let mut head = format!(
             "  {}  {} → {}",
-            clean(&p.kind),
+            p.kind.as_str(),
             clean(&p.polluter),
             clean(&p.victim)
         );
@@ -518,14 +470,14 @@ fn fixtures_into(out: &mut String, paint: &Paint, r: &AuditReport) {
     let cw = fx
         .changed
         .iter()
-        .map(|c| c.change.chars().count())
+        .map(|c| c.change.as_str().len())
         .max()
         .unwrap_or(0);
     for c in &fx.changed {
         let _ = writeln!(
             out,
             "  {:<cw$}  {}  (group {})",
-            clean(&c.change),
+            c.change.as_str(),
             clean(&c.path),
             clean(&c.group)
         );
@@ -537,9 +489,9 @@ fn fixtures_into(out: &mut String, paint: &Paint, r: &AuditReport) {
                 out,
                 "    {}: head {}, base {} → {}",
                 clean(&rp.nodeid),
-                clean(&rp.head),
-                clean(&rp.base),
-                clean(&rp.reading)
+                rp.head.as_str(),
+                rp.base.as_str(),
+                rp.reading.as_str()
             );
         }
     }
@@ -620,11 +572,11 @@ fn lock_into(out: &mut String, r: &AuditReport) {
     let cw = l
         .drift
         .iter()
-        .map(|d| d.change.chars().count())
+        .map(|d| d.change.as_str().len())
         .max()
         .unwrap_or(0);
     for d in &l.drift {
-        let _ = writeln!(out, "  {:<cw$}  {}", clean(&d.change), clean(&d.path));
+        let _ = writeln!(out, "  {:<cw$}  {}", d.change.as_str(), clean(&d.path));
     }
 }
 
@@ -676,22 +628,39 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::audit::bisect::PairKind;
+    use crate::audit::freeze::Date;
+    use crate::audit::order::OrderLabel;
+    use crate::audit::pair::Found;
+    use crate::audit::replay::Reading;
+    use crate::delta::Change;
+    use crate::pytest::result::Outcome::{self, Failed, Passed, Skipped};
     use crate::report::{
         Budget, ChangedFixture, Fixtures, Freeze, GraphSummary, PairReport, ReplayReport, Side,
     };
 
-    fn outcomes(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
+    const ORDERS: [OrderLabel; 4] = [
+        OrderLabel::File,
+        OrderLabel::Reversed,
+        OrderLabel::Seed(1),
+        OrderLabel::Seed(2),
+    ];
+
+    fn outcomes(outcomes: [Outcome; 4]) -> BTreeMap<Column, Outcome> {
+        ORDERS
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .zip(outcomes)
+            .map(|(l, o)| (Column::Order(*l), o))
             .collect()
+    }
+
+    fn date(text: &str) -> Date {
+        Date::parse(text).expect("a date")
     }
 
     /// A reject: an order-dependent victim whose assertion the patch edited and its polluter, a
     /// pre-existing flaky test, a redefined replay and a new-skip budget breach.
     pub(crate) fn sample() -> AuditReport {
-        let orders = ["0", "rev", "1", "2"];
-        let all_pass: Vec<(&str, &str)> = orders.iter().map(|o| (*o, "passed")).collect();
         let cart = "tests/test_pricing.py";
         let victim = format!("{cart}::test_tax");
         let polluter = format!("{cart}::test_add_item");
@@ -701,14 +670,16 @@ pub(crate) mod tests {
         let mut suggested = BTreeMap::new();
         suggested.insert(
             flaky.clone(),
-            serde_json::json!({
-                "frozen_on": "2026-04-01", "expires": "2026-05-01",
-                "owner": "TODO", "reason": "flaky: outcome differs between reruns of order 1",
-            }),
+            Entry {
+                frozen_on: date("2026-04-01"),
+                expires: date("2026-05-01"),
+                owner: "TODO".into(),
+                reason: "flaky: outcome differs between reruns of order 1".into(),
+            },
         );
         AuditReport {
             schema: crate::report::SCHEMA,
-            verdict: "reject".into(),
+            verdict: Verdict::Reject,
             exit_code: 1,
             reasons: vec![
                 format!("{victim} is order-dependent and the patch edited its assertion"),
@@ -724,13 +695,13 @@ pub(crate) mod tests {
                 commit: None,
             },
             seeds: vec![1, 2],
-            orders: orders.iter().map(|o| (*o).to_owned()).collect(),
+            orders: ORDERS.to_vec(),
             tests: vec![
                 TestReport {
                     nodeid: polluter.clone(),
-                    bucket: "polluter".into(),
-                    signals: vec!["polluter".into()],
-                    outcomes: outcomes(&all_pass),
+                    bucket: Bucket::Polluter,
+                    signals: vec![Signal::Polluter],
+                    outcomes: outcomes([Passed; 4]),
                     introduced: true,
                     file: Some(cart.into()),
                     line: Some(4),
@@ -738,14 +709,9 @@ pub(crate) mod tests {
                 },
                 TestReport {
                     nodeid: victim.clone(),
-                    bucket: "order-dependent".into(),
-                    signals: vec!["victim".into(), "edited-by-patch".into()],
-                    outcomes: outcomes(&[
-                        ("0", "passed"),
-                        ("rev", "failed"),
-                        ("1", "passed"),
-                        ("2", "failed"),
-                    ]),
+                    bucket: Bucket::OrderDependent,
+                    signals: vec![Signal::Victim, Signal::EditedByPatch],
+                    outcomes: outcomes([Passed, Failed, Passed, Failed]),
                     edited_by_patch: true,
                     introduced: true,
                     file: Some(cart.into()),
@@ -755,13 +721,8 @@ pub(crate) mod tests {
                 },
                 TestReport {
                     nodeid: flaky.clone(),
-                    bucket: "flaky".into(),
-                    outcomes: outcomes(&[
-                        ("0", "passed"),
-                        ("rev", "passed"),
-                        ("1", "failed"),
-                        ("2", "passed"),
-                    ]),
+                    bucket: Bucket::Flaky,
+                    outcomes: outcomes([Passed, Passed, Failed, Passed]),
                     introduced: false,
                     file: Some("tests/test_net.py".into()),
                     line: Some(7),
@@ -770,16 +731,16 @@ pub(crate) mod tests {
                 },
                 TestReport {
                     nodeid: parse.clone(),
-                    bucket: "stable".into(),
-                    outcomes: outcomes(&all_pass),
+                    bucket: Bucket::Stable,
+                    outcomes: outcomes([Passed; 4]),
                     introduced: true,
                     ..Default::default()
                 },
                 TestReport {
                     nodeid: "tests/test_parse.py::test_new_format".into(),
-                    bucket: "skipped".into(),
-                    signals: vec!["new-skip".into()],
-                    outcomes: outcomes(&orders.iter().map(|o| (*o, "skipped")).collect::<Vec<_>>()),
+                    bucket: Bucket::Skipped,
+                    signals: Vec::new(),
+                    outcomes: outcomes([Skipped; 4]),
                     introduced: true,
                     file: Some("tests/test_parse.py".into()),
                     line: Some(30),
@@ -787,20 +748,20 @@ pub(crate) mod tests {
                 },
             ],
             pairs: vec![PairReport {
-                kind: "polluter".into(),
+                kind: PairKind::Polluter,
                 polluter: polluter.clone(),
                 victim: victim.clone(),
                 culprits: vec![polluter.clone()],
                 repro: repro.clone(),
                 introduced: true,
                 search_runs: 4,
-                found_by: "search".into(),
+                found_by: Found::Searched,
                 verify_runs: 5,
                 unexplained: None,
             }],
             findings: vec![
                 Finding {
-                    kind: "order-dependent".into(),
+                    kind: FindingKind::OrderDependent,
                     tests: vec![victim.clone()],
                     message: format!(
                         "fails after {polluter} and passes alone; the patch edited its \
@@ -811,7 +772,7 @@ pub(crate) mod tests {
                     blocking: true,
                 },
                 Finding {
-                    kind: "polluter".into(),
+                    kind: FindingKind::Polluter,
                     tests: vec![polluter.clone(), victim.clone()],
                     message: "leaves the module-level cart non-empty".into(),
                     repro: Some(repro),
@@ -819,7 +780,7 @@ pub(crate) mod tests {
                     blocking: true,
                 },
                 Finding {
-                    kind: "redefined".into(),
+                    kind: FindingKind::Redefined,
                     tests: vec![parse.clone()],
                     message: "passes on head fixtures, fails on base fixtures: the patch moved \
                               the answer key (tests/fixtures/parse/expected.json)"
@@ -829,7 +790,7 @@ pub(crate) mod tests {
                     blocking: true,
                 },
                 Finding {
-                    kind: "budget".into(),
+                    kind: FindingKind::NewSkip,
                     tests: vec!["tests/test_parse.py::test_new_format".into()],
                     message: "1 new skip, limit 0: @pytest.mark.skip(reason=\"later\")".into(),
                     repro: None,
@@ -837,7 +798,7 @@ pub(crate) mod tests {
                     blocking: true,
                 },
                 Finding {
-                    kind: "flaky".into(),
+                    kind: FindingKind::Flaky,
                     tests: vec![flaky.clone()],
                     message: "outcome differs between reruns of order 1,\nrun 2: \"passed\"".into(),
                     repro: Some(format!("python -m pytest -p no:randomly '{flaky}'")),
@@ -849,14 +810,14 @@ pub(crate) mod tests {
                 changed: vec![ChangedFixture {
                     path: "tests/fixtures/parse/expected.json".into(),
                     group: "parse".into(),
-                    change: "modified".into(),
+                    change: Change::Modified,
                 }],
                 coupled: vec![parse.clone()],
                 replay: vec![ReplayReport {
                     nodeid: parse,
-                    head: "passed".into(),
-                    base: "failed".into(),
-                    reading: "redefined".into(),
+                    head: Passed,
+                    base: Failed,
+                    reading: Reading::Redefined,
                 }],
             },
             budget: Budget {
@@ -886,20 +847,20 @@ pub(crate) mod tests {
         assert_eq!(
             verdict_line(&r),
             "REJECT (exit 1): 1 order-dependent test, 1 polluter, 1 redefined test, \
-             1 budget breach; not blocking: 1 flaky test"
+             1 new skip; not blocking: 1 flaky test"
         );
         // Too wide for one line: the non-blocking part moves to the next.
         let text = render(&r, false);
         assert!(text.starts_with(
             "REJECT (exit 1): 1 order-dependent test, 1 polluter, 1 redefined test, \
-             1 budget breach\n  not blocking: 1 flaky test\n"
+             1 new skip\n  not blocking: 1 flaky test\n"
         ));
     }
 
     #[test]
     fn pass_without_findings_is_a_bare_verdict() {
         let r = AuditReport {
-            verdict: "pass".into(),
+            verdict: Verdict::Pass,
             ..Default::default()
         };
         let text = render(&r, false);
@@ -991,12 +952,12 @@ pub(crate) mod tests {
         let text = render(&sample(), true);
         assert!(text.starts_with("\x1b[1;31mREJECT (exit 1)"));
         let pass = AuditReport {
-            verdict: "pass".into(),
+            verdict: Verdict::Pass,
             ..Default::default()
         };
         assert!(render(&pass, true).starts_with("\x1b[1;32mPASS (exit 0)\x1b[0m\n"));
         let unverified = AuditReport {
-            verdict: "unverified".into(),
+            verdict: Verdict::Unverified,
             exit_code: 4,
             ..Default::default()
         };

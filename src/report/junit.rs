@@ -8,7 +8,9 @@
 
 use std::fmt::Write as _;
 
+use super::human::columns;
 use super::{AuditReport, Finding, TestReport};
+use crate::audit::triage::Bucket;
 
 /// Renders the JUnit document.
 pub fn render(r: &AuditReport) -> String {
@@ -210,7 +212,7 @@ impl Counts {
 
 fn properties(r: &AuditReport) -> Vec<(String, String)> {
     let mut p = vec![
-        ("fixgate.verdict".to_owned(), r.verdict.clone()),
+        ("fixgate.verdict".to_owned(), r.verdict.as_str().to_owned()),
         ("fixgate.exit-code".to_owned(), r.exit_code.to_string()),
         ("fixgate.base".to_owned(), r.base.rev.clone()),
     ];
@@ -221,7 +223,8 @@ fn properties(r: &AuditReport) -> Vec<(String, String)> {
     if let Some(c) = &r.head.commit {
         p.push(("fixgate.head-commit".to_owned(), c.clone()));
     }
-    p.push(("fixgate.orders".to_owned(), r.orders.join(" ")));
+    let orders: Vec<String> = r.orders.iter().map(|o| o.to_string()).collect();
+    p.push(("fixgate.orders".to_owned(), orders.join(" ")));
     p.push(("fixgate.strict".to_owned(), r.strict.to_string()));
     for reason in &r.reasons {
         p.push(("fixgate.reason".to_owned(), reason.clone()));
@@ -245,33 +248,37 @@ fn test_case(r: &AuditReport, t: &TestReport) -> Case {
         .or_else(|| t.nodeid.split_once("::").map(|(p, _)| p.to_owned()));
     let message = format!("bucket: {}", t.bucket);
     let details = || evidence(r, t);
-    let (result, system_out) = match t.bucket.as_str() {
-        "stable" => (CaseResult::Passed, None),
-        "flaky" => (
+    let (result, system_out) = match t.bucket {
+        Bucket::Stable => (CaseResult::Passed, None),
+        Bucket::Flaky => (
             CaseResult::Flaky {
                 message,
                 text: details(),
             },
             Some(details()),
         ),
-        "skipped" => (
+        Bucket::Skipped => (
             CaseResult::Skipped {
                 message: t.message.clone(),
             },
             None,
         ),
-        "error" => (
+        Bucket::Error => (
             CaseResult::Error {
                 message,
-                kind: t.bucket.clone(),
+                kind: t.bucket.as_str().to_owned(),
                 text: details(),
             },
             None,
         ),
-        _ => (
+        Bucket::OrderDependent
+        | Bucket::Polluter
+        | Bucket::Failing
+        | Bucket::Crashed
+        | Bucket::Timeout => (
             CaseResult::Failure {
                 message,
-                kind: t.bucket.clone(),
+                kind: t.bucket.as_str().to_owned(),
                 text: details(),
             },
             None,
@@ -290,17 +297,12 @@ fn test_case(r: &AuditReport, t: &TestReport) -> Case {
 /// The evidence of a test's bucket, one fact a line.
 fn evidence(r: &AuditReport, t: &TestReport) -> String {
     let mut s = format!("bucket: {}\noutcomes:", t.bucket);
-    let mut orders: Vec<&String> = r
-        .orders
-        .iter()
-        .filter(|o| t.outcomes.contains_key(*o))
-        .collect();
-    orders.extend(t.outcomes.keys().filter(|o| !r.orders.contains(o)));
-    for order in orders {
-        let _ = write!(s, " {order}={}", t.outcomes[order]);
+    for column in columns(r, t) {
+        let _ = write!(s, " {column}={}", t.outcomes[&column].as_str());
     }
     if !t.signals.is_empty() {
-        let _ = write!(s, "\nsignals: {}", t.signals.join(", "));
+        let signals: Vec<String> = t.signals.iter().map(|s| s.to_string()).collect();
+        let _ = write!(s, "\nsignals: {}", signals.join(", "));
     }
     if !t.dirty_groups.is_empty() {
         let _ = write!(
@@ -323,7 +325,10 @@ fn evidence(r: &AuditReport, t: &TestReport) -> String {
         let _ = write!(
             s,
             "\n{} {} -> victim {}\nrepro: {}",
-            p.kind, p.polluter, p.victim, p.repro
+            p.kind.as_str(),
+            p.polluter,
+            p.victim,
+            p.repro
         );
     }
     if let Some(m) = &t.message {
@@ -354,7 +359,7 @@ fn finding_case(index: usize, f: &Finding) -> Case {
         (
             CaseResult::Failure {
                 message,
-                kind: f.kind.clone(),
+                kind: f.kind.as_str().to_owned(),
                 text: body,
             },
             None,
@@ -571,7 +576,7 @@ mod tests {
     #[test]
     fn error_bucket_is_an_error() {
         let mut r = sample();
-        r.tests[3].bucket = "error".into();
+        r.tests[3].bucket = crate::audit::triage::Bucket::Error;
         let xml = render(&r);
         assert!(xml.contains("<error message=\"bucket: error\" type=\"error\">"));
         assert!(xml.contains("errors=\"1\""));

@@ -9,23 +9,20 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::human::{
-    bucket_rank, clean, finding_counts, freeze_entry, graph_line, has_context, kinds_in_order,
-    outcome_letter, test_tags, OUTCOME_LEGEND,
+    clean, finding_counts, freeze_entry, graph_line, has_context, kinds_in_order, test_tags,
+    OUTCOME_LEGEND,
 };
-use super::{AuditReport, Finding, TestReport};
+use super::{AuditReport, Column, Finding, TestReport};
+use crate::audit::replay::Reading;
+use crate::audit::triage::Bucket;
 
 /// Renders the PR comment.
 pub fn render(r: &AuditReport) -> String {
     let mut out = String::new();
-    let verdict = if r.verdict.is_empty() {
-        "unknown"
-    } else {
-        &r.verdict
-    };
     let _ = writeln!(
         out,
         "## fixgate: {} (exit {})\n",
-        text(verdict),
+        text(r.verdict.as_str()),
         r.exit_code
     );
     let blocking = finding_counts(r.findings.iter().filter(|f| f.blocking));
@@ -87,7 +84,7 @@ fn context(r: &AuditReport) -> String {
     };
     let mut line = format!("base {} → head {}", side(&r.base), side(&r.head));
     if !r.orders.is_empty() {
-        let orders: Vec<String> = r.orders.iter().map(|o| code(o)).collect();
+        let orders: Vec<String> = r.orders.iter().map(|o| code(&o.to_string())).collect();
         let _ = write!(line, " · orders {}", orders.join(" "));
     }
     if r.strict {
@@ -100,7 +97,7 @@ fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], intro
     for kind in kinds_in_order(findings) {
         for f in findings.iter().filter(|f| f.kind == kind) {
             let tests: Vec<String> = f.tests.iter().map(|t| code(t)).collect();
-            let mut line = format!("- **{}**", text(kind));
+            let mut line = format!("- **{}**", text(kind.as_str()));
             if !tests.is_empty() {
                 let _ = write!(line, " {}", tests.join(", "));
             }
@@ -130,17 +127,22 @@ fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], intro
 }
 
 fn grid_into(out: &mut String, r: &AuditReport) {
-    let mut rows: Vec<&TestReport> = r.tests.iter().filter(|t| t.bucket != "stable").collect();
+    let mut rows: Vec<&TestReport> = r
+        .tests
+        .iter()
+        .filter(|t| t.bucket != Bucket::Stable)
+        .collect();
     if rows.is_empty() {
         return;
     }
-    rows.sort_by_key(|t| bucket_rank(&t.bucket));
+    rows.sort_by_key(|t| t.bucket.rank());
     // Orders the report names first, then any label only a test carries.
-    let mut orders: Vec<&String> = r.orders.iter().collect();
-    let extra: BTreeSet<&String> = rows
+    let mut orders: Vec<Column> = r.orders.iter().map(|l| Column::Order(*l)).collect();
+    let extra: BTreeSet<Column> = rows
         .iter()
         .flat_map(|t| t.outcomes.keys())
-        .filter(|o| !r.orders.contains(o))
+        .filter(|o| !orders.contains(o))
+        .copied()
         .collect();
     orders.extend(extra);
 
@@ -153,7 +155,7 @@ fn grid_into(out: &mut String, r: &AuditReport) {
     );
     out.push_str("| test | bucket |");
     for o in &orders {
-        let _ = write!(out, " {} |", cell(o));
+        let _ = write!(out, " {} |", cell(&o.to_string()));
     }
     out.push_str(" signals |\n|:--|:--|");
     for _ in &orders {
@@ -161,9 +163,14 @@ fn grid_into(out: &mut String, r: &AuditReport) {
     }
     out.push_str(":--|\n");
     for t in rows {
-        let _ = write!(out, "| {} | {} |", code_cell(&t.nodeid), cell(&t.bucket));
+        let _ = write!(
+            out,
+            "| {} | {} |",
+            code_cell(&t.nodeid),
+            cell(t.bucket.as_str())
+        );
         for o in &orders {
-            let letter = t.outcomes.get(*o).map_or("-", |v| outcome_letter(v));
+            let letter = t.outcomes.get(o).map_or("-", |v| v.letter());
             // Bold marks the cells that are not green, so the pattern reads at a glance.
             if matches!(letter, "P" | "S" | "X" | "-") {
                 let _ = write!(out, " {letter} |");
@@ -184,7 +191,7 @@ fn pairs_into(out: &mut String, r: &AuditReport) {
     for p in &r.pairs {
         let mut line = format!(
             "- {} {} → victim {} ({} search run{})",
-            text(&p.kind),
+            text(p.kind.as_str()),
             code(&p.polluter),
             code(&p.victim),
             p.search_runs,
@@ -223,7 +230,7 @@ fn fixtures_into(out: &mut String, r: &AuditReport) {
                 "| {} | {} | {} |",
                 code_cell(&c.path),
                 cell(&c.group),
-                cell(&c.change)
+                cell(c.change.as_str())
             );
         }
         out.push('\n');
@@ -238,17 +245,17 @@ fn fixtures_into(out: &mut String, r: &AuditReport) {
         out.push_str("Replay on head code with base fixture bytes:\n\n");
         out.push_str("| test | head | base | reading |\n|:--|:--|:--|:--|\n");
         for rp in &fx.replay {
-            let reading = if rp.reading == "redefined" {
-                format!("**{}**", cell(&rp.reading))
+            let reading = if rp.reading == Reading::Redefined {
+                format!("**{}**", cell(rp.reading.as_str()))
             } else {
-                cell(&rp.reading)
+                cell(rp.reading.as_str())
             };
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {reading} |",
                 code_cell(&rp.nodeid),
-                cell(&rp.head),
-                cell(&rp.base)
+                cell(rp.head.as_str()),
+                cell(rp.base.as_str())
             );
         }
         out.push('\n');
@@ -298,7 +305,7 @@ fn freeze_into(out: &mut String, r: &AuditReport) {
     for d in &l.drift {
         lines.push(format!(
             "- Lock drift: {} {}",
-            text(&d.change),
+            text(d.change.as_str()),
             code(&d.path)
         ));
     }
@@ -418,7 +425,7 @@ mod tests {
         let md = render(&sample());
         assert!(md.starts_with("## fixgate: reject (exit 1)\n\n"));
         assert!(md.contains(
-            "**Blocking:** 1 order-dependent test, 1 polluter, 1 redefined test, 1 budget breach \
+            "**Blocking:** 1 order-dependent test, 1 polluter, 1 redefined test, 1 new skip \
              · **Not blocking:** 1 flaky test\n\n"
         ));
         for line in md.lines() {

@@ -122,14 +122,26 @@ impl TestRepo {
     }
 }
 
-/// Runs the real binary in `cwd` with the cache directory `cache` and the variables `env`.
+/// The real binary, with none of the caller's `FIXGATE_*` variables: a developer's
+/// `FIXGATE_REMOTE_CACHE` or `FIXGATE_FORK=0` must not reach a test that did not ask for it.
+pub fn fixgate_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"FIXGATE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+/// Runs the real binary in `cwd` with the cache directory `cache` and the variables `env` (and
+/// none of the caller's `FIXGATE_*`).
 pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_fixgate"))
+    let out = fixgate_command()
         .args(args)
         .arg("--cache-dir")
         .arg(cache)
         .current_dir(cwd)
-        .env_remove("FIXGATE_CACHE_DIR")
         .env("NO_COLOR", "1")
         .envs(env.iter().copied())
         .output()

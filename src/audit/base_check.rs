@@ -1,0 +1,73 @@
+//! How a run on the base reads: whether it shows a head finding too (then the finding is
+//! pre-existing). Which run checks which finding is the engine's; what counts as showing it is
+//! here.
+
+use crate::audit::bisect::PairKind;
+use crate::audit::verdict::FindingKind;
+use crate::pytest::result::{Outcome, RunResult};
+
+/// Whether a finding of `kind` is checked by running its test alone on the base.
+pub(crate) fn checked_alone(kind: FindingKind) -> bool {
+    matches!(
+        kind,
+        FindingKind::LeaseViolation
+            | FindingKind::OutsideWrite
+            | FindingKind::Failing
+            | FindingKind::Crashed
+            | FindingKind::Timeout
+            | FindingKind::ErrorBucket
+    )
+}
+
+/// Whether a finding of `kind` is red-test evidence, which many tests at once share one base
+/// run for (a lease violation's test may well pass).
+pub(crate) fn is_red(kind: FindingKind) -> bool {
+    checked_alone(kind) && kind != FindingKind::LeaseViolation
+}
+
+/// Whether a run on the base shows the finding `kind` for `nodeid`.
+pub(crate) fn shows(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
+    let t = r.test(nodeid);
+    match kind {
+        FindingKind::LeaseViolation => t.is_some_and(|t| !t.violations.is_empty()),
+        FindingKind::OutsideWrite => crate::pytest::outside::outside_writes(r)
+            .iter()
+            .any(|w| w.nodeid.as_deref() == Some(nodeid)),
+        FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
+        FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
+        FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
+        _ => t.is_some_and(|t| !t.outcome.is_green()),
+    }
+}
+
+/// Whether the base shows a pair: the victim's outcome after the culprits (`after`: green or
+/// not, `None` when it did not run) is the anomaly, and alone it is not.
+pub(crate) fn pair_shows(kind: PairKind, after: Option<bool>, alone: Option<bool>) -> bool {
+    after.is_some_and(|g| kind.anomaly(g)) && alone.is_some_and(|g| !kind.anomaly(g))
+}
+
+/// Whether the base's run of an unexplained order-dependent test's failing order shows it red.
+pub(crate) fn red_in_order(r: &RunResult, nodeid: &str) -> bool {
+    r.outcome_of(nodeid).is_some_and(|o| !o.is_green())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pair_shows_on_the_base_when_after_is_the_anomaly_and_alone_is_not() {
+        use PairKind::*;
+        assert!(pair_shows(Polluter, Some(false), Some(true)));
+        assert!(pair_shows(StateSetter, Some(true), Some(false)));
+        for (after, alone) in [
+            (Some(false), Some(false)),
+            (Some(true), Some(true)),
+            (None, Some(true)),
+            (Some(false), None),
+        ] {
+            assert!(!pair_shows(Polluter, after, alone), "{after:?} {alone:?}");
+        }
+        assert!(!pair_shows(StateSetter, Some(false), Some(true)));
+    }
+}

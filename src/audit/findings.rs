@@ -1,0 +1,188 @@
+//! The findings of an audit, made from its typed evidence: the one place that says which
+//! evidence is which finding, whether the patch introduced it, and whether the patch edited a
+//! test of it. The verdict weighs what this returns; the report states it.
+//!
+//! To add a kind of finding, see `audit::verdict`'s module documentation: its variant there,
+//! and its rule here (or beside the phase whose evidence it reads, called from here).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::audit::budget::NewSkip;
+use crate::audit::collection::Broken;
+use crate::audit::freeze::{self, Date, Entry};
+use crate::audit::outside::OutsideWrites;
+use crate::audit::pair::Pair;
+use crate::audit::replay::ReplayRead;
+use crate::audit::source_replay::SourceRead;
+use crate::audit::triage::Triage;
+use crate::audit::verdict::{Disposition, Finding, FindingKind};
+
+/// The findings the base shows too (checked on the base snapshot with the same evidence).
+pub(crate) type PreExisting = BTreeSet<(FindingKind, String)>;
+
+/// Everything findings are made from.
+pub(crate) struct Facts<'a> {
+    pub(crate) triaged: &'a BTreeMap<String, Triage>,
+    pub(crate) pre_existing: &'a PreExisting,
+    pub(crate) edited: &'a BTreeSet<String>,
+    pub(crate) outside: &'a OutsideWrites,
+    /// Whether any `conftest.py` differs between the snapshots: what was written outside the
+    /// sandbox outside any test is the patch's then.
+    pub(crate) session_code_changed: bool,
+    pub(crate) source_replay: &'a [SourceRead],
+    pub(crate) replay: &'a [ReplayRead],
+    pub(crate) new_skips: &'a [NewSkip],
+    pub(crate) freeze_added: &'a [String],
+    pub(crate) lock_changed: &'a [String],
+}
+
+/// The findings the verdict weighs, in the report's order: each test's (from its triage), the
+/// writes outside the sandbox, the test-source and fixture replays, then what the patch did to
+/// the budget, the ledger and the lock.
+pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (id, t) in f.triaged {
+        for kind in t.finding_kinds() {
+            out.push(Finding {
+                kind,
+                subject: id.clone(),
+                introduced: !f.pre_existing.contains(&(kind, id.clone())),
+                edited_by_patch: f.edited.contains(id),
+            });
+        }
+    }
+    // A test's write is the patch's unless the base's test does it too; one made outside any
+    // test (a conftest at import, a session fixture) is the patch's when it changed a conftest.
+    let outside = f.outside.subjects(
+        |id| {
+            f.pre_existing
+                .contains(&(FindingKind::OutsideWrite, id.to_string()))
+        },
+        f.session_code_changed,
+    );
+    for (subject, introduced) in outside {
+        out.push(Finding {
+            kind: FindingKind::OutsideWrite,
+            edited_by_patch: f.edited.contains(&subject),
+            subject,
+            introduced,
+        });
+    }
+    // A replay's reading is a finding of its own: the test-source replay's about a test the
+    // patch edited, the fixture replay's about a test coupled to the fixtures it changed.
+    let replays = f
+        .source_replay
+        .iter()
+        .map(|r| (r.reading.finding(), &r.nodeid, true))
+        .chain(
+            f.replay
+                .iter()
+                .map(|r| (r.reading.finding(), &r.nodeid, f.edited.contains(&r.nodeid))),
+        );
+    for (kind, nodeid, edited_by_patch) in replays {
+        if let Some(kind) = kind {
+            out.push(Finding {
+                kind,
+                subject: nodeid.clone(),
+                introduced: true,
+                edited_by_patch,
+            });
+        }
+    }
+    let patch = f
+        .new_skips
+        .iter()
+        .map(|s| {
+            (
+                FindingKind::NewSkip,
+                s.nodeid.clone(),
+                f.edited.contains(&s.nodeid),
+            )
+        })
+        .chain(
+            f.freeze_added
+                .iter()
+                .map(|n| (FindingKind::FreezeAdded, n.clone(), false)),
+        )
+        .chain(
+            f.lock_changed
+                .iter()
+                .map(|p| (FindingKind::LockChanged, p.clone(), false)),
+        );
+    for (kind, subject, edited_by_patch) in patch {
+        out.push(Finding {
+            kind,
+            subject,
+            introduced: true,
+            edited_by_patch,
+        });
+    }
+    out
+}
+
+/// The finding of a head whose suite does not collect while the base's does: the patch broke
+/// the suite, about the file that broke (or the whole suite when the error names none).
+pub(crate) fn collection_error(broken: &Broken) -> Finding {
+    Finding {
+        kind: FindingKind::CollectionError,
+        subject: broken
+            .file
+            .clone()
+            .unwrap_or_else(|| "the head's test suite".to_string()),
+        introduced: true,
+        edited_by_patch: false,
+    }
+}
+
+/// The `edited-assertion` findings: a victim of a pair that the base had and the patch edited
+/// (a new test is not an edited assertion: only a test the base had can be "fixed").
+pub(crate) fn edited_assertions<'a>(
+    pairs: &'a [Pair],
+    edited: &'a BTreeSet<String>,
+    base_ids: &'a BTreeSet<String>,
+) -> impl Iterator<Item = (&'a Pair, Finding)> + 'a {
+    pairs
+        .iter()
+        .filter(|p| edited.contains(&p.victim) && base_ids.contains(&p.victim))
+        .map(|p| {
+            (
+                p,
+                Finding {
+                    kind: FindingKind::EditedAssertion,
+                    subject: p.victim.clone(),
+                    introduced: true,
+                    edited_by_patch: true,
+                },
+            )
+        })
+}
+
+/// Whether a test's findings are the patch's: one of its kinds the base does not show. A test
+/// without findings has nothing to be introduced.
+pub(crate) fn test_introduced(t: &Triage, nodeid: &str, pre_existing: &PreExisting) -> bool {
+    t.finding_kinds()
+        .iter()
+        .any(|k| !pre_existing.contains(&(*k, nodeid.to_string())))
+}
+
+/// The freeze entries to suggest: one for each finding that is known debt or flaky, from
+/// `today`, the later of two for one test winning.
+pub(crate) fn freeze_suggestions(
+    findings: &[Finding],
+    dispositions: &[Disposition],
+    today: Date,
+) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    for (f, d) in findings.iter().zip(dispositions) {
+        if *d == Disposition::KnownDebt || f.kind == FindingKind::Flaky {
+            let s = freeze::suggest_entry(
+                &f.subject,
+                today,
+                None,
+                &format!("{} found by fixgate", f.kind),
+            );
+            out.insert(s.nodeid, s.entry);
+        }
+    }
+    out
+}

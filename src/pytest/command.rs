@@ -1,0 +1,66 @@
+//! The prepared command of a pytest process: everything that makes it, explicit and owned, so
+//! that a fresh process and a warm interpreter start alike, and a remote executor can map it onto
+//! a REAPI `Command` (`program` and `args` its arguments, `env` its environment variables,
+//! sorted and complete, `cwd` its working directory inside the input root `sandbox`).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// One pytest process, as the runner prepares it.
+#[derive(Clone, Debug)]
+pub(crate) struct PreparedCommand {
+    /// The interpreter, as it was found (`--python`, the virtualenv, `PATH`).
+    pub(crate) program: PathBuf,
+    /// Everything after the program: `-m pytest` and pytest's arguments.
+    pub(crate) args: Vec<String>,
+    /// The whole environment of the process: nothing of fixgate's own is inherited.
+    pub(crate) env: BTreeMap<String, OsString>,
+    /// Where the process starts: the snapshot's tree, inside `sandbox`.
+    pub(crate) cwd: PathBuf,
+    /// The run's folder (tree, home, tmp and the files exchanged with the plugin): writable.
+    pub(crate) sandbox: PathBuf,
+    /// The plugin's files: readable.
+    pub(crate) plugin_dir: PathBuf,
+    /// pytest's rewritten test modules, kept between runs: writable.
+    pub(crate) rewrite_cache: PathBuf,
+    /// The user's repository: hidden.
+    pub(crate) origin_root: PathBuf,
+    /// What the interpreter needs, its executable as named and as resolved: readable.
+    pub(crate) interpreter: Vec<PathBuf>,
+    /// Leave the network alone (`--allow-network`).
+    pub(crate) allow_network: bool,
+}
+
+impl PreparedCommand {
+    /// The process to spawn, contained, with stdin closed. The caller sets stdout and stderr;
+    /// `pre_exec` steps it adds run after containment's.
+    pub(crate) fn command(&self, host: &crate::contain::Host) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .current_dir(&self.cwd)
+            .env_clear()
+            .envs(&self.env);
+        cmd.stdin(Stdio::null());
+        // Its own process group, so a timeout kills the test's children too and a Ctrl-C at
+        // the terminal reaches fixgate, which then cleans up.
+        cmd.process_group(0);
+        let interpreter: Vec<&Path> = self.interpreter.iter().map(PathBuf::as_path).collect();
+        crate::contain::apply(
+            host,
+            &mut cmd,
+            &crate::contain::RunPaths {
+                sandbox: &self.sandbox,
+                cwd: &self.cwd,
+                plugin_dir: &self.plugin_dir,
+                rewrite_cache: &self.rewrite_cache,
+                origin_root: &self.origin_root,
+                interpreter: &interpreter,
+                allow_network: self.allow_network,
+            },
+        );
+        cmd
+    }
+}

@@ -1,0 +1,86 @@
+//! Following the plugin's event stream while pytest appends to it: complete lines only, a
+//! partial last line kept for the next read.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::pytest::events::Event;
+
+/// Reads every event of a finished stream.
+pub(crate) fn read_events(path: &Path) -> Result<Vec<Event>> {
+    let mut r = EventReader::open(path)?;
+    r.read_new()
+}
+
+/// Reads complete lines appended to the events file since the last call.
+pub(crate) struct EventReader {
+    file: BufReader<std::fs::File>,
+    partial: String,
+}
+
+impl EventReader {
+    pub(crate) fn open(path: &Path) -> Result<EventReader> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+        Ok(EventReader {
+            file: BufReader::new(file),
+            partial: String::new(),
+        })
+    }
+
+    /// The events of the lines completed since the last call; a line still being written waits.
+    pub(crate) fn read_new(&mut self) -> Result<Vec<Event>> {
+        let mut out = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = self
+                .file
+                .read_line(&mut line)
+                .map_err(|e| Error::Infra(format!("failed to read the plugin's events: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            if !line.ends_with('\n') {
+                // A line the plugin is still writing: keep it for the next call.
+                self.partial.push_str(&line);
+                break;
+            }
+            let full = std::mem::take(&mut self.partial) + &line;
+            if let Some(ev) = Event::parse(full.trim_end()) {
+                out.push(ev);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn a_line_still_being_written_is_read_once_it_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut w = std::fs::File::create(&path).unwrap();
+        let mut r = EventReader::open(&path).unwrap();
+        w.write_all(b"{\"event\":\"test_start\",\"nodeid\":\"t.py::a\"}\n{\"event\":\"test_st")
+            .unwrap();
+        let first = r.read_new().unwrap();
+        assert!(
+            matches!(&first[..], [Event::TestStart { nodeid }] if nodeid == "t.py::a"),
+            "{first:?}"
+        );
+        assert!(r.read_new().unwrap().is_empty(), "half a line is no event");
+        w.write_all(b"art\",\"nodeid\":\"t.py::b\"}\nnot json\n")
+            .unwrap();
+        let second = r.read_new().unwrap();
+        assert!(
+            matches!(&second[..], [Event::TestStart { nodeid }] if nodeid == "t.py::b"),
+            "{second:?}"
+        );
+        assert_eq!(read_events(&path).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,382 @@
+//! The report, assembled once from an audit's typed outcome: the only writer of an
+//! [`AuditReport`]. Every field is a translation of something the phases found; nothing here
+//! judges (the rules are in `crate::audit`) and nothing is read back out of a report.
+
+use crate::audit::findings::{self, freeze_suggestions, test_introduced};
+use crate::audit::message;
+use crate::audit::order::OrderLabel;
+use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Side};
+use crate::audit::repro;
+use crate::audit::scope::Scope;
+use crate::audit::verdict::{self, Disposition, FindingKind, Verdict};
+use crate::report::{self, AuditReport, Column};
+
+/// The report of one audit.
+pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
+    let verdict = o.decision.verdict;
+    let mut report = AuditReport {
+        schema: report::SCHEMA,
+        verdict,
+        exit_code: verdict.exit_code(),
+        reasons: o.decision.reasons.clone(),
+        base: o.base.clone(),
+        head: o.head.clone(),
+        seeds: o.seeds.clone(),
+        strict: o.strict,
+        interpreter: Some(o.interpreter.clone()),
+        lock: report::Lock {
+            drift: o
+                .gates
+                .lock
+                .drift
+                .iter()
+                .map(|d| report::Drift {
+                    path: d.path.clone(),
+                    change: d.change,
+                })
+                .collect(),
+            changed_by_patch: !o.gates.lock.changed_pins.is_empty(),
+        },
+        fixtures: report::Fixtures {
+            changed: o
+                .gates
+                .changed
+                .iter()
+                .map(|c| report::ChangedFixture {
+                    path: c.path.to_string(),
+                    group: c.group.clone(),
+                    change: c.change,
+                })
+                .collect(),
+            ..report::Fixtures::default()
+        },
+        freeze: report::Freeze {
+            active: o.gates.active.iter().map(|(n, _)| n.clone()).collect(),
+            expired: o.gates.expired.iter().map(|(n, _)| n.clone()).collect(),
+            added_by_patch: o.gates.added_by_patch.clone(),
+            ..report::Freeze::default()
+        },
+        graph: graph_summary(&o.run.graph.nodes),
+        graph_dot: o.run.graph.to_dot(),
+        pytest_processes: o.run.pytest_processes,
+        forkserver: o.run.forkserver.clone(),
+        containment: Some(o.run.containment),
+        duration_seconds: o.run.duration_seconds,
+        warnings: o
+            .run
+            .warnings
+            .iter()
+            .cloned()
+            .chain(o.run.graph.warnings.iter().map(|w| format!("cache: {w}")))
+            .collect(),
+        ..AuditReport::default()
+    };
+    match &o.reached {
+        Reached::Gates => {}
+        Reached::CollectionError(broken) => {
+            let f = findings::collection_error(broken);
+            report.findings.push(report::Finding {
+                kind: f.kind,
+                tests: vec![f.subject.clone()],
+                message: message::collection_error(broken),
+                repro: Some("python -m pytest --collect-only -q".into()),
+                introduced: f.introduced,
+                blocking: verdict == Verdict::Reject,
+            });
+        }
+        Reached::Shard(share) => {
+            report.orders = share.orders.clone();
+            report.shard = Some(report::ShardNote {
+                schema: report::SCHEMA,
+                shard: format!("{}/{}", share.k, share.n),
+                orders: share.orders.clone(),
+                executed: share.executed,
+                cached: share.cached,
+                pytest_processes: o.run.pytest_processes,
+                uploaded: share.uploaded,
+            });
+        }
+        Reached::Judged(j) => judged(&mut report, j, &o.decision.dispositions, o.strict),
+    }
+    report
+}
+
+/// The parts of the report only an audit that judged the tests has.
+fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], strict: bool) {
+    report.orders = j.orders.clone();
+    report.scope = Some(scope(j));
+    report.fixtures.coupled = j.coupled.clone();
+    report.fixtures.replay = j
+        .replay
+        .iter()
+        .map(|r| report::ReplayReport {
+            nodeid: r.nodeid.clone(),
+            head: r.head,
+            base: r.base,
+            reading: r.reading,
+        })
+        .collect();
+    report.source_replay = j
+        .source_replay
+        .iter()
+        .map(|r| report::SourceReplay {
+            nodeid: r.nodeid.clone(),
+            renamed_from: r.renamed_from.clone(),
+            head: r.head,
+            base_test_code: r.base_test_code,
+            reading: r.reading,
+            base_lines: r.base_lines.clone(),
+            head_lines: r.head_lines.clone(),
+        })
+        .collect();
+    // What `--check` found first, then the verdict's findings, then the edited assertions.
+    for n in &j.nondeterministic {
+        report.findings.push(report::Finding {
+            kind: FindingKind::Nondeterministic,
+            tests: vec![n.nodeid.clone()],
+            message: message::nondeterministic(n),
+            repro: None,
+            introduced: false,
+            blocking: false,
+        });
+    }
+    for (f, d) in j.findings.iter().zip(dispositions) {
+        report
+            .findings
+            .push(finding(f, *d, j, repro::finding(f, &j.pairs)));
+    }
+    for (p, f) in findings::edited_assertions(&j.pairs, &j.edited, &j.base_ids) {
+        let d = verdict::disposition(&f, strict);
+        report
+            .findings
+            .push(finding(&f, d, j, Some(repro::pair(p))));
+    }
+    report.freeze.suggested = freeze_suggestions(&j.findings, dispositions, j.today);
+    report.pairs = j
+        .pairs
+        .iter()
+        .map(|p| report::PairReport {
+            kind: p.kind,
+            polluter: p.culprits.first().cloned().unwrap_or_default(),
+            victim: p.victim.clone(),
+            culprits: p.culprits.clone(),
+            repro: repro::pair(p),
+            introduced: !j
+                .pre_existing
+                .contains(&(FindingKind::OrderDependent, p.victim.clone())),
+            search_runs: p.search.runs,
+            found_by: p.found,
+            verify_runs: p.verify_runs,
+            unexplained: (!p.search.outcome.explains()).then(|| p.search.outcome.describe()),
+        })
+        .collect();
+    report.tests = j
+        .selection
+        .iter()
+        .map(|item| {
+            let id = &item.nodeid;
+            let t = &j.triaged[id];
+            let e = &j.evidence[id];
+            let mut outcomes: std::collections::BTreeMap<Column, _> = e
+                .outcomes
+                .iter()
+                .map(|(l, o)| (Column::Order(*l), *o))
+                .collect();
+            // The nio order's runs, shown beside the orders' outcomes, never judged with them
+            // (see `audit::nio`): `nio` the first, `nio#2` the second.
+            if let Some(twice) = j.twice.as_ref().and_then(|n| n.get(id)) {
+                outcomes.insert(Column::Order(OrderLabel::Twice), twice.first);
+                if let Some(second) = twice.second {
+                    outcomes.insert(Column::SecondRun, second);
+                }
+            }
+            report::TestReport {
+                nodeid: id.clone(),
+                bucket: t.bucket,
+                signals: t.signals.clone(),
+                outcomes,
+                dirty_groups: e.dirty_groups.clone(),
+                edited_by_patch: j.edited.contains(id),
+                introduced: test_introduced(t, id, &j.pre_existing),
+                file: item.file.clone(),
+                line: item.line,
+                message: j.red_messages.get(id).cloned(),
+            }
+        })
+        .collect();
+    report.budget = budget_section(&j.budget);
+}
+
+fn finding(
+    f: &verdict::Finding,
+    d: Disposition,
+    j: &Judgment,
+    repro: Option<String>,
+) -> report::Finding {
+    report::Finding {
+        kind: f.kind,
+        tests: vec![f.subject.clone()],
+        message: message::finding_message(f, j),
+        repro,
+        introduced: f.introduced,
+        blocking: d == Disposition::Rejects,
+    }
+}
+
+/// The budget section: the limits, what was used, the breach lines. The proof runs are the runs
+/// fixgate itself spent proving order dependence (reruns of orders, pair checks): recorded,
+/// never hidden, and not held to `--max-reruns`, which limits the suite's own reruns.
+fn budget_section(b: &crate::audit::outcome::BudgetFacts) -> report::Budget {
+    let (limits, usage) = (&b.limits, &b.usage);
+    report::Budget {
+        limits: [
+            ("seconds", limits.max_seconds),
+            ("tests", limits.max_tests),
+            ("frozen", limits.max_frozen),
+            ("new_skips", Some(limits.max_new_skips)),
+            ("reruns", limits.max_reruns),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect(),
+        used: [
+            ("seconds", usage.seconds.round() as u64),
+            ("tests", usage.tests),
+            ("frozen", usage.frozen),
+            ("new_skips", usage.new_skips.len() as u64),
+            ("reruns", usage.rerun_total()),
+            ("proof_reruns", b.proof_runs),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        breaches: b.breaches.clone(),
+    }
+}
+
+/// The graph's nodes as the report lists them: each with its status, and the executed ones
+/// with their key, the reason and the times.
+pub(crate) fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::GraphSummary {
+    use fixgate_graph::Status;
+    let mut g = report::GraphSummary {
+        nodes: nodes.len(),
+        ..Default::default()
+    };
+    for n in nodes {
+        g.all_nodes.push(report::NodeStatus {
+            label: n.label.clone(),
+            kind: n.kind.clone(),
+            status: match &n.status {
+                Status::Cached if n.remote => "cached (remote)".into(),
+                Status::Cached => "cached".into(),
+                Status::Executed { reason } => format!("executed: {reason}"),
+                Status::Checked { check } => format!("checked: {check:?}"),
+                Status::Failed { error, .. } => format!("failed: {error}"),
+                Status::Skipped { because } => format!("skipped: {because} failed"),
+            },
+        });
+        let ran = |reason: String| report::ExecutedNode {
+            label: n.label.clone(),
+            kind: n.kind.clone(),
+            key: n.key.map(|k| k.to_string()).unwrap_or_default(),
+            reason,
+            start: n.started.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            end: n.finished.map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        };
+        match &n.status {
+            Status::Checked { check } => {
+                // It came from the cache and ran again: `explain` says what the check found.
+                g.cached += 1;
+                g.executed_nodes.push(ran(match check {
+                    fixgate_graph::Check::Same => {
+                        "--check: ran again, same output as the cached result".to_string()
+                    }
+                    fixgate_graph::Check::Diverged { fresh } => {
+                        format!("--check: ran again, output {fresh} differs from the cached result")
+                    }
+                    fixgate_graph::Check::Errored { message } => {
+                        format!("--check: ran again and failed: {message}")
+                    }
+                }));
+            }
+            Status::Cached => {
+                g.cached += 1;
+                g.remote += usize::from(n.remote);
+            }
+            Status::Executed { reason } => {
+                g.executed += 1;
+                g.executed_nodes.push(ran(reason.to_string()));
+            }
+            Status::Failed { .. } | Status::Skipped { .. } => {}
+        }
+    }
+    g
+}
+
+/// The report of a head that could not be audited: verdict error, the reason, exit 2.
+pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
+    AuditReport {
+        schema: report::SCHEMA,
+        verdict: Verdict::Error,
+        exit_code: e.exit_code(),
+        reasons: vec![e.to_string()],
+        head: Side {
+            rev: head.to_string(),
+            commit: None,
+        },
+        containment: None,
+        ..AuditReport::default()
+    }
+}
+
+/// The report's `scope` section: how many tests the patch affected, how many each order ran,
+/// the tests the shuffled orders carried (with the outcomes that carried them), or why the
+/// orders ran in full.
+fn scope(j: &Judgment) -> report::ScopeReport {
+    let tests = j.selection.len() as u64;
+    let ran = j
+        .selection
+        .iter()
+        .filter(|i| j.scope.runs(&i.nodeid))
+        .count() as u64;
+    let runs = j
+        .orders
+        .iter()
+        .map(|l| match l {
+            OrderLabel::Seed(_) => (*l, ran),
+            OrderLabel::File | OrderLabel::Reversed | OrderLabel::Twice => (*l, tests),
+        })
+        .collect();
+    match &j.scope {
+        Scope::Full(why) => report::ScopeReport {
+            mode: report::ScopeMode::Full,
+            reason: Some(why.to_string()),
+            tests,
+            affected: None,
+            writers: Vec::new(),
+            runs,
+            carried: Vec::new(),
+        },
+        Scope::Scoped {
+            run,
+            affected,
+            writers,
+        } => report::ScopeReport {
+            mode: report::ScopeMode::Scoped,
+            reason: None,
+            tests,
+            affected: Some(affected.len() as u64),
+            writers: writers.iter().cloned().collect(),
+            runs,
+            carried: j
+                .selection
+                .iter()
+                .filter(|i| !run.contains(&i.nodeid))
+                .map(|i| report::Carried {
+                    nodeid: i.nodeid.clone(),
+                    evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
+                })
+                .collect(),
+        },
+    }
+}

@@ -1,0 +1,283 @@
+//! The report of one real audit, in every format, against snapshots (insta) taken through a
+//! redactor: durations, paths, commit ids, keys and temp dirs become placeholders, so that what
+//! is left is what fixgate decided and how it says it. A change to a report's bytes shows as a
+//! snapshot diff (`cargo insta review`), never silently.
+//!
+//! The JSON snapshot is the schema-1 contract: the report types may move and change shape, but
+//! the bytes an audit writes stay these.
+
+mod common;
+
+use common::{Run, TestRepo};
+use serde_json::Value;
+
+const PRICING: &str = "CART = []\nTAX_RATE = 0.25\n\n\ndef add_item(name, price):\n    \
+CART.append((name, price))\n\n\ndef clear():\n    CART.clear()\n\n\ndef subtotal():\n    \
+return sum(price for _, price in CART)\n\n\ndef total_with_tax():\n    \
+return round(subtotal() * (1 + TAX_RATE), 2)\n";
+
+const PRICING_TESTS: &str = "import pricing\n\n\ndef test_add_book():\n    \
+pricing.add_item(\"book\", 10.0)\n    assert pricing.subtotal() >= 10.0\n\n\n\
+def test_tax_on_lamp():\n    pricing.add_item(\"lamp\", 20.0)\n    \
+assert pricing.total_with_tax() == 25.0\n\n\n\
+def test_discount_free_cart():\n    pricing.clear()\n    assert pricing.total_with_tax() == 0\n";
+
+const PARSE: &str =
+    "def parse(text):\n    key, value = text.split(\"=\")\n    return {key.strip(): int(value)}\n";
+
+const PARSE_TESTS: &str = "import json\nimport pathlib\n\nfrom parse import parse\n\n\
+FIXTURES = pathlib.Path(__file__).parent / \"fixtures\" / \"parse\"\n\n\n\
+def test_parse_matches_expected():\n    \
+expected = json.loads((FIXTURES / \"expected.json\").read_text())\n    got = {}\n    \
+for line in (\"a=1\", \"b=2\"):\n        got.update(parse(line))\n    assert got == expected\n";
+
+const LATER: &str = "def test_soon():\n    assert True\n";
+
+/// A patch with one of most things a report can say: a victim whose assertion was edited to
+/// match its state-setter's leftovers (a pair, an edited assertion, a redefined test), code and
+/// its expected data changed together (a fixture delta, a coupled test, a redefined replay) and
+/// a new skip (a budget breach).
+fn repo() -> (TestRepo, String, String) {
+    let repo = TestRepo::new();
+    repo.write("src/pricing.py", PRICING)
+        .write("tests/test_pricing.py", PRICING_TESTS)
+        .write("src/parse.py", PARSE)
+        .write("tests/test_parse.py", PARSE_TESTS)
+        .write(
+            "tests/fixtures/parse/expected.json",
+            "{\"a\": 1, \"b\": 2}\n",
+        )
+        .write("tests/test_later.py", LATER);
+    let base = repo.commit("pricing and parsing");
+    repo.write(
+        "tests/test_pricing.py",
+        PRICING_TESTS.replace("== 25.0", "== 37.5"),
+    )
+    .write(
+        "src/parse.py",
+        PARSE.replace("int(value)}", "int(value) * 10}"),
+    )
+    .write(
+        "tests/fixtures/parse/expected.json",
+        "{\"a\": 10, \"b\": 20}\n",
+    )
+    .write(
+        "tests/test_later.py",
+        format!("import pytest\n\n\n@pytest.mark.skip(reason=\"later\")\n{LATER}"),
+    );
+    let head = repo.commit("fix the lamp test, parse in tenths, skip the slow one");
+    (repo, base, head)
+}
+
+/// Replaces what differs between machines and runs with placeholders.
+struct Redactor {
+    pairs: Vec<(String, String)>,
+}
+
+impl Redactor {
+    fn new(repo: &TestRepo, base: &str, head: &str) -> Redactor {
+        let python = common::python();
+        let mut pairs = vec![
+            (base.to_string(), "[BASE]".to_string()),
+            (base[..12].to_string(), "[BASE]".to_string()),
+            (head.to_string(), "[HEAD]".to_string()),
+            (head[..12].to_string(), "[HEAD]".to_string()),
+            (python.display().to_string(), "[PYTHON]".to_string()),
+        ];
+        for dir in [repo.path(), repo.cache.path()] {
+            let shown = dir.display().to_string();
+            if let Ok(real) = dir.canonicalize() {
+                pairs.push((real.display().to_string(), "[TMP]".to_string()));
+            }
+            pairs.push((shown, "[TMP]".to_string()));
+        }
+        // The longest first, so that a path is replaced before a prefix of it.
+        pairs.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        Redactor { pairs }
+    }
+
+    fn text(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (from, to) in &self.pairs {
+            out = out.replace(from.as_str(), to);
+        }
+        seconds_used(&hex_runs(&out))
+    }
+
+    /// The JSON report with its timing fields (and what the cache saved, which depends on what
+    /// ran before) set to placeholders, then the text redacted.
+    fn json(&self, v: &Value) -> String {
+        let mut v = v.clone();
+        let o = v.as_object_mut().expect("the report is an object");
+        o.insert("duration_seconds".into(), "[SECONDS]".into());
+        o["budget"]["used"]["seconds"] = "[SECONDS]".into();
+        // How many runs were forked and how many warm interpreters served them depends on
+        // which job slot was free when: the mode and the fallback reasons are kept.
+        for count in ["forks", "fresh_processes", "zygotes"] {
+            o["forkserver"][count] = "[COUNT]".into();
+        }
+        for node in o["graph"]["executed_nodes"]
+            .as_array_mut()
+            .expect("executed nodes")
+        {
+            node["start"] = "[SECONDS]".into();
+            node["end"] = "[SECONDS]".into();
+        }
+        let mut text = serde_json::to_string_pretty(&v).expect("JSON");
+        text.push('\n');
+        self.text(&text)
+    }
+}
+
+/// Runs of 16 or more hex digits (keys, digests) become `[HASH]`.
+fn hex_runs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.len() >= 16 {
+            out.push_str("[HASH]");
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+/// The budget's wall seconds, in the human table (`seconds  used 3,`) and the markdown one
+/// (`| seconds | 3 |`).
+fn seconds_used(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let redacted = if let Some(rest) = trimmed.strip_prefix("seconds ") {
+            let rest = rest.trim_start();
+            rest.strip_prefix("used ").map(|after| {
+                let digits = after.chars().take_while(char::is_ascii_digit).count();
+                let indent = &line[..line.len() - trimmed.len()];
+                let pad = &trimmed["seconds ".len()..trimmed.len() - rest.len()];
+                format!("{indent}seconds {pad}used [SECONDS]{}", &after[digits..])
+            })
+        } else if let Some(rest) = line.strip_prefix("| seconds | ") {
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            Some(format!("| seconds | [SECONDS]{}", &rest[digits..]))
+        } else {
+            None
+        };
+        out.push_str(redacted.as_deref().unwrap_or(line));
+    }
+    out
+}
+
+/// JUnit's `time` attributes are durations.
+fn junit_times(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(" time=\"") {
+        let (before, after) = rest.split_at(i + 7);
+        out.push_str(before);
+        let end = after.find('"').unwrap_or(0);
+        out.push_str("[SECONDS]");
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn audit(repo: &TestRepo, base: &str, head: &str, format: &str) -> Run {
+    let mut args = vec!["audit", "--base", base, "--head", head, "--format", format];
+    args.extend([
+        "--seeds",
+        "2",
+        "--today",
+        "2025-06-01",
+        "--quiet",
+        "--jobs",
+        "2",
+    ]);
+    repo.fixgate_py(&args)
+}
+
+/// The keys of the nodes whose derivation holds nothing of the machine (no interpreter, no
+/// plugin digest): what this audit's cache entries are found by, on any machine, as main's
+/// binary computed them before the audit became typed phases. A change here is a new cache for
+/// every user: make it on purpose (a new fixgate version changes them all).
+const PINNED_KEYS: [(&str, &str); 9] = [
+    (
+        "snapshot(base)",
+        "b3:cd9c88e59963f2d3a7f03f2df2be8d497cfb6681bf21a1b2c9ae5e66f5667059",
+    ),
+    (
+        "manifest(base)",
+        "b3:4e78f132dbb378637c2a003e645509bcc6fe83647c8b4c1314323723ad388ac4",
+    ),
+    (
+        "snapshot(head)",
+        "b3:a3f36b40fc860e7ad90d41d54fdf9468805c94047eef1e26c100d005704daeb7",
+    ),
+    (
+        "manifest(head)",
+        "b3:0560b78181d1f1125583e900a493325431d49727dfe1eae1fb18b328d48a35f2",
+    ),
+    (
+        "lock-check",
+        "b3:76c17a81bb936a23e700d495b26895903b467ec67539459f381d6ccd4eb167df",
+    ),
+    (
+        "delta",
+        "b3:bf44a4b99d7ac030d7ad59f3a27b6f50f0ee8fa0d2da6190a8652ca8748d9cbb",
+    ),
+    (
+        "triage",
+        "b3:ace120f6a2cf40211f5eef31078ee47530d3341b8ec01b7c02a9d51ce8282dba",
+    ),
+    (
+        "budget",
+        "b3:fc6d8fa0cf9096cfd4a3cdf64fe9d55f27e1a45659ae0684b985e2b3208a4514",
+    ),
+    (
+        "verdict",
+        "b3:2588bbbc117d525730decc6d1cefd8e0602358e42f0d00279c06657d518559d7",
+    ),
+];
+
+#[test]
+fn one_audit_in_every_format_matches_its_snapshots() {
+    let (repo, base, head) = repo();
+    let redact = Redactor::new(&repo, &base, &head);
+    let json = audit(&repo, &base, &head, "json");
+    assert_eq!(json.code, fixgate::exit::REJECT, "{json:?}");
+    let v = json.json();
+    let keys: Vec<(&str, &str)> = v["graph"]["executed_nodes"]
+        .as_array()
+        .expect("executed nodes")
+        .iter()
+        .filter_map(|n| Some((n["label"].as_str()?, n["key"].as_str()?)))
+        .filter(|(label, _)| PINNED_KEYS.iter().any(|(l, _)| l == label))
+        .collect();
+    assert_eq!(
+        keys, PINNED_KEYS,
+        "the cache keys of machine-independent nodes moved"
+    );
+    insta::assert_snapshot!("audit.json", redact.json(&v));
+    // The other formats render the same audit, from the cache.
+    for (format, name) in [
+        ("human", "audit.txt"),
+        ("markdown", "audit.md"),
+        ("junit", "audit.xml"),
+        ("github", "audit.github"),
+    ] {
+        let run = audit(&repo, &base, &head, format);
+        assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
+        insta::assert_snapshot!(name, junit_times(&redact.text(&run.stdout)));
+    }
+}
