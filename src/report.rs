@@ -257,7 +257,8 @@ pub struct ScopeReport {
     pub reason: Option<String>,
     /// The tests of the selection.
     pub tests: u64,
-    /// How many tests the patch affected (new or edited, or reached by its footprint).
+    /// How many tests the patch affected (new or edited, or reached by its footprint); `None`:
+    /// every test (the footprint is everything).
     pub affected: Option<u64>,
     /// The tests that left shared state changed (run in every order with their readers).
     pub writers: Vec<String>,

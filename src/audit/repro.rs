@@ -5,10 +5,12 @@ use crate::audit::pair::Pair;
 use crate::audit::verdict::{Finding, FindingKind};
 
 /// The command that reproduces a finding, when there is one: a non-idempotent test's run twice
-/// in a row, else the first pair the finding's test is in.
+/// in a row, else the first pair the finding's test is in (a test leaking state without a
+/// victim has no pair to show it).
 pub(crate) fn finding(f: &Finding, pairs: &[Pair]) -> Option<String> {
     match f.kind {
         FindingKind::NonIdempotent => Some(nio(&f.subject)),
+        FindingKind::LeaksState => None,
         _ => pairs.iter().find(|p| p.involves(&f.subject)).map(pair),
     }
 }

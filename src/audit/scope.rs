@@ -75,15 +75,23 @@ impl fmt::Display for Full {
     }
 }
 
+/// What the patch can affect, and what the shuffled orders run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Impact {
+    /// The tests the patch affects: new or edited, or reached by its footprint (`None`: every
+    /// test, the footprint is everything).
+    pub(crate) affected: Option<BTreeSet<String>>,
+    pub(crate) scope: Scope,
+}
+
 /// What the shuffled orders run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Scope {
     Full(Full),
     Scoped {
-        /// The tests each shuffled order runs (in the order's own sequence).
+        /// The tests each shuffled order runs (in the order's own sequence): the affected
+        /// tests, the state writers and their readers.
         run: BTreeSet<String>,
-        /// The affected tests among them.
-        affected: BTreeSet<String>,
         /// The state writers among them.
         writers: BTreeSet<String>,
     },
@@ -142,18 +150,73 @@ fn sees(t: &TestResult, imports: &Imports) -> BTreeSet<String> {
     out
 }
 
-/// The scope of the shuffled orders, from the recorded file-order and reversed runs of the
-/// head, the patch's footprint and the new or edited tests.
-pub(crate) fn scope(
+/// What the patch affects and the scope of the shuffled orders, from the recorded file-order
+/// and reversed runs of the head, the patch's footprint and the new or edited tests.
+pub(crate) fn impact(
     file: &RunResult,
     reversed: &RunResult,
     footprint: &Footprint,
     edited: &BTreeSet<String>,
     imports: &Imports,
-) -> Scope {
-    if let Some(e) = &footprint.everything {
-        return Scope::Full(Full::Footprint(e.to_string()));
+) -> Impact {
+    let affected = affected(file, footprint, edited, imports);
+    let scope = match &affected {
+        None => Scope::Full(Full::Footprint(
+            footprint
+                .everything
+                .as_ref()
+                .map_or_else(String::new, |e| e.to_string()),
+        )),
+        Some(affected) => scope(file, reversed, footprint, affected, imports),
+    };
+    Impact { affected, scope }
+}
+
+/// The tests the patch affects: the new and edited tests, the tests that ran a code object of
+/// the footprint, read one of its files, or see a module changed at module level, and the tests
+/// whose code is not known. `None` when the footprint is everything.
+fn affected(
+    file: &RunResult,
+    footprint: &Footprint,
+    edited: &BTreeSet<String>,
+    imports: &Imports,
+) -> Option<BTreeSet<String>> {
+    if footprint.everything.is_some() {
+        return None;
     }
+    let touched = |t: &TestResult| {
+        let Some(code) = &t.code else {
+            return true;
+        };
+        edited.contains(&t.nodeid)
+            || code
+                .iter()
+                .any(|(path, lines)| lines.iter().any(|&l| footprint.has_code(path, l)))
+            || footprint.files.iter().any(|f| reads_file(t, f))
+            || {
+                let seen = sees(t, imports);
+                footprint.modules.iter().any(|m| seen.contains(m))
+            }
+    };
+    let mut out: BTreeSet<String> = file
+        .tests
+        .iter()
+        .filter(|t| touched(t))
+        .map(|t| t.nodeid.clone())
+        .collect();
+    // A new or edited test the file-order run did not report is affected too.
+    out.extend(edited.iter().cloned());
+    Some(out)
+}
+
+/// The scope of the shuffled orders, given the affected tests.
+fn scope(
+    file: &RunResult,
+    reversed: &RunResult,
+    footprint: &Footprint,
+    affected: &BTreeSet<String>,
+    imports: &Imports,
+) -> Scope {
     if let Some(why) = incomplete(file, reversed) {
         return Scope::Full(why);
     }
@@ -181,22 +244,11 @@ pub(crate) fn scope(
         .iter()
         .map(|t| (t.nodeid.as_str(), sees(t, imports)))
         .collect();
-    let mut affected = BTreeSet::new();
     let mut writers = BTreeSet::new();
     let mut written_modules: BTreeSet<String> = BTreeSet::new();
     let mut written_files: BTreeSet<&String> = BTreeSet::new();
     for t in &file.tests {
         let id = t.nodeid.as_str();
-        let code = t.code.as_ref().expect("checked by incomplete");
-        let touched = edited.contains(id)
-            || code
-                .iter()
-                .any(|(path, lines)| lines.iter().any(|&l| footprint.has_code(path, l)))
-            || footprint.files.iter().any(|f| reads_file(t, f))
-            || footprint.modules.iter().any(|m| seen[id].contains(m));
-        if touched {
-            affected.insert(id.to_string());
-        }
         let state = t
             .state
             .iter()
@@ -233,11 +285,7 @@ pub(crate) fn scope(
             run.insert(id.to_string());
         }
     }
-    Scope::Scoped {
-        run,
-        affected,
-        writers,
-    }
+    Scope::Scoped { run, writers }
 }
 
 /// Why the recording cannot decide, if it cannot.

@@ -45,8 +45,9 @@
 //!   compared across orders: a second run is not another order.
 //! - A test that left shared state changed behind it in the file-order or reversed run (a
 //!   module global of the repository, an environment variable, the working directory,
-//!   `sys.path` or `sys.modules`, a thread) gets the signal `leaks-state` naming what, and a
-//!   finding of its own that does not block: a polluter without a victim (yet).
+//!   `sys.path` or `sys.modules`, a thread) gets the signal `leaks-state` naming what, and, unless
+//!   it is the culprit of a found pair, a finding of its own that does not block: a polluter
+//!   without a victim (yet).
 //! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
 //!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
 //!
@@ -329,6 +330,13 @@ impl Triage {
         self.signals.contains(signal)
     }
 
+    /// Whether it is the polluter or the state-setter of a found pair.
+    fn is_culprit(&self) -> bool {
+        self.signals
+            .iter()
+            .any(|s| matches!(s, Signal::Polluter | Signal::StateSetter))
+    }
+
     /// The findings this test contributes to the verdict: its bucket's, plus every code defect
     /// and flakiness among the signals that the bucket outranked.
     pub fn finding_kinds(&self) -> Vec<FindingKind> {
@@ -356,7 +364,8 @@ impl Triage {
                 Signal::Error => add(FindingKind::ErrorBucket),
                 Signal::Flaky => add(FindingKind::Flaky),
                 Signal::NonIdempotent => add(FindingKind::NonIdempotent),
-                Signal::LeaksState(_) => add(FindingKind::LeaksState),
+                // A culprit of a found pair has its victim, which the pair's finding names.
+                Signal::LeaksState(_) if !self.is_culprit() => add(FindingKind::LeaksState),
                 _ => {}
             }
         }
@@ -1102,5 +1111,25 @@ mod serde_tests {
         assert_eq!(t.finding_kinds(), [FindingKind::LeaksState]);
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Triage>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn the_state_setter_of_a_found_pair_that_leaks_state_has_the_signal_and_no_finding_of_it() {
+        let e = Evidence {
+            outcomes: vec![
+                (OrderLabel::File, Outcome::Passed),
+                (OrderLabel::Reversed, Outcome::Passed),
+            ],
+            state_setter_in_pair: true,
+            leaks: vec![StateChange::Global {
+                path: "pkg/reg.py".into(),
+                name: "REG".into(),
+            }],
+            ..Evidence::default()
+        };
+        let t = triage(&e);
+        assert!(t.has(&Signal::StateSetter));
+        assert!(t.signals.iter().any(|s| matches!(s, Signal::LeaksState(_))));
+        assert!(!t.finding_kinds().contains(&FindingKind::LeaksState));
     }
 }

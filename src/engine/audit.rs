@@ -340,9 +340,15 @@ fn judged(
     };
     // The scope of the shuffled orders, once the reversed run is in too.
     let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
-    let scope = impact::scope(engine, opts.full, &file_run, &reversed_run, &edited);
+    let impact = impact::impact(engine, opts.full, &file_run, &reversed_run, &edited);
     drop(reversed_run);
-    started_matrix.add_scoped(engine, &shuffled, &selection, head_collected.node, &scope)?;
+    started_matrix.add_scoped(
+        engine,
+        &shuffled,
+        &selection,
+        head_collected.node,
+        &impact.scope,
+    )?;
     let matrix = started_matrix.finish(engine, file_run)?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),
@@ -410,6 +416,7 @@ fn judged(
         &[triage_node],
     )?;
     pre_existing.extend(nio::base_check(engine, &triaged, &base_ids, triage_node)?);
+    pre_existing.extend(findings::base_leaks(&triaged, &base_ids, &impact));
 
     // Findings, the budget and the verdict.
     let new_skips = budget::patch_skips(
@@ -500,7 +507,7 @@ fn judged(
         },
         today: opts.today,
         selection,
-        scope,
+        impact,
     };
     Ok((judgment, decision, matrix.warnings()))
 }

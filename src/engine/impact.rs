@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::audit::footprint::{self, Change, Footprint, Imports};
-use crate::audit::scope::{self, Full, Scope};
+use crate::audit::scope::{self, Full, Impact, Scope};
 use crate::engine::runs::Engine;
 use crate::pytest::result::RunResult;
 
@@ -67,16 +67,21 @@ fn imports(engine: &Engine) -> Imports {
     Imports::build(&files)
 }
 
-/// The scope of the shuffled orders (`full`: `--full`).
-pub(crate) fn scope(
+/// What the patch affects and the scope of the shuffled orders (`full`: `--full`, which keeps
+/// the affected tests and runs the orders whole).
+pub(crate) fn impact(
     engine: &Engine,
     full: bool,
     file: &RunResult,
     reversed: &RunResult,
     edited: &BTreeSet<String>,
-) -> Scope {
-    if full {
-        return Scope::Full(Full::Asked);
+) -> Impact {
+    let impact = scope::impact(file, reversed, &footprint(engine), edited, &imports(engine));
+    match full {
+        true => Impact {
+            scope: Scope::Full(Full::Asked),
+            ..impact
+        },
+        false => impact,
     }
-    scope::scope(file, reversed, &footprint(engine), edited, &imports(engine))
 }

@@ -46,6 +46,8 @@ pub struct Matrix {
 pub struct Started {
     labels: Vec<OrderLabel>,
     pub nodes: BTreeMap<OrderLabel, NodeId>,
+    /// The orders whose runs the caller waited for, their processes counted then.
+    waited: std::sync::Mutex<BTreeSet<OrderLabel>>,
 }
 
 /// Adds one seed run per label over the whole selection, each computed from the collection it
@@ -59,6 +61,7 @@ pub fn start(
     let mut started = Started {
         labels: Vec::new(),
         nodes: BTreeMap::new(),
+        waited: Default::default(),
     };
     started.add(engine, labels, items, collection, |_| true)?;
     Ok(started)
@@ -106,6 +109,10 @@ impl Started {
     /// Waits for the run of one order.
     pub fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
         let id = self.nodes[&label];
+        self.waited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(label);
         engine
             .wait_run(id)?
             .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
@@ -166,13 +173,15 @@ impl Started {
             .map_err(|e| Error::bug(format!("a cached matrix does not decode: {e}")))?;
         engine.live.release(id);
         let mut runs = BTreeMap::new();
+        let waited = self.waited.into_inner().unwrap_or_else(|e| e.into_inner());
         for ((l, node), run) in self.labels.iter().zip(&inputs).zip(compact) {
-            // The file-order run's processes were counted when the caller waited for it.
+            // The processes of the runs the caller waited for (the file-order and reversed
+            // runs) were counted then.
             let executed = engine
                 .live
                 .report(*node)
                 .is_some_and(|r| matches!(r.status, fixgate_graph::Status::Executed { .. }));
-            if executed && *l != OrderLabel::File {
+            if executed && !waited.contains(l) {
                 engine
                     .processes
                     .fetch_add(run.processes, std::sync::atomic::Ordering::Relaxed);

@@ -337,7 +337,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
     let ran = j
         .selection
         .iter()
-        .filter(|i| j.scope.runs(&i.nodeid))
+        .filter(|i| j.impact.scope.runs(&i.nodeid))
         .count() as u64;
     let runs = j
         .orders
@@ -347,25 +347,22 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             OrderLabel::File | OrderLabel::Reversed | OrderLabel::Twice => (*l, tests),
         })
         .collect();
-    match &j.scope {
+    let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
+    match &j.impact.scope {
         Scope::Full(why) => report::ScopeReport {
             mode: report::ScopeMode::Full,
             reason: Some(why.to_string()),
             tests,
-            affected: None,
+            affected,
             writers: Vec::new(),
             runs,
             carried: Vec::new(),
         },
-        Scope::Scoped {
-            run,
-            affected,
-            writers,
-        } => report::ScopeReport {
+        Scope::Scoped { run, writers } => report::ScopeReport {
             mode: report::ScopeMode::Scoped,
             reason: None,
             tests,
-            affected: Some(affected.len() as u64),
+            affected,
             writers: writers.iter().cloned().collect(),
             runs,
             carried: j
