@@ -18,6 +18,7 @@ use crate::config::{self, Config};
 use crate::engine::store::{RemoteFailure, RemoteSettings};
 use crate::environment::Environment;
 use crate::error::{Error, Result};
+pub use crate::json::to_json;
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::driver::Runner;
 use crate::pytest::{interpreter, plugin};
@@ -266,6 +267,44 @@ impl Ctx {
         }
     }
 
+    /// The fixture groups both sides are read with. A patch must not be able to hide a change by
+    /// redefining the groups, so the base's explicit groups win; default groups are derived from
+    /// both sides' paths, so a new fixture directory in the head is still seen.
+    pub fn pair_config(&self, base: &Snapshot, head: &Snapshot) -> Result<Config> {
+        let base_config = self.config(base)?;
+        let head_config = self.config(head)?;
+        if base_config.groups.source() != crate::config::ConfigSource::Default {
+            if head_config
+                .groups
+                .groups()
+                .iter()
+                .map(|g| (&g.name, &g.globs))
+                .ne(base_config
+                    .groups
+                    .groups()
+                    .iter()
+                    .map(|g| (&g.name, &g.globs)))
+            {
+                self.warn(
+                    "the head redefines the fixture groups; the delta uses the base's groups",
+                );
+            }
+            return Ok(base_config);
+        }
+        if head_config.groups.source() != crate::config::ConfigSource::Default {
+            return Ok(head_config);
+        }
+        let mut paths = base.paths();
+        paths.extend(head.paths());
+        paths.sort();
+        paths.dedup();
+        Ok(crate::config::load(&crate::config::ConfigInputs {
+            manifest_file: None,
+            pyproject: None,
+            paths: &paths,
+        })?)
+    }
+
     /// The configuration of a snapshot, with its warnings printed.
     pub fn config(&self, snapshot: &Snapshot) -> Result<Config> {
         let manifest_file = snapshot.read_path("fixtures.manifest")?;
@@ -314,15 +353,6 @@ pub fn stderr_line(text: &str) {
         .write_all(text.as_bytes())
         .and_then(|()| err.write_all(b"\n"))
         .and_then(|()| err.flush());
-}
-
-/// Sorted keys, two-space indentation, a trailing newline: byte-identical for equal values.
-pub fn to_json<T: Serialize>(value: &T) -> String {
-    // Going through `Value` sorts every object's keys (serde_json's map is a BTreeMap).
-    let value = serde_json::to_value(value).expect("reports always serialize");
-    let mut s = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
-    s.push('\n');
-    s
 }
 
 /// The folder of the cache directory that holds pytest's rewritten test modules.

@@ -136,46 +136,6 @@ pub fn between(base: &Manifest, head: &Manifest) -> Delta {
     }
 }
 
-/// The fixture groups both sides are read with. A patch must not be able to hide a change by
-/// redefining the groups, so the base's explicit groups win; default groups are derived from
-/// both sides' paths, so a new fixture directory in the head is still seen.
-pub fn pair_config(
-    ctx: &crate::context::Ctx,
-    base: &crate::snapshot::Snapshot,
-    head: &crate::snapshot::Snapshot,
-) -> crate::error::Result<crate::config::Config> {
-    let base_config = ctx.config(base)?;
-    let head_config = ctx.config(head)?;
-    if base_config.groups.source() != crate::config::ConfigSource::Default {
-        if head_config
-            .groups
-            .groups()
-            .iter()
-            .map(|g| (&g.name, &g.globs))
-            .ne(base_config
-                .groups
-                .groups()
-                .iter()
-                .map(|g| (&g.name, &g.globs)))
-        {
-            ctx.warn("the head redefines the fixture groups; the delta uses the base's groups");
-        }
-        return Ok(base_config);
-    }
-    if head_config.groups.source() != crate::config::ConfigSource::Default {
-        return Ok(head_config);
-    }
-    let mut paths = base.paths();
-    paths.extend(head.paths());
-    paths.sort();
-    paths.dedup();
-    Ok(crate::config::load(&crate::config::ConfigInputs {
-        manifest_file: None,
-        pyproject: None,
-        paths: &paths,
-    })?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

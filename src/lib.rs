@@ -14,6 +14,7 @@ pub mod environment;
 pub mod error;
 pub mod exit;
 pub(crate) mod git_index;
+pub(crate) mod json;
 pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;

@@ -206,7 +206,7 @@ impl Lock {
     /// Sorted, pretty JSON with a trailing newline, so the committed file diffs cleanly. Always
     /// fixgate's format: this is how `lock --migrate` rewrites a foreign lock.
     pub fn to_json(&self) -> String {
-        crate::context::to_json(self)
+        crate::json::to_json(self)
     }
 
     /// How the pin `digest` was computed.

@@ -256,7 +256,7 @@ impl Ledger {
 
     /// Sorted, pretty JSON with a trailing newline, so the committed file diffs cleanly.
     pub fn to_json(&self) -> String {
-        crate::context::to_json(&self.entries)
+        crate::json::to_json(&self.entries)
     }
 }
 

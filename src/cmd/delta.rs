@@ -38,7 +38,7 @@ impl Side {
 pub fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
     let base = ctx.repo.snapshot(Some(&args.base))?;
     let head = ctx.repo.snapshot(args.head.as_deref())?;
-    let config = crate::delta::pair_config(ctx, &base, &head)?;
+    let config = ctx.pair_config(&base, &head)?;
     let d = delta::between(
         &ctx.manifest(&base, &config)?,
         &ctx.manifest(&head, &config)?,

@@ -39,7 +39,7 @@ impl Sides {
         let base = Arc::new(ctx.repo.snapshot(Some(base))?);
         let head = Arc::new(ctx.repo.snapshot(head)?);
         let base_config = ctx.config(&base)?;
-        let config = crate::delta::pair_config(ctx, &base, &head)?;
+        let config = ctx.pair_config(&base, &head)?;
         let mut stat = crate::statcache::StatCache::load(&ctx.cache_dir, &head.root);
         let head_tree = crate::engine::digests::tree_digest(&head, Some(&mut stat))?;
         let base_tree = crate::engine::digests::tree_digest(&base, None)?;
