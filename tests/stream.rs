@@ -313,6 +313,11 @@ fn a_test_flaky_in_every_order_never_rejects_a_clean_patch_over_twenty_cold_audi
                 &head,
                 "--seed-list",
                 &seeds,
+                // The coin touches nothing of the patch and leaves nothing behind: a scoped
+                // audit carries it from the file-order and reversed runs (docs/impact.md,
+                // "Soundness"). What this pins is how the verdict reads a coin that shows both
+                // faces, which takes it in all five orders.
+                "--full",
                 "--format",
                 "json",
                 "--quiet",
