@@ -2,6 +2,10 @@
 //!
 //! Outside a git checkout (a wheel's sdist, a Nix build from a store path) there is no commit to
 //! read; `FIXGATE_COMMIT` may supply one (the flake passes its revision), else it is "unknown".
+//!
+//! The commit goes into a file under `OUT_DIR`, which the binary includes, and not into a
+//! `cargo:rustc-env` variable: cargo sets those for `cargo run` too, so the program would find
+//! a `FIXGATE_*` variable it does not read in its environment and warn about it.
 
 use std::process::Command;
 
@@ -38,8 +42,11 @@ fn main() {
         // watching the index would rebuild the binary on every build.
         git(&["rev-parse", "--short=12", "HEAD"])
     });
-    println!(
-        "cargo:rustc-env=FIXGATE_COMMIT={}",
-        commit.unwrap_or_else(|| "unknown".to_owned())
-    );
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let commit = commit.unwrap_or_else(|| "unknown".to_owned());
+    // Written only when it changes, so that the binary is not rebuilt for nothing.
+    let file = out.join("commit");
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(commit.as_str()) {
+        std::fs::write(&file, commit).expect("OUT_DIR is writable");
+    }
 }

@@ -2,14 +2,13 @@
 
 use std::path::PathBuf;
 
-use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `fixgate --version`: the package version and the commit it was built from (see build.rs).
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
-    env!("FIXGATE_COMMIT"),
+    include_str!(concat!(env!("OUT_DIR"), "/commit")),
     ")"
 );
 
@@ -40,11 +39,36 @@ fn audit_about() -> String {
     )
 }
 
-/// A `usize` option within `min..=max`, with clap's range message when it is not.
-fn bounded_usize(min: usize, max: usize) -> impl clap::builder::TypedValueParser<Value = usize> {
-    clap::value_parser!(u64)
-        .range(min as u64..=max as u64)
-        .map(|n| n as usize)
+/// A whole-number option within `min..=max`. Such options take `allow_negative_numbers`, so that
+/// `--seeds -3` reaches this parser (clap would read "-3" as an unknown option) and is told what
+/// the value must be.
+fn whole(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |text: &str| {
+        let at_most = match max {
+            u64::MAX => String::new(),
+            _ => format!(", at most {max}"),
+        };
+        let must = match min {
+            0 => format!("0 or a positive whole number{at_most}"),
+            1 => format!("a positive whole number{at_most}"),
+            _ => format!("a whole number from {min} to {max}"),
+        };
+        let t = text.trim();
+        if t.starts_with('-') && t[1..].chars().all(|c| c.is_ascii_digit()) && t.len() > 1 {
+            return Err(format!("{t} is negative: the value must be {must}"));
+        }
+        match t.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            Ok(n) => Err(format!("{n} is out of range: the value must be {must}")),
+            Err(_) => Err(format!("{t:?} is not a number: the value must be {must}")),
+        }
+    }
+}
+
+/// [`whole`] as a `usize`.
+fn whole_usize(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    let parse = whole(min as u64, max as u64);
+    move |text: &str| parse(text).map(|n| n as usize)
 }
 
 #[derive(Debug, Parser)]
@@ -84,7 +108,13 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "PATH")]
     pub python: Option<PathBuf>,
     /// How many pytest processes may run at once, 1 to 1024 [default: the number of cores]
-    #[arg(long, global = true, value_name = "N", value_parser = bounded_usize(1, MAX_JOBS))]
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = whole_usize(1, MAX_JOBS)
+    )]
     pub jobs: Option<usize>,
     #[command(flatten)]
     pub remote: RemoteArgs,
@@ -133,6 +163,10 @@ pub enum Command {
     Trace(TraceArgs),
     #[command(about = audit_about())]
     Audit(AuditArgs),
+    /// Audit the working tree against a base, then again after every save, reusing everything
+    /// unchanged; a save during an audit cancels it. One screen (or JSON line) per audit;
+    /// Ctrl-C or SIGTERM stops it and exits 0
+    Watch(WatchArgs),
     /// Print the build graph of the last audit of this repository, with each node's status
     Graph(GraphArgs),
     /// Print why each executed node of the last audit ran
@@ -180,6 +214,18 @@ pub struct AuditArgs {
     /// skipped), as with a repeated --head
     #[arg(long, value_name = "FILE")]
     pub heads_from: Option<PathBuf>,
+    /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
+    /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
+    /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
+    #[arg(long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+    #[command(flatten)]
+    pub options: AuditOptionArgs,
+}
+
+/// What an audit judges with, shared by `audit` and `watch`.
+#[derive(Debug, Args)]
+pub struct AuditOptionArgs {
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N), at
     /// most 10,000
     #[arg(
@@ -187,7 +233,8 @@ pub struct AuditArgs {
         value_name = "N",
         default_value_t = 8,
         conflicts_with = "seed_list",
-        value_parser = clap::value_parser!(u64).range(..=MAX_SEEDS)
+        allow_negative_numbers = true,
+        value_parser = whole(0, MAX_SEEDS)
     )]
     pub seeds: u64,
     /// Exactly these seeds for the shuffled orders, e.g. 3,5,8 (at most 10,000 of them)
@@ -195,7 +242,9 @@ pub struct AuditArgs {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        num_args = 1..=MAX_SEEDS as usize
+        num_args = 1..=MAX_SEEDS as usize,
+        allow_negative_numbers = true,
+        value_parser = whole(0, u64::MAX)
     )]
     pub seed_list: Option<Vec<u64>>,
     /// Reject pre-existing findings too (findings the base already has)
@@ -222,30 +271,44 @@ pub struct AuditArgs {
     #[arg(long, value_name = "MODE")]
     pub deps: Option<DepsArg>,
     /// Budget: the most wall seconds the audit may take
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub max_seconds: Option<u64>,
     /// Budget: the most tests the head may have
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub max_tests: Option<u64>,
     /// Budget: the most frozen tests
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub max_frozen: Option<u64>,
     /// Budget: the most new skip/skipif/xfail markers [default: 0]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub max_new_skips: Option<u64>,
     /// Budget: the most reruns (pytest-rerunfailures and the like)
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub max_reruns: Option<u64>,
-    /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
-    /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
-    /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
-    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
-    pub shard: Option<Shard>,
     /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
     #[arg(long, value_name = "DATE", hide = true)]
     pub today: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The base revision the working tree is audited against (anything git accepts), resolved
+    /// again for every audit
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub base: String,
+    /// How long the tree must stay quiet after a change before the next audit starts, in
+    /// milliseconds (an editor's save is several events)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u64).range(10..=60_000)
+    )]
+    pub debounce: u64,
+    #[command(flatten)]
+    pub options: AuditOptionArgs,
 }
 
 /// `--shard K/N`: the K-th (1-based) of N shares.
@@ -299,7 +362,12 @@ pub enum CacheAction {
         #[arg(long, value_name = "SIZE")]
         max_size: Option<String>,
         /// Remove entries unused for this many days (at most 36,500)
-        #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(..=36_500))]
+        #[arg(
+            long,
+            value_name = "DAYS",
+            allow_negative_numbers = true,
+            value_parser = whole(0, 36_500)
+        )]
         max_age: Option<u64>,
     },
     /// Remove everything
@@ -328,7 +396,8 @@ pub struct SandboxArgs {
         long,
         value_name = "SECS",
         default_value_t = 300,
-        value_parser = clap::value_parser!(u64).range(1..=MAX_TEST_TIMEOUT)
+        allow_negative_numbers = true,
+        value_parser = whole(1, MAX_TEST_TIMEOUT)
     )]
     pub test_timeout: u64,
     /// Let tests use the network. By default each run gets a network namespace with only
@@ -350,7 +419,14 @@ pub enum ContainmentArg {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The order: 0 is file (collection) order, any other seed a shuffle of the non-serial tests
-    #[arg(long, value_name = "N", conflicts_with = "order", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "order",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = whole(0, u64::MAX)
+    )]
     pub seed: u64,
     /// Run exactly these node ids, one per line, in this order
     #[arg(long, value_name = "FILE")]
@@ -368,7 +444,13 @@ pub struct TraceArgs {
     #[arg(long, value_name = "REV")]
     pub rev: Option<String>,
     /// The order to trace in (0: file order)
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = whole(0, u64::MAX)
+    )]
     pub seed: u64,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
@@ -406,4 +488,41 @@ pub struct DeltaArgs {
     pub base: String,
     /// The head revision [default: the working tree]
     pub head: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_count_is_told_it_must_be_positive() {
+        let jobs = whole(1, 1024);
+        assert_eq!(jobs("8"), Ok(8));
+        let negative = jobs("-1").unwrap_err();
+        assert!(
+            negative.contains("must be a positive whole number"),
+            "{negative}"
+        );
+        assert!(jobs("0").unwrap_err().contains("out of range"));
+        assert!(jobs("x").unwrap_err().contains("not a number"));
+        let seeds = whole(0, u64::MAX);
+        assert_eq!(seeds("0"), Ok(0));
+        let negative = seeds("-3").unwrap_err();
+        assert_eq!(
+            negative,
+            "-3 is negative: the value must be 0 or a positive whole number"
+        );
+    }
+
+    #[test]
+    fn clap_hands_negative_numbers_to_the_parsers() {
+        let err = Cli::try_parse_from(["fixgate", "audit", "--base", "HEAD", "--seeds", "-3"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-3 is negative"), "{err}");
+        let err = Cli::try_parse_from(["fixgate", "--jobs", "-1", "run"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-1 is negative"), "{err}");
+    }
 }

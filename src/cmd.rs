@@ -13,6 +13,7 @@ pub(crate) mod run;
 pub(crate) mod settings;
 pub(crate) mod shell;
 pub(crate) mod trace;
+pub(crate) mod watch;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;
@@ -37,6 +38,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(&ctx, &args),
         Command::Trace(args) => trace::run(&ctx, &args),
         Command::Audit(args) => audit::run(&ctx, &args),
+        // The session owns the context and checks the remote itself.
+        Command::Watch(args) => return watch::run(ctx, args),
         Command::Graph(args) => graph::graph(&ctx, &args),
         Command::Explain => graph::explain(&ctx),
         Command::Cache(args) => cache::run(&ctx, &args),

@@ -26,8 +26,9 @@ pub enum Error {
     /// Something around the run broke (an interpreter, a sandbox, a child process).
     #[error("{0}")]
     Infra(String),
-    /// pytest ran and the suite did not collect (a file that does not import, a conftest that
-    /// raises): the suite's own failure, which an audit judges (the head's `collection-error`),
+    /// pytest ran and the suite did not collect (a file that does not import, an option its
+    /// configuration passes that pytest rejects, a conftest that raises): the suite's own
+    /// failure, told in pytest's words, which an audit judges (the head's `collection-error`),
     /// where every other error means nothing could be judged.
     #[error("{0}")]
     NotCollected(String),

@@ -6,6 +6,54 @@
 //! the path of a warm `lock --check`; git itself skips that verification on read
 //! (`index.skipHash`, `verify_index_checksum` off). The snapshot needs only paths and modes.
 
+use std::collections::HashSet;
+
+/// What a work-tree walk needs of the index: the tracked files, the directories above them, the
+/// gitlinks.
+#[derive(Default)]
+pub(crate) struct Tracked {
+    pub(crate) files: HashSet<Vec<u8>>,
+    /// Every directory with a tracked file somewhere below it.
+    pub(crate) dirs: HashSet<Vec<u8>>,
+    /// Submodules: another repository's tree, not files here; nothing below them is walked.
+    pub(crate) gitlinks: HashSet<Vec<u8>>,
+}
+
+/// Reads the index of `git`: directly, or through libgit2 when there is none yet or the direct
+/// reader leaves it to libgit2.
+pub(crate) fn tracked(git: &git2::Repository) -> crate::error::Result<Tracked> {
+    let index = match std::fs::read(git.path().join("index"))
+        .ok()
+        .and_then(|bytes| entries(&bytes))
+    {
+        Some(entries) => entries,
+        None => git
+            .index()?
+            .iter()
+            .map(|e| IndexEntry {
+                path: e.path,
+                mode: e.mode,
+            })
+            .collect(),
+    };
+    let mut t = Tracked::default();
+    for e in index {
+        let mut end = e.path.len();
+        while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
+            if !t.dirs.insert(e.path[..slash].to_vec()) {
+                break;
+            }
+            end = slash;
+        }
+        if (e.mode & 0o170000) == 0o160000 {
+            t.gitlinks.insert(e.path);
+        } else {
+            t.files.insert(e.path);
+        }
+    }
+    Ok(t)
+}
+
 /// One entry of the index: its path and mode (`0o160000` is a gitlink).
 pub(crate) struct IndexEntry {
     pub(crate) path: Vec<u8>,

@@ -1,6 +1,8 @@
-//! Fixture locks: fixgate's `fixtures.lock` and the locks teams already keep (flat SHA-256 maps,
-//! `{"schema": 1, "files": {path: {"sha256", "bytes"}}}` manifests), where to find them, and the
-//! drift check against any of them.
+//! Fixture locks: fixgate's `fixtures.lock` and the locks teams already keep (flat SHA-256 maps
+//! of path or file name, `{"schema": 1, "roots": [...], "files": {path: {"sha256", "bytes"}}}`
+//! manifests whose keys are often absolute paths of the machine that wrote them), where to find
+//! them, the drift check against any of them, and the check that a lock matches its own
+//! snapshot at all (docs/locks.md).
 
 use std::collections::BTreeMap;
 
@@ -25,7 +27,8 @@ pub const DEFAULT_LOCATIONS: [&str; 2] = [FILE_NAME, "tests/fixtures.lock.json"]
 /// The formats [`Lock::parse`] reads, for the error naming them.
 const FORMATS_ACCEPTED: &str = "fixgate's lock ({\"schema\": 1, \"files\": {path: blake3}}), a \
      flat JSON map of file name or path to SHA-256 (64 hex, or cut to 16), or a manifest \
-     ({\"schema\": 1, \"files\": {path: {\"sha256\": ..., \"bytes\": ...}}})";
+     ({\"schema\": 1, \"roots\": [dir, ...], \"files\": {path: {\"sha256\": ..., \"bytes\": \
+     ...}}}, \"roots\" optional, paths relative or absolute)";
 
 /// The format a lock was read from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -36,7 +39,7 @@ pub enum LockFormat {
     Fixgate,
     /// `{name-or-path: sha256}`, written by a team's script.
     FlatSha256,
-    /// `{"schema": 1, "files": {path: {"sha256": ..., "bytes": ...}}}`.
+    /// `{"schema": 1, "roots": [...], "files": {path: {"sha256": ..., "bytes": ...}}}`.
     Sha256Manifest,
 }
 
@@ -73,6 +76,10 @@ pub struct Lock {
     /// Sizes the manifest format pins beside its digests.
     #[serde(skip)]
     pub sizes: BTreeMap<RepoPath, u64>,
+    /// The directories the manifest format says its files were found under, as written (often
+    /// absolute paths of another machine).
+    #[serde(skip)]
+    pub roots: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -138,6 +145,7 @@ impl Lock {
                 .collect(),
             format: LockFormat::Fixgate,
             sizes: BTreeMap::new(),
+            roots: Vec::new(),
         }
     }
 
@@ -157,6 +165,7 @@ impl Lock {
                         .collect(),
                     format: LockFormat::Fixgate,
                     sizes: BTreeMap::new(),
+                    roots: Vec::new(),
                 });
             }
         }
@@ -182,7 +191,10 @@ impl Lock {
                     "\"files\" without a numeric \"schema\"",
                 ));
             };
-            if let Some(extra) = top.keys().find(|k| *k != "schema" && *k != "files") {
+            if let Some(extra) = top
+                .keys()
+                .find(|k| !matches!(k.as_str(), "schema" | "files" | "roots"))
+            {
                 return Err(unknown_format(origin, &format!("unknown field {extra:?}")));
             }
             if schema != u64::from(SCHEMA) {
@@ -194,10 +206,21 @@ impl Lock {
             let Value::Object(files) = files else {
                 return Err(unknown_format(origin, "\"files\" is not an object"));
             };
-            return if files.values().all(Value::is_string) {
+            let roots = match top.get("roots") {
+                None => Vec::new(),
+                Some(Value::Array(roots)) => roots
+                    .iter()
+                    .map(|r| r.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| unknown_format(origin, "\"roots\" holds a non-string"))?,
+                Some(_) => return Err(unknown_format(origin, "\"roots\" is not a list")),
+            };
+            return if files.values().all(Value::is_string) && roots.is_empty() {
                 Ok(parse_fixgate(files))
             } else {
-                parse_sha256_manifest(files, origin)
+                let mut lock = parse_sha256_manifest(files, origin)?;
+                lock.roots = roots;
+                Ok(lock)
             };
         }
         parse_flat(&top, origin)
@@ -231,28 +254,45 @@ impl Lock {
     /// Every difference between the pins and `manifest`; `read` gives a fixture file's bytes
     /// (from the same snapshot the manifest was built from), needed for SHA-256 pins only.
     ///
-    /// A pin key is the repo path of a fixture file, or, when no file has that path, the unique
-    /// fixture path ending in `/key` (a file name or a path relative to a fixtures directory, as
-    /// teams' scripts write them). When several files end that way, the pin holds if any of them
-    /// has its digest. Fixture files no pin names are added.
+    /// A pin names a fixture file (see [`Lock::candidates`]) by its repo path; in a foreign lock
+    /// also by a path relative to one of the lock's relative `roots`, by the unique fixture path
+    /// ending in `/key` (a file name or a path relative to a fixtures directory, as teams'
+    /// scripts write them), or, for an absolute key written on another machine, by the longest
+    /// fixture path the key ends with. When several files end that way, the pin holds if any of
+    /// them has its digest. Fixture files no pin names are added.
     pub fn check_with(
         &self,
         manifest: &Manifest,
         read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
     ) -> Vec<Drift> {
+        self.judge(manifest, read).drift
+    }
+
+    fn judge(
+        &self,
+        manifest: &Manifest,
+        read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
+    ) -> Judged {
         let mut drift = Vec::new();
         let mut pinned: std::collections::BTreeSet<&RepoPath> = Default::default();
+        let (mut held_count, mut named) = (0, 0);
+        // What the machine that wrote absolute keys had before the repository's paths, learnt
+        // from the keys that name a file, to show the others as repository paths.
+        let mut foreign_prefixes: Vec<Vec<u8>> = Vec::new();
+        let mut unnamed = Vec::new();
         for (key, locked) in &self.files {
             let candidates = self.candidates(key, manifest);
             if candidates.is_empty() {
-                drift.push(Drift {
-                    path: key.clone(),
-                    change: Change::Removed,
-                    group: None,
-                    locked: Some(locked.clone()),
-                    actual: None,
-                });
+                unnamed.push((key, locked));
                 continue;
+            }
+            named += 1;
+            if is_absolute(key) {
+                let key = normal_separators(key);
+                let prefix = key[..key.len() - candidates[0].path.as_bytes().len()].to_vec();
+                if !foreign_prefixes.contains(&prefix) {
+                    foreign_prefixes.push(prefix);
+                }
             }
             let mut first_actual = None;
             let mut held = None;
@@ -268,6 +308,7 @@ impl Lock {
             }
             match held {
                 Some(f) => {
+                    held_count += 1;
                     pinned.insert(&f.path);
                 }
                 None => {
@@ -284,6 +325,15 @@ impl Lock {
                 }
             }
         }
+        for (key, locked) in unnamed {
+            drift.push(Drift {
+                path: repo_path_of(key, &foreign_prefixes),
+                change: Change::Removed,
+                group: None,
+                locked: Some(locked.clone()),
+                actual: None,
+            });
+        }
         for f in &manifest.files {
             if !pinned.contains(&f.path) {
                 drift.push(Drift {
@@ -296,10 +346,75 @@ impl Lock {
             }
         }
         drift.sort_by(|a, b| a.path.cmp(&b.path));
-        drift
+        Judged {
+            drift,
+            held: held_count,
+            named,
+        }
     }
 
-    /// The fixture files a pin key names: its exact path, else every path ending in `/key`.
+    /// Whether the lock describes `manifest`'s snapshot at all. A lock of which not one pin
+    /// holds was not written from these bytes, or not with the digest its format implies (a
+    /// BLAKE3 in a flat map read as SHA-256, say): reporting every file as drift would hide
+    /// that. `Some` says how it fails to match, and which digest would have matched.
+    pub fn mismatch(
+        &self,
+        manifest: &Manifest,
+        read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
+    ) -> Option<Mismatch> {
+        if self.files.is_empty() || manifest.files.is_empty() {
+            return None;
+        }
+        let judged = self.judge(manifest, read);
+        if judged.held > 0 {
+            return None;
+        }
+        if judged.named == 0 {
+            let example = self.files.keys().next().map(RepoPath::to_string);
+            return Some(Mismatch::NamesNoFile {
+                pins: self.files.len(),
+                example: example.unwrap_or_default(),
+            });
+        }
+        let expected = self.algorithm_name();
+        let mut matches: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for (key, locked) in &self.files {
+            let candidates = self.candidates(key, manifest);
+            let mut matched = std::collections::BTreeSet::new();
+            for f in candidates {
+                let Some(bytes) = read(&f.path) else { continue };
+                for (name, digest) in digests(&bytes) {
+                    if digest.get(..locked.len()) == Some(locked.as_str()) {
+                        matched.insert(name);
+                    }
+                }
+            }
+            for name in matched {
+                *matches.entry(name).or_default() += 1;
+            }
+        }
+        let would = matches
+            .into_iter()
+            .filter(|(name, _)| *name != expected)
+            .max_by_key(|(_, n)| *n);
+        Some(Mismatch::NoPinHolds {
+            pins: self.files.len(),
+            format: self.format,
+            expected,
+            would: would.map(|(name, _)| name),
+            would_hold: would.map_or(0, |(_, n)| n),
+        })
+    }
+
+    /// The digest this lock's pins are read as.
+    fn algorithm_name(&self) -> &'static str {
+        match self.format {
+            LockFormat::Fixgate => "BLAKE3",
+            LockFormat::FlatSha256 | LockFormat::Sha256Manifest => "SHA-256",
+        }
+    }
+
+    /// The fixture files a pin key names (see [`Lock::check_with`]).
     fn candidates<'m>(
         &self,
         key: &RepoPath,
@@ -310,6 +425,27 @@ impl Lock {
         }
         if self.format == LockFormat::Fixgate {
             return Vec::new();
+        }
+        if is_absolute(key) {
+            // The longest repository path the key ends with, at a component boundary: the
+            // machine that wrote it had the repository somewhere else.
+            let key = normal_separators(key);
+            return manifest
+                .files
+                .iter()
+                .filter(|f| {
+                    let p = f.path.as_bytes();
+                    key.len() > p.len() && key.ends_with(p) && key[key.len() - p.len() - 1] == b'/'
+                })
+                .max_by_key(|f| f.path.as_bytes().len())
+                .into_iter()
+                .collect();
+        }
+        for root in self.roots.iter().filter(|r| !r.starts_with('/')) {
+            let joined = format!("{}/{}", root.trim_end_matches('/'), key);
+            if let Some(f) = manifest.find(&RepoPath::from(joined.trim_start_matches("./"))) {
+                return vec![f];
+            }
         }
         let mut suffix = b"/".to_vec();
         suffix.extend_from_slice(key.as_bytes());
@@ -337,6 +473,116 @@ impl Lock {
             }
         }
     }
+}
+
+/// What [`Lock::check_with`] found, and how much of the lock held.
+struct Judged {
+    drift: Vec<Drift>,
+    /// Pins that hold.
+    held: usize,
+    /// Pins that name a fixture file.
+    named: usize,
+}
+
+/// How a lock fails to describe its own snapshot (see [`Lock::mismatch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// No pin names a fixture file of the snapshot.
+    NamesNoFile { pins: usize, example: String },
+    /// Pins name files, and not one of their digests holds.
+    NoPinHolds {
+        pins: usize,
+        format: LockFormat,
+        /// The digest the format's pins are read as.
+        expected: &'static str,
+        /// Another digest that the pins are, when one matches some of them.
+        would: Option<&'static str>,
+        /// How many pins hold in that digest.
+        would_hold: usize,
+    },
+}
+
+impl Mismatch {
+    /// The error for the lock `lock` (as named to the user) of `snapshot` (e.g. "its own base").
+    pub fn message(&self, lock: &str, snapshot: &str) -> String {
+        match self {
+            Mismatch::NamesNoFile { pins, example } => format!(
+                "{lock} does not match {snapshot}: none of its {pins} pins names a fixture file \
+                 there (keys such as {example:?}); a pin names a file by its repository path, \
+                 by a path ending in one, or by its file name, so write the lock again from \
+                 these fixtures, or declare the fixture groups its files are in"
+            ),
+            Mismatch::NoPinHolds {
+                pins,
+                format,
+                expected,
+                would: Some(would),
+                would_hold,
+            } => format!(
+                "{lock} does not match {snapshot}: none of its {pins} pins holds as {expected}, \
+                 the digest a {} lock is read as, while {would_hold} of them are the {would} of \
+                 the files they name; write the pins as {expected}, or replace the lock with \
+                 fixgate's own (`fixgate lock`)",
+                format.as_str()
+            ),
+            Mismatch::NoPinHolds {
+                pins,
+                expected,
+                would: None,
+                ..
+            } => format!(
+                "{lock} does not match {snapshot}: none of its {pins} pins holds, as {expected} \
+                 or as any of {}: the lock was written from other bytes; write it again from \
+                 these fixtures",
+                DIGESTS.join(", ")
+            ),
+        }
+    }
+}
+
+/// The digests [`Lock::mismatch`] tries a lock's pins as.
+const DIGESTS: [&str; 3] = ["BLAKE3", "SHA-256", "SHA-512"];
+
+/// `bytes` under each of [`DIGESTS`], in hex.
+fn digests(bytes: &[u8]) -> [(&'static str, String); 3] {
+    [
+        (DIGESTS[0], blake3::hash(bytes).to_hex().to_string()),
+        (DIGESTS[1], hex(&Sha256::digest(bytes))),
+        (DIGESTS[2], hex(&sha2::Sha512::digest(bytes))),
+    ]
+}
+
+/// An absolute path of the machine that wrote the lock: `/…`, `C:\…`, `C:/…` or `\\server\…`.
+fn is_absolute(key: &RepoPath) -> bool {
+    let k = key.as_bytes();
+    k.first() == Some(&b'/')
+        || k.starts_with(b"\\\\")
+        || (k.len() > 2
+            && k[0].is_ascii_alphabetic()
+            && k[1] == b':'
+            && matches!(k[2], b'/' | b'\\'))
+}
+
+/// An absolute key with `/` separators (a Windows path's `\` made `/`).
+fn normal_separators(key: &RepoPath) -> Vec<u8> {
+    key.as_bytes()
+        .iter()
+        .map(|&b| if b == b'\\' { b'/' } else { b })
+        .collect()
+}
+
+/// A pin key as a repository path: an absolute key loses the prefix of the machine that wrote
+/// it, when another key showed what that was; any other key stays as it is.
+fn repo_path_of(key: &RepoPath, foreign_prefixes: &[Vec<u8>]) -> RepoPath {
+    if !is_absolute(key) {
+        return key.clone();
+    }
+    let normal = normal_separators(key);
+    foreign_prefixes
+        .iter()
+        .filter(|p| normal.starts_with(p) && normal.len() > p.len())
+        .max_by_key(|p| p.len())
+        .map_or_else(|| key.clone(), |p| RepoPath::from_bytes(&normal[p.len()..]))
 }
 
 fn unknown_format(origin: &str, why: &str) -> Error {
@@ -394,6 +640,7 @@ fn parse_fixgate(files: &serde_json::Map<String, Value>) -> Lock {
         files,
         format: LockFormat::Fixgate,
         sizes: BTreeMap::new(),
+        roots: Vec::new(),
     }
 }
 
@@ -439,6 +686,7 @@ fn parse_sha256_manifest(files: &serde_json::Map<String, Value>, origin: &str) -
         files: out,
         format: LockFormat::Sha256Manifest,
         sizes,
+        roots: Vec::new(),
     })
 }
 
@@ -459,6 +707,7 @@ fn parse_flat(top: &serde_json::Map<String, Value>, origin: &str) -> Result<Lock
         files: out,
         format: LockFormat::FlatSha256,
         sizes: BTreeMap::new(),
+        roots: Vec::new(),
     })
 }
 
@@ -477,6 +726,7 @@ mod tests {
             files,
             format: LockFormat::Fixgate,
             sizes: BTreeMap::new(),
+            roots: Vec::new(),
         };
         assert_eq!(Lock::parse(lock.to_json().as_bytes(), "x").unwrap(), lock);
         let err = Lock::parse(b"{\n\"schema\": 1,\n\"files\": [}", "fixtures.lock").unwrap_err();
@@ -597,5 +847,92 @@ mod tests {
             1,
             "no reader: the pin cannot hold"
         );
+    }
+
+    #[test]
+    fn a_manifest_of_another_machines_absolute_paths_maps_them_by_suffix() {
+        let (m, bytes) = manifest_of(&[
+            ("tests/fixtures/users.json", b"[1]"),
+            ("tests/fixtures/db/x.sqlite", b"db"),
+            ("users.json", b"other"),
+        ]);
+        let sha = |b: &[u8]| hex(&Sha256::digest(b));
+        let text = format!(
+            r#"{{"schema": 1, "roots": ["/home/ci/work/app/tests/fixtures"], "files": {{
+                "/home/ci/work/app/tests/fixtures/users.json": {{"sha256": "{}", "bytes": 3}},
+                "/home/ci/work/app/tests/fixtures/db/x.sqlite": {{"sha256": "{}", "bytes": 2}},
+                "/home/ci/work/app/tests/fixtures/gone.json": {{"sha256": "{}", "bytes": 1}}
+            }}}}"#,
+            sha(b"[1]"),
+            sha(b"changed"),
+            sha(b"g")
+        );
+        let lock = Lock::parse(text.as_bytes(), "fixtures.manifest.json").unwrap();
+        assert_eq!(lock.format, LockFormat::Sha256Manifest);
+        assert_eq!(lock.roots, ["/home/ci/work/app/tests/fixtures"]);
+        // The longest repository path the key ends with: tests/fixtures/users.json, not the
+        // users.json at the root; a removed file is shown as a repository path too.
+        assert_eq!(
+            changes(&lock, &m, &bytes),
+            [
+                "modified tests/fixtures/db/x.sqlite",
+                "removed tests/fixtures/gone.json",
+                "added users.json"
+            ]
+        );
+        // Windows keys, relative keys under a relative root.
+        let text = format!(
+            r#"{{"schema": 1, "roots": ["tests/fixtures"], "files": {{
+                "C:\\ci\\app\\tests\\fixtures\\users.json": {{"sha256": "{}"}},
+                "db/x.sqlite": {{"sha256": "{}"}}
+            }}}}"#,
+            sha(b"[1]"),
+            sha(b"db")
+        );
+        let lock = Lock::parse(text.as_bytes(), "m").unwrap();
+        assert_eq!(changes(&lock, &m, &bytes), ["added users.json"]);
+    }
+
+    #[test]
+    fn a_lock_of_which_no_pin_holds_says_so_and_which_digest_would() {
+        let (m, bytes) = manifest_of(&[
+            ("tests/fixtures/a.json", b"a"),
+            ("tests/fixtures/b.json", b"b"),
+        ]);
+        let mut read = |p: &RepoPath| bytes.get(p).cloned();
+        // A name map of BLAKE3 prefixes, read as SHA-256.
+        let b3 = |b: &[u8]| blake3::hash(b).to_hex()[..16].to_string();
+        let flat = format!(r#"{{"a.json": "{}", "b.json": "{}"}}"#, b3(b"a"), b3(b"b"));
+        let lock = Lock::parse(flat.as_bytes(), "tests/fixtures.lock.json").unwrap();
+        let m_ = lock.mismatch(&m, &mut read).expect("no pin holds");
+        let text = m_.message("tests/fixtures.lock.json", "its own base");
+        assert!(
+            text.starts_with("tests/fixtures.lock.json does not match its own base"),
+            "{text}"
+        );
+        assert!(
+            text.contains("as SHA-256") && text.contains("2 of them are the BLAKE3"),
+            "{text}"
+        );
+        // One pin holding is enough: the rest is drift.
+        let sha = |b: &[u8]| hex(&Sha256::digest(b))[..16].to_string();
+        let flat = format!(r#"{{"a.json": "{}", "b.json": "{}"}}"#, sha(b"a"), b3(b"b"));
+        let lock = Lock::parse(flat.as_bytes(), "x").unwrap();
+        assert_eq!(lock.mismatch(&m, &mut read), None);
+        // Pins of other bytes altogether, and pins that name no file.
+        let flat = format!(r#"{{"a.json": "{}"}}"#, sha(b"zzz"));
+        let lock = Lock::parse(flat.as_bytes(), "x").unwrap();
+        let text = lock
+            .mismatch(&m, &mut read)
+            .unwrap()
+            .message("x", "the base");
+        assert!(text.contains("written from other bytes"), "{text}");
+        let flat = format!(r#"{{"nothere.json": "{}"}}"#, sha(b"a"));
+        let lock = Lock::parse(flat.as_bytes(), "x").unwrap();
+        let text = lock
+            .mismatch(&m, &mut read)
+            .unwrap()
+            .message("x", "the base");
+        assert!(text.contains("names a fixture file"), "{text}");
     }
 }

@@ -116,11 +116,18 @@ pub fn build(
             },
         })
         .collect();
-    Ok(Manifest {
-        groups: summarize(groups.groups(), &files),
-        files,
-        schema: SCHEMA,
-    })
+    Ok(Manifest::from_files(groups, files))
+}
+
+impl Manifest {
+    /// The manifest of `files` (sorted by path), with each group's summary.
+    pub(crate) fn from_files(groups: &FixtureGroups, files: Vec<FileEntry>) -> Manifest {
+        Manifest {
+            groups: summarize(groups.groups(), &files),
+            files,
+            schema: SCHEMA,
+        }
+    }
 }
 
 fn summarize(groups: &[Group], files: &[FileEntry]) -> Vec<GroupSummary> {

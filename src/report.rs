@@ -196,8 +196,12 @@ pub struct Drift {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Lock {
+    /// The lock read (repo-relative, from the base): `fixtures.lock`, `tests/fixtures.lock.json`
+    /// or `[tool.fixgate] lock`; `None` when the base has none.
+    #[serde(default)]
+    pub file: Option<String>,
     pub drift: Vec<Drift>,
-    /// Whether the patch changes fixtures.lock itself.
+    /// Whether the patch changes the lock itself.
     pub changed_by_patch: bool,
 }
 

@@ -86,9 +86,13 @@ impl Repo {
                         dir.display()
                     )));
                 }
+                let opened = Repository::open(&root).ok();
+                if opened.as_ref().is_some_and(Repository::is_bare) {
+                    return Err(bare(&root));
+                }
                 // Only a repository whose work tree is exactly this directory counts: a plain
                 // folder inside some other repository is audited as a plain folder.
-                let git = Repository::open(&root).ok().filter(|r| {
+                let git = opened.filter(|r| {
                     r.workdir()
                         .and_then(|w| w.canonicalize().ok())
                         .is_some_and(|w| w == root)
@@ -107,13 +111,7 @@ impl Repo {
                     Ok(repo) => {
                         let root = repo
                             .workdir()
-                            .ok_or_else(|| {
-                                Error::Usage(
-                                    "the git repository above the current directory is bare; \
-                                     pass --repo DIR with a working tree"
-                                        .into(),
-                                )
-                            })?
+                            .ok_or_else(|| bare(repo.path()))?
                             .canonicalize()
                             .map_err(|e| Error::io("resolve", cwd, e))?;
                         Ok(Repo {
@@ -149,6 +147,16 @@ impl Repo {
     /// Resolves anything git accepts (`HEAD~1`, a tag, a sha) to a commit id.
     pub fn resolve(&self, rev: &str) -> Result<Oid> {
         let git = self.git(&format!("revision {rev:?}"))?;
+        if git
+            .head()
+            .is_err_and(|e| e.code() == git2::ErrorCode::UnbornBranch)
+        {
+            return Err(Error::Usage(format!(
+                "{} has no commit yet, so revision {rev:?} cannot be read; commit the base \
+                 first (`git add -A && git commit -m base`), then audit the patch against it",
+                self.root.display()
+            )));
+        }
         let obj = git.revparse_single(rev).map_err(|e| {
             Error::Usage(format!(
                 "unknown revision {rev:?}: {}; pass a commit, tag or branch that `git rev-parse` accepts",
@@ -223,45 +231,29 @@ impl Repo {
     }
 }
 
+/// The error for a bare repository: it has no working tree to audit.
+fn bare(git_dir: &Path) -> Error {
+    let git_dir: PathBuf = git_dir.components().collect();
+    Error::Usage(format!(
+        "{} is a bare git repository (no working tree), and fixgate audits a working tree; \
+         check it out (`git clone {} work`, or `git worktree add ../work`) and pass that with \
+         --repo",
+        git_dir.display(),
+        git_dir.display()
+    ))
+}
+
 /// Tracked files (from the index) plus untracked files that git does not ignore, each with its
 /// stat. One parallel walk lists the work tree and stats every file once, relative to its open
 /// directory; libgit2's status would stat every tracked file a second time (and in one thread)
 /// only to tell us which files are untracked. Ignore rules are asked only about what the index
 /// does not know, and a directory with no tracked file below that git ignores is never entered.
 fn git_worktree_entries(git: &Repository, root: &Path) -> Result<Vec<Entry>> {
-    let index = match std::fs::read(git.path().join("index"))
-        .ok()
-        .and_then(|bytes| crate::git_index::entries(&bytes))
-    {
-        Some(entries) => entries,
-        // No index yet, or one the direct reader leaves to libgit2.
-        None => git
-            .index()?
-            .iter()
-            .map(|e| crate::git_index::IndexEntry {
-                path: e.path,
-                mode: e.mode,
-            })
-            .collect(),
-    };
-    let mut tracked = HashSet::new();
-    let mut tracked_dirs = HashSet::new();
-    let mut gitlinks = HashSet::new();
-    for e in index {
-        let mut end = e.path.len();
-        while let Some(slash) = e.path[..end].iter().rposition(|&b| b == b'/') {
-            if !tracked_dirs.insert(e.path[..slash].to_vec()) {
-                break;
-            }
-            end = slash;
-        }
-        // Gitlinks (submodules) are not files here, and nothing below them is walked.
-        if (e.mode & 0o170000) == 0o160000 {
-            gitlinks.insert(e.path);
-        } else {
-            tracked.insert(e.path);
-        }
-    }
+    let crate::git_index::Tracked {
+        files: tracked,
+        dirs: tracked_dirs,
+        gitlinks,
+    } = crate::git_index::tracked(git)?;
     let known = Known {
         tracked: &tracked,
         tracked_dirs: &tracked_dirs,
@@ -333,7 +325,7 @@ struct Found {
 }
 
 /// `prefix/name` as repository path bytes.
-fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
+pub(crate) fn child(prefix: &[u8], name: &std::ffi::OsStr) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
     let mut path = prefix.to_vec();
     if !path.is_empty() {

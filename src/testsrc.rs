@@ -1,6 +1,8 @@
 //! Test sources: the text of one test function and of what surrounds the tests in a file, to
 //! tell whether a patch edited a test.
 
+use std::collections::{BTreeMap, HashSet};
+
 /// The file and function a node id names: `tests/test_x.py::TestC::test_f[1-2]` →
 /// (`tests/test_x.py`, `test_f`).
 pub fn split_nodeid(nodeid: &str) -> (&str, &str) {
@@ -74,43 +76,157 @@ fn block_end(lines: &[&str], start: usize, indent: usize) -> usize {
     end
 }
 
+/// The names pytest collected as tests in a file: its test functions and the classes that hold
+/// them, as its node ids give them. Read from the collection, they follow the suite's own
+/// `python_functions`, `python_classes` and `python_files` (a `check_*` function, a `Suite*`
+/// class) rather than a guess at pytest's defaults.
+#[derive(Debug, Default)]
+pub struct TestNames<'a> {
+    functions: HashSet<&'a str>,
+    classes: HashSet<&'a str>,
+}
+
+impl<'a> TestNames<'a> {
+    /// The names of `file`'s tests among `nodeids` (both sides' collections, so that a test the
+    /// patch removed or added is a test on either side).
+    pub fn of(file: &str, nodeids: impl IntoIterator<Item = &'a str>) -> TestNames<'a> {
+        let mut names = TestNames::default();
+        for id in nodeids {
+            let Some(rest) = id.strip_prefix(file).and_then(|r| r.strip_prefix("::")) else {
+                continue;
+            };
+            let rest = rest.split('[').next().unwrap_or(rest);
+            let mut parts: Vec<&str> = rest.split("::").collect();
+            if let Some(function) = parts.pop() {
+                names.functions.insert(function);
+            }
+            names.classes.extend(parts);
+        }
+        names
+    }
+}
+
+/// The first class of a node id's path inside its file: `t.py::TestC::TestD::test_f` → `TestC`.
+pub fn outer_class(nodeid: &str) -> Option<&str> {
+    let rest = nodeid.split_once("::")?.1;
+    let rest = rest.split('[').next().unwrap_or(rest);
+    let (class, _) = rest.split_once("::")?;
+    Some(class)
+}
+
+/// What surrounds the tests of a file, by scope: the module's (a change decides every test of the
+/// file) and each top-level test class's own (its `setUp`, attributes, decorators and header: a
+/// change decides that class's tests only).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Around {
+    pub module: String,
+    pub classes: BTreeMap<String, String>,
+}
+
+impl Around {
+    /// What surrounds the test `nodeid`: the module's text and its class's.
+    pub fn of_test(&self, nodeid: &str) -> String {
+        let class = outer_class(nodeid).and_then(|c| self.classes.get(c));
+        format!("{}{}", self.module, class.map_or("", String::as_str))
+    }
+}
+
 /// Everything of a test file but its test functions: imports, module-level data, helpers,
-/// fixtures, classes with their `setUp` and attributes. A change here decides the outcome of
-/// every test in the file, so it marks them all as edited. Blank, comment and top-level import
-/// lines are left out, so that reformatting or an added import around tests is no edit.
-pub fn outside_tests(text: &str) -> String {
+/// fixtures, and the test classes' own lines (their `setUp` and attributes) apart. A change
+/// around the tests decides the outcome of every test in its scope, so it marks them all as
+/// edited. Blank, comment and top-level import lines are left out, so that reformatting or an
+/// added import around tests is no edit; a new test function or test class is no change of
+/// what surrounds the others.
+pub fn outside_tests(text: &str, names: &TestNames) -> Around {
     let lines: Vec<&str> = text.lines().collect();
+    let mut around = Around::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let class = (indent == 0)
+            .then(|| class_name(trimmed))
+            .flatten()
+            .filter(|c| names.classes.contains(c));
+        if let Some(class) = class {
+            // The class's decorators are its own.
+            let mut own = take_decorators(&mut around.module);
+            let end = block_end(&lines, i, indent);
+            own.push_str(&outside_functions(&lines[i..end], names));
+            around.classes.insert(class.to_owned(), own);
+            i = end;
+            continue;
+        }
+        let end = if def_name(trimmed).is_some_and(|f| names.functions.contains(f)) {
+            take_decorators(&mut around.module);
+            block_end(&lines, i, indent)
+        } else {
+            keep(&mut around.module, line, indent);
+            i + 1
+        };
+        i = end;
+    }
+    around
+}
+
+/// The lines of a test class's block but its test functions.
+fn outside_functions(lines: &[&str], names: &TestNames) -> String {
     let mut out = String::new();
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
         let trimmed = line.trim_start();
         let indent = line.len() - trimmed.len();
-        let is_test = def_rest(trimmed).is_some_and(|rest| rest.starts_with("test"));
-        if is_test {
-            // Drop decorators already copied above it, then skip the body.
-            while out.ends_with('\n') {
-                let last = out[..out.len() - 1].rfind('\n').map_or(0, |p| p + 1);
-                if out[last..].trim_start().starts_with('@') {
-                    out.truncate(last);
-                } else {
-                    break;
-                }
-            }
-            i = block_end(&lines, i, indent);
-            continue;
+        if i > 0 && def_name(trimmed).is_some_and(|f| names.functions.contains(f)) {
+            take_decorators(&mut out);
+            i = block_end(lines, i, indent);
+        } else {
+            keep(&mut out, line, indent);
+            i += 1;
         }
-        // Imports decide no outcome by themselves (what they bring in is code under test or a
-        // helper whose own change shows elsewhere): an added import is no edit of every test.
-        let import =
-            indent == 0 && (trimmed.starts_with("import ") || trimmed.starts_with("from "));
-        if !trimmed.is_empty() && !trimmed.starts_with('#') && !import {
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        i += 1;
     }
     out
+}
+
+/// Appends a line that decides outcomes: not blank, a comment or a top-level import (what an
+/// import brings in is code under test or a helper whose own change shows elsewhere).
+fn keep(out: &mut String, line: &str, indent: usize) {
+    let trimmed = line.trim_start();
+    let import = indent == 0 && (trimmed.starts_with("import ") || trimmed.starts_with("from "));
+    if !trimmed.is_empty() && !trimmed.starts_with('#') && !import {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+/// Removes the decorator lines at the end of `out` (copied before the `def` or `class` they
+/// belong to was seen) and returns them.
+fn take_decorators(out: &mut String) -> String {
+    let mut cut = out.len();
+    while cut > 0 {
+        let last = out[..cut - 1].rfind('\n').map_or(0, |p| p + 1);
+        if out[last..cut].trim_start().starts_with('@') {
+            cut = last;
+        } else {
+            break;
+        }
+    }
+    out.split_off(cut)
+}
+
+/// The name a trimmed `def` (or `async def`) line defines.
+fn def_name(trimmed: &str) -> Option<&str> {
+    let rest = def_rest(trimmed)?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+/// The name a trimmed `class` line defines.
+fn class_name(trimmed: &str) -> Option<&str> {
+    let rest = trimmed.strip_prefix("class ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
 }
 
 /// The lines of `base` that `head` lacks and the lines of `head` that `base` lacks, trimmed:
@@ -135,16 +251,43 @@ mod tests {
     #[test]
     fn outside_tests_keeps_module_data_and_setup_and_drops_tests_with_decorators() {
         let src = "import json\nRATE = 0.2\n\nclass TestP:\n    def setUp(self):\n        self.x = 1\n\n    @pytest.mark.skip\n    def test_a(self):\n        assert 1\n\n# note\ndef test_b():\n    assert 2\n";
+        let ids = ["t.py::TestP::test_a", "t.py::test_b"];
+        let names = TestNames::of("t.py", ids);
+        let around = outside_tests(src, &names);
+        assert_eq!(around.module, "RATE = 0.2\n");
         assert_eq!(
-            outside_tests(src),
+            around.of_test("t.py::TestP::test_a"),
             "RATE = 0.2\nclass TestP:\n    def setUp(self):\n        self.x = 1\n"
         );
         let imported = format!("import os\n{src}");
-        assert_eq!(outside_tests(src), outside_tests(&imported));
+        assert_eq!(around, outside_tests(&imported, &names));
         let moved = src.replace("RATE = 0.2", "RATE = 0.25");
-        assert_ne!(outside_tests(src), outside_tests(&moved));
+        assert_ne!(around, outside_tests(&moved, &names));
         let reformatted = src.replace("assert 2", "assert  2");
-        assert_eq!(outside_tests(src), outside_tests(&reformatted));
+        assert_eq!(around, outside_tests(&reformatted, &names));
+    }
+
+    #[test]
+    fn a_new_check_function_or_test_class_is_no_change_around_the_other_tests() {
+        // python_functions = check_*: the collection names the tests, not a `test` prefix.
+        let base = "RATE = 2\n\n\ndef check_a():\n    assert RATE == 2\n";
+        let head = format!(
+            "{base}\n\ndef check_b():\n    assert RATE > 1\n\n\n@pytest.mark.usefixtures('db')\n\
+             class TestNew:\n    LIMIT = 3\n\n    def check_c(self):\n        assert RATE < self.LIMIT\n"
+        );
+        let ids = ["t.py::check_a", "t.py::check_b", "t.py::TestNew::check_c"];
+        let names = TestNames::of("t.py", ids);
+        let (b, h) = (outside_tests(base, &names), outside_tests(&head, &names));
+        assert_eq!(b.module, h.module);
+        assert_eq!(b.of_test("t.py::check_a"), h.of_test("t.py::check_a"));
+        // The new class's own lines are its tests' surroundings, with its decorator.
+        assert_eq!(
+            h.classes["TestNew"],
+            "@pytest.mark.usefixtures('db')\nclass TestNew:\n    LIMIT = 3\n"
+        );
+        // A helper that is no test stays module data, whatever its name.
+        let helper = head.replace("def check_b", "def test_helper_not_collected");
+        assert_ne!(outside_tests(&helper, &names).module, b.module);
     }
 
     #[test]

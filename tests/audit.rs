@@ -953,8 +953,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
             "pytest",
             "-p",
             "no:randomly",
-            "-p",
-            "no:cacheprovider",
+            "--cache-clear",
             polluter,
             victim
         ]

@@ -233,7 +233,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "lock-check",
-        "b3:76c17a81bb936a23e700d495b26895903b467ec67539459f381d6ccd4eb167df",
+        "b3:53c6f0ebc8e788818f44160b39347dce2df666980b7ade0d35f7f16edf0f520a",
     ),
     (
         "delta",

@@ -51,6 +51,11 @@ pub enum NodeError {
     /// Never cached: the next run tries again.
     #[error("{0}")]
     Infra(String),
+    /// The graph's caller cancelled the work (Ctrl-C, or a save under `fixgate watch`) and the
+    /// node stopped part way, its processes killed: it says nothing about its inputs, so it is
+    /// never cached, and its dependents are skipped.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Answers the current digest of a repo-relative path, `None` if it does not exist.

@@ -6,17 +6,26 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::delta::Delta;
 use crate::pytest::result::RunResult;
 use crate::snapshot::Snapshot;
+use crate::testsrc::{outside_tests, Around, TestNames};
 
 /// The tests whose outcome the patch's edits to their file decide: their function changed, or
 /// what surrounds the tests in the file did (module-level data, helpers, fixtures, a class's
-/// `setUp` and attributes). A new test counts as edited. Each test file is read once per side,
-/// and only files that differ are parsed.
-pub(crate) fn edited_tests(
+/// `setUp` and attributes). A new test counts as edited. What is a test is what either side
+/// collected (`collected`: the base's and the head's node ids), so the suite's own naming rules
+/// hold. Each test file is read once per side, and only files that differ are parsed.
+pub(crate) fn edited_tests<'a>(
     base: &Snapshot,
     head: &Snapshot,
     nodeids: &[String],
+    collected: impl IntoIterator<Item = &'a str> + Clone,
 ) -> BTreeSet<String> {
-    let mut texts: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    type Sides = (
+        Option<String>,
+        Option<String>,
+        Option<Around>,
+        Option<Around>,
+    );
+    let mut texts: HashMap<String, Sides> = HashMap::new();
     let read = |s: &Snapshot, file: &str| {
         s.read_path(file)
             .ok()
@@ -29,9 +38,13 @@ pub(crate) fn edited_tests(
         if base.same_blob(head, file) {
             continue;
         }
-        let (b, h) = texts
-            .entry(file.to_string())
-            .or_insert_with(|| (read(base, file), read(head, file)));
+        let (b, h, around_b, around_h) = texts.entry(file.to_string()).or_insert_with(|| {
+            let (b, h) = (read(base, file), read(head, file));
+            let names = TestNames::of(file, collected.clone());
+            let around = |t: &Option<String>| t.as_deref().map(|t| outside_tests(t, &names));
+            let (around_b, around_h) = (around(&b), around(&h));
+            (b, h, around_b, around_h)
+        });
         if b == h {
             continue;
         }
@@ -39,7 +52,7 @@ pub(crate) fn edited_tests(
             t.as_deref()
                 .and_then(|t| crate::testsrc::function_source(t, func))
         };
-        let around = |t: &Option<String>| t.as_deref().map(crate::testsrc::outside_tests);
+        let around = |a: &Option<Around>| a.as_ref().map(|a| a.of_test(id));
         match (source(b), source(h)) {
             (Some(b), Some(h)) if b != h => {
                 edited.insert(id.clone());
@@ -47,7 +60,7 @@ pub(crate) fn edited_tests(
             (None, Some(_)) => {
                 edited.insert(id.clone());
             }
-            (Some(_), Some(_)) if around(b) != around(h) => {
+            (Some(_), Some(_)) if around(around_b) != around(around_h) => {
                 edited.insert(id.clone());
             }
             _ => {}

@@ -25,14 +25,22 @@ pub(crate) struct DriftEntry {
     pub(crate) change: Change,
 }
 
+/// A snapshot's manifest and a reader of its fixture bytes.
+pub(crate) type Side<'a> = (
+    &'a Manifest,
+    &'a mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
+);
+
 /// The lock gate. The pins are the base's; a patch that re-locks shows as changed pins (a
 /// finding of its own), and drift is any fixture that differs from the lock the head carries.
+/// A base lock that does not describe the base at all (no pin holds) is an error saying so,
+/// not drift of every file.
 pub(crate) fn check_lock(
     path: &str,
     base: Option<&[u8]>,
     head: Option<&[u8]>,
-    head_manifest: &Manifest,
-    read: &mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
+    (base_manifest, read_base): Side,
+    (head_manifest, read): Side,
 ) -> LockCheck {
     let Some(base) = base else {
         return LockCheck::default();
@@ -46,6 +54,9 @@ pub(crate) fn check_lock(
         Ok(l) => l,
         Err(e) => return unusable(&e),
     };
+    if let Some(m) = parsed_base.mismatch(base_manifest, read_base) {
+        return unusable(&m.message(path, "its own base"));
+    }
     let effective = match head.map(|h| Lock::parse(h, &format!("{path} of the head"))) {
         Some(Ok(l)) => l,
         Some(Err(e)) => return unusable(&e),
@@ -86,6 +97,8 @@ pub(crate) fn check_lock(
 /// today.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Gates {
+    /// The lock read (repo-relative, from the base), `None` when the base has none.
+    pub(crate) lock_file: Option<String>,
     pub(crate) lock: LockCheck,
     /// The fixture files the patch added, removed or modified.
     pub(crate) changed: Vec<ChangedFile>,
@@ -107,12 +120,14 @@ impl Gates {
         }
     }
 
-    /// The drift lines the verdict states (`path (change)`), one per drifted file.
+    /// The drift lines the verdict states (`lock: path (change)`, naming the lock that was
+    /// read), one per drifted file.
     pub(crate) fn drift_lines(&self) -> Vec<String> {
+        let lock = self.lock_file.as_deref().unwrap_or(crate::lock::FILE_NAME);
         self.lock
             .drift
             .iter()
-            .map(|d| format!("{} ({})", d.path, d.change.as_str()))
+            .map(|d| format!("{lock}: {} ({})", d.path, d.change.as_str()))
             .collect()
     }
 

@@ -21,11 +21,11 @@ pub(crate) fn pair(pair: &Pair) -> String {
     let mut ids: Vec<String> = pair.culprits.iter().map(|c| shell_quote(c)).collect();
     ids.push(shell_quote(&pair.victim));
     let both = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        "python -m pytest -p no:randomly --cache-clear {}",
         ids.join(" ")
     );
     let alone = format!(
-        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        "python -m pytest -p no:randomly --cache-clear {}",
         shell_quote(&pair.victim)
     );
     match pair.kind {

@@ -290,7 +290,8 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
 pub struct Gates<'a> {
     /// Infrastructure failures: nothing was judged.
     pub errors: &'a [String],
-    /// Fixture files that differ from the lock (checked before any test runs).
+    /// Fixture files that differ from the lock (checked before any test runs), each
+    /// `<lock file>: <path> (<change>)`.
     pub drift: &'a [String],
     /// Expired freeze entries (checked before any test runs).
     pub expired: &'a [String],
@@ -341,10 +342,7 @@ pub fn decide(gates: &Gates) -> Decision {
     // the precedence.
     let (verdict, reasons) = [
         (Verdict::Error, gates.errors.to_vec()),
-        (
-            Verdict::Drift,
-            line("fixture differs from fixtures.lock: ", gates.drift),
-        ),
+        (Verdict::Drift, line("fixture differs from ", gates.drift)),
         (
             Verdict::ExpiredFreeze,
             line("freeze entry expired: ", gates.expired),
@@ -586,7 +584,7 @@ mod tests {
     #[test]
     fn precedence_error_drift_expired_reject_unverified_pass() {
         let errors = ["failed to create a sandbox".to_owned()];
-        let drift = ["tests/fixtures/a.json modified".to_owned()];
+        let drift = ["tests/fixtures.lock.json: tests/fixtures/a.json (modified)".to_owned()];
         let expired = ["tests/t.py::test_y (owner ana, expired 2024-03-01)".to_owned()];
         let findings = [
             finding(FindingKind::Polluter, true, false),
@@ -625,7 +623,8 @@ mod tests {
                 (Verdict::Error, "failed to create a sandbox".to_owned()),
                 (
                     Verdict::Drift,
-                    "fixture differs from fixtures.lock: tests/fixtures/a.json modified".to_owned()
+                    "fixture differs from tests/fixtures.lock.json: tests/fixtures/a.json (modified)"
+                        .to_owned()
                 ),
                 (
                     Verdict::ExpiredFreeze,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::audit::budget::Overrides;
 use crate::audit::freeze::Date;
 use crate::audit::verdict::Verdict;
-use crate::cli::{AuditArgs, DepsArg};
+use crate::cli::{AuditArgs, AuditOptionArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
@@ -23,7 +23,12 @@ pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
         ));
     }
     if heads.len() <= 1 {
-        let opts = options(args, heads.into_iter().next())?;
+        let opts = options(
+            &args.base,
+            &args.options,
+            heads.into_iter().next(),
+            args.shard,
+        )?;
         let report = audit::audit(ctx, &opts)?;
         emit(ctx, &report)?;
         return Ok(report.exit_code);
@@ -73,7 +78,8 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
     }
     let mut worst = Verdict::Pass;
     for (i, head) in heads.iter().enumerate() {
-        let report = match audit::audit(ctx, &options(args, Some(head.clone()))?) {
+        let opts = options(&args.base, &args.options, Some(head.clone()), args.shard)?;
+        let report = match audit::audit(ctx, &opts) {
             Ok(r) => r,
             Err(Error::Interrupted) => return Err(Error::Interrupted),
             Err(e) => report::assemble::error(head, &e),
@@ -125,13 +131,19 @@ fn write_stdout(text: &str) -> Result<()> {
     }
 }
 
-pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
+/// The engine's options for an audit of `head` (`None`: the working tree) against `base`.
+pub fn options(
+    base: &str,
+    args: &AuditOptionArgs,
+    head: Option<String>,
+    shard: Option<crate::cli::Shard>,
+) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
         None => today(),
     };
     Ok(Options {
-        base: args.base.clone(),
+        base: base.to_owned(),
         head,
         seeds: args
             .seed_list
@@ -154,9 +166,9 @@ pub fn options(args: &AuditArgs, head: Option<String>) -> Result<Options> {
         },
         today,
         sandbox: crate::cmd::settings::sandbox(&args.sandbox),
-        shard: args
-            .shard
-            .map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
+        shard: shard.map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
+        runner: None,
+        frozen_head: None,
         full: args.full,
     })
 }
@@ -217,7 +229,8 @@ pub fn last_audit_dir(ctx: &Ctx) -> PathBuf {
     ctx.cache_dir.join("last-audit").join(&scope[..32])
 }
 
-fn save_graph(ctx: &Ctx, report: &AuditReport) {
+/// Keeps the audit's graph for `fixgate graph` and `fixgate explain`.
+pub(crate) fn save_graph(ctx: &Ctx, report: &AuditReport) {
     if report.graph_dot.is_empty() {
         return;
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::cli::{AuditArgs, DemoArgs, SandboxArgs};
+use crate::cli::{AuditOptionArgs, DemoArgs, SandboxArgs};
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -89,11 +89,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     }
     let python = demo_python(ctx)?;
     let demo_ctx = ctx.on(Repo::open(Some(&dir), ctx.env.cwd.as_deref())?, python);
-    let args = AuditArgs {
-        base: "HEAD~1".into(),
-        head: vec!["HEAD".into()],
-        heads_from: None,
-        shard: None,
+    let args = AuditOptionArgs {
         seeds: 4,
         seed_list: None,
         strict: false,
@@ -115,7 +111,7 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             containment: crate::cli::ContainmentArg::Auto,
         },
     };
-    let opts = crate::cmd::audit::options(&args, Some("HEAD".into()))?;
+    let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None)?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::lock::{self, Drift, Lock, LockFormat};
 use crate::manifest::Manifest;
-use crate::snapshot::Snapshot;
 
 #[derive(Serialize)]
 struct CheckReport<'a> {
@@ -60,7 +59,21 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
             _ => Error::io("read", &lock_path, e),
         })?;
         let pinned = Lock::parse(&bytes, &shown)?;
-        let drift = check(&pinned, &snapshot, &manifest)?;
+        // A lock that names none of these files, or whose pins are another digest than its
+        // format's, is not drift of every file: say what is wrong with the lock.
+        let mut read = lock::snapshot_reader(&snapshot)?;
+        match pinned.mismatch(&manifest, &mut read) {
+            Some(m @ lock::Mismatch::NamesNoFile { .. })
+            | Some(m @ lock::Mismatch::NoPinHolds { would: Some(_), .. }) => {
+                let of = match args.rev.as_deref() {
+                    Some(rev) => format!("the fixtures of {rev}"),
+                    None => "the fixtures of the working tree".to_owned(),
+                };
+                return Err(Error::Usage(m.message(&shown, &of)));
+            }
+            _ => {}
+        }
+        let drift = pinned.check_with(&manifest, &mut read);
         if args.migrate {
             return migrate(ctx, &lock_path, &pinned, &drift, &manifest);
         }
@@ -131,12 +144,6 @@ fn lock_path(ctx: &Ctx, args: &LockArgs, config: &Config) -> PathBuf {
         .map(|p| ctx.repo.root.join(p))
         .find(|p| p.exists())
         .unwrap_or_else(|| ctx.repo.root.join(order[0]))
-}
-
-/// The drift of `snapshot` against `pinned`, reading fixture bytes for SHA-256 pins.
-pub(crate) fn check(pinned: &Lock, snapshot: &Snapshot, manifest: &Manifest) -> Result<Vec<Drift>> {
-    let mut read = lock::snapshot_reader(snapshot)?;
-    Ok(pinned.check_with(manifest, &mut read))
 }
 
 /// Rewrites `pinned` in fixgate's format in place, only when the fixtures match it: migrating

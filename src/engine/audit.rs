@@ -41,6 +41,7 @@ use crate::pytest::events::CollectedItem;
 use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
+#[derive(Clone)]
 pub struct Options {
     pub base: String,
     /// `None`: the working tree.
@@ -60,6 +61,12 @@ pub struct Options {
     pub sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
     pub shard: Option<shard::Shard>,
+    /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
+    /// interpreters) between audits, with a cancellation flag of each audit's own.
+    pub runner: Option<Arc<crate::pytest::driver::Runner>>,
+    /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
+    /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
+    pub frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
     /// `--full`: every shuffled order over the whole selection.
     pub full: bool,
 }
@@ -72,9 +79,19 @@ pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
 /// Runs the whole audit.
 pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     let started = Instant::now();
-    ctx.prefetch_interpreter();
-    let sides = Sides::load(ctx, &opts.base, opts.head.as_deref())?;
-    let runner = Arc::new(ctx.runner(&opts.sandbox)?);
+    if opts.runner.is_none() {
+        ctx.prefetch_interpreter();
+    }
+    let sides = Sides::load(
+        ctx,
+        &opts.base,
+        opts.head.as_deref(),
+        opts.frozen_head.clone(),
+    )?;
+    let runner = match &opts.runner {
+        Some(r) => r.clone(),
+        None => Arc::new(ctx.runner(&opts.sandbox)?),
+    };
     let (store, warning) = ctx.open_store(opts.cache);
     if let Some(w) = warning {
         ctx.warn(&w);
@@ -164,11 +181,12 @@ fn phases(
     uploads: bool,
 ) -> Result<Phased> {
     // Gates before any test runs.
+    let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
     let fixtures = steps::prepare_fixtures(
         engine,
         sides.base.tree,
         sides.head.tree,
-        sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME),
+        lock_path,
         sides.base.lock.clone(),
         sides.head.lock.clone(),
     )?;
@@ -176,6 +194,7 @@ fn phases(
         return Err(Error::Usage(e.clone()));
     }
     let gates = Gates {
+        lock_file: sides.lock_path.clone(),
         lock: fixtures.lock.clone(),
         changed: fixtures.delta.changed.clone(),
         ..Gates::freeze(&sides.base.ledger, &sides.head.ledger, opts.today)
@@ -317,7 +336,12 @@ fn judged(
             &[file_node, fixtures.delta_node],
         )?),
     };
-    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
+    let edited = edited_tests(
+        base_snapshot,
+        head_snapshot,
+        &nodeids,
+        base_ids.iter().chain(&head_ids).copied(),
+    );
     let source_tests = source_replay::candidates(
         &edited,
         &base_ids,
@@ -393,8 +417,8 @@ fn judged(
             node,
             &source_tests,
             matrix.file_run(),
-            base_snapshot,
-            head_snapshot,
+            (base_snapshot, head_snapshot),
+            base_ids.iter().chain(&head_ids).copied(),
         )?,
         None => Vec::new(),
     };

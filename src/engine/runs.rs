@@ -287,13 +287,22 @@ impl Engine<'_, '_> {
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }
-            let mut result = result.map_err(|e| NodeError::Infra(e.to_string()))?;
+            let mut result = result.map_err(node_error)?;
             strip_timing(&mut result);
             let deps = dependencies(&result, &side, &overlay, &groups, deps_mode);
             let bytes = postcard::to_allocvec(&result)
                 .map_err(|e| node_bug(format!("a run result does not encode: {e}")))?;
             Ok(Output::new(bytes).with_reads(deps))
         }
+    }
+}
+
+/// A failure of the runner as a node's error: a cancelled run is [`NodeError::Cancelled`] (a
+/// partial run is never a result), anything else an infrastructure error. Neither is cached.
+pub(crate) fn node_error(e: Error) -> NodeError {
+    match e {
+        Error::Interrupted => NodeError::Cancelled,
+        e => NodeError::Infra(e.to_string()),
     }
 }
 

@@ -35,9 +35,18 @@ pub struct Sides {
 }
 
 impl Sides {
-    pub fn load(ctx: &Ctx, base: &str, head: Option<&str>) -> Result<Sides> {
+    /// Loads `base` and `head` (`None`: the working tree, or `frozen`, a copy of it).
+    pub fn load(
+        ctx: &Ctx,
+        base: &str,
+        head: Option<&str>,
+        frozen: Option<Arc<Snapshot>>,
+    ) -> Result<Sides> {
         let base = Arc::new(ctx.repo.snapshot(Some(base))?);
-        let head = Arc::new(ctx.repo.snapshot(head)?);
+        let head = match frozen {
+            Some(s) => s,
+            None => Arc::new(ctx.repo.snapshot(head)?),
+        };
         let base_config = ctx.config(&base)?;
         let config = ctx.pair_config(&base, &head)?;
         let mut stat = crate::statcache::StatCache::load(&ctx.cache_dir, &head.root);

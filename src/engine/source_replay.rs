@@ -186,14 +186,16 @@ pub fn start(
     engine.add_run(&req)
 }
 
-/// Waits for the replay and reads each test, with the lines the patch changed in it.
-pub fn read(
+/// Waits for the replay and reads each test, with the lines the patch changed in it (around it,
+/// in its scope, when its own lines are the same; `collected`: both sides' node ids, which say
+/// what is a test).
+pub fn read<'a>(
     engine: &Engine,
     node: NodeId,
     tests: &[Candidate],
     head_run: &RunResult,
-    base: &Snapshot,
-    head: &Snapshot,
+    (base, head): (&Snapshot, &Snapshot),
+    collected: impl IntoIterator<Item = &'a str> + Clone,
 ) -> Result<Vec<SourceRead>> {
     let result = engine
         .wait_run(node)?
@@ -224,10 +226,9 @@ pub fn read(
             crate::testsrc::changed_lines(&base_source, &source(h, func));
         if base_lines.is_empty() && head_lines.is_empty() {
             // The test's own lines are the same: the edit is around it.
-            (base_lines, head_lines) = crate::testsrc::changed_lines(
-                &crate::testsrc::outside_tests(b),
-                &crate::testsrc::outside_tests(h),
-            );
+            let names = crate::testsrc::TestNames::of(file, collected.clone());
+            let around = |t: &str| crate::testsrc::outside_tests(t, &names).of_test(id);
+            (base_lines, head_lines) = crate::testsrc::changed_lines(&around(b), &around(h));
         }
         let head_outcome = head_run
             .outcome_of(id)

@@ -111,26 +111,29 @@ pub fn prepare_fixtures(
                 .map(|d| d.to_string())
                 .unwrap_or_default()
         };
-        let snapshot = engine.head.snapshot.clone();
+        let (base_snapshot, head_snapshot) =
+            (engine.base.snapshot.clone(), engine.head.snapshot.clone());
         let path = lock_path.to_string();
         let kind = NodeKind::LockCheck;
         let n = Node::new(kind.label(), kind.as_str(), move |inputs| {
-            let head: Manifest = parse(inputs[0])?;
-            // SHA-256 pins (teams' own locks) are checked against the head's bytes.
-            let mut read = crate::lock::snapshot_reader(&snapshot)
-                .map_err(|e| NodeError::Infra(e.to_string()))?;
+            let base: Manifest = parse(inputs[0])?;
+            let head: Manifest = parse(inputs[1])?;
+            // SHA-256 pins (teams' own locks) are checked against each side's bytes.
+            let reader =
+                |s| crate::lock::snapshot_reader(s).map_err(|e| NodeError::Infra(e.to_string()));
+            let (mut read_base, mut read_head) = (reader(&base_snapshot)?, reader(&head_snapshot)?);
             json(&crate::audit::gates::check_lock(
                 &path,
                 bl.as_deref(),
                 hl.as_deref(),
-                &head,
-                &mut read,
+                (&base, &mut read_base),
+                (&head, &mut read_head),
             ))
         })
         .param("path", lock_path)
         .param("base-lock", digest(&base_lock))
         .param("head-lock", digest(&head_lock));
-        add(engine, n, &[manifest_ids[1]])?
+        add(engine, n, &[manifest_ids[0], manifest_ids[1]])?
     };
     let delta_node = add(
         engine,
@@ -264,7 +267,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     // raises: pytest ran and exited with its code) is data; a process that
                     // could not start or was killed is not.
                     Error::NotCollected(m) => NodeError::Data(m),
-                    e => NodeError::Infra(e.to_string()),
+                    e => crate::engine::runs::node_error(e),
                 })?;
         let mut paths: Vec<String> = trace
             .read

@@ -28,6 +28,9 @@ use crate::snapshot::Snapshot;
 /// `PYTHONHASHSEED` of every run: fixed, so that set and dict orders repeat, and recorded.
 pub(crate) const HASH_SEED: &str = "0";
 
+/// pytest's cache directory in a run's sandbox, under `tmp/`.
+const PYTEST_CACHE: &str = "pytest-cache";
+
 /// Variables a run may see from the caller's environment (besides `--pass-env` names). Nothing
 /// that holds credentials: tokens, keys and cloud settings stay out.
 pub(crate) const ENV_ALLOWLIST: &[&str] = &[
@@ -210,7 +213,14 @@ impl Runner {
         }
     }
 
-    fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
+    /// The arguments of every pytest process of a run. pytest-randomly and pytest-random-order
+    /// are disabled (fixgate owns the order); the suite's own options that claim the order, the
+    /// selection or one run per test are neutralised by the plugin (plugin/options.py), which
+    /// keeps the plugins that own them loaded, so the suite's `addopts` still parse. pytest's
+    /// cache works as usual, in a directory of the run's own under the sandbox's `tmp/`: it is
+    /// empty when the run starts (a fresh sandbox, or a warm one restored), so nothing of it
+    /// reaches another run.
+    pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
             crate::pytest::plugin::MODULE,
@@ -218,8 +228,6 @@ impl Runner {
             "no:randomly",
             "-p",
             "no:random_order",
-            "-p",
-            "no:cacheprovider",
             "--maxfail=2147483647",
             "-q",
             "-rN",
@@ -227,23 +235,24 @@ impl Runner {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        // pytest-xdist would run the tests in worker processes, in its own order: `-n 0` keeps
-        // them in this process, overriding any `-n` in the project's addopts (`-p no:xdist`
-        // would make such an addopts fail to parse).
-        if self.has_distribution("pytest-xdist") {
-            args.extend(["-n".to_string(), "0".to_string(), "--dist=no".to_string()]);
-        }
+        args.push("-o".into());
+        args.push(format!(
+            "cache_dir={}",
+            sandbox.tmp().join(PYTEST_CACHE).display()
+        ));
         args.push(format!("--fixgate-events={}", events.display()));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
     }
 
-    fn has_distribution(&self, name: &str) -> bool {
-        self.interpreter
-            .fingerprint
-            .distributions
-            .iter()
-            .any(|(n, _)| n == name)
+    /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
+    /// queued nodes still reach a worker, and each would make a sandbox and start pytest only
+    /// to kill it.
+    fn check_interrupted(&self) -> Result<()> {
+        match self.interrupted.load(Ordering::SeqCst) {
+            true => Err(Error::Interrupted),
+            false => Ok(()),
+        }
     }
 
     fn spawn(&self, sandbox: &Sandbox, k: u32, extra: &[String]) -> Result<Process<'static>> {
@@ -284,6 +293,7 @@ impl Runner {
 
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+        self.check_interrupted()?;
         let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
         let mut p = self.spawn(
             &sandbox,
@@ -337,23 +347,27 @@ impl Runner {
                 ))
             }
             None => {
-                let why = format!(
-                    "pytest collection failed in a sandbox of {} (exit {:?}){}\n{}",
-                    snapshot.rev_label(),
-                    status.code(),
-                    if problems.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", problems.join("; "))
-                    },
-                    log_tail(&p.log)
-                );
-                // pytest ran to its end with an exit code: the suite's failure. Killed (no
-                // code): the run's.
-                Err(match status.code() {
-                    Some(_) => Error::NotCollected(why),
-                    None => Error::Infra(why),
-                })
+                let problems = if problems.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n  {}", problems.join("\n  "))
+                };
+                let log = log_tail(&p.log);
+                match status.code() {
+                    // pytest ran and stopped with its own error (its usage, a conftest): the
+                    // suite's doing, in pytest's words first.
+                    Some(code) => Err(Error::NotCollected(format!(
+                        "{} (pytest stopped before collecting {}, exit status {code}){problems}\n{log}",
+                        pytest_said(&log, Some(&sandbox.tree()))
+                            .unwrap_or_else(|| "pytest stopped before collecting".to_owned()),
+                        snapshot.rev_label(),
+                    ))),
+                    None => Err(Error::Infra(format!(
+                        "pytest collection failed in a sandbox of {} ({}){problems}\n{log}",
+                        snapshot.rev_label(),
+                        describe_exit(&status),
+                    ))),
+                }
             }
         }
     }
@@ -412,6 +426,7 @@ impl Runner {
         record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
+        self.check_interrupted()?;
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
         let prepare = |sandbox: &Sandbox, events: &Path| {
             self.prepare(sandbox, &self.base_args(sandbox, events))
@@ -459,6 +474,9 @@ impl Runner {
                 }
                 None => extra.push("--fixgate-collect".into()),
             }
+            // A cancelled audit starts no process (a warm interpreter whose start it
+            // cancelled leaves this run a fresh one to make).
+            self.check_interrupted()?;
             let k = result.processes;
             result.processes += 1;
             let before = result.tests.len();
@@ -649,6 +667,14 @@ impl Runner {
                         message,
                         longrepr,
                     } => collect_errors.push((nodeid, with_location(message, &longrepr))),
+                    Event::Start { neutralised, .. } => {
+                        for n in neutralised {
+                            let w = n.warning();
+                            if !result.warnings.contains(&w) {
+                                result.warnings.push(w);
+                            }
+                        }
+                    }
                     Event::Error { kind, message } => {
                         result.incomplete_trace |= kind == "internal";
                         problems.push(format!("{kind}: {message}"));
@@ -811,10 +837,16 @@ impl ProcessOutcome {
     /// The error for a pytest process that did not do `what` it was started for, with the
     /// plugin's complaints and the end of pytest's own output.
     fn failure(&self, what: &str, snapshot: &Snapshot) -> Error {
+        let status = match self.status {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_owned(),
+        };
+        let said = pytest_said(&self.log_tail, None)
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
         Error::Infra(format!(
-            "pytest {what} in a sandbox of {} (exit {:?}){}\n{}",
+            "pytest {what} in a sandbox of {}{said} ({status}){}\n{}",
             snapshot.rev_label(),
-            self.status,
             self.problems
                 .iter()
                 .map(|p| format!("\n  {p}"))
@@ -919,6 +951,45 @@ fn is_src_layout(tree: &Path) -> bool {
     })
 }
 
+/// pytest's own account of why it stopped before running anything, from its output: argparse's
+/// `error:` line (an option the configuration passes that pytest does not know), an `ERROR:`
+/// line (a `pytest.UsageError`), the exception of an `INTERNALERROR>` traceback, or the last
+/// `E   ` line of a report (a conftest that does not import). Paths lose the sandbox's tree.
+fn pytest_said(log: &str, tree: Option<&Path>) -> Option<String> {
+    let lines: Vec<&str> = log.lines().map(str::trim_end).collect();
+    let argparse = lines
+        .iter()
+        .find_map(|l| l.split_once(": error: ").map(|(_, m)| m));
+    let usage = || {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix("ERROR: "))
+            .filter(|m| !m.starts_with("usage:"))
+    };
+    let internal = || {
+        lines
+            .iter()
+            .rev()
+            .filter_map(|l| l.strip_prefix("INTERNALERROR> "))
+            .find(|l| !l.starts_with(' '))
+    };
+    let reported = || {
+        lines
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix("E   "))
+            .map(str::trim)
+    };
+    let said = argparse
+        .or_else(usage)
+        .or_else(internal)
+        .or_else(reported)?;
+    Some(match tree {
+        Some(tree) => said.replace(&format!("{}/", tree.display()), ""),
+        None => said.to_owned(),
+    })
+}
+
 /// The last lines of pytest's own output, for error messages.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read(log).unwrap_or_default();
@@ -929,4 +1000,41 @@ fn log_tail(log: &Path) -> String {
         return String::new();
     }
     format!("pytest said:\n{}", tail.join("\n"))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collection_that_stops_early_is_told_in_pytests_own_words() {
+        let tree = Path::new("/s/1/tree");
+        let argparse = "ERROR: usage: python -m pytest [options] [file_or_dir] [...]\n\
+                        python -m pytest: error: unrecognized arguments: --frobnicate\n  \
+                        inifile: /s/1/tree/pytest.ini\n  rootdir: /s/1/tree\n";
+        assert_eq!(
+            pytest_said(argparse, Some(tree)).as_deref(),
+            Some("unrecognized arguments: --frobnicate")
+        );
+        let usage = "ERROR: no database at /s/1/tree/db.sqlite\n";
+        assert_eq!(
+            pytest_said(usage, Some(tree)).as_deref(),
+            Some("no database at db.sqlite")
+        );
+        let internal = "INTERNALERROR> Traceback (most recent call last):\n\
+                        INTERNALERROR>   File \"/s/1/tree/tests/conftest.py\", line 2, in x\n\
+                        INTERNALERROR>     raise RuntimeError(\"boom\")\n\
+                        INTERNALERROR> RuntimeError: boom\n";
+        assert_eq!(
+            pytest_said(internal, None).as_deref(),
+            Some("RuntimeError: boom")
+        );
+        let conftest = "ImportError while loading conftest '/s/1/tree/tests/conftest.py'.\n\
+                        tests/conftest.py:1: in <module>\n    raise RuntimeError('x')\n\
+                        E   RuntimeError: x\n";
+        assert_eq!(
+            pytest_said(conftest, None).as_deref(),
+            Some("RuntimeError: x")
+        );
+        assert_eq!(pytest_said("no tests ran in 0.01s\n", None), None);
+    }
 }

@@ -11,6 +11,9 @@ pub enum Event {
     Start {
         #[serde(default)]
         pytest: String,
+        /// The suite's options that fixgate neutralised in this process.
+        #[serde(default)]
+        neutralised: Vec<Neutralised>,
     },
     Collected {
         items: Vec<CollectedItem>,
@@ -84,6 +87,28 @@ impl Event {
             }
         }
         serde_json::from_str::<Event>(line).ok()
+    }
+}
+
+/// One of the suite's own options that fixgate must own (the order, the selection, one run per
+/// test in this process), and what the plugin did with it (src/pytest/plugin/options.py).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Neutralised {
+    /// As the suite wrote it, value included: `-n 2`, `--reruns=2`.
+    pub option: String,
+    pub plugin: String,
+    /// `removed` or `overridden`.
+    pub treatment: String,
+    pub why: String,
+}
+
+impl Neutralised {
+    /// The run's warning about it.
+    pub fn warning(&self) -> String {
+        format!(
+            "the suite's `{}` ({}) is {} in fixgate's runs: {}",
+            self.option, self.plugin, self.treatment, self.why
+        )
     }
 }
 

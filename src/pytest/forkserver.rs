@@ -5,9 +5,11 @@
 //!
 //! A run forks only when the result would be the same as a fresh process's: the zygote's sandbox
 //! is restored to its post-collection bytes before each run, and snapshots fall back to fresh
-//! processes (the reason recorded) when the zygote has threads after collection, when its
-//! collection differs from a fresh one (collection is order-sensitive), when `[tool.fixgate]
-//! fork = false` or `FIXGATE_FORK=0` says so, or when the zygote fails in any way.
+//! processes (the reason recorded) when the zygote has threads after collection (each named;
+//! pytest-rerunfailures' idle status server for xdist workers is let through, see
+//! plugin/forkserver.py), when its collection differs from a fresh one (collection is
+//! order-sensitive), when `[tool.fixgate] fork = false` or `FIXGATE_FORK=0` says so, or when the
+//! zygote fails in any way.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
@@ -206,7 +208,11 @@ impl Pool {
                     Ok(z) => z,
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
-                        self.refuse(key, reason);
+                        // A cancelled start says nothing about the snapshot: under `fixgate
+                        // watch` the next audit may fork from it.
+                        if !launch.interrupted.load(Ordering::SeqCst) {
+                            self.refuse(key, reason);
+                        }
                         return None;
                     }
                 }

@@ -2,7 +2,7 @@
 //!
 //! `fixgate_plugin`, the module `-p` names, is a short loader of the plugin's modules, split by
 //! concern (`fixgate_plugin_events`, `_trace`, `_classify`, `_lease`, `_rewrite`, `_deps`,
-//! `_state`, `_record`, `_forkserver`, `_hooks`).
+//! `_state`, `_record`, `_forkserver`, `_options`, `_hooks`).
 //! pytest rewrites the asserts of every module named with `-p`, from source, and runs write no
 //! bytecode, so naming the plugin itself would have every pytest process parse, rewrite and
 //! compile its 2,000 lines again (about 0.1 s). The loader keeps each module compiled beside it,
@@ -17,7 +17,7 @@ const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
 /// this order (keep its list in step).
-const MODULES: [(&str, &str); 10] = [
+const MODULES: [(&str, &str); 11] = [
     ("fixgate_plugin_events", include_str!("plugin/events.py")),
     ("fixgate_plugin_trace", include_str!("plugin/trace.py")),
     (
@@ -33,6 +33,7 @@ const MODULES: [(&str, &str); 10] = [
         "fixgate_plugin_forkserver",
         include_str!("plugin/forkserver.py"),
     ),
+    ("fixgate_plugin_options", include_str!("plugin/options.py")),
     ("fixgate_plugin_hooks", include_str!("plugin/hooks.py")),
 ];
 

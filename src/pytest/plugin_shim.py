@@ -1,6 +1,6 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
 modules beside this file (events, trace, classify, lease, rewrite, deps, state, record,
-forkserver, hooks).
+forkserver, options, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. This loader compiles
@@ -28,6 +28,7 @@ _MODULES = (
     "fixgate_plugin_state",
     "fixgate_plugin_record",
     "fixgate_plugin_forkserver",
+    "fixgate_plugin_options",
     "fixgate_plugin_hooks",
 )
 
@@ -77,3 +78,4 @@ for _name in _MODULES:
 _hooks = sys.modules["fixgate_plugin_hooks"]
 pytest_addoption = _hooks.pytest_addoption
 pytest_configure = _hooks.pytest_configure
+pytest_load_initial_conftests = sys.modules["fixgate_plugin_options"].pytest_load_initial_conftests

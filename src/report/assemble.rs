@@ -25,6 +25,7 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
         strict: o.strict,
         interpreter: Some(o.interpreter.clone()),
         lock: report::Lock {
+            file: o.gates.lock_file.clone(),
             drift: o
                 .gates
                 .lock

@@ -589,15 +589,23 @@ fn freeze_into(out: &mut String, r: &AuditReport) {
 
 fn lock_into(out: &mut String, r: &AuditReport) {
     let l = &r.lock;
+    let name = l.file.as_deref().map(clean);
+    let lock = match &name {
+        Some(name) => format!("lock {name}"),
+        None => "lock".to_owned(),
+    };
     let mut title = match l.drift.len() {
-        0 => "lock: no drift".to_owned(),
+        0 => format!("{lock}: no drift"),
         n => format!(
-            "lock: {}",
+            "{lock}: {}",
             plural(n as u64, "drifted file", "drifted files")
         ),
     };
     if l.changed_by_patch {
-        title.push_str("; fixtures.lock changed by the patch");
+        title.push_str(&format!(
+            "; {} changed by the patch",
+            name.as_deref().unwrap_or("the lock")
+        ));
     }
     out.push_str(&title);
     out.push('\n');

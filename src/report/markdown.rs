@@ -305,15 +305,16 @@ fn freeze_into(out: &mut String, r: &AuditReport) {
             lines.push(format!("- {label}: {}", code(id)));
         }
     }
+    let lock = code(l.file.as_deref().unwrap_or(crate::lock::FILE_NAME));
     for d in &l.drift {
         lines.push(format!(
-            "- Lock drift: {} {}",
+            "- Lock drift against {lock}: {} {}",
             text(d.change.as_str()),
             code(&d.path)
         ));
     }
     if l.changed_by_patch {
-        lines.push("- The patch changes `fixtures.lock`.".to_owned());
+        lines.push(format!("- The patch changes {lock}."));
     }
     if lines.is_empty() && f.active.is_empty() {
         return;

@@ -207,35 +207,57 @@ fn find_or_make_python() -> PathBuf {
         return PathBuf::from("python3");
     }
     std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let lock_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-venv.lock");
-    let lock = std::fs::File::create(&lock_path).unwrap();
-    use std::os::unix::io::AsRawFd;
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let lock = exclusive(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-venv.lock"));
     if !has_pytest(&venv_python) {
-        let ok = Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "python3 -m venv failed: the tests need Python 3 with the venv module"
-        );
-        let ok = Command::new(&venv_python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "pytest>=7.4",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "pip install pytest into {} failed", venv.display());
+        install_venv(&venv, &["pytest>=7.4"]);
     }
     drop(lock);
     venv_python
+}
+
+/// An exclusive lock on the file at `path`, held until the file is dropped: test binaries and
+/// threads may make the same venv at once.
+pub fn exclusive(path: &Path) -> std::fs::File {
+    use std::os::unix::io::AsRawFd;
+    let lock = std::fs::File::create(path).unwrap();
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    lock
+}
+
+/// Makes the virtualenv `venv` afresh with `packages` from PyPI; fails saying what to install
+/// when it cannot.
+pub fn install_venv(venv: &Path, packages: &[&str]) {
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--clear"])
+        .arg(venv)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        made,
+        "python3 -m venv {} failed: the tests need Python 3 with the venv module",
+        venv.display()
+    );
+    let py = venv.join("bin").join("python");
+    let out = Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(packages)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pip could not install into {}: install these from PyPI there (`{} -m pip install {}`), \
+         then run the tests again\n{}",
+        venv.display(),
+        py.display(),
+        packages.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl TestRepo {

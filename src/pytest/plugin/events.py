@@ -3,6 +3,8 @@ reports into their fields (messages, skip reasons, hand-written test lines)."""
 
 import json
 import math
+import os
+import re
 
 import pytest
 
@@ -37,6 +39,36 @@ def _path_text(s):
                 out.append("\\x%02X" % x)
             b = b[e.end :]
     return "".join(out)
+
+
+_ESCAPED_BYTE = re.compile(r"\\x[89A-F][0-9A-Fa-f]")
+
+
+def _text_path(s):
+    """Reverses _path_text (as RepoPath::parse_lossless does): a text with no `\\xNN` escape of
+    a byte at or above 0x80 is taken as it is; else each escape is its byte, `\\\\` a backslash,
+    and the bytes are decoded as os.fsdecode does (surrogate-escaped). Node ids of files whose
+    names are not UTF-8 travel this way, in the order file and in events."""
+    if "\\x" not in s or _ESCAPED_BYTE.search(s) is None:
+        return s
+    b = s.encode("utf-8")
+    out = bytearray()
+    i = 0
+    while i < len(b):
+        if b[i : i + 2] == b"\\\\":
+            out.append(0x5C)
+            i += 2
+            continue
+        if b[i : i + 2] == b"\\x":
+            try:
+                out.append(int(b[i + 2 : i + 4], 16))
+                i += 4
+                continue
+            except ValueError:
+                pass
+        out.append(b[i])
+        i += 1
+    return os.fsdecode(bytes(out))
 
 
 def _jsonable(value, depth=0):
@@ -171,7 +203,7 @@ def _test_line(nodeid, index, outcome, phases, start, end, extra):
     the encoder's 30 us were a fifth of the plugin's cost. `phases` are _phase_json texts;
     `extra` holds the optional fields, rare, and goes through the encoder."""
     line = '{"event":"test","nodeid":%s,"index":%d,"outcome":%s,"phases":{%s},"start":%s,"end":%s' % (
-        _JSON_STRING(str(nodeid)),
+        _JSON_STRING(_path_text(str(nodeid))),
         index,
         _JSON_STRING(outcome),
         ",".join(phases),

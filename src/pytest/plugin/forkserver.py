@@ -8,6 +8,12 @@ so on FD, one line each:
     ready                       waiting for commands
     fallback <reason>           not forking (threads alive, collection failed); it exits
 
+A thread alive after collection would be missing from every forked run, so the zygote refuses
+to fork, naming each thread (the function it runs, where it is now), unless the thread is one
+that a plugin starts at load and that no run of fixgate's uses (_IDLE_THREADS): pytest-
+rerunfailures' rerun counter for pytest-xdist workers, blocked in accept(), when fixgate runs no
+workers.
+
 then reads commands from descriptor FD + 1 (not standard input: pytest's capture has put
 /dev/null there), one JSON object a line
 ({"events": PATH, "order": PATH, "watch": PATH or null}), and for each forks a child, says
@@ -20,8 +26,10 @@ zygote exits.
 
 import json
 import os
+import sys
 import threading
 import time
+import warnings
 
 from fixgate_plugin_trace import _Quiet
 
@@ -46,15 +54,76 @@ def refuse(fd, reason):
         pass
 
 
-def _threads():
-    """Threads of this process: Python's own count, or the kernel's when a C extension started
-    threads Python does not know about."""
-    count = threading.active_count()
+# Threads that plugins start at load and that a forked run may leave behind, because nothing in
+# a run of fixgate's uses them: (module, function the thread runs, the call it must be blocked
+# in, why it is idle).
+_IDLE_THREADS = (
+    (
+        "pytest_rerunfailures",
+        "ServerStatusDB.run_server",
+        "accept",
+        "pytest-rerunfailures' rerun counter for pytest-xdist workers, and fixgate runs none",
+    ),
+)
+
+
+def _target(thread):
+    """The function a thread runs, as "module.qualname" parts (None when unknown)."""
+    target = getattr(thread, "_target", None)
+    target = getattr(target, "__func__", target)
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None)
+    if module is None or name is None:
+        return None
+    return module, name
+
+
+def _where(frame):
+    if frame is None:
+        return "not running Python code"
+    code = frame.f_code
+    return "at %s:%d in %s" % (os.path.basename(code.co_filename), frame.f_lineno, code.co_name)
+
+
+def _is_idle(thread, frame):
+    """Why `thread` may be left behind by a fork (one of _IDLE_THREADS, blocked where it waits
+    for work that never comes), else None."""
+    target = _target(thread)
+    if target is None or frame is None or not thread.daemon:
+        return None
+    for module, name, blocked_in, why in _IDLE_THREADS:
+        if target == (module, name) and frame.f_code.co_name == blocked_in:
+            return why
+    return None
+
+
+def _blocking_threads():
+    """The threads of this process that a fork would lose while a fresh process keeps them,
+    each described (its name, the function it runs, where it is now); [] when forking is safe.
+    Threads known to be idle (_IDLE_THREADS) are left out."""
+    frames = sys._current_frames()
+    described = []
+    python_threads = 1
+    for t in threading.enumerate():
+        if t is threading.main_thread():
+            continue
+        python_threads += 1
+        frame = frames.get(t.ident)
+        if _is_idle(t, frame) is not None:
+            continue
+        target = _target(t)
+        described.append(
+            "%r%s, %s"
+            % (t.name, " running %s.%s" % target if target else "", _where(frame))
+        )
     try:
-        count = max(count, len(os.listdir("/proc/self/task")))
+        # Threads a C extension started, which Python does not know about.
+        outside = len(os.listdir("/proc/self/task")) - python_threads
     except OSError:
-        pass
-    return count
+        outside = 0
+    if outside > 0:
+        described.append("%d started outside Python (by a C extension)" % outside)
+    return described
 
 
 def _prctl():
@@ -129,13 +198,12 @@ def serve(fd, config):
     """Serves forked runs. Returns only in a child, with its command; the zygote exits when its
     commands end (or at once when it must not fork)."""
     with _Quiet():
-        threads = _threads()
-        if threads > 1:
-            names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        blocking = _blocking_threads()
+        if blocking:
             refuse(
                 fd,
-                "%d threads alive after collection (%s): forking would copy only this one"
-                % (threads, ", ".join(names) or "started outside Python"),
+                "threads alive after collection, which a forked run would not have: %s"
+                % "; ".join(blocking),
             )
             os._exit(0)
         prctl = _prctl()
@@ -156,7 +224,10 @@ def serve(fd, config):
             if not line.strip():
                 continue
             command = json.loads(line.decode("utf-8"))
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of a fork with threads alive; the only ones are idle.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
             if pid == 0:
                 _become_child(fd, prctl, zygote, config)
                 return command

@@ -11,6 +11,7 @@ import traceback
 import pytest
 
 import fixgate_plugin_forkserver as _forkserver
+import fixgate_plugin_options as _options
 import fixgate_plugin_trace as _trace
 from fixgate_plugin_record import Recording
 from fixgate_plugin_classify import _Classifier
@@ -27,6 +28,7 @@ from fixgate_plugin_events import (
     _report_message,
     _skip_reason,
     _test_line,
+    _text_path,
 )
 from fixgate_plugin_lease import _Lease
 
@@ -245,6 +247,7 @@ class _FixgatePlugin(object):
                     "protocol": PROTOCOL_VERSION,
                     "rootdir": _path_text(str(self.config.rootpath)),
                     "executable": _path_text(sys.executable or ""),
+                    "neutralised": _options.NEUTRALISED,
                 }
             )
 
@@ -365,6 +368,7 @@ class _FixgatePlugin(object):
             line = line.rstrip("\r")
             if not line.strip():
                 continue
+            line = _text_path(line)  # a node id of a file whose name is not UTF-8
             if ids and ids[-1] == line and (len(ids) < 2 or ids[-2] != line):
                 # Twice in a row: the same test run again in the same process (fixgate's nio
                 # order). Anywhere else a repeated id is a mistake in the order.
@@ -512,7 +516,7 @@ class _FixgatePlugin(object):
                     # markers cost a tenth of a millisecond per test.
                     self.write_line(
                         '{"event":"collected","items":[%s]}'
-                        % ",".join('{"nodeid":%s}' % _JSON_STRING(n) for n in nodeids)
+                        % ",".join('{"nodeid":%s}' % _JSON_STRING(_path_text(n)) for n in nodeids)
                     )
                 if self.announced is None and self.fd is not None:
                     self._announce(nodeids)
@@ -567,7 +571,7 @@ class _FixgatePlugin(object):
                     break
             except Exception:
                 pass
-        return {"nodeid": item.nodeid, "file": file, "line": line, "markers": markers}
+        return {"nodeid": _path_text(item.nodeid), "file": file, "line": line, "markers": markers}
 
     def pytest_collectreport(self, report):
         if report.skipped:
@@ -577,7 +581,7 @@ class _FixgatePlugin(object):
                 self.emit(
                     {
                         "event": "collect_skip",
-                        "nodeid": report.nodeid,
+                        "nodeid": _path_text(report.nodeid),
                         "reason": _skip_reason(report),
                     }
                 )
@@ -591,7 +595,7 @@ class _FixgatePlugin(object):
             self.emit(
                 {
                     "event": "collect_error",
-                    "nodeid": report.nodeid,
+                    "nodeid": _path_text(report.nodeid),
                     "message": _error_line(text) or "collection failed",
                     "longrepr": text[:16000],
                 }
@@ -676,7 +680,9 @@ class _FixgatePlugin(object):
             self.index += 1
             self.current = cur
             if not self._announced_next(item.nodeid):
-                self.emit({"event": "test_start", "nodeid": item.nodeid, "index": cur["index"]})
+                self.emit(
+                    {"event": "test_start", "nodeid": _path_text(item.nodeid), "index": cur["index"]}
+                )
             if self.lease is not None and not self.lease.started:
                 self.lease.start()
             if self.fd is not None:
@@ -904,7 +910,9 @@ class _FixgatePlugin(object):
                     {
                         "event": "finish",
                         "exitstatus": int(session.exitstatus),
-                        "running": self.interrupted_in,
+                        "running": None
+                        if self.interrupted_in is None
+                        else _path_text(self.interrupted_in),
                     }
                 )
         except Exception:
