@@ -408,6 +408,20 @@ pub struct SandboxArgs {
     /// plain sandbox and say so; strict: refuse to run uncontained (exit 2)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
     pub containment: ContainmentArg,
+    /// Bound each process of a run to this much memory (address space), e.g. 4G, or
+    /// unlimited [default: [tool.fixgate.limits] memory, else the machine's memory divided by
+    /// --jobs]
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
+    pub memory_limit: Option<u64>,
+    /// Bound a run to this many processes and threads at once, or unlimited [default:
+    /// [tool.fixgate.limits] processes, else 4096]
+    #[arg(long, value_name = "N", value_parser = crate::limits::count_arg)]
+    pub process_limit: Option<u64>,
+    /// Bound what a run writes (any one file, its sandbox, its /tmp and /dev/shm) to this
+    /// much, e.g. 8G, or unlimited [default: [tool.fixgate.limits] disk, else half a job's
+    /// share of the free space, at most 16G]
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
+    pub disk_limit: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -15,6 +15,6 @@ mod pyproject;
 pub use groups::FixtureGroups;
 pub use load::{load, Config, ConfigInputs};
 pub use manifest::MANIFEST_FILE;
-pub use model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group};
+pub use model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig};
 pub use pyproject::PYPROJECT_FILE;
 pub(crate) use pyproject::{fork_setting, remote_cache};

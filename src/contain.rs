@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::environment::Environment;
 use crate::error::{Error, Result};
+use crate::limits::{Limits, PID_MAX_MIN};
 
 /// How runs are contained, as the reports say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -73,6 +74,9 @@ pub(crate) struct Host {
     /// The environment read at start: `PATH` to find the interpreter's prefix, the temporary
     /// directory the probe uses, this executable.
     env: Arc<Environment>,
+    /// The kernel keeps a `pid_max` per PID namespace (Linux 6.14): a run's is its process
+    /// bound. Before that the file is the host's, and is never written.
+    pid_max_per_namespace: bool,
 }
 
 impl Host {
@@ -92,6 +96,7 @@ impl Host {
             reason,
             home: env.home.clone(),
             env: env.clone(),
+            pid_max_per_namespace: kernel_at_least(6, 14),
         }
     }
 
@@ -128,9 +133,12 @@ pub(crate) struct RunPaths<'a> {
     pub(crate) sandbox: &'a Path,
     /// The directory the run starts in (inside the sandbox).
     pub(crate) cwd: &'a Path,
-    /// Readable: the plugin's files.
+    /// Hidden: fixgate's cache directory (its store, other heads' results, the index), but for
+    /// the two folders below.
+    pub(crate) cache_dir: &'a Path,
+    /// Readable: the plugin's files, compiled.
     pub(crate) plugin_dir: &'a Path,
-    /// Writable: pytest's rewritten test modules.
+    /// Readable: pytest's rewritten test modules, made by fixgate.
     pub(crate) rewrite_cache: &'a Path,
     /// Hidden: the user's repository.
     pub(crate) origin_root: &'a Path,
@@ -138,6 +146,8 @@ pub(crate) struct RunPaths<'a> {
     pub(crate) interpreter: &'a [&'a Path],
     /// Leave the network alone.
     pub(crate) allow_network: bool,
+    /// The run's bounds.
+    pub(crate) limits: &'a Limits,
 }
 
 /// Makes `cmd` a contained run: [`Mode::Namespaces`] where permitted, else the supervisor
@@ -156,11 +166,20 @@ pub(crate) fn apply(host: &Host, cmd: &mut Command, paths: &RunPaths) {
 struct Keep {
     /// Where it is mounted (the path the run uses).
     target: CString,
-    /// The real directory, opened before the hiding mounts cover it.
+    /// The real directory or file, opened before the hiding mounts cover it.
     source: CString,
-    /// Directories to create in the covering tmpfs, outermost first, ending with `target`.
+    /// Directories to create in the covering tmpfs, outermost first, ending with `target`
+    /// (which is a file to create instead when `file`).
     mkdirs: Vec<CString>,
+    file: bool,
     fd: libc::c_int,
+}
+
+/// A folder covered by a fresh tmpfs: an empty read-only one (hidden), or the writable scratch
+/// `/dev/shm` of a bounded size.
+struct Cover {
+    path: CString,
+    options: CString,
 }
 
 /// Everything the child does, prepared in the parent.
@@ -170,8 +189,11 @@ struct Plan {
     parent: libc::pid_t,
     /// `Some` when not root: the user namespace's single-line maps.
     user_maps: Option<(Vec<u8>, Vec<u8>)>,
-    /// Covered by an empty read-only tmpfs, except `/dev/shm`'s, which is writable.
-    hide: Vec<(CString, bool)>,
+    hide: Vec<Cover>,
+    /// Hidden folders inside another cover (the repository or the home under `/tmp`): made
+    /// empty in it, outermost first, so that they still exist, empty and read-only, and a write
+    /// there fails as one to a read-only file system, not as one to a missing folder.
+    placeholders: Vec<CString>,
     keep: Vec<Keep>,
     writable: Vec<CString>,
     /// Host sockets that would hand out the machine (a container engine, the system bus):
@@ -180,7 +202,18 @@ struct Plan {
     cwd: CString,
     /// `/proc/self/fd/NNNNNNNNNN`, filled in the child.
     fd_path: [u8; 32],
+    /// `setrlimit` calls for pytest and everything it starts.
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// The run's PID namespace's `pid_max`, where the kernel keeps one per namespace.
+    pid_max: Option<Vec<u8>>,
 }
+
+/// Folders whose host content no run may see (Unix sockets, other users' files, other runs'
+/// sandboxes): each run gets its own, empty. A test writes to its sandbox's `TMPDIR`, so `/tmp`
+/// and `/run` stay read-only (a write there is an outside write, as before); `/dev/shm` is
+/// writable, for `multiprocessing`, and bounded.
+const PRIVATE: [&str; 2] = ["/tmp", "/run"];
+const SCRATCH: &str = "/dev/shm";
 
 const MASKED_SOCKETS: [&str; 7] = [
     "/run/docker.sock",
@@ -233,27 +266,30 @@ impl Plan {
                 )
             }),
             hide: Vec::new(),
+            placeholders: Vec::new(),
             keep: Vec::new(),
             writable: Vec::new(),
             masked: Vec::new(),
             cwd: cstr(paths.cwd),
             fd_path: [0; 32],
+            rlimits: paths.limits.rlimits(),
+            pid_max: None,
         };
         if !namespaces {
             return plan;
         }
-        // The cache folder a run writes must exist before it can be bound.
-        let _ = std::fs::create_dir_all(paths.rewrite_cache);
-        // The plugin's loader keeps the plugin compiled in `__pycache__` beside it (checked by
-        // its hash before use); the plugin's sources stay read-only.
-        let plugin_cache = paths.plugin_dir.join("__pycache__");
-        let _ = std::fs::create_dir_all(&plugin_cache);
-        let writable: Vec<PathBuf> = [paths.sandbox, paths.rewrite_cache, &plugin_cache]
-            .into_iter()
-            .filter_map(real)
-            .collect();
+        plan.pid_max = host
+            .pid_max_per_namespace
+            .then(|| format!("{}\n", paths.limits.processes.max(PID_MAX_MIN)).into_bytes());
+        let writable: Vec<PathBuf> = real(paths.sandbox).into_iter().collect();
         let mut readable: Vec<PathBuf> = writable.clone();
-        readable.extend(real(paths.plugin_dir));
+        readable.extend(
+            [paths.plugin_dir, paths.rewrite_cache]
+                .into_iter()
+                .filter_map(real),
+        );
+        // Name resolution keeps working where /etc/resolv.conf leads into /run.
+        readable.extend(real(Path::new("/etc/resolv.conf")).filter(|p| p.is_file()));
         for exe in paths.interpreter.iter().filter_map(|e| host.env.which(e)) {
             // The interpreter's prefix (a virtualenv, a pyenv version): `bin/python`'s
             // grandparent holds its libraries and configuration; for a virtualenv's link, the
@@ -271,20 +307,56 @@ impl Plan {
             .filter_map(real)
             .chain(sandboxes.clone())
             .filter(|h| h.parent().is_some() && h.is_dir())
-            // A hidden folder that holds a needed one entirely is not hidden (HOME=/ in some
-            // containers would hide everything).
+            // A hidden folder inside a needed one is left alone (a home inside the
+            // interpreter's prefix); `/` is never hidden (HOME=/ in some containers).
             .filter(|h| !readable.iter().any(|r| h.starts_with(r)))
             .collect();
-        // Other runs' sandboxes on /dev/shm, and whatever tests leave there for the next run,
-        // go behind a fresh tmpfs of the run's own (multiprocessing needs a writable one).
-        let shm = PathBuf::from("/dev/shm");
-        let fresh_shm = shm.is_dir();
-        if fresh_shm {
-            hidden.push(shm.clone());
-        }
+        // The cache is hidden wherever it is: its store holds every head's results.
+        hidden.extend(real(paths.cache_dir).filter(|c| c.parent().is_some() && c.is_dir()));
+        // Other runs' sandboxes on /dev/shm, sockets in /tmp and /run, and whatever tests
+        // leave there for the next run, go behind fresh tmpfs of the run's own.
+        let scratch: Vec<PathBuf> = real(Path::new(SCRATCH))
+            .filter(|p| p.is_dir() && p.parent().is_some())
+            .into_iter()
+            .collect();
+        hidden.extend(scratch.iter().cloned());
+        hidden.extend(
+            PRIVATE
+                .iter()
+                .filter_map(|p| real(Path::new(p)))
+                .filter(|p| p.is_dir() && p.parent().is_some()),
+        );
+        let nested = hidden.clone();
         let hidden = outermost(hidden);
+        let mut placeholders: Vec<PathBuf> = Vec::new();
+        for n in nested.iter().filter(|n| !hidden.contains(n)) {
+            let Some(h) = hidden.iter().find(|h| n.starts_with(h)) else {
+                continue;
+            };
+            let mut dir = h.clone();
+            for c in n.strip_prefix(h).into_iter().flat_map(Path::components) {
+                dir.push(c);
+                placeholders.push(dir.clone());
+            }
+        }
+        placeholders.sort();
+        placeholders.dedup();
+        plan.placeholders = placeholders.iter().map(|p| cstr(p)).collect();
+        let scratch_options = if paths.limits.disk == crate::limits::UNLIMITED {
+            c"mode=1777".to_owned()
+        } else {
+            cstr(Path::new(&format!("mode=1777,size={}", paths.limits.disk)))
+        };
         for h in &hidden {
-            plan.hide.push((cstr(h), fresh_shm && *h == shm));
+            let options = if scratch.contains(h) {
+                scratch_options.clone()
+            } else {
+                c"mode=0755,size=64k".to_owned()
+            };
+            plan.hide.push(Cover {
+                path: cstr(h),
+                options,
+            });
         }
         for k in outermost(readable) {
             let Some(h) = hidden.iter().find(|h| k.starts_with(h) && k != **h) else {
@@ -302,20 +374,26 @@ impl Plan {
                 target: cstr(&k),
                 source: cstr(&k),
                 mkdirs,
+                file: k.is_file(),
                 fd: -1,
             });
         }
+        // Sockets in a covered folder are gone with it.
         let mut masked: Vec<PathBuf> = MASKED_SOCKETS
             .iter()
             .filter_map(|p| real(Path::new(p)))
+            .filter(|m| !hidden.iter().any(|h| m.starts_with(h)))
             .collect();
         masked.sort();
         masked.dedup();
         plan.masked = masked.iter().map(|m| cstr(m)).collect();
         plan.writable = writable.iter().map(|w| cstr(w)).collect();
-        if fresh_shm {
-            plan.writable.push(cstr(&shm));
-        }
+        plan.writable.extend(
+            scratch
+                .iter()
+                .filter(|s| hidden.contains(s))
+                .map(|s| cstr(s)),
+        );
         plan
     }
 
@@ -355,7 +433,7 @@ impl Plan {
             libc::close(status_pipe[0]);
             if !self.namespaces {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                return Ok(());
+                return self.set_rlimits();
             }
             // PID 1 of the run.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
@@ -402,27 +480,39 @@ impl Plan {
         for k in &mut self.keep {
             k.fd = libc::open(k.source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
         }
-        for (h, writable) in &self.hide {
-            let opts: &std::ffi::CStr = if *writable {
-                c"mode=1777"
-            } else {
-                c"mode=0755,size=64k"
-            };
+        for h in &self.hide {
             check(libc::mount(
                 c"tmpfs".as_ptr(),
-                h.as_ptr(),
+                h.path.as_ptr(),
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
-                opts.as_ptr().cast(),
+                h.options.as_ptr().cast(),
             ))?;
+        }
+        for d in &self.placeholders {
+            if libc::mkdir(d.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         for i in 0..self.keep.len() {
             let fd = self.keep[i].fd;
             if fd < 0 {
                 continue;
             }
-            for d in &self.keep[i].mkdirs {
-                if libc::mkdir(d.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST
+            let last = self.keep[i].mkdirs.len().saturating_sub(1);
+            for (j, d) in self.keep[i].mkdirs.iter().enumerate() {
+                if j == last && self.keep[i].file {
+                    let f = libc::open(
+                        d.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if f < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(f);
+                } else if libc::mkdir(d.as_ptr(), 0o755) != 0
+                    && *libc::__errno_location() != libc::EEXIST
                 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -461,6 +551,18 @@ impl Plan {
         Ok(())
     }
 
+    /// The run's rlimits, for pytest and everything it starts.
+    unsafe fn set_rlimits(&self) -> std::io::Result<()> {
+        for &(resource, value) in &self.rlimits {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            check(libc::setrlimit(resource, &limit))?;
+        }
+        Ok(())
+    }
+
     /// In the run's PID namespace, just before exec: its own `/proc` (with the host-wide
     /// switches read-only), the working directory again (the old one is on a covered mount),
     /// and no capabilities, so that nothing can undo the mounts.
@@ -472,6 +574,12 @@ impl Plan {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         ))?;
+        // This namespace's own PID space, while /proc/sys is still writable: the process
+        // bound of the run (the kernel counts threads too).
+        if let Some(max) = &self.pid_max {
+            write_file(c"/proc/sys/kernel/pid_max", max)?;
+        }
+        self.set_rlimits()?;
         for p in PROC_RO {
             let mut buf = [0u8; 32];
             buf[..p.len()].copy_from_slice(p.as_bytes());
@@ -836,6 +944,26 @@ unsafe fn isolate_network_best_effort() {
     }
 }
 
+/// Whether the running kernel's version is at least `major.minor` (from `uname`).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: `utsname` is plain data; the call fills it or fails.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    // SAFETY: the kernel NUL-terminates `release`.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    version_at_least(&release.to_string_lossy(), major, minor)
+}
+
+fn version_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
 /// Whether namespaces work here: runs a program contained, in a throwaway sandbox.
 fn probe(env: &Arc<Environment>) -> std::result::Result<(), String> {
     let dir = tempfile::Builder::new()
@@ -852,17 +980,25 @@ fn probe(env: &Arc<Environment>) -> std::result::Result<(), String> {
         reason: None,
         home: None,
         env: env.clone(),
+        pid_max_per_namespace: false,
     };
     let mut plan = Plan::new(
         &probe_host,
         &RunPaths {
             sandbox: &sandbox,
             cwd: &sandbox,
+            cache_dir: &cache,
             plugin_dir: &cache,
             rewrite_cache: &cache,
             origin_root: &cache,
             interpreter: &[],
             allow_network: false,
+            limits: &Limits {
+                memory: crate::limits::UNLIMITED,
+                processes: crate::limits::UNLIMITED,
+                disk: 1 << 20,
+                configured: crate::limits::LimitArgs::default(),
+            },
         },
     );
     // Any program will do; `true` where there is one, else fixgate itself.
@@ -900,6 +1036,16 @@ mod tests {
         assert_eq!(&buf[..16], b"/proc/self/fd/7\0");
         fd_path(&mut buf, 1234567890);
         assert_eq!(&buf[..25], b"/proc/self/fd/1234567890\0");
+    }
+
+    #[test]
+    fn kernel_versions_compare_by_major_then_minor() {
+        assert!(version_at_least("6.18.44-fc-v657", 6, 14));
+        assert!(version_at_least("6.14.0", 6, 14));
+        assert!(!version_at_least("6.13.9-generic", 6, 14));
+        assert!(!version_at_least("5.15.0-105-generic", 6, 14));
+        assert!(version_at_least("7.0-rc1", 6, 14));
+        assert!(!version_at_least("", 6, 14));
     }
 
     #[test]

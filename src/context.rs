@@ -49,6 +49,8 @@ pub struct SandboxSettings {
     pub allow_network: bool,
     /// Refuse to run where runs cannot be contained.
     pub strict_containment: bool,
+    /// The bounds the command line sets.
+    pub limits: crate::limits::LimitArgs,
 }
 
 pub struct Ctx {
@@ -140,8 +142,16 @@ impl Ctx {
     }
 
     /// The store for the cache directory, with the remote behind it (see
-    /// [`crate::engine::store::open`]).
+    /// [`crate::engine::store::open`]). A remote without a signing key is said once.
     pub fn open_store(&self, enabled: bool) -> (Arc<dyn fixgate_cache::Store>, Option<String>) {
+        if let Some(why) = self
+            .remote
+            .as_ref()
+            .filter(|_| enabled)
+            .and_then(crate::engine::store::unauthenticated)
+        {
+            self.warn_once(&why);
+        }
         crate::engine::store::open(
             &self.cache_dir,
             enabled,
@@ -163,7 +173,13 @@ impl Ctx {
 
     /// Everything a pytest run needs: the interpreter (fingerprinted once), the plugin on disk,
     /// the environment policy, the containment (settled once per process).
-    pub fn runner(&self, args: &SandboxSettings) -> Result<Runner> {
+    /// `limits` is the `[tool.fixgate.limits]` of the configuration that governs the runs: the
+    /// base's for an audit (a patch does not raise its own bounds).
+    pub fn runner(
+        &self,
+        args: &SandboxSettings,
+        limits: &crate::config::LimitsConfig,
+    ) -> Result<Runner> {
         let host = self
             .host
             .get_or_init(|| Arc::new(crate::contain::Host::probe(&self.env)))
@@ -178,14 +194,32 @@ impl Ctx {
         let interpreter = interpreter::probe_cached(&path, &self.cache_dir, &self.env)?;
         // One folder per interpreter and installed set: a plugin that changes rewriting comes
         // with a distribution, and a new one starts a new folder.
-        let rewrite_cache = self
-            .cache_dir
-            .join(REWRITE_CACHE)
-            .join(&interpreter.fingerprint.digest()[..16]);
+        let fingerprint = interpreter.fingerprint.digest();
+        let executable = PathBuf::from(&interpreter.fingerprint.executable);
+        let rewrites = crate::pytest::rewrites::Rewrites::new(
+            self.cache_dir.join(REWRITE_CACHE).join(&fingerprint[..16]),
+            executable.clone(),
+            self.env.temp_dir.clone(),
+        );
+        let plugin = plugin::install(
+            &self.cache_dir,
+            &self.env.temp_dir,
+            &executable,
+            &fingerprint,
+        )?;
+        let limits = crate::limits::Limits::resolve(
+            &args.limits,
+            limits,
+            self.jobs,
+            &crate::sandbox::sandboxes_root(&self.env.temp_dir),
+        );
+        crate::limits::check(&limits)?;
         Ok(Runner {
             interpreter,
-            plugin_dir: plugin::install(&self.cache_dir, &self.env.temp_dir)?,
-            rewrite_cache,
+            plugin: Arc::new(plugin),
+            rewrites: Arc::new(rewrites),
+            cache_dir: self.cache_dir.clone(),
+            limits,
             pass_env: args.pass_env.clone(),
             test_timeout: args.test_timeout,
             origin_root: self.repo.root.clone(),

@@ -27,8 +27,6 @@ const NO_NAMESPACES: &str = "FIXGATE_NO_NAMESPACES";
 const REMOTE_CACHE: &str = "FIXGATE_REMOTE_CACHE";
 const REMOTE_HEADER: &str = "FIXGATE_REMOTE_HEADER";
 const CACHE_KEY: &str = "FIXGATE_CACHE_KEY";
-/// Set by fixgate for its pytest processes (and removed by the plugin), never read here.
-const SET_FOR_RUNS: &[&str] = &["FIXGATE_PYC_CACHE"];
 
 /// The process environment, read once.
 #[derive(Clone, Debug)]
@@ -118,9 +116,7 @@ impl Environment {
         let warnings = vars
             .keys()
             .filter_map(|k| k.to_str())
-            .filter(|k| {
-                k.starts_with("FIXGATE_") && !KNOBS.contains(k) && !SET_FOR_RUNS.contains(k)
-            })
+            .filter(|k| k.starts_with("FIXGATE_") && !KNOBS.contains(k))
             .map(|k| {
                 format!(
                     "{k} is not a variable fixgate reads (it reads {}); check its spelling",
@@ -215,7 +211,7 @@ mod tests {
 
     #[test]
     fn unknown_fixgate_variables_are_warned_about() {
-        let e = env(&[("FIXGATE_FROK", "0"), ("FIXGATE_PYC_CACHE", "/x")]).unwrap();
+        let e = env(&[("FIXGATE_FROK", "0"), ("FIXGATE_CACHE_DIR", "/x")]).unwrap();
         assert_eq!(e.warnings.len(), 1);
         assert!(e.warnings[0].starts_with("FIXGATE_FROK is not a variable"));
     }

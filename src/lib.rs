@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) parses the command line and dispatches into these modules.
 
 pub mod audit;
+pub(crate) mod beneath;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod exit;
 pub(crate) mod fsmonitor;
 pub(crate) mod git_index;
 pub(crate) mod json;
+pub(crate) mod limits;
 pub mod lock;
 pub(crate) mod manifest;
 pub mod pytest;
@@ -25,4 +27,5 @@ pub(crate) mod sandbox;
 pub(crate) mod snapshot;
 pub(crate) mod statcache;
 pub(crate) mod testsrc;
+pub(crate) mod units;
 pub(crate) mod watch;

@@ -12,4 +12,5 @@ pub(crate) mod order;
 pub(crate) mod outside;
 pub(crate) mod plugin;
 pub(crate) mod result;
+pub(crate) mod rewrites;
 pub(crate) mod stream;

@@ -73,7 +73,7 @@ impl Serialize for Column {
 pub struct TestReport {
     pub nodeid: String,
     /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
-    /// `crashed` or `timeout`.
+    /// `crashed`, `timeout` or `resource-limit`.
     pub bucket: Bucket,
     pub signals: Vec<Signal>,
     /// Order label (`0`, `rev`, `1`, ...) → outcome.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
+use crate::beneath::Root;
 use crate::error::{Error, Result};
 use crate::repo_path::RepoPath;
 use crate::snapshot::{EntryKind, Snapshot};
@@ -74,36 +75,55 @@ impl Sandbox {
             })?;
         }
         sandbox.materialize(snapshot)?;
-        for (path, bytes) in overlay {
-            let full = sandbox.tree().join(path.to_os_path());
-            // Remove first: the snapshot may hold a symlink there, and writing through it
-            // would change its target instead of the path.
-            let _ = std::fs::remove_file(&full);
-            if let Some(bytes) = bytes {
-                if let Some(parent) = full.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
-                }
-                std::fs::write(&full, bytes).map_err(|e| Error::io("write", &full, e))?;
+        if !overlay.is_empty() {
+            let tree = sandbox.root()?;
+            for (path, bytes) in overlay {
+                sandbox.overlay_one(&tree, path, bytes.as_deref())?;
             }
         }
         Ok(sandbox)
     }
 
-    fn materialize(&self, snapshot: &Snapshot) -> Result<()> {
+    /// The tree as a [`Root`]: every name below it is checked and created without following
+    /// links, so that no name of a snapshot becomes a host path.
+    fn root(&self) -> Result<Root> {
         let tree = self.tree();
-        let mut dirs: Vec<PathBuf> = snapshot
-            .entries
-            .iter()
-            .filter_map(|e| {
-                tree.join(e.path.to_os_path())
-                    .parent()
-                    .map(Path::to_path_buf)
-            })
-            .collect();
-        dirs.sort();
+        Root::open(&tree).map_err(|e| Error::io("open", &tree, e))
+    }
+
+    /// Puts one overlay file in place of the snapshot's (or removes it).
+    fn overlay_one(&self, tree: &Root, path: &RepoPath, bytes: Option<&[u8]>) -> Result<()> {
+        let rel = checked(path)?;
+        let full = || tree.display(rel);
+        // Remove first: the snapshot may hold a symlink there, and writing through it would
+        // change its target instead of the path.
+        tree.remove_file(rel)
+            .map_err(|e| Error::io("remove", full(), e))?;
+        if let Some(bytes) = bytes {
+            if let Some(slash) = rel.iter().rposition(|&b| b == b'/') {
+                tree.create_dirs(&rel[..slash])
+                    .map_err(|e| Error::io("create", full(), e))?;
+            }
+            tree.write_new(rel, bytes, 0o644)
+                .map_err(|e| Error::io("write", full(), e))?;
+        }
+        Ok(())
+    }
+
+    fn materialize(&self, snapshot: &Snapshot) -> Result<()> {
+        let tree = self.root()?;
+        let mut dirs: Vec<&[u8]> = Vec::new();
+        for e in &snapshot.entries {
+            let rel = checked(&e.path)?;
+            if let Some(slash) = rel.iter().rposition(|&b| b == b'/') {
+                dirs.push(&rel[..slash]);
+            }
+        }
+        dirs.sort_unstable();
         dirs.dedup();
-        for d in &dirs {
-            std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+        for d in dirs {
+            tree.create_dirs(d)
+                .map_err(|e| Error::io("create", tree.display(d), e))?;
         }
         snapshot
             .entries
@@ -111,36 +131,39 @@ impl Sandbox {
             .map_init(
                 || snapshot.open_git(),
                 |git, entry| -> Result<()> {
-                    let dest = tree.join(entry.path.to_os_path());
+                    let rel = entry.path.as_bytes();
+                    let dest = || tree.display(rel);
                     let git = git.as_ref().map_err(|e| Error::Git(e.to_string()))?;
                     if entry.blob.is_none() && entry.kind != EntryKind::Symlink {
                         // A working-tree file: copy_file_range, a reflink where the
                         // filesystem has them. Never a hard link: a test that writes its
                         // fixture would write the user's file.
                         let src = snapshot.root.join(entry.path.to_os_path());
-                        std::fs::copy(&src, &dest).map_err(|e| Error::io("copy", &src, e))?;
+                        let mut from =
+                            std::fs::File::open(&src).map_err(|e| Error::io("copy", &src, e))?;
+                        let mode = if entry.kind == EntryKind::Executable {
+                            0o755
+                        } else {
+                            0o644
+                        };
+                        let mut to = tree
+                            .create_file(rel, mode)
+                            .map_err(|e| Error::io("write", dest(), e))?;
+                        std::io::copy(&mut from, &mut to)
+                            .map_err(|e| Error::io("copy", &src, e))?;
                         return Ok(());
                     }
                     let bytes = snapshot.read(entry, git.as_ref())?;
                     match entry.kind {
-                        EntryKind::Symlink => {
-                            use std::os::unix::ffi::OsStrExt;
-                            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&bytes), &dest)
-                                .map_err(|e| Error::io("create link", &dest, e))
-                        }
-                        EntryKind::File | EntryKind::Executable => {
-                            std::fs::write(&dest, &bytes)
-                                .map_err(|e| Error::io("write", &dest, e))?;
-                            if entry.kind == EntryKind::Executable {
-                                use std::os::unix::fs::PermissionsExt;
-                                std::fs::set_permissions(
-                                    &dest,
-                                    std::fs::Permissions::from_mode(0o755),
-                                )
-                                .map_err(|e| Error::io("chmod", &dest, e))?;
-                            }
-                            Ok(())
-                        }
+                        EntryKind::Symlink => tree
+                            .symlink(rel, &bytes)
+                            .map_err(|e| Error::io("create link", dest(), e)),
+                        EntryKind::File => tree
+                            .write_new(rel, &bytes, 0o644)
+                            .map_err(|e| Error::io("write", dest(), e)),
+                        EntryKind::Executable => tree
+                            .write_new(rel, &bytes, 0o755)
+                            .map_err(|e| Error::io("write", dest(), e)),
                     }
                 },
             )
@@ -509,6 +532,19 @@ fn process_alive(pid: i32) -> bool {
     // Signal 0 checks existence; EPERM means it exists but belongs to someone else.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The bytes of a snapshot path that is made of normal components only; anything else is the
+/// snapshot's error (a tree no checkout would produce), named with the path.
+fn checked(path: &RepoPath) -> Result<&[u8]> {
+    crate::beneath::check_path(path.as_bytes()).map_err(|(c, why)| {
+        Error::Usage(format!(
+            "the snapshot holds the path {path:?}, whose component {:?} is {why}: no such \
+             file can be made in a sandbox; remove it from the commit",
+            String::from_utf8_lossy(&c)
+        ))
+    })?;
+    Ok(path.as_bytes())
 }
 
 fn nonce() -> String {

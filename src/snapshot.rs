@@ -180,9 +180,26 @@ impl Repo {
     fn commit_snapshot(&self, rev: &str) -> Result<Snapshot> {
         let oid = self.resolve(rev)?;
         let git = self.git("a revision")?;
-        let tree = git.find_commit(oid)?.tree()?;
+        // A tree that does not even parse (a name git cannot read) names the commit too.
+        let unreadable = |e: git2::Error| {
+            Error::Git(format!(
+                "commit {} ({rev}) has a tree git cannot read: {}; audit another commit",
+                &oid.to_string()[..12],
+                e.message()
+            ))
+        };
+        let tree = git.find_commit(oid)?.tree().map_err(unreadable)?;
         let mut entries = Vec::new();
+        let mut refused = None;
         tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            // Every name, at every depth and of every kind: a tree is data anyone can write,
+            // and a name like `../../x` or `.git` must never become a path in a sandbox.
+            if let Err(why) = crate::beneath::check_component(entry.name_bytes()) {
+                let mut path = dir.as_bytes().to_vec();
+                path.extend_from_slice(entry.name_bytes());
+                refused = Some((RepoPath::from_bytes(path), why));
+                return TreeWalkResult::Abort;
+            }
             if entry.kind() != Some(ObjectType::Blob) {
                 return TreeWalkResult::Ok;
             }
@@ -200,7 +217,21 @@ impl Repo {
                 stat: None,
             });
             TreeWalkResult::Ok
+        })
+        .or_else(|e| match refused {
+            // The walk stopped on purpose.
+            Some(_) => Ok(()),
+            None => Err(unreadable(e)),
         })?;
+        if let Some((path, why)) = refused {
+            return Err(Error::Usage(format!(
+                "commit {} ({rev}) holds a tree entry {path:?}: {why} is not a single normal \
+                 path component, and fixgate makes no file of it; no checkout makes such an \
+                 entry, so the commit was written by hand: remove the entry (or audit another \
+                 commit)",
+                &oid.to_string()[..12]
+            )));
+        }
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Snapshot {
             root: self.root.clone(),
@@ -464,6 +495,11 @@ fn walk_dir<'s>(
             Err(e) => return fail(Error::io("list", dir, e)),
         };
         let name = entry.file_name();
+        // Git's own folder, or the file a submodule or a linked work tree keeps in its place,
+        // is no file of the snapshot (no name `.git` is: see `beneath::check_component`).
+        if name == ".git" {
+            continue;
+        }
         let mut path = prefix.clone();
         if !path.is_empty() {
             path.push(b'/');
@@ -471,10 +507,8 @@ fn walk_dir<'s>(
         path.extend_from_slice(name.as_bytes());
         match entry.file_type() {
             Ok(ft) if ft.is_dir() => {
-                if name != ".git" {
-                    let sub = entry.path();
-                    scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
-                }
+                let sub = entry.path();
+                scope.spawn(move |scope| walk_dir(scope, &sub, path, found, failure));
             }
             // A file that vanished between the listing and its stat is not part of the
             // snapshot, as for a git work tree.

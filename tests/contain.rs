@@ -126,12 +126,15 @@ fn hostile_writes_repo(home: &Path, tmp_target: &Path) -> TestRepo {
         format!(
             "import os, subprocess\n\n\
              def test_direct():\n    open({tmp:?}, 'w').write('x')\n\n\
-             def test_subprocess():\n    r = subprocess.run(['sh', '-c', 'echo x > {tmp}.sh'], capture_output=True, text=True)\n    assert r.returncode == 0, r.stderr\n\n\
+             def test_subprocess():\n    r = subprocess.run(['sh', '-c', 'echo x > /tmp/{name}.sh'], capture_output=True, text=True)\n    assert r.returncode == 0, r.stderr\n\n\
              def test_user_repo():\n    open(os.path.join({origin:?}, 'pkg', 'INJECTED.py'), 'w').write('x')\n\n\
              def test_real_home():\n    open(os.path.join({home:?}, 'planted'), 'w').write('x')\n\n\
              def test_tmp():\n    open('/tmp/' + os.path.basename({tmp:?}) + '.tmp', 'w').write('x')\n\n\
              def test_own_sandbox_is_writable(tmp_path):\n    (tmp_path / 'ok').write_text('x')\n    open('scratch.txt', 'w').write('x')\n    open(os.path.expanduser('~/dotfile'), 'w').write('x')\n",
             tmp = tmp_target.display().to_string(),
+            // Runs get a /tmp of their own, read-only: a shell's write there fails as one to a
+            // read-only file system, which is the evidence a subprocess leaves.
+            name = tmp_target.file_name().unwrap().to_string_lossy(),
             home = home.display().to_string(),
         ),
     );
@@ -190,7 +193,7 @@ fn writes_outside_the_sandbox_are_blocked_and_reported_per_test() {
     );
     assert_eq!(tree_bytes(home.path()), home_before, "the home changed");
     assert!(!target.exists());
-    assert!(!scratch.path().join("evil.txt.sh").exists());
+    assert!(!Path::new("/tmp/evil.txt.sh").exists());
     assert!(!Path::new("/tmp")
         .join(format!(
             "{}.tmp",

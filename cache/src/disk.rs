@@ -305,9 +305,12 @@ impl Store for DiskStore {
     fn put_blob(&self, bytes: &[u8]) -> Digest {
         let digest = Digest::of(bytes);
         let path = self.cas_path(&digest);
-        // Content-addressed: a file of the right size is taken as the blob (reads verify it);
-        // a wrong size is damage and is rewritten.
-        if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+        // Content-addressed: a file that holds these bytes is the blob. One of the right size
+        // is read to be sure: a damaged file kept here would be the next read's miss, and
+        // the graph reads an output back once it has let go of its own copy.
+        if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64)
+            && fs::read(&path).is_ok_and(|held| held == bytes)
+        {
             touch(&path);
             return digest;
         }

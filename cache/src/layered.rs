@@ -1,6 +1,12 @@
 //! The layered store: the local store first, then the remote cache; a remote hit is verified and
 //! written locally, uploads happen only when enabled, and a remote that fails is dropped for the
 //! rest of the process with one warning.
+//!
+//! Every value blob on the remote is framed with the kind and key of the entry it belongs to, so
+//! that an entry that holds another entry's result (swapped on the server, or written for
+//! another key) is a miss, even without a signing key: the bytes of a `collect` output read as a
+//! seed run's would be a wrong answer, not a miss. Without a key the frame is not authentic (a
+//! server can write any frame), which is what the unsigned-results warning says.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,6 +98,36 @@ struct Remote {
     down: AtomicBool,
     /// Unsigned results are warned about once, not once per entry.
     warned_unsigned: AtomicBool,
+    /// Values framed for another entry, likewise.
+    warned_misplaced: AtomicBool,
+}
+
+/// The frame of a value blob: magic, the entry's kind, its key, then the value.
+const FRAME_MAGIC: [u8; 4] = *b"FGrv";
+const FRAME_HEADER: usize = 4 + 1 + 32;
+
+fn kind_tag(kind: EntryKind) -> u8 {
+    match kind {
+        EntryKind::Action => 1,
+        EntryKind::Traces => 2,
+    }
+}
+
+/// `value` framed as the value of `(kind, key)`.
+fn frame(kind: EntryKind, key: &Digest, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER + value.len());
+    out.extend_from_slice(&FRAME_MAGIC);
+    out.push(kind_tag(kind));
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(value);
+    out
+}
+
+/// The value of a blob framed for `(kind, key)`, or `None` when it was framed for anything else.
+fn unframe<'b>(kind: EntryKind, key: &Digest, blob: &'b [u8]) -> Option<&'b [u8]> {
+    let rest = blob.strip_prefix(&FRAME_MAGIC[..])?;
+    let rest = rest.strip_prefix(&[kind_tag(kind)][..])?;
+    rest.strip_prefix(&key.as_bytes()[..])
 }
 
 /// A [`Store`] over a local store and an optional remote cache.
@@ -183,6 +219,7 @@ impl<L: Store> LayeredStore<L> {
             mac: config.mac_key.clone(),
             down: AtomicBool::new(false),
             warned_unsigned: AtomicBool::new(false),
+            warned_misplaced: AtomicBool::new(false),
         });
         store
     }
@@ -355,7 +392,20 @@ impl<L: Store> LayeredStore<L> {
             );
             return None;
         }
-        Some((bytes, failed))
+        let Some(unframed) = unframe(kind, key, &bytes) else {
+            bump(&self.counters.remote_rejected, 1);
+            if !remote.warned_misplaced.swap(true, Ordering::Relaxed) {
+                lock(&self.warnings).push(Warning::RemoteRejected {
+                    url: remote.url.clone(),
+                    what: format!("action result {}", action.hex()),
+                    why: "its value belongs to another entry (swapped or damaged on the server; \
+                          further ones are ignored silently)"
+                        .to_owned(),
+                });
+            }
+            return None;
+        };
+        Some((unframed.to_vec(), failed))
     }
 
     fn upload(
@@ -368,6 +418,7 @@ impl<L: Store> LayeredStore<L> {
     ) -> Result<(), RemoteError> {
         let function = remote.backend.digest_function();
         let action = remote::action_digest(function, kind, key);
+        let bytes = &frame(kind, key, bytes)[..];
         let value = function.digest(bytes);
         remote.backend.put_blob(&value, bytes)?;
         let result = remote::action_result(&action, &value, failed, remote.mac.as_ref());
@@ -657,12 +708,17 @@ mod tests {
         assert_eq!(b.origin(&k), Origin::Remote);
         assert_eq!(b.local().get_action(&k), Some(record));
         let st = b.stats();
-        assert_eq!((st.remote_hits, st.bytes_downloaded), (1, 5));
+        // The value travels framed with its entry's kind and key.
+        let framed = frame(EntryKind::Action, &k, b"value");
+        assert_eq!(
+            (st.remote_hits, st.bytes_downloaded),
+            (1, framed.len() as u64)
+        );
         assert_eq!(st.digest_function, Some(function));
         assert!(b.take_warnings().is_empty());
         // Blobs are named with the remote's function.
         let named = lock(&remote.cas).keys().copied().collect::<Vec<_>>();
-        assert_eq!(named, vec![function.digest(b"value")]);
+        assert_eq!(named, vec![function.digest(&framed)]);
     }
 
     #[test]
@@ -714,6 +770,52 @@ mod tests {
             .is_none());
         // Without a key, signatures are not looked at.
         assert!(machine(&remote, false, None).get_action(&signed).is_some());
+    }
+
+    #[test]
+    fn an_entry_that_holds_another_entrys_value_is_a_miss_with_one_warning() {
+        let remote = MemRemote::default();
+        let a = machine(&remote, true, None);
+        let keys: Vec<Digest> = (0..3u8).map(|i| Digest::of(&[i])).collect();
+        for (i, k) in keys.iter().enumerate() {
+            put(&a, k, format!("value {i}").as_bytes(), false);
+        }
+        // Every action result now names the next one's value.
+        {
+            let mut ac = lock(&remote.ac);
+            let mut entries: Vec<_> = ac.iter().map(|(k, v)| (*k, v.clone())).collect();
+            entries.sort_by_key(|(k, _)| k.hex());
+            let n = entries.len();
+            for i in 0..n {
+                ac.insert(entries[i].0, entries[(i + 1) % n].1.clone());
+            }
+        }
+        let b = machine(&remote, false, None);
+        for k in &keys {
+            assert!(b.get_action(k).is_none());
+        }
+        let w = b.take_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].to_string().contains("belongs to another entry"),
+            "{w:?}"
+        );
+        assert_eq!(b.stats().remote_rejected, 3);
+        // The entries as written are hits.
+        let c = machine(&MemRemote::default(), true, None);
+        put(&c, &keys[0], b"v", false);
+        assert_eq!(
+            frame(EntryKind::Action, &keys[0], b"v").len(),
+            FRAME_HEADER + 1
+        );
+        assert_eq!(
+            unframe(
+                EntryKind::Traces,
+                &keys[0],
+                &frame(EntryKind::Action, &keys[0], b"v")
+            ),
+            None
+        );
     }
 
     #[test]

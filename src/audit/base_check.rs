@@ -15,6 +15,7 @@ pub(crate) fn checked_alone(kind: FindingKind) -> bool {
             | FindingKind::Failing
             | FindingKind::Crashed
             | FindingKind::Timeout
+            | FindingKind::ResourceLimit
             | FindingKind::ErrorBucket
     )
 }
@@ -35,6 +36,7 @@ pub(crate) fn shows(r: &RunResult, nodeid: &str, kind: FindingKind) -> bool {
             .any(|w| w.nodeid.as_deref() == Some(nodeid)),
         FindingKind::Crashed => t.is_some_and(|t| t.outcome == Outcome::Crashed),
         FindingKind::Timeout => t.is_some_and(|t| t.outcome == Outcome::Timeout),
+        FindingKind::ResourceLimit => t.is_some_and(|t| t.outcome == Outcome::ResourceLimit),
         FindingKind::ErrorBucket => t.is_some_and(|t| t.outcome == Outcome::Error),
         _ => t.is_some_and(|t| !t.outcome.is_green()),
     }

@@ -4,7 +4,7 @@
 //! # How outcomes are read
 //!
 //! Each outcome is *green* or *red*. Green: `passed`, `skipped`, `xfailed` (the expected failure
-//! happened). Red: `failed`, `error`, `crashed`, `timeout`, and `xpassed`. An unexpected pass is
+//! happened). Red: `failed`, `error`, `crashed`, `timeout`, `resource-limit`, and `xpassed`. An unexpected pass is
 //! red when comparing orders, because an `xfail` test that passes in one order and fails in another
 //! has an order-dependent body, just as a plain test would (a strict xfail already arrives as
 //! `failed`). A test that xpasses in every order, though, is `stable` with the signal `xpassed`:
@@ -53,12 +53,14 @@
 //!
 //! # Precedence of the primary bucket
 //!
-//! `order-dependent > crashed > timeout > polluter > flaky > error > failing > skipped > stable`.
+//! `order-dependent > crashed > timeout > resource-limit > polluter > flaky > error > failing >
+//! skipped > stable`.
 //!
 //! Order-dependence comes first because it says the test's own green is not real, which is what
 //! fixgate exists to tell; a crash or timeout that follows the order is the order's doing.
-//! Crashed and timeout come next, in any order and even when flaky, because they kill or stall the
-//! run and cost every later test its evidence. Polluter ranks above flaky, error and failing:
+//! Crashed, timeout and resource-limit (a bound of the run hit: memory, processes, disk) come
+//! next, in any order and even when flaky, because they kill or stall the run and cost every
+//! later test its evidence. Polluter ranks above flaky, error and failing:
 //! its own result may be honest, but it corrupts the evidence of other tests, and it is a code
 //! defect where flaky is an environment one. The lower buckets keep showing as signals, and
 //! [`Triage::finding_kinds`] turns every defect among them into a finding, so nothing that
@@ -152,6 +154,7 @@ pub enum Bucket {
     Skipped,
     Crashed,
     Timeout,
+    ResourceLimit,
 }
 
 impl Bucket {
@@ -166,6 +169,7 @@ impl Bucket {
             Bucket::Skipped => "skipped",
             Bucket::Crashed => "crashed",
             Bucket::Timeout => "timeout",
+            Bucket::ResourceLimit => "resource-limit",
         }
     }
 
@@ -178,9 +182,10 @@ impl Bucket {
             Bucket::Error => 3,
             Bucket::Crashed => 4,
             Bucket::Timeout => 5,
-            Bucket::Flaky => 6,
-            Bucket::Skipped => 7,
-            Bucket::Stable => 8,
+            Bucket::ResourceLimit => 6,
+            Bucket::Flaky => 7,
+            Bucket::Skipped => 8,
+            Bucket::Stable => 9,
         }
     }
 }
@@ -208,7 +213,7 @@ impl<'de> Deserialize<'de> for Bucket {
     }
 }
 
-const BUCKETS: [Bucket; 9] = [
+const BUCKETS: [Bucket; 10] = [
     Bucket::Stable,
     Bucket::OrderDependent,
     Bucket::Polluter,
@@ -218,6 +223,7 @@ const BUCKETS: [Bucket; 9] = [
     Bucket::Skipped,
     Bucket::Crashed,
     Bucket::Timeout,
+    Bucket::ResourceLimit,
 ];
 
 /// A secondary signal. Signals list everything that was seen, including the fact behind the
@@ -240,6 +246,7 @@ pub enum Signal {
     NonIdempotent,
     Crashed,
     Timeout,
+    ResourceLimit,
     /// Red in every order, and not a victim.
     Failing,
     /// Setup or teardown errors in every order.
@@ -268,6 +275,7 @@ impl fmt::Display for Signal {
             Signal::NonIdempotent => "non-idempotent",
             Signal::Crashed => "crashed",
             Signal::Timeout => "timeout",
+            Signal::ResourceLimit => "resource-limit",
             Signal::Failing => "failing",
             Signal::Error => "error",
             Signal::Xpassed => "xpassed",
@@ -305,6 +313,7 @@ impl<'de> Deserialize<'de> for Signal {
             Signal::NonIdempotent,
             Signal::Crashed,
             Signal::Timeout,
+            Signal::ResourceLimit,
             Signal::Failing,
             Signal::Error,
             Signal::Xpassed,
@@ -350,6 +359,7 @@ impl Triage {
             Bucket::OrderDependent => add(FindingKind::OrderDependent),
             Bucket::Crashed => add(FindingKind::Crashed),
             Bucket::Timeout => add(FindingKind::Timeout),
+            Bucket::ResourceLimit => add(FindingKind::ResourceLimit),
             Bucket::Flaky => add(FindingKind::Flaky),
             Bucket::Error => add(FindingKind::ErrorBucket),
             Bucket::Failing => add(FindingKind::Failing),
@@ -450,10 +460,11 @@ pub fn triage(e: &Evidence) -> Triage {
                 .flat_map(|c| c.failing.iter().chain(&c.passing).copied()),
         )
         .chain(e.alone);
-    let (mut crashed, mut timeout) = (false, false);
+    let (mut crashed, mut timeout, mut limited) = (false, false, false);
     for o in observed {
         crashed |= o == Outcome::Crashed;
         timeout |= o == Outcome::Timeout;
+        limited |= o == Outcome::ResourceLimit;
     }
     let polluter = e.polluter_in_pair || !e.dirty_groups.is_empty();
 
@@ -463,6 +474,8 @@ pub fn triage(e: &Evidence) -> Triage {
         Bucket::Crashed
     } else if timeout {
         Bucket::Timeout
+    } else if limited {
+        Bucket::ResourceLimit
     } else if polluter {
         Bucket::Polluter
     } else if flaky {
@@ -497,6 +510,7 @@ pub fn triage(e: &Evidence) -> Triage {
     flag(non_idempotent, Signal::NonIdempotent);
     flag(crashed, Signal::Crashed);
     flag(timeout, Signal::Timeout);
+    flag(limited, Signal::ResourceLimit);
     flag(red_everywhere == Some(Bucket::Failing), Signal::Failing);
     flag(red_everywhere == Some(Bucket::Error), Signal::Error);
     flag(outcomes.contains(&Outcome::Xpassed), Signal::Xpassed);
@@ -509,12 +523,17 @@ pub fn triage(e: &Evidence) -> Triage {
     Triage { bucket, signals }
 }
 
-/// Failing or error for a test red in every order; `None` when its only red outcomes are crashes
-/// and timeouts (their own buckets).
+/// Failing or error for a test red in every order; `None` when its only red outcomes are crashes,
+/// timeouts and resource limits (their own buckets).
 fn failing_kind(outcomes: &[Outcome]) -> Option<Bucket> {
     let mut reds = outcomes
         .iter()
-        .filter(|o| !matches!(o, Outcome::Crashed | Outcome::Timeout))
+        .filter(|o| {
+            !matches!(
+                o,
+                Outcome::Crashed | Outcome::Timeout | Outcome::ResourceLimit
+            )
+        })
         .filter(|o| !o.is_green())
         .peekable();
     reds.peek()?;

@@ -99,6 +99,9 @@ pub enum FindingKind {
     Failing,
     Crashed,
     Timeout,
+    /// A test hit a bound of its run (memory, processes, disk): a fork bomb, a memory grab, a
+    /// disk fill, or a test that needs more than the run allows.
+    ResourceLimit,
     /// Setup or teardown errors in every order (the `error` bucket).
     ErrorBucket,
     /// Differs between reruns of the same order: an environment defect, for the ledger.
@@ -150,6 +153,7 @@ impl FindingKind {
             FindingKind::Failing => "failing",
             FindingKind::Crashed => "crashed",
             FindingKind::Timeout => "timeout",
+            FindingKind::ResourceLimit => "resource-limit",
             FindingKind::ErrorBucket => "error",
             FindingKind::Flaky => "flaky",
             FindingKind::Cosmetic => "cosmetic",
@@ -180,6 +184,7 @@ impl FindingKind {
             FindingKind::Failing => ("failing test", "failing tests"),
             FindingKind::Crashed => ("crashed test", "crashed tests"),
             FindingKind::Timeout => ("timed-out test", "timed-out tests"),
+            FindingKind::ResourceLimit => ("test over a run's limit", "tests over a run's limits"),
             FindingKind::ErrorBucket => ("test error", "test errors"),
             FindingKind::Flaky => ("flaky test", "flaky tests"),
             FindingKind::NewSkip => ("new skip", "new skips"),
@@ -211,6 +216,7 @@ impl FindingKind {
                 | FindingKind::Failing
                 | FindingKind::Crashed
                 | FindingKind::Timeout
+                | FindingKind::ResourceLimit
                 | FindingKind::ErrorBucket
                 | FindingKind::OutsideWrite
                 | FindingKind::CollectionError
@@ -405,7 +411,7 @@ mod tests {
         }
     }
 
-    const DEFECTS: [FindingKind; 9] = [
+    const DEFECTS: [FindingKind; 10] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -413,6 +419,7 @@ mod tests {
         FindingKind::Failing,
         FindingKind::Crashed,
         FindingKind::Timeout,
+        FindingKind::ResourceLimit,
         FindingKind::ErrorBucket,
         FindingKind::NonIdempotent,
     ];

@@ -88,6 +88,9 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
                     ctx.cache_dir.display()
                 ))
             })?;
+            if let Some(w) = store::unauthenticated(settings) {
+                ctx.warn(&w);
+            }
             let layered = LayeredStore::open(store, &settings.config);
             let pushed = layered.push(&last.touched).map_err(|e| {
                 Error::Infra(format!(
@@ -148,7 +151,17 @@ pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
         CacheAction::Clear => {
             store.clear().map_err(fail)?;
             let _ = std::fs::remove_file(ctx.cache_dir.join(store::LAST_TRANSFER));
-            for sub in ["stat", "last-audit", crate::context::REWRITE_CACHE] {
+            // Everything else fixgate keeps here: the plugin (whatever wrote it, it is every
+            // run's code), the rewritten test modules, the stat cache, the last audits'
+            // graphs, the interpreters' fingerprints, the demo's virtualenv.
+            for sub in [
+                "plugin",
+                crate::context::REWRITE_CACHE,
+                "stat",
+                "last-audit",
+                "interpreters",
+                "demo-venv",
+            ] {
                 let _ = std::fs::remove_dir_all(ctx.cache_dir.join(sub));
             }
             ctx.emit_report(
@@ -184,27 +197,11 @@ fn prune_older(dir: &std::path::Path, age: Duration) {
 
 /// `500M`, `2G`, `1.5G`, `800K` or plain bytes.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                'B' => 1,
-                _ => 0,
-            };
-            (&t[..i], mult)
-        }
-        _ => (t, 1),
-    };
-    match (num.trim().parse::<f64>(), mult) {
-        (Ok(n), m) if m > 0 && n >= 0.0 => Ok((n * m as f64) as u64),
-        _ => Err(Error::Usage(format!(
+    crate::units::parse_size(s).ok_or_else(|| {
+        Error::Usage(format!(
             "--max-size {s:?}: expected a size such as 500M, 2G or 1048576"
-        ))),
-    }
+        ))
+    })
 }
 
 #[cfg(test)]

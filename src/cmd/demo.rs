@@ -109,6 +109,9 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             test_timeout: 60,
             allow_network: false,
             containment: crate::cli::ContainmentArg::Auto,
+            memory_limit: None,
+            process_limit: None,
+            disk_limit: None,
         },
     };
     let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None)?;

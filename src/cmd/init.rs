@@ -50,7 +50,10 @@ struct Report {
 pub(crate) fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(None)?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
+    let runner = ctx.runner(
+        &crate::cmd::settings::sandbox(&args.sandbox),
+        &config.limits,
+    )?;
     let pb = ctx.progress(0, "init");
     let result = runner.run_seed(
         &snapshot,
@@ -83,12 +86,12 @@ pub(crate) fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
         .map(|(path, old, new)| unified_diff(path, old.as_deref(), new))
         .collect();
     if args.apply {
+        // The paths name test files the run reported: each is checked to be a path below the
+        // repository, and written there without following a link.
+        let root = crate::beneath::Root::open(&ctx.repo.root)
+            .map_err(|e| Error::io("open", &ctx.repo.root, e))?;
         for (path, _, new) in &changes {
-            let full = ctx.repo.root.join(path);
-            if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
-            }
-            atomic::write(&full, new.as_bytes())?;
+            atomic::write_below(&root, path.as_bytes(), new.as_bytes())?;
         }
     }
     let report = Report {

@@ -112,7 +112,7 @@ pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
     let text = new.to_json();
     let changed = old.as_deref() != Some(text.as_bytes());
     if changed {
-        atomic::write(&lock_path, text.as_bytes())?;
+        atomic::write(&ctx.repo.root, &lock_path, text.as_bytes())?;
     }
     let report = WriteReport {
         schema: 1,
@@ -160,7 +160,7 @@ fn migrate(
     let ok = drift.is_empty();
     let changed = ok && pinned.format != LockFormat::Fixgate;
     if changed {
-        atomic::write(path, new.to_json().as_bytes())?;
+        atomic::write(&ctx.repo.root, path, new.to_json().as_bytes())?;
     }
     let report = MigrateReport {
         schema: 1,

@@ -50,7 +50,10 @@ pub struct SnapshotInfo {
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
+    let runner = ctx.runner(
+        &crate::cmd::settings::sandbox(&args.sandbox),
+        &config.limits,
+    )?;
     let pb = ctx.progress(0, "run");
     let (result, seed) = match &args.order {
         Some(file) => {

@@ -42,6 +42,11 @@ pub(crate) fn sandbox(args: &SandboxArgs) -> SandboxSettings {
         test_timeout: Duration::from_secs(args.test_timeout),
         allow_network: args.allow_network,
         strict_containment: args.containment == ContainmentArg::Strict,
+        limits: crate::limits::LimitArgs {
+            memory: args.memory_limit,
+            processes: args.process_limit,
+            disk: args.disk_limit,
+        },
     }
 }
 

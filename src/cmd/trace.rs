@@ -46,7 +46,10 @@ struct Report<'a> {
 pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
-    let runner = ctx.runner(&crate::cmd::settings::sandbox(&args.sandbox))?;
+    let runner = ctx.runner(
+        &crate::cmd::settings::sandbox(&args.sandbox),
+        &config.limits,
+    )?;
     let pb = ctx.progress(0, "trace");
     let result = runner.run_seed(
         &snapshot,

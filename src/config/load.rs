@@ -8,7 +8,9 @@ use serde::Serialize;
 use crate::config::defaults::default_groups;
 use crate::config::groups::FixtureGroups;
 use crate::config::manifest::parse_manifest;
-use crate::config::model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group};
+use crate::config::model::{
+    BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig,
+};
 use crate::config::pyproject::{parse_pyproject, Pyproject};
 use crate::repo_path::RepoPath;
 
@@ -29,6 +31,8 @@ pub struct Config {
     pub groups: FixtureGroups,
     pub deps: DepsMode,
     pub budget: BudgetConfig,
+    /// `[tool.fixgate.limits]`: each run's bounds.
+    pub limits: LimitsConfig,
     /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
     pub lock: Option<String>,
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
@@ -90,6 +94,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         groups: FixtureGroups::build(groups, source)?,
         deps: py.deps,
         budget: py.budget,
+        limits: py.limits,
         lock: py.lock,
         nio: py.nio,
         warnings,
@@ -415,6 +420,47 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_limits_are_sizes_counts_or_unlimited() {
+        let config = pyproject(
+            "[tool.fixgate.limits]\n\
+             memory = \"1.5G\"\n\
+             processes = 4096\n\
+             disk = \"unlimited\"\n",
+        );
+        assert_eq!(
+            config.limits,
+            LimitsConfig {
+                memory: Some(3 << 29),
+                processes: Some(4096),
+                disk: Some(u64::MAX),
+            }
+        );
+        assert_eq!(pyproject("").limits, LimitsConfig::default());
+        let err = pyproject_err("[tool.fixgate.limits]\nmemory = \"lots\"\n");
+        assert_eq!(
+            err,
+            "pyproject.toml line 2, tool.fixgate.limits.memory: expected a size such as \"512M\" \
+             or \"4G\" or \"unlimited\", found \"lots\"; write memory = \"4G\""
+        );
+        let err = pyproject_err("[tool.fixgate.limits]\nprocesses = 0\n");
+        assert!(
+            err.contains("expected a whole number above 0") && err.contains("found 0"),
+            "{err}"
+        );
+        let err = pyproject_err("[tool.fixgate]\nlimits = 3\n");
+        assert!(
+            err.contains("write a [tool.fixgate.limits] header"),
+            "{err}"
+        );
+        let config = pyproject("[tool.fixgate.limits]\ncpu = 2\n");
+        assert!(
+            config.warnings[0].contains("tool.fixgate.limits.cpu"),
+            "{:?}",
+            config.warnings
+        );
+    }
+
+    #[test]
     fn pyproject_without_tool_fixgate_is_fine() {
         let config = pyproject("[project]\nname = \"demo\"\n[tool.black]\nline-length = 100\n");
         assert!(config.groups.is_empty());
@@ -448,7 +494,7 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" \
+                 keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\" \
                  and \"nio\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \

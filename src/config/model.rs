@@ -14,6 +14,17 @@ pub enum DepsMode {
     Conservative,
 }
 
+/// Bounds from `[tool.fixgate.limits]` (`u64::MAX`: unlimited); `None` means the key is not set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LimitsConfig {
+    /// Bytes of address space of each process of a run.
+    pub memory: Option<u64>,
+    /// Processes (and threads) of a run at once.
+    pub processes: Option<u64>,
+    /// Bytes a run may write: to any one file, its sandbox, `/tmp`, `/dev/shm`.
+    pub disk: Option<u64>,
+}
+
 /// Limits from `[tool.fixgate.budget]`; `None` means the key is not set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct BudgetConfig {

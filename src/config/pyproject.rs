@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use crate::config::groups::{check_glob, check_name, Declared};
-use crate::config::model::{BudgetConfig, ConfigError, DepsMode};
+use crate::config::model::{BudgetConfig, ConfigError, DepsMode, LimitsConfig};
 
 /// The Python project file at the repository root; fixgate reads `[tool.fixgate]` from it.
 pub const PYPROJECT_FILE: &str = "pyproject.toml";
@@ -21,6 +21,7 @@ pub(super) struct Pyproject {
     pub(super) groups: BTreeMap<String, Declared>,
     pub(super) deps: DepsMode,
     pub(super) budget: BudgetConfig,
+    pub(super) limits: LimitsConfig,
     pub(super) lock: Option<String>,
     /// `remote-cache`: the URL of a shared cache (see `engine::store`).
     pub(super) remote_cache: Option<String>,
@@ -135,6 +136,7 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             "groups" => out.groups = parse_groups(&doc, (key, value))?,
             "deps" => out.deps = parse_deps(&doc, (key, value))?,
             "budget" => out.budget = parse_budget(&doc, (key, value), &mut out.warnings)?,
+            "limits" => out.limits = parse_limits(&doc, (key, value), &mut out.warnings)?,
             "lock" => out.lock = Some(parse_lock(&doc, (key, value))?),
             "remote-cache" => match value.get_ref() {
                 DeValue::String(url) => out.remote_cache = Some(url.to_string()),
@@ -169,8 +171,8 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"lock\", \"remote-cache\", \"fork\" and \
-                 \"nio\"",
+                "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \
+                 \"fork\" and \"nio\"",
             )),
         }
     }
@@ -369,6 +371,71 @@ fn parse_budget(
         ));
     }
     Ok(budget)
+}
+
+fn parse_limits(
+    doc: &Doc,
+    (key, value): Entry,
+    warnings: &mut Vec<(usize, String)>,
+) -> Result<LimitsConfig, ConfigError> {
+    let DeValue::Table(table) = value.get_ref() else {
+        return Err(doc.err(
+            key.span(),
+            "tool.fixgate.limits",
+            format!(
+                "expected a table, found {}; write a [tool.fixgate.limits] header followed by \
+                 lines like memory = \"4G\", processes = 4096 or disk = \"8G\"",
+                a_type(value.get_ref())
+            ),
+        ));
+    };
+    let mut limits = LimitsConfig::default();
+    for (limit_key, limit) in table.iter() {
+        let name = limit_key.get_ref().as_ref();
+        let (slot, count, example) = match name {
+            "memory" => (&mut limits.memory, false, "memory = \"4G\""),
+            "processes" => (&mut limits.processes, true, "processes = 4096"),
+            "disk" => (&mut limits.disk, false, "disk = \"8G\""),
+            other => {
+                warnings.push(doc.warn_unknown(
+                    limit_key.span(),
+                    &format!("tool.fixgate.limits.{}", toml_key(other)),
+                    "\"memory\", \"processes\" and \"disk\"",
+                ));
+                continue;
+            }
+        };
+        let parsed = match limit.get_ref() {
+            DeValue::Integer(n) => u64::from_str_radix(n.as_str(), n.radix())
+                .ok()
+                .filter(|&n| n > 0),
+            DeValue::String(text) => crate::units::parse_bound(text, count),
+            _ => None,
+        };
+        match parsed {
+            Some(n) => *slot = Some(n),
+            None => {
+                let found = match limit.get_ref() {
+                    DeValue::Integer(n) => n.as_str().to_owned(),
+                    DeValue::String(text) => format!("{:?}", text.as_ref()),
+                    other => a_type(other),
+                };
+                return Err(doc.err(
+                    limit_key.span(),
+                    &format!("tool.fixgate.limits.{name}"),
+                    format!(
+                        "expected {} or \"unlimited\", found {found}; write {example}",
+                        if count {
+                            "a whole number above 0"
+                        } else {
+                            "a size such as \"512M\" or \"4G\""
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(limits)
 }
 
 #[cfg(test)]

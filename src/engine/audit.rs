@@ -90,7 +90,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
     )?;
     let runner = match &opts.runner {
         Some(r) => r.clone(),
-        None => Arc::new(ctx.runner(&opts.sandbox)?),
+        None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
     };
     let (store, warning) = ctx.open_store(opts.cache);
     if let Some(w) = warning {

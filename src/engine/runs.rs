@@ -143,6 +143,7 @@ impl Engine<'_, '_> {
             ("env", env.finish().to_string()),
             ("hash-seed", HASH_SEED.to_string()),
             ("timeout", self.runner.test_timeout.as_secs().to_string()),
+            ("limits", self.runner.limits.key()),
             ("groups", self.groups.key()),
             ("deps", format!("{:?}", self.deps_mode)),
             (

@@ -302,7 +302,8 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
         "interpreter",
         engine.runner.interpreter.fingerprint.digest(),
     )
-    .param("plugin", crate::pytest::plugin::digest());
+    .param("plugin", crate::pytest::plugin::digest())
+    .param("limits", engine.runner.limits.key());
     for (path, digest) in side.startup_files() {
         node = node.file(path, digest);
     }

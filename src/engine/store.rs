@@ -58,6 +58,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What to say about a remote used without a signing key (the context says it once).
+pub fn unauthenticated(settings: &RemoteSettings) -> Option<String> {
+    if settings.config.mac_key.is_some() {
+        return None;
+    }
+    Some(format!(
+        "the remote cache {} is used without FIXGATE_CACHE_KEY: its results are \
+         unauthenticated, so whoever can write to it decides what this audit reads; set the same \
+         FIXGATE_CACHE_KEY on every machine that shares it to sign and check them",
+        settings.config.display_url()
+    ))
+}
+
 /// The store for `cache_dir` with `remote` behind it, or `NoStore` (with the warning to print)
 /// when the cache is disabled or cannot be opened: the audit still runs, uncached. A required
 /// remote that fails is recorded in `failure`.

@@ -22,9 +22,11 @@ pub(crate) struct PreparedCommand {
     pub(crate) cwd: PathBuf,
     /// The run's folder (tree, home, tmp and the files exchanged with the plugin): writable.
     pub(crate) sandbox: PathBuf,
-    /// The plugin's files: readable.
+    /// fixgate's cache directory: hidden, but for the two folders below.
+    pub(crate) cache_dir: PathBuf,
+    /// The plugin's files, compiled by fixgate: readable.
     pub(crate) plugin_dir: PathBuf,
-    /// pytest's rewritten test modules, kept between runs: writable.
+    /// pytest's rewritten test modules, made by fixgate: readable.
     pub(crate) rewrite_cache: PathBuf,
     /// The user's repository: hidden.
     pub(crate) origin_root: PathBuf,
@@ -32,6 +34,8 @@ pub(crate) struct PreparedCommand {
     pub(crate) interpreter: Vec<PathBuf>,
     /// Leave the network alone (`--allow-network`).
     pub(crate) allow_network: bool,
+    /// The run's bounds.
+    pub(crate) limits: crate::limits::Limits,
 }
 
 impl PreparedCommand {
@@ -54,11 +58,13 @@ impl PreparedCommand {
             &crate::contain::RunPaths {
                 sandbox: &self.sandbox,
                 cwd: &self.cwd,
+                cache_dir: &self.cache_dir,
                 plugin_dir: &self.plugin_dir,
                 rewrite_cache: &self.rewrite_cache,
                 origin_root: &self.origin_root,
                 interpreter: &interpreter,
                 allow_network: self.allow_network,
+                limits: &self.limits,
             },
         );
         cmd

@@ -49,11 +49,16 @@ pub(crate) const ENV_ALLOWLIST: &[&str] = &[
 #[derive(Clone)]
 pub struct Runner {
     pub interpreter: Interpreter,
-    pub plugin_dir: PathBuf,
-    /// Where the plugin keeps pytest's rewritten test modules between runs (see
-    /// src/pytest/plugin/rewrite.py): sandboxes are fresh and write no bytecode, so without it
+    /// The plugin, compiled (read-only to runs).
+    pub plugin: Arc<crate::pytest::plugin::Installed>,
+    /// pytest's rewritten test modules, made by fixgate before the runs that import them (see
+    /// src/pytest/rewrites.rs): sandboxes are fresh and write no bytecode, so without them
     /// every run would rewrite and compile every test module again.
-    pub rewrite_cache: PathBuf,
+    pub rewrites: Arc<crate::pytest::rewrites::Rewrites>,
+    /// The cache directory, hidden from runs (but for the plugin and the rewrites).
+    pub cache_dir: PathBuf,
+    /// Every run's bounds.
+    pub limits: crate::limits::Limits,
     /// Extra variable names passed through (`--pass-env`).
     pub pass_env: Vec<String>,
     pub test_timeout: Duration,
@@ -171,7 +176,7 @@ impl Runner {
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
-        pythonpath.push(self.plugin_dir.clone());
+        pythonpath.push(self.plugin.dir.clone());
         let mut set = |name: &str, value: OsString| {
             env.insert(name.to_owned(), value);
         };
@@ -185,7 +190,6 @@ impl Runner {
         set("TMP", sandbox.tmp().into());
         set("PYTHONHASHSEED", HASH_SEED.into());
         set("PYTHONDONTWRITEBYTECODE", "1".into());
-        set("FIXGATE_PYC_CACHE", self.rewrite_cache.clone().into());
         set("PYTHONUNBUFFERED", "1".into());
         set("TZ", "UTC".into());
         set("NO_COLOR", "1".into());
@@ -202,15 +206,23 @@ impl Runner {
             env,
             cwd: tree,
             sandbox: sandbox.dir().to_path_buf(),
-            plugin_dir: self.plugin_dir.clone(),
-            rewrite_cache: self.rewrite_cache.clone(),
+            cache_dir: self.cache_dir.clone(),
+            plugin_dir: self.plugin.dir.clone(),
+            rewrite_cache: self.rewrites.dir().to_path_buf(),
             origin_root: self.origin_root.clone(),
             interpreter: vec![
                 self.interpreter.path.clone(),
                 PathBuf::from(&self.interpreter.fingerprint.executable),
             ],
             allow_network: self.allow_network,
+            limits: self.limits,
         }
+    }
+
+    /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
+    pub(crate) fn sandbox(&self, snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
+        self.rewrites.prepare(snapshot, overlay);
+        Sandbox::create(snapshot, overlay, &self.env.temp_dir)
     }
 
     /// The arguments of every pytest process of a run. pytest-randomly and pytest-random-order
@@ -241,6 +253,10 @@ impl Runner {
             sandbox.tmp().join(PYTEST_CACHE).display()
         ));
         args.push(format!("--fixgate-events={}", events.display()));
+        args.push(format!(
+            "--fixgate-rewrite={}",
+            self.rewrites.dir().display()
+        ));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
     }
@@ -294,7 +310,7 @@ impl Runner {
     /// Collects, and returns what collection read and imported (its dependencies).
     pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
         self.check_interrupted()?;
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), &self.env.temp_dir)?;
+        let sandbox = self.sandbox(snapshot, &Overlay::new())?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -431,15 +447,16 @@ impl Runner {
         let prepare = |sandbox: &Sandbox, events: &Path| {
             self.prepare(sandbox, &self.base_args(sandbox, events))
         };
+        let fresh = |snapshot: &Snapshot| self.sandbox(snapshot, &Overlay::new());
         let launch = Launch {
-            temp_dir: &self.env.temp_dir,
+            sandbox: &fresh,
             interrupted: &self.interrupted,
             prepare: &prepare,
             host: &self.host,
         };
         let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => Place::Own(Sandbox::create(snapshot, overlay, &self.env.temp_dir)?),
+            None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
         let sandbox_dir = place.sandbox().dir().to_path_buf();
         let watch = sandbox_dir.join("watch.json");
@@ -449,6 +466,8 @@ impl Runner {
 
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
         result.session_code = record.code.then(CodeRan::new);
+        // The run's disk bound, counted from the sandbox as the run found it.
+        let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -507,7 +526,12 @@ impl Runner {
                 }
                 place => self.spawn(place.sandbox(), k, &extra)?,
             };
-            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress)?;
+            if k > 0 {
+                if let Some(d) = disk.as_mut() {
+                    d.next_process();
+                }
+            }
+            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress, &mut disk)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
@@ -578,6 +602,7 @@ impl Runner {
         });
         for t in &mut result.tests {
             t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
+            self.limits.classify(&mut t.outcome, &mut t.message);
         }
         result
             .warnings
@@ -593,6 +618,7 @@ impl Runner {
         order: Option<&[String]>,
         result: &mut RunResult,
         progress: Option<&ProgressBar>,
+        disk: &mut Option<crate::limits::DiskWatch>,
     ) -> Result<ProcessOutcome> {
         let mut reader = EventReader::open(&p.events)?;
         // The test running now: named by `test_start`, or, after a result, the next one in the
@@ -603,6 +629,7 @@ impl Runner {
         let mut collected = None;
         let mut collect_errors = Vec::new();
         let mut timed_out = false;
+        let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
@@ -695,11 +722,28 @@ impl Runner {
                     timed_out = true;
                 }
             }
+            if filled.is_none() {
+                filled = disk.as_mut().and_then(crate::limits::DiskWatch::over);
+                if filled.is_some() {
+                    p.kill();
+                }
+            }
             p.pause();
         };
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
-            let (outcome, message) = if timed_out {
+            let (outcome, message) = if let Some(size) = filled {
+                (
+                    Outcome::ResourceLimit,
+                    self.limits.message(
+                        crate::limits::Hit::Disk,
+                        &format!(
+                            "the run's sandbox grew by {}",
+                            crate::units::show_size(size)
+                        ),
+                    ),
+                )
+            } else if timed_out {
                 (
                     Outcome::Timeout,
                     format!(

@@ -107,8 +107,9 @@ fn identity(snapshot: &Snapshot) -> Key {
 
 /// What starting a zygote takes from the runner; used only when a zygote is started.
 pub(crate) struct Launch<'a> {
-    /// Where the zygote's sandbox goes.
-    pub(crate) temp_dir: &'a Path,
+    /// A new sandbox of a snapshot, made as the runner makes every run's (its test modules'
+    /// rewrites first).
+    pub(crate) sandbox: &'a dyn Fn(&Snapshot) -> crate::error::Result<Sandbox>,
     /// Set by Ctrl-C: stop waiting for the zygote's collection.
     pub(crate) interrupted: &'a AtomicBool,
     /// The command of a pytest process in a sandbox, writing the given event file, as the
@@ -365,8 +366,7 @@ impl Zygote {
         stats: &Arc<ForkStats>,
     ) -> Result<Zygote, String> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
-        let sandbox = Sandbox::create(snapshot, &Overlay::new(), launch.temp_dir)
-            .map_err(|e| why(e.to_string()))?;
+        let sandbox = (launch.sandbox)(snapshot).map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
             .record()
             .map_err(|e| why(format!("recording its sandbox: {e}")))?;

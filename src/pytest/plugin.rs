@@ -1,14 +1,17 @@
-//! The embedded pytest plugin: written to disk under its own hash, loaded with `-p`.
+//! The embedded pytest plugin: written to disk under its own hash and compiled there by fixgate
+//! before any run, loaded with `-p`.
 //!
 //! `fixgate_plugin`, the module `-p` names, is a short loader of the plugin's modules, split by
 //! concern (`fixgate_plugin_events`, `_trace`, `_classify`, `_lease`, `_rewrite`, `_deps`,
 //! `_state`, `_record`, `_forkserver`, `_options`, `_hooks`).
 //! pytest rewrites the asserts of every module named with `-p`, from source, and runs write no
 //! bytecode, so naming the plugin itself would have every pytest process parse, rewrite and
-//! compile its 2,000 lines again (about 0.1 s). The loader keeps each module compiled beside it,
-//! checksummed (a damaged file is compiled again, never run).
+//! compile its 2,000 lines again (about 0.1 s). The loader runs each module from the bytecode
+//! [`install`] compiled beside it, outside any run (runs see the folder read-only and never
+//! write it: a run's code is the patch's, and what it wrote would be the next run's plugin).
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
 
@@ -64,23 +67,128 @@ fn digest_of(files: &[(String, &str)]) -> String {
     hasher.finalize().to_hex().to_string()
 }
 
-/// Writes the plugin into `<cache_dir>/plugin/<hash>/` (or the temporary directory when the
-/// cache directory is not writable) and returns the directory to put on `PYTHONPATH`.
-pub fn install(cache_dir: &Path, temp_dir: &Path) -> Result<PathBuf> {
+/// The plugin on disk: the folder to put on `PYTHONPATH`, and the private folder that holds it
+/// when the cache directory is not writable (removed when the last run is done).
+#[derive(Debug)]
+pub struct Installed {
+    pub dir: PathBuf,
+    _private: Option<tempfile::TempDir>,
+}
+
+/// Compiles the named modules of the folder `argv[1]` into its `__pycache__`, as the shim
+/// expects them: magic number, the SHA-256 of the marshalled code, the code; prints each file
+/// written, relative to the folder, one a line. Run with `-I -S`: nothing but the interpreter
+/// itself is imported.
+const COMPILE: &str = r#"
+import hashlib, importlib.util, marshal, os, sys
+folder = sys.argv[1]
+out = os.path.join(folder, "__pycache__")
+os.makedirs(out, exist_ok=True)
+for name in sys.argv[2:]:
+    source = os.path.join(folder, name + ".py")
+    with open(source, "rb") as f:
+        body = marshal.dumps(compile(f.read(), source, "exec", dont_inherit=True))
+    path = os.path.join(out, "%s.%s.fixgate" % (name, sys.implementation.cache_tag))
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(importlib.util.MAGIC_NUMBER + hashlib.sha256(body).digest() + body)
+    os.replace(tmp, path)
+    print(os.path.relpath(path, folder))
+"#;
+
+/// Writes the plugin into `<cache_dir>/plugin/<hash>/` and compiles it there for `python`
+/// (once per interpreter: `fingerprint` names it). When the cache directory is not writable, a
+/// private temporary folder of this process takes its place, never a folder other users
+/// share: whoever can write the plugin decides every run's outcome.
+pub fn install(
+    cache_dir: &Path,
+    temp_dir: &Path,
+    python: &Path,
+    fingerprint: &str,
+) -> Result<Installed> {
     let hash = &digest()[..16];
-    let mut last_err = None;
-    for base in [cache_dir.join("plugin"), temp_dir.join("fixgate-plugin")] {
-        let dir = base.join(hash);
-        match write_files(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last_err = Some((dir, e)),
-        }
+    let shared = cache_dir.join("plugin").join(hash);
+    if write_files(&shared).is_ok() {
+        compile(&shared, python, fingerprint)?;
+        return Ok(Installed {
+            dir: shared,
+            _private: None,
+        });
     }
-    let (dir, e) = last_err.expect("at least one attempt");
-    Err(Error::Infra(format!(
-        "failed to write the pytest plugin to {}: {e}; pass --cache-dir with a writable directory",
-        dir.display()
-    )))
+    let private = tempfile::Builder::new()
+        .prefix("fixgate-plugin-")
+        .tempdir_in(temp_dir)
+        .map_err(|e| {
+            Error::Infra(format!(
+                "failed to write the pytest plugin to {} or a private folder in {}: {e}; pass \
+                 --cache-dir with a writable directory",
+                shared.display(),
+                temp_dir.display()
+            ))
+        })?;
+    let dir = private.path().join(hash);
+    write_files(&dir).map_err(|e| Error::io("write the pytest plugin to", &dir, e))?;
+    compile(&dir, python, fingerprint)?;
+    Ok(Installed {
+        dir,
+        _private: Some(private),
+    })
+}
+
+/// Compiles the plugin's modules in `dir` with `python`, unless the stamp of this interpreter
+/// says it was done and every file it lists still has the digest it records: a copy damaged or
+/// removed since is compiled again. A failure leaves no stamp: the loader then compiles in
+/// memory.
+fn compile(dir: &Path, python: &Path, fingerprint: &str) -> Result<()> {
+    let stamp = dir.join(format!(
+        "compiled-{}",
+        &fingerprint[..16.min(fingerprint.len())]
+    ));
+    if std::fs::read_to_string(&stamp).is_ok_and(|text| stamp_holds(dir, &text)) {
+        return Ok(());
+    }
+    let out = Command::new(python)
+        .args(["-I", "-S", "-c", COMPILE])
+        .arg(dir)
+        .args(MODULES.iter().map(|(name, _)| name))
+        .env_clear()
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            Error::Infra(format!(
+                "failed to start {} to compile the pytest plugin: {e}",
+                python.display()
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(Error::Infra(format!(
+            "{} failed to compile the pytest plugin in {} ({}): {}",
+            python.display(),
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut text = String::new();
+    for name in String::from_utf8_lossy(&out.stdout).lines() {
+        let file = dir.join(name);
+        let bytes = std::fs::read(&file).map_err(|e| Error::io("read", &file, e))?;
+        text.push_str(&format!("{} {name}\n", blake3::hash(&bytes).to_hex()));
+    }
+    // A stamp cut short lists a file it does not check: the next install compiles again.
+    std::fs::write(&stamp, text).map_err(|e| Error::io("write", &stamp, e))
+}
+
+/// Whether every `<blake3> <file>` line of a stamp names a file of `dir` with that digest.
+fn stamp_holds(dir: &Path, text: &str) -> bool {
+    !text.is_empty()
+        && text.lines().all(|line| {
+            line.split_once(' ').is_some_and(|(digest, name)| {
+                std::fs::read(dir.join(name))
+                    .is_ok_and(|bytes| blake3::hash(&bytes).to_hex().as_str() == digest)
+            })
+        })
 }
 
 /// Writes each file that is missing or differs, atomically; a file already right is left alone.
@@ -115,6 +223,73 @@ mod tests {
             .collect();
         let ours: Vec<&str> = MODULES.iter().map(|(n, _)| *n).collect();
         assert_eq!(listed, ours);
+    }
+
+    /// An interpreter for the tests below: `python3` on PATH.
+    fn python() -> PathBuf {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("the plugin's tests need python3 on PATH");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    }
+
+    #[test]
+    fn the_plugin_is_compiled_by_fixgate_once_per_interpreter() {
+        let cache = tempfile::tempdir().unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let installed = install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert!(installed.dir.starts_with(cache.path().join("plugin")));
+        let compiled: Vec<String> = std::fs::read_dir(installed.dir.join("__pycache__"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for (name, _) in MODULES {
+            assert!(
+                compiled
+                    .iter()
+                    .any(|c| c.starts_with(&format!("{name}.")) && c.ends_with(".fixgate")),
+                "{name} not compiled: {compiled:?}"
+            );
+        }
+        // A second install for the same interpreter compiles nothing while the copies are what
+        // the stamp records; a damaged or removed copy is compiled again.
+        let stamp = installed.dir.join("compiled-0123456789abcdef");
+        let recorded = std::fs::read_to_string(&stamp).unwrap();
+        assert_eq!(recorded.lines().count(), MODULES.len(), "{recorded}");
+        let copy = installed
+            .dir
+            .join(recorded.lines().next().unwrap().split_once(' ').unwrap().1);
+        let good = std::fs::read(&copy).unwrap();
+        let modified = || std::fs::metadata(&copy).unwrap().modified().unwrap();
+        let before = modified();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert_eq!(modified(), before, "compiled again though nothing changed");
+        std::fs::write(&copy, b"damaged").unwrap();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
+        std::fs::remove_dir_all(installed.dir.join("__pycache__")).unwrap();
+        install(cache.path(), temp.path(), &python(), "0123456789abcdef0").unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
+    }
+
+    #[test]
+    fn without_a_writable_cache_the_plugin_goes_to_a_private_folder_removed_after_use() {
+        let blocker = tempfile::tempdir().unwrap();
+        std::fs::write(blocker.path().join("file"), "").unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let installed = install(
+            &blocker.path().join("file/cache"),
+            temp.path(),
+            &python(),
+            "fp",
+        )
+        .unwrap();
+        assert!(installed.dir.starts_with(temp.path()));
+        assert!(installed.dir.join(format!("{MODULE}.py")).exists());
+        let private = installed.dir.parent().unwrap().to_path_buf();
+        drop(installed);
+        assert!(!private.exists());
     }
 
     #[test]

@@ -3,9 +3,11 @@ modules beside this file (events, trace, classify, lease, rewrite, deps, state, 
 forkserver, options, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
-write no bytecode, so the plugin would be compiled by every pytest process. This loader compiles
-each module once per interpreter into a file beside it, with a checksum: a damaged or foreign
-file is compiled again, never run.
+write no bytecode, so the plugin would be compiled by every pytest process. fixgate compiles each
+module into a file beside it, with a checksum, before any run; this loader runs that code, or
+compiles the source in memory when the file is missing, damaged or another interpreter's. It
+never writes: the folder is read-only to runs, and anything a run wrote here would be every later
+run's plugin.
 """
 
 import hashlib
@@ -34,7 +36,7 @@ _MODULES = (
 
 
 def _compiled(name, source):
-    """The module's code object: the checked file, else the source compiled (and stored)."""
+    """The module's code object: fixgate's compiled file when it checks, else the source."""
     path = os.path.join(_DIR, "__pycache__", "%s.%s.fixgate" % (name, sys.implementation.cache_tag))
     try:
         with open(path, "rb") as f:
@@ -45,17 +47,7 @@ def _compiled(name, source):
     except (OSError, EOFError, ValueError, TypeError):
         pass
     with open(source, "rb") as f:
-        code = compile(f.read(), source, "exec", dont_inherit=True)
-    try:
-        body = marshal.dumps(code)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(body).digest() + body)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only directory: compile on every run
-    return code
+        return compile(f.read(), source, "exec", dont_inherit=True)
 
 
 def _load(name):
@@ -76,6 +68,10 @@ def _load(name):
 for _name in _MODULES:
     _load(_name)
 _hooks = sys.modules["fixgate_plugin_hooks"]
-pytest_addoption = _hooks.pytest_addoption
 pytest_configure = _hooks.pytest_configure
 pytest_load_initial_conftests = sys.modules["fixgate_plugin_options"].pytest_load_initial_conftests
+
+
+def pytest_addoption(parser):
+    _hooks.pytest_addoption(parser)
+    sys.modules["fixgate_plugin_rewrite"].pytest_addoption(parser)

@@ -103,6 +103,9 @@ pub enum Outcome {
     Crashed,
     /// The test ran past `--test-timeout` and was killed.
     Timeout,
+    /// The test hit one of the run's bounds (memory, processes, disk): see src/limits.rs.
+    #[serde(rename = "resource-limit")]
+    ResourceLimit,
 }
 
 impl Outcome {
@@ -127,11 +130,13 @@ impl Outcome {
             Outcome::Xpassed => "xpassed",
             Outcome::Crashed => "crashed",
             Outcome::Timeout => "timeout",
+            Outcome::ResourceLimit => "resource-limit",
         }
     }
 
     /// One letter per outcome, for the reports' grids: `P` passed, `F` failed, `E` error, `S`
-    /// skipped, `C` crashed, `T` timeout, `X` xfailed or xpassed.
+    /// skipped, `C` crashed, `T` timeout, `L` a resource limit (a run's bound), `X` xfailed or
+    /// xpassed.
     pub(crate) fn letter(self) -> &'static str {
         match self {
             Outcome::Passed => "P",
@@ -140,6 +145,7 @@ impl Outcome {
             Outcome::Skipped => "S",
             Outcome::Crashed => "C",
             Outcome::Timeout => "T",
+            Outcome::ResourceLimit => "L",
             Outcome::Xfailed | Outcome::Xpassed => "X",
         }
     }

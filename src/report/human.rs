@@ -144,7 +144,7 @@ pub(crate) fn graph_line(r: &AuditReport) -> String {
 
 /// The legend of [`crate::pytest::result::Outcome::letter`].
 pub(crate) const OUTCOME_LEGEND: &str =
-    "P passed, F failed, E error, S skipped, C crashed, T timeout, X xfailed/xpassed";
+    "P passed, F failed, E error, S skipped, C crashed, T timeout, L limit, X xfailed/xpassed";
 
 /// A test's outcomes in run order, `0:P rev:F 1:P 2:F`; orders the test did not run in are left
 /// out, and outcomes under labels missing from `orders` follow in label order.

@@ -275,7 +275,8 @@ fn test_case(r: &AuditReport, t: &TestReport) -> Case {
         | Bucket::Polluter
         | Bucket::Failing
         | Bucket::Crashed
-        | Bucket::Timeout => (
+        | Bucket::Timeout
+        | Bucket::ResourceLimit => (
             CaseResult::Failure {
                 message,
                 kind: t.bucket.as_str().to_owned(),

@@ -21,6 +21,8 @@ pub(crate) struct Gate {
     lock: Option<Lock>,
     /// The frozen copy's root, where SHA-256 pins read fixture bytes.
     root: PathBuf,
+    /// The base's `[tool.fixgate.limits]`: every run's bounds, as the audit takes them.
+    limits: crate::config::LimitsConfig,
 }
 
 impl Gate {
@@ -39,7 +41,13 @@ impl Gate {
             groups: config.groups,
             lock,
             root: head.root.clone(),
+            limits: base_config.limits,
         })
+    }
+
+    /// The base's run limits.
+    pub(crate) fn limits(&self) -> &crate::config::LimitsConfig {
+        &self.limits
     }
 
     /// Whether the gate still holds for `base` (the revision may have moved).

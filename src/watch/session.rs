@@ -61,6 +61,8 @@ struct Warm {
     runner: Arc<Runner>,
     /// The interpreter's fingerprint digest: another interpreter, another runner.
     interpreter: String,
+    /// The base's run limits it was made with.
+    limits: crate::config::LimitsConfig,
 }
 
 /// What an audit ran on: the frozen tree's digest and the base commit.
@@ -358,7 +360,12 @@ impl Session {
             drift: &drift,
             microseconds,
         })?;
-        let runner = self.runner(ctx)?;
+        let limits = self
+            .gate
+            .as_ref()
+            .map(|g| g.limits().clone())
+            .unwrap_or_default();
+        let runner = self.runner(ctx, &limits)?;
         let mut opts = self.settings.options.clone();
         opts.today = self.settings.today.unwrap_or_else(crate::cmd::audit::today);
         // The runner's clone shares the warm interpreters; its flag is this audit's own.
@@ -386,21 +393,23 @@ impl Session {
 
     /// The warm runner, kept while the interpreter is the same: its zygotes are keyed by the
     /// snapshot they collected (every path with its stat data), so the base's serve every
-    /// audit and a changed head gets new ones, collected from its new bytes.
-    fn runner(&mut self, ctx: &Ctx) -> Result<Arc<Runner>> {
+    /// audit and a changed head gets new ones, collected from its new bytes. New run limits in
+    /// the base make a new runner too.
+    fn runner(&mut self, ctx: &Ctx, limits: &crate::config::LimitsConfig) -> Result<Arc<Runner>> {
         let path = interpreter::choose(ctx.python.as_deref(), &ctx.repo.root, &ctx.env);
         let fingerprint = interpreter::probe_cached(&path, &ctx.cache_dir, &ctx.env)?
             .fingerprint
             .digest();
         match &self.warm {
-            Some(w) if w.interpreter == fingerprint => Ok(w.runner.clone()),
+            Some(w) if w.interpreter == fingerprint && &w.limits == limits => Ok(w.runner.clone()),
             _ => {
                 // The old zygotes die here (the pool kills and reaps them when dropped).
                 self.warm = None;
-                let runner = Arc::new(ctx.runner(&self.settings.options.sandbox)?);
+                let runner = Arc::new(ctx.runner(&self.settings.options.sandbox, limits)?);
                 self.warm = Some(Warm {
                     runner: runner.clone(),
                     interpreter: fingerprint,
+                    limits: limits.clone(),
                 });
                 Ok(runner)
             }

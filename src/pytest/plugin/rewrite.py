@@ -1,34 +1,57 @@
-"""fixgate plugin: pytest's rewritten test modules, cached by content outside the sandbox."""
+"""fixgate plugin: pytest's rewritten test modules, made by fixgate before the run and read here.
+
+Every run starts in a fresh sandbox with PYTHONDONTWRITEBYTECODE=1, so pytest would parse,
+rewrite and compile every test module and conftest.py in every run; in a user's tree its own
+__pycache__ saves that from the second run on. fixgate rewrites the snapshot's test modules
+itself, outside any run, into a folder per interpreter (src/pytest/rewrites.rs) that runs see
+read-only and is named with --fixgate-rewrite. A rewrite is looked up there by a hash of the
+source bytes; a file missing from it (a module fixgate did not expect pytest to rewrite, one whose
+rewrite warns) is rewritten by pytest as in a plain run, and nothing is ever written: what a run
+wrote would be another run's test. The cache holds only the rewrite with
+enable_assertion_pass_hook off and no -O, so either setting skips it. Cache files are read with
+the trace hook muted: they are fixgate's, not the test's.
+"""
 
 import hashlib
 import os
 import sys
 
-import pytest
-
 from fixgate_plugin_trace import _Quiet
 
-# Every run starts in a fresh sandbox with PYTHONDONTWRITEBYTECODE=1, so pytest would parse,
-# rewrite and compile every test module and conftest.py in every run; in a user's tree its own
-# __pycache__ saves that from the second run on. fixgate names a directory outside the sandbox
-# in FIXGATE_PYC_CACHE, and the rewrite is looked up there by a hash of everything it depends
-# on: the source bytes, the interpreter, pytest's version, the optimisation level and the one
-# setting that changes rewriting (enable_assertion_pass_hook). A rewrite that warned is never
-# cached, so its warnings are seen (and can fail the run under -W error) every time, as in a
-# run without the cache. Cache files are read and written with the trace hook muted: they are
-# fixgate's, not the test's. Anything unexpected falls back to pytest's own path.
+OPTION = "--fixgate-rewrite"
+# Also in src/pytest/rewrites.rs, which names the files.
+_DOMAIN = b"fixgate rewrite v3\0"
+
+
+def pytest_addoption(parser):
+    parser.getgroup("fixgate").addoption(
+        OPTION,
+        dest="fixgate_rewrite",
+        default=None,
+        metavar="DIR",
+        help="fixgate: read pytest's rewritten test modules from DIR (fixgate writes them).",
+    )
+
+
+def _folder():
+    """The folder named on the command line. Read from sys.argv at import: conftest.py files are
+    rewritten before pytest has parsed its options."""
+    prefix = OPTION + "="
+    for arg in sys.argv[1:]:
+        if arg.startswith(prefix):
+            return arg[len(prefix) :]
+    return None
 
 
 def _install_rewrite_cache():
-    cache = os.environ.pop("FIXGATE_PYC_CACHE", None)
-    if not cache or not sys.dont_write_bytecode:
+    folder = _folder()
+    if not folder or not sys.dont_write_bytecode or sys.flags.optimize:
         return
     try:
         import _imp
         import importlib.util
         import marshal
         import types
-        import warnings
 
         from _pytest.assertion import rewrite
     except Exception:
@@ -38,15 +61,6 @@ def _install_rewrite_cache():
     if original is None or fix_filename is None:
         return
     returns = str(getattr(original, "__annotations__", {}).get("return", ""))
-    salt = repr(
-        (
-            "fixgate-rewrite-v2",
-            sys.version,
-            importlib.util.MAGIC_NUMBER,
-            pytest.__version__,
-            sys.flags.optimize,
-        )
-    ).encode("utf-8")
 
     def first_value(fn, source):
         # what pytest returns beside the code: only used to write its own pyc, which it does
@@ -55,64 +69,37 @@ def _install_rewrite_cache():
             return os.stat(fn)
         return importlib.util.source_hash(source)
 
-    def muted(action):
-        with _Quiet():
-            try:
-                return action()
-            except Exception:
-                return None
-
     # A file is the sha256 of the marshalled code, then the code: a damaged file (a flipped
     # bit can still unmarshal, into different code) is a miss, never a different test.
     def load(path):
-        with open(path, "rb") as f:
-            data = f.read()
+        with _Quiet():
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                return None
         body = data[32:]
         if len(data) < 32 or hashlib.sha256(body).digest() != data[:32]:
             return None
-        co = marshal.loads(body)
-        return co if isinstance(co, types.CodeType) else None
-
-    def store(path, co):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        body = marshal.dumps(co)
         try:
-            with open(tmp, "wb") as f:
-                f.write(hashlib.sha256(body).digest() + body)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            co = marshal.loads(body)
+        except (EOFError, ValueError, TypeError):
+            return None
+        return co if isinstance(co, types.CodeType) else None
 
     def cached_rewrite(fn, config):
         source = fn.read_bytes()  # traced, as pytest's own read would be
         try:
             hook = bool(config.getini("enable_assertion_pass_hook"))
         except Exception:
-            hook = None
-        key = hashlib.sha256(salt + repr(hook).encode("utf-8") + b"\0" + source).hexdigest()
-        path = os.path.join(cache, key[:2], key[2:] + ".bin")
-        co = muted(lambda: load(path))
-        if co is not None:
-            fix_filename(co, str(fn))
-            return first_value(fn, source), co
-        # A quiet pass first: when rewriting these bytes warns about nothing at all, the
-        # filters in force could not have changed anything, so its code is pytest's and may be
-        # cached (if the file still holds the key's bytes). Otherwise pytest's own rewrite runs
-        # under the filters in force, so its warnings and errors (a SyntaxWarning that -W error
-        # makes a SyntaxError) are exactly a plain run's, and nothing is cached.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                quiet = original(fn, config)
-            except Exception:
-                quiet = None
-        if quiet is None or caught:
-            return original(fn, config)
-        if fn.read_bytes() == source:
-            muted(lambda: store(path, quiet[1]))
-        return quiet
+            hook = True
+        if not hook:
+            key = hashlib.sha256(_DOMAIN + source).hexdigest()
+            co = load(os.path.join(folder, key[:2], key[2:] + ".bin"))
+            if co is not None:
+                fix_filename(co, str(fn))
+                return first_value(fn, source), co
+        return original(fn, config)
 
     rewrite._rewrite_test = cached_rewrite
 

@@ -1,0 +1,470 @@
+//! Each run's bounds (memory, processes, disk): their defaults and settings, and how a test that
+//! hit one is told apart, so that a fork bomb, a memory grab or a disk fill ends as a
+//! `resource-limit` result for the test that was running, never as a hang or a host outage.
+//!
+//! How they are enforced (src/contain.rs applies them): memory by `RLIMIT_AS` on every process of
+//! the run; processes by the run's own PID namespace's `pid_max` where the kernel keeps one per
+//! namespace (Linux 6.14), and by `RLIMIT_NPROC`, which the kernel does not apply to root; disk by
+//! `RLIMIT_FSIZE` on every file, a size-limited tmpfs for the run's own `/tmp`, `/run` and
+//! `/dev/shm`, and [`DiskWatch`], which stops a run whose sandbox grows past the bound. A cgroup
+//! per run would bound the run as a whole (memory of all its processes, tmpfs pages included);
+//! fixgate does not use one yet, see docs/threat-model.md.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::LimitsConfig;
+use crate::error::{Error, Result};
+use crate::pytest::result::Outcome;
+use crate::units::show_size;
+
+/// No bound.
+pub(crate) const UNLIMITED: u64 = u64::MAX;
+
+/// The fewest processes a PID namespace's `pid_max` can be set to (the kernel reserves 300).
+pub(crate) const PID_MAX_MIN: u64 = 301;
+
+/// Processes (threads count) a run may have at once unless told otherwise: far above what a
+/// test suite starts, far below what takes a machine down.
+pub(crate) const DEFAULT_PROCESSES: u64 = 4096;
+
+/// The bounds of every run of one fixgate process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of address space of each process.
+    pub memory: u64,
+    /// Processes and threads at once.
+    pub processes: u64,
+    /// Bytes of any one file, of the sandbox, and of each scratch folder.
+    pub disk: u64,
+    /// The bounds the command line and the configuration set; the others are defaults made
+    /// from this machine (its memory, `--jobs`, the free space now), which a normal suite
+    /// never meets and which must not split the cache between machines or from one audit to
+    /// the next.
+    pub configured: LimitArgs,
+}
+
+/// The bounds the command line sets (`None`: not given).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitArgs {
+    pub memory: Option<u64>,
+    pub processes: Option<u64>,
+    pub disk: Option<u64>,
+}
+
+/// Which bound a test hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hit {
+    Memory,
+    Processes,
+    Disk,
+}
+
+impl Hit {
+    fn name(self) -> &'static str {
+        match self {
+            Hit::Memory => "memory",
+            Hit::Processes => "processes",
+            Hit::Disk => "disk",
+        }
+    }
+}
+
+impl Limits {
+    /// The command line over `[tool.fixgate.limits]` (of the base, for an audit) over the
+    /// defaults: each of `jobs` parallel runs gets its share of the memory, and half its share
+    /// of the free space where sandboxes live (at most 16 GiB, at least 256 MiB).
+    pub fn resolve(
+        args: &LimitArgs,
+        config: &LimitsConfig,
+        jobs: usize,
+        sandboxes: &Path,
+    ) -> Limits {
+        let jobs = jobs.max(1) as u64;
+        let memory = physical_memory().map_or(UNLIMITED, |m| (m / jobs).max(1 << 30));
+        let disk =
+            free_bytes(sandboxes).map_or(16 << 30, |f| (f / (2 * jobs)).clamp(256 << 20, 16 << 30));
+        let configured = LimitArgs {
+            memory: args.memory.or(config.memory),
+            processes: args.processes.or(config.processes),
+            disk: args.disk.or(config.disk),
+        };
+        Limits {
+            memory: configured.memory.unwrap_or(memory),
+            processes: configured.processes.unwrap_or(DEFAULT_PROCESSES),
+            disk: configured.disk.unwrap_or(disk),
+            configured,
+        }
+    }
+
+    /// Part of every run's key: a run under other bounds may end otherwise. Only the bounds
+    /// that were set count (see [`Limits::configured`]).
+    pub(crate) fn key(&self) -> String {
+        let show = |n: Option<u64>| n.map_or("default".to_owned(), |n| n.to_string());
+        format!(
+            "memory={} processes={} disk={}",
+            show(self.configured.memory),
+            show(self.configured.processes),
+            show(self.configured.disk)
+        )
+    }
+
+    /// The `setrlimit` calls for pytest and everything it starts: never above the hard limit
+    /// fixgate itself has (raising one needs a capability it may lack), none for no bound.
+    pub(crate) fn rlimits(&self) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+        [
+            (libc::RLIMIT_AS, self.memory),
+            (libc::RLIMIT_FSIZE, self.disk),
+            (libc::RLIMIT_NPROC, self.processes),
+        ]
+        .into_iter()
+        .filter(|&(_, n)| n != UNLIMITED)
+        .map(|(resource, n)| {
+            // SAFETY: `rlimit` is plain data; the call fills it or fails.
+            let mut now: libc::rlimit = unsafe { std::mem::zeroed() };
+            let hard = if unsafe { libc::getrlimit(resource, &mut now) } == 0 {
+                now.rlim_max
+            } else {
+                libc::RLIM_INFINITY
+            };
+            (resource, (n as libc::rlim_t).min(hard))
+        })
+        .collect()
+    }
+
+    fn bound(&self, hit: Hit) -> String {
+        match hit {
+            Hit::Memory => show_size(self.memory),
+            Hit::Disk => show_size(self.disk),
+            Hit::Processes if self.processes == UNLIMITED => "unlimited".into(),
+            Hit::Processes => self.processes.to_string(),
+        }
+    }
+
+    /// The message of a test that hit `hit`: which bound, how to raise it, and what the test
+    /// itself said.
+    pub(crate) fn message(&self, hit: Hit, what: &str) -> String {
+        let flag = match hit {
+            Hit::Memory => "--memory-limit",
+            Hit::Processes => "--process-limit",
+            Hit::Disk => "--disk-limit",
+        };
+        format!(
+            "hit the run's {} limit ({}): {what}; a test that needs more raises it with {flag} \
+             or [tool.fixgate.limits] {} in the base's pyproject.toml",
+            hit.name(),
+            self.bound(hit),
+            hit.name()
+        )
+    }
+
+    /// Turns a red test whose failure is a bound's (what the kernel answers a process over
+    /// its limit: `MemoryError`, `EAGAIN` from fork, `EFBIG`, `ENOSPC`, death by `SIGXFSZ`)
+    /// into a `resource-limit` result. A test that raises such an error itself is red either
+    /// way.
+    pub(crate) fn classify(&self, outcome: &mut Outcome, message: &mut Option<String>) {
+        if !matches!(outcome, Outcome::Failed | Outcome::Error | Outcome::Crashed) {
+            return;
+        }
+        let Some(text) = message.as_deref() else {
+            return;
+        };
+        if let Some(hit) = hit_by(text) {
+            *message = Some(self.message(hit, text));
+            *outcome = Outcome::ResourceLimit;
+        }
+    }
+}
+
+/// The bound a failure message shows was hit, if any.
+pub(crate) fn hit_by(message: &str) -> Option<Hit> {
+    const MEMORY: [&str; 2] = ["MemoryError", "[Errno 12] Cannot allocate memory"];
+    const PROCESSES: [&str; 2] = [
+        "[Errno 11] Resource temporarily unavailable",
+        "can't start new thread",
+    ];
+    const DISK: [&str; 4] = [
+        "[Errno 27] File too large",
+        "[Errno 28] No space left on device",
+        "[Errno 122] Disk quota exceeded",
+        "died of signal 25 ",
+    ];
+    let any = |needles: &[&str]| needles.iter().any(|n| message.contains(n));
+    if any(&MEMORY) {
+        Some(Hit::Memory)
+    } else if any(&PROCESSES) {
+        Some(Hit::Processes)
+    } else if any(&DISK) {
+        Some(Hit::Disk)
+    } else {
+        None
+    }
+}
+
+/// A bound given on the command line (`--memory-limit 4G`, `--process-limit 4096`,
+/// `--disk-limit unlimited`), for clap.
+pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    crate::units::parse_bound(s, false)
+        .ok_or_else(|| format!("{s:?} is not a size; write e.g. 512M, 4G or unlimited"))
+}
+
+/// A count given on the command line, for clap.
+pub fn count_arg(s: &str) -> std::result::Result<u64, String> {
+    crate::units::parse_bound(s, true)
+        .ok_or_else(|| format!("{s:?} is not a number above 0; write e.g. 4096 or unlimited"))
+}
+
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf takes a name and returns a number or -1.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
+}
+
+fn fs_stat(path: &Path) -> Option<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statvfs` is plain data; the call fills it or fails.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(c.as_ptr(), &mut s) } == 0).then_some(s)
+}
+
+fn free_bytes(path: &Path) -> Option<u64> {
+    let mut p = path;
+    // The sandboxes' folder may not exist yet: its nearest existing parent is on the same
+    // file system, or tells as well.
+    loop {
+        if let Some(s) = fs_stat(p) {
+            return Some(s.f_bavail.saturating_mul(s.f_frsize));
+        }
+        p = p.parent()?;
+    }
+}
+
+fn used_bytes(path: &Path) -> Option<u64> {
+    fs_stat(path).map(|s| {
+        s.f_blocks
+            .saturating_sub(s.f_bfree)
+            .saturating_mul(s.f_frsize)
+    })
+}
+
+/// Watches one run's sandbox for growth past the disk bound. Cheap to ask often: it looks at
+/// the file system's use (one `statvfs`) and measures the sandbox itself only when the file
+/// system grew by a quarter of the bound since the last measure, or a second has passed.
+pub(crate) struct DiskWatch {
+    dir: PathBuf,
+    limit: u64,
+    /// The sandbox's size when the run started.
+    start: u64,
+    /// The size past which the run is stopped.
+    allowed: u64,
+    fs_used: u64,
+    measured: Instant,
+}
+
+/// How often the sandbox is measured at least, whatever the file system says (other runs may
+/// free space while this one fills it).
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
+
+impl DiskWatch {
+    /// A watch of the sandbox `dir` for a run starting now; `None` for no bound.
+    pub(crate) fn new(dir: &Path, limit: u64) -> Option<DiskWatch> {
+        if limit == UNLIMITED {
+            return None;
+        }
+        let start = du(dir);
+        Some(DiskWatch {
+            dir: dir.to_path_buf(),
+            limit,
+            start,
+            allowed: start.saturating_add(limit),
+            fs_used: used_bytes(dir).unwrap_or(0),
+            measured: Instant::now(),
+        })
+    }
+
+    /// A new process of the run starts (after a test that crashed, timed out or was stopped
+    /// here). What the earlier ones wrote stays, as the order left it; if that is past the
+    /// bound, this process may add little more (a sixteenth of the bound) before it is stopped
+    /// too, so that a run of many filling tests does not add a bound each.
+    pub(crate) fn next_process(&mut self) {
+        let now = du(&self.dir);
+        let slack = (self.limit / 16).max(1 << 20);
+        if now.saturating_add(slack) > self.allowed {
+            self.allowed = now.saturating_add(slack);
+        }
+        self.fs_used = used_bytes(&self.dir).unwrap_or(0);
+        self.measured = Instant::now();
+    }
+
+    /// How much the sandbox grew since the run started, when it is past the bound.
+    pub(crate) fn over(&mut self) -> Option<u64> {
+        let fs_used = used_bytes(&self.dir)?;
+        let grew = fs_used.saturating_sub(self.fs_used);
+        if grew < self.limit / 4 && self.measured.elapsed() < MEASURE_EVERY {
+            return None;
+        }
+        self.fs_used = fs_used;
+        self.measured = Instant::now();
+        let size = du(&self.dir);
+        (size > self.allowed).then(|| size.saturating_sub(self.start))
+    }
+}
+
+/// Bytes of the files under `dir`, links not followed.
+fn du(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            total += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+/// Checks that a bound set is one runs can have.
+pub(crate) fn check(limits: &Limits) -> Result<()> {
+    if limits.processes < PID_MAX_MIN {
+        return Err(Error::Usage(format!(
+            "a process limit of {} is below the {PID_MAX_MIN} a run needs at least; raise \
+             --process-limit or [tool.fixgate.limits] processes",
+            limits.processes
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_the_default_limits_made_from_the_free_space_are_no_part_of_a_runs_key() {
+        // The default disk bound follows the free space, which moves between two audits: in
+        // the key, every run missed the cache the audit before had filled.
+        let config = LimitsConfig::default();
+        let here = Limits::resolve(&LimitArgs::default(), &config, 1, Path::new("/"));
+        let there = Limits::resolve(&LimitArgs::default(), &config, 7, Path::new("/nowhere"));
+        assert_ne!((here.memory, here.disk), (there.memory, there.disk));
+        assert_eq!(here.key(), there.key());
+        // A bound that is set is: a run under it may end otherwise.
+        let set = LimitsConfig {
+            disk: Some(64 << 20),
+            ..LimitsConfig::default()
+        };
+        let bounded = Limits::resolve(&LimitArgs::default(), &set, 1, Path::new("/"));
+        assert_eq!(bounded.disk, 64 << 20);
+        assert_ne!(bounded.key(), here.key());
+    }
+
+    #[test]
+    fn the_kernels_answers_to_a_process_over_its_bound_name_the_bound() {
+        for (message, hit) in [
+            ("MemoryError", Some(Hit::Memory)),
+            ("MemoryError: cannot allocate", Some(Hit::Memory)),
+            (
+                "OSError: [Errno 12] Cannot allocate memory",
+                Some(Hit::Memory),
+            ),
+            (
+                "BlockingIOError: [Errno 11] Resource temporarily unavailable",
+                Some(Hit::Processes),
+            ),
+            ("RuntimeError: can't start new thread", Some(Hit::Processes)),
+            ("OSError: [Errno 27] File too large", Some(Hit::Disk)),
+            (
+                "OSError: [Errno 28] No space left on device",
+                Some(Hit::Disk),
+            ),
+            (
+                "the interpreter died of signal 25 during the test",
+                Some(Hit::Disk),
+            ),
+            ("the interpreter died of signal 9 during the test", None),
+            ("AssertionError: assert 1 == 2", None),
+        ] {
+            assert_eq!(hit_by(message), hit, "{message}");
+        }
+        let limits = Limits {
+            memory: 512 << 20,
+            processes: 400,
+            disk: 64 << 20,
+            configured: LimitArgs::default(),
+        };
+        let mut outcome = Outcome::Failed;
+        let mut message = Some("MemoryError".to_string());
+        limits.classify(&mut outcome, &mut message);
+        assert_eq!(outcome, Outcome::ResourceLimit);
+        assert!(message
+            .unwrap()
+            .starts_with("hit the run's memory limit (512 MiB): MemoryError"));
+        // A pass that printed such words is a pass.
+        let mut outcome = Outcome::Passed;
+        let mut message = Some("MemoryError".to_string());
+        limits.classify(&mut outcome, &mut message);
+        assert_eq!(outcome, Outcome::Passed);
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_configuration_which_wins_over_the_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = LimitsConfig {
+            memory: Some(1 << 30),
+            processes: Some(500),
+            disk: None,
+        };
+        let args = LimitArgs {
+            memory: Some(2 << 30),
+            ..LimitArgs::default()
+        };
+        let l = Limits::resolve(&args, &config, 2, tmp.path());
+        assert_eq!(l.memory, 2 << 30);
+        assert_eq!(l.processes, 500);
+        assert!(l.disk >= 256 << 20 && l.disk <= 16 << 30);
+        let d = Limits::resolve(
+            &LimitArgs::default(),
+            &LimitsConfig::default(),
+            1,
+            tmp.path(),
+        );
+        assert_eq!(d.processes, DEFAULT_PROCESSES);
+        assert!(d.memory >= 1 << 30);
+    }
+
+    #[test]
+    fn a_sandbox_past_the_bound_is_seen_and_a_next_process_adds_little() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("tree"), vec![1u8; 4 << 20]).unwrap();
+        let mut watch = DiskWatch::new(tmp.path(), 2 << 20).unwrap();
+        assert_eq!(watch.over(), None);
+        std::fs::write(tmp.path().join("a"), vec![1u8; 1 << 20]).unwrap();
+        watch.measured -= MEASURE_EVERY;
+        assert_eq!(
+            watch.over(),
+            None,
+            "the tree there at the start is not counted"
+        );
+        std::fs::write(tmp.path().join("b"), vec![1u8; 2 << 20]).unwrap();
+        watch.measured -= MEASURE_EVERY;
+        assert!(watch.over().is_some_and(|n| n >= 3 << 20));
+        // The next process finds the sandbox full: it may write a little, not another bound.
+        watch.next_process();
+        watch.measured -= MEASURE_EVERY;
+        assert_eq!(watch.over(), None);
+        std::fs::write(tmp.path().join("c"), vec![1u8; 2 << 20]).unwrap();
+        watch.measured -= MEASURE_EVERY;
+        assert!(watch.over().is_some());
+        assert!(DiskWatch::new(tmp.path(), UNLIMITED).is_none());
+    }
+}

@@ -1,0 +1,1061 @@
+//! Issue 18: a gate no patch can game. Each test is an attack of the issue, performed on a real
+//! small repository with the real binary, and asserts the verdict, the exit code and that the
+//! host is unharmed: a forged rewrite-cache entry, forged plugin bytecode, a tree entry that
+//! names a host path, a run reading the cache or another sandbox, a host Unix socket, a fork
+//! bomb, a memory grab, a disk fill, a swapped remote entry, a damaged local cache.
+//!
+//! The attacks run where namespaces contain the runs (this machine and CI, as root); without
+//! them a run can write whatever the user can, which docs/threat-model.md says.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::servers;
+use common::{git, Run, TestRepo};
+use serde_json::Value;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+const PRICE: &str = "def total(items):\n    return sum(items)\n";
+const BROKEN_PRICE: &str = "def total(items):\n    return 0\n";
+const PRICE_TESTS: &str =
+    "from price import total\n\n\ndef test_total():\n    assert total([1, 2]) == 3\n";
+
+/// Runs the binary on `repo` with the test interpreter and the cache `cache`, contained in
+/// namespaces whatever the caller's environment says.
+fn fixgate(repo: &TestRepo, cache: &Path, args: &[&str]) -> Run {
+    repo.fixgate_with(cache, &[("FIXGATE_NO_NAMESPACES", "")], args)
+}
+
+/// A base with one green test of `price.total`; returns the repo and the base commit.
+fn price_repo() -> (TestRepo, String) {
+    let repo = TestRepo::new();
+    repo.write("src/price.py", PRICE)
+        .write("tests/test_price.py", PRICE_TESTS);
+    let base = repo.commit("price");
+    (repo, base)
+}
+
+/// A commit on top of `from` that writes `files`; the work tree is back on `from` after it.
+fn patch(repo: &TestRepo, from: &str, message: &str, files: &[(&str, &str)]) -> String {
+    git(repo.path(), &["checkout", "-q", "--detach", from]);
+    for (path, text) in files {
+        repo.write(path, text);
+    }
+    let head = repo.commit(message);
+    git(repo.path(), &["checkout", "-q", "--detach", from]);
+    head
+}
+
+/// The patch that breaks `total`: its audit must reject.
+fn breaking_patch(repo: &TestRepo, base: &str) -> String {
+    patch(
+        repo,
+        base,
+        "total returns 0",
+        &[("src/price.py", BROKEN_PRICE)],
+    )
+}
+
+fn audit(repo: &TestRepo, cache: &Path, base: &str, head: &str) -> (Run, Value) {
+    let run = fixgate(
+        repo,
+        cache,
+        &[
+            "audit", "--base", base, "--head", head, "--seeds", "1", "--format", "json",
+        ],
+    );
+    let v = run.json();
+    (run, v)
+}
+
+fn assert_rejected_for_failing_total(run: &Run, v: &Value) {
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    let test = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == "tests/test_price.py::test_total")
+        .unwrap_or_else(|| panic!("no test_total in {v}"));
+    assert!(
+        test["outcomes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|o| o == "failed"),
+        "test_total must fail on the broken code in every order: {test}"
+    );
+}
+
+/// Every file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The files under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+        .collect()
+}
+
+fn unique(prefix: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{t}", std::process::id())
+}
+
+fn outcome_of(v: &Value, test: &str) -> (String, String) {
+    let t = v["result"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"].as_str().unwrap().ends_with(test))
+        .unwrap_or_else(|| panic!("no {test} in {v}"));
+    (
+        t["outcome"].as_str().unwrap().to_string(),
+        t["message"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// A Python bytes literal of `bytes`.
+fn py_bytes(bytes: &[u8]) -> String {
+    let mut s = String::from("b'");
+    for b in bytes {
+        s.push_str(&format!("\\x{b:02x}"));
+    }
+    s.push('\'');
+    s
+}
+
+/// The three ways a test writes a file, as the issue found them: plainly (the audit hook sees
+/// it), through the plugin's own `_Quiet` helper (it does not), and from a subprocess (nor
+/// that). Each swallows its error, as an attacker who wants a green run would.
+const WRITERS: &str = r#"
+import os, subprocess, sys
+
+
+def write_plain(path, data):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return True
+    except OSError:
+        return False
+
+
+def write_muted(path, data):
+    from fixgate_plugin_trace import _Quiet
+
+    with _Quiet():
+        return write_plain(path, data)
+
+
+def write_from_subprocess(path, data):
+    script = (
+        "import os, sys\n"
+        "p = sys.argv[1]\n"
+        "os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+        "open(p, 'wb').write(bytes.fromhex(sys.argv[2]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script, path, data.hex()], capture_output=True)
+    return r.returncode == 0
+
+
+WRITERS = {"plain": write_plain, "muted": write_muted, "subprocess": write_from_subprocess}
+
+
+def cache_dirs():
+    """Where fixgate's cache is, from everything a run can read: the plugin's own location,
+    the environment, the command line and the mount table."""
+    import fixgate_plugin_trace
+
+    plugin = os.path.dirname(os.path.abspath(fixgate_plugin_trace.__file__))
+    found = {os.path.dirname(os.path.dirname(plugin))}
+    try:
+        for kv in open("/proc/self/environ", "rb").read().split(b"\0"):
+            if kv.startswith(b"FIXGATE_PYC_CACHE="):
+                pyc = kv.split(b"=", 1)[1].decode()
+                found.add(os.path.dirname(os.path.dirname(pyc)))
+    except OSError:
+        pass
+    try:
+        for arg in open("/proc/self/cmdline", "rb").read().split(b"\0"):
+            arg = arg.decode("utf-8", "replace")
+            if arg.startswith("--fixgate-rewrite="):
+                found.add(os.path.dirname(os.path.dirname(arg.split("=", 1)[1])))
+    except OSError:
+        pass
+    try:
+        for line in open("/proc/self/mountinfo"):
+            point = line.split()[4]
+            for part in ("/pyc/", "/plugin/"):
+                if part in point:
+                    found.add(point.split(part)[0])
+    except OSError:
+        pass
+    return sorted(found), plugin
+"#;
+
+// ---------------------------------------------------------------------------------------------
+// Nothing a run writes reaches another run
+// ---------------------------------------------------------------------------------------------
+
+/// A test module of patch A that forges, three ways, pytest's rewritten module for the bytes
+/// of `tests/test_price.py`, so that any later run importing that file gets a `test_total`
+/// that always passes. The key is a plain hash of the source: the formula of the plugin that
+/// the issue attacked, and the one of today's plugin, are both tried, and every existing entry
+/// is overwritten as well.
+fn forging_tests() -> String {
+    format!(
+        r#"{WRITERS}
+import hashlib, importlib.util, marshal
+
+VICTIM = {victim}
+
+
+def forged(marker):
+    code = compile("def test_total():\n    assert %r\n" % marker, "tests/test_price.py", "exec")
+    body = marshal.dumps(code)
+    return hashlib.sha256(body).digest() + body
+
+
+def keys():
+    import pytest
+
+    salt = repr(
+        ("fixgate-rewrite-v2", sys.version, importlib.util.MAGIC_NUMBER, pytest.__version__, sys.flags.optimize)
+    ).encode("utf-8")
+    return [
+        hashlib.sha256(salt + repr(False).encode("utf-8") + b"\0" + VICTIM).hexdigest(),
+        hashlib.sha256(b"fixgate rewrite v3\0" + VICTIM).hexdigest(),
+    ]
+
+
+def forge(how):
+    data = forged("forged-" + how)
+    caches, _ = cache_dirs()
+    wrote = False
+    for cache in caches:
+        pyc = os.path.join(cache, "pyc")
+        try:
+            folders = [os.path.join(pyc, d) for d in os.listdir(pyc)]
+        except OSError:
+            folders = []
+        for folder in folders:
+            targets = [os.path.join(folder, k[:2], k[2:] + ".bin") for k in keys()]
+            for root, _, files in os.walk(folder):
+                targets.extend(os.path.join(root, f) for f in files)
+            for t in targets:
+                wrote |= WRITERS[how](t, data)
+    return wrote
+
+
+def test_forge_plainly():
+    forge("plain")
+
+
+def test_forge_muted():
+    forge("muted")
+
+
+def test_forge_from_a_subprocess():
+    forge("subprocess")
+"#,
+        victim = py_bytes(PRICE_TESTS.as_bytes())
+    )
+}
+
+#[test]
+fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
+    let (repo, base) = price_repo();
+    let forger = patch(
+        &repo,
+        &base,
+        "add tests",
+        &[("tests/test_forge.py", &forging_tests())],
+    );
+    let breaker = breaking_patch(&repo, &base);
+
+    // Patch A forges, then patch B is audited on the same cache.
+    let cache = tempfile::tempdir().unwrap();
+    let (run_a, _) = audit(&repo, cache.path(), &base, &forger);
+    assert!(matches!(run_a.code, 0 | 1), "{run_a:?}");
+    for how in ["plain", "muted", "subprocess"] {
+        let marker = format!("forged-{how}");
+        assert_eq!(
+            files_holding(cache.path(), marker.as_bytes()),
+            Vec::<PathBuf>::new(),
+            "a run wrote a forged rewrite ({how}) into the cache"
+        );
+    }
+    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    assert_rejected_for_failing_total(&run_b, &v_b);
+
+    // Both heads in one command, on a fresh cache: pass or reject for A, reject for B.
+    let cache = tempfile::tempdir().unwrap();
+    let run = fixgate(
+        &repo,
+        cache.path(),
+        &[
+            "audit", "--base", &base, "--head", &forger, "--head", &breaker, "--seeds", "1",
+            "--format", "json",
+        ],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    let reports: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 2, "{run:?}");
+    let b = Run {
+        code: reports[1]["exit_code"].as_i64().unwrap() as i32,
+        stdout: String::new(),
+        stderr: run.stderr.clone(),
+    };
+    assert_rejected_for_failing_total(&b, &reports[1]);
+    for how in ["plain", "muted", "subprocess"] {
+        assert!(files_holding(cache.path(), format!("forged-{how}").as_bytes()).is_empty());
+    }
+}
+
+/// A test module that replaces the plugin's compiled events module with one that reports
+/// every failed test as passed, wherever the compiled module may be kept.
+fn poisoning_tests() -> String {
+    format!(
+        r#"{WRITERS}
+import hashlib, importlib.util, marshal
+
+
+def poisoned(source_path):
+    text = open(source_path).read()
+    text = text.replace(
+        "_JSON_STRING(outcome),",
+        '_JSON_STRING("passed" if outcome in ("failed", "error") else outcome),',
+    ).replace(
+        "_OUTCOMES_JSON.get(outcome)",
+        '_OUTCOMES_JSON.get("passed" if outcome == "failed" else outcome)',
+    )
+    # The marker is joined at run time: the attacker's own module, rewritten and cached,
+    # must not hold it.
+    text += "\nPOISONED = %r\n" % "-".join(["poisoned", "plugin"])
+    body = marshal.dumps(compile(text, source_path, "exec", dont_inherit=True))
+    return importlib.util.MAGIC_NUMBER + hashlib.sha256(body).digest() + body
+
+
+def targets(plugin):
+    tag = sys.implementation.cache_tag
+    out = [os.path.join(plugin, "__pycache__", "fixgate_plugin_events.%s.fixgate" % tag)]
+    caches, _ = cache_dirs()
+    for cache in caches + [os.path.dirname(os.path.dirname(plugin))]:
+        for root, _, files in os.walk(os.path.join(cache, "plugin")):
+            out.extend(
+                os.path.join(root, f)
+                for f in files
+                if f.startswith("fixgate_plugin_events") and not f.endswith(".py")
+            )
+    return sorted(set(out))
+
+
+def test_poison_the_plugin():
+    _, plugin = cache_dirs()
+    data = poisoned(os.path.join(plugin, "fixgate_plugin_events.py"))
+    for t in targets(plugin):
+        for how in ("muted", "subprocess"):
+            WRITERS[how](t, data)
+"#
+    )
+}
+
+#[test]
+fn forged_plugin_bytecode_does_not_change_a_later_audits_verdict_before_or_after_cache_clear() {
+    // The attack patches these lines of the plugin: it must still find them.
+    let events = include_str!("../src/pytest/plugin/events.py");
+    assert!(
+        events.contains("_JSON_STRING(outcome),") && events.contains("_OUTCOMES_JSON.get(outcome)")
+    );
+    let (repo, base) = price_repo();
+    let poisoner = patch(
+        &repo,
+        &base,
+        "add a test",
+        &[("tests/test_poison.py", &poisoning_tests())],
+    );
+    let breaker = breaking_patch(&repo, &base);
+    let cache = tempfile::tempdir().unwrap();
+    let (run_p, _) = audit(&repo, cache.path(), &base, &poisoner);
+    assert_eq!(run_p.code, 0, "{run_p:?}");
+    assert!(
+        files_holding(cache.path(), b"poisoned-plugin").is_empty(),
+        "a run replaced the plugin's bytecode"
+    );
+    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    assert_rejected_for_failing_total(&run_b, &v_b);
+
+    let clear = fixgate(&repo, cache.path(), &["cache", "clear"]);
+    assert_eq!(clear.code, 0, "{clear:?}");
+    // Only the empty store's schema stamp is left: the plugin, the rewritten modules and
+    // every record are gone.
+    let left = files_under(cache.path());
+    assert_eq!(
+        left,
+        vec![cache.path().join("store/VERSION")],
+        "cache clear left {left:?}"
+    );
+    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    assert_rejected_for_failing_total(&run_b, &v_b);
+}
+
+#[test]
+fn an_unwritable_cache_directory_puts_the_plugin_in_no_shared_folder() {
+    let (repo, _) = price_repo();
+    // A cache directory below a file cannot be made, not even by root.
+    let blocker = tempfile::tempdir().unwrap();
+    std::fs::write(blocker.path().join("file"), "").unwrap();
+    let cache = blocker.path().join("file/cache");
+    let tmp = tempfile::tempdir().unwrap();
+    let run = repo.fixgate_with(
+        &cache,
+        &[
+            ("FIXGATE_NO_NAMESPACES", ""),
+            ("TMPDIR", tmp.path().to_str().unwrap()),
+        ],
+        &["run", "--format", "json"],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(outcome_of(&run.json(), "test_total").0, "passed");
+    // Nothing of the plugin is left in the temporary directory others share.
+    let left: Vec<PathBuf> = files_under(tmp.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("plugin"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// No tree name reaches the host
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a tree object of raw `(mode, name, id)` entries, sorted as git sorts them, without
+/// any check of the names (as a hostile remote would send it), and returns its id.
+fn raw_tree(dir: &Path, mut entries: Vec<(String, Vec<u8>, String)>) -> String {
+    let key = |(mode, name, _): &(String, Vec<u8>, String)| {
+        let mut k = name.clone();
+        if mode == "40000" {
+            k.push(b'/');
+        }
+        k
+    };
+    entries.sort_by_key(key);
+    let mut bytes = Vec::new();
+    for (mode, name, id) in &entries {
+        bytes.extend_from_slice(mode.as_bytes());
+        bytes.push(b' ');
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        bytes.extend((0..20).map(|i| u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap()));
+    }
+    let mut child = Command::new("git")
+        .args(["hash-object", "-t", "tree", "--literally", "-w", "--stdin"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The entries of a tree as `(mode, name, id)`.
+fn tree_entries(dir: &Path, tree: &str) -> Vec<(String, Vec<u8>, String)> {
+    git(dir, &["ls-tree", tree])
+        .lines()
+        .map(|l| {
+            let (meta, name) = l.split_once('\t').unwrap();
+            let parts: Vec<&str> = meta.split(' ').collect();
+            let mode = parts[0].trim_start_matches('0').to_string();
+            (mode, name.as_bytes().to_vec(), parts[2].to_string())
+        })
+        .collect()
+}
+
+/// A commit on `parent` whose root tree holds `parent`'s entries plus a blob at `path`, whose
+/// components become tree entries exactly as given.
+fn commit_with_raw_entry(repo: &TestRepo, parent: &str, path: &[&[u8]], content: &str) -> String {
+    let dir = repo.path();
+    let (name, parents) = path.split_last().unwrap();
+    let mut id = git_stdin(dir, &["hash-object", "-w", "--stdin"], content.as_bytes());
+    let mut entry = ("100644".to_string(), name.to_vec(), id);
+    for component in parents.iter().rev() {
+        id = raw_tree(dir, vec![entry]);
+        entry = ("40000".to_string(), component.to_vec(), id);
+    }
+    let mut entries = tree_entries(dir, &format!("{parent}^{{tree}}"));
+    entries.push(entry);
+    let tree = raw_tree(dir, entries);
+    git(
+        dir,
+        &["commit-tree", &tree, "-p", parent, "-m", "hostile entry"],
+    )
+}
+
+fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
+    let mut child = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_tree_entry_naming_a_host_path_is_refused_and_the_host_file_is_untouched() {
+    let (repo, base) = price_repo();
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = victim_dir.path().join("victim.txt");
+    std::fs::write(&victim, "the host's own bytes\n").unwrap();
+    let name = format!(
+        "{}{}",
+        "../".repeat(12),
+        victim.to_str().unwrap().trim_start_matches('/')
+    );
+    let evil = commit_with_raw_entry(&repo, &base, &[name.as_bytes()], "overwritten by a patch\n");
+    let cache = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["audit", "--base", &base, "--head", &evil, "--seeds", "1"],
+        vec!["run", "--rev", &evil],
+        vec!["manifest", "--rev", &evil],
+        vec!["audit", "--base", &evil, "--head", &base, "--seeds", "1"],
+    ] {
+        let run = fixgate(&repo, cache.path(), &args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(&name) && run.stderr.contains(&evil[..12]),
+            "the error names the entry and the commit: {run:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the host's own bytes\n",
+            "{args:?} overwrote the host file"
+        );
+    }
+    // The same for the other names that are no single normal component.
+    let long = [b'x'; 300];
+    let bad: [&[&[u8]]; 7] = [
+        &[b"..", b"tmp", b"x"],
+        &[b".", b"x"],
+        &[b".git", b"config"],
+        &[b"tests", b".git", b"hooks", b"post-checkout"],
+        &[b"tests", b".GIT"],
+        &[b""],
+        &[&long],
+    ];
+    for path in bad {
+        let evil = commit_with_raw_entry(&repo, &base, path, "x\n");
+        let run = fixgate(&repo, cache.path(), &["run", "--rev", &evil]);
+        assert_eq!(run.code, 2, "{path:?}: {run:?}");
+        assert!(run.stderr.contains(&evil[..12]), "{path:?}: {run:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs see no cache content, no other sandbox, no host socket
+// ---------------------------------------------------------------------------------------------
+
+/// Where this user's sandboxes may live (fixgate's two candidate folders).
+fn sandbox_roots() -> Vec<PathBuf> {
+    let uid = unsafe { libc::getuid() };
+    let name = format!("fixgate-sandboxes-{uid}");
+    vec![
+        PathBuf::from("/dev/shm").join(&name),
+        std::env::temp_dir().join(&name),
+    ]
+}
+
+#[test]
+fn a_run_cannot_list_or_read_the_cache_or_another_heads_sandbox_or_fixgates_paths() {
+    let (repo, base) = price_repo();
+    // A cache outside /tmp and the home, so that nothing but fixgate's own hiding covers it.
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("security-cache"));
+    std::fs::create_dir_all(&cache).unwrap();
+    let first = fixgate(&repo, &cache, &["audit", "--base", &base, "--seeds", "1"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let blob = files_under(&cache.join("store/cas"))
+        .into_iter()
+        .next()
+        .expect("the audit stored blobs");
+    // Another head's sandbox, alive while this run goes (named after this live process).
+    let mut planted = Vec::new();
+    for root in sandbox_roots() {
+        let other = root.join(format!("{}-0-otherhead", std::process::id()));
+        if std::fs::create_dir_all(other.join("tree")).is_ok() {
+            std::fs::write(other.join("tree/secret.py"), "TOKEN = 'head A'\n").unwrap();
+            planted.push(other);
+        }
+    }
+    assert!(!planted.is_empty());
+    let look = format!(
+        r#"import os
+
+CACHE = {cache:?}
+BLOB = {blob:?}
+PLANTED = {planted:?}
+
+
+def readable(path):
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return True
+    except OSError:
+        return False
+
+
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def test_the_cache_is_hidden():
+    assert not readable(BLOB)
+    for area in ("store", "store/cas", "store/ac", "last-audit", "stat"):
+        assert listing(os.path.join(CACHE, area)) == [], area
+    assert set(listing(CACHE)) <= {{"plugin", "pyc"}}, listing(CACHE)
+
+
+def test_other_sandboxes_are_hidden():
+    for p in PLANTED:
+        assert not readable(os.path.join(p, "tree", "secret.py"))
+        assert os.path.basename(p) not in listing(os.path.dirname(p))
+
+
+def test_no_fixgate_path_in_the_environment():
+    # The plugin's folder is on PYTHONPATH (read-only, below); nothing else of the cache.
+    environ = open("/proc/self/environ", "rb").read()
+    assert b"FIXGATE" not in environ
+    for part in environ.split(CACHE.encode())[1:]:
+        assert part.startswith(b"/plugin/"), environ
+
+
+def test_fixgate_paths_are_mounted_read_only_and_only_what_runs_need():
+    for line in open("/proc/self/mountinfo"):
+        fields = line.split()
+        point, options = fields[4], fields[5].split(",")
+        if point.startswith(CACHE):
+            # The cache itself is covered by an empty folder; the plugin and the rewrites
+            # are put back in it.
+            rest = point[len(CACHE):].strip("/").split("/")[0]
+            assert rest in ("", "plugin", "pyc"), line
+            assert "ro" in options, line
+"#,
+        cache = cache.display().to_string(),
+        blob = blob.display().to_string(),
+        planted = planted
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>(),
+    );
+    let head = patch(
+        &repo,
+        &base,
+        "look around",
+        &[("tests/test_look.py", &look)],
+    );
+    let run = fixgate(&repo, &cache, &["run", "--rev", &head, "--format", "json"]);
+    for p in &planted {
+        let _ = std::fs::remove_dir_all(p);
+    }
+    let v = run.json();
+    for t in [
+        "test_the_cache_is_hidden",
+        "test_other_sandboxes_are_hidden",
+        "test_no_fixgate_path_in_the_environment",
+        "test_fixgate_paths_are_mounted_read_only_and_only_what_runs_need",
+    ] {
+        let (outcome, message) = outcome_of(&v, t);
+        assert_eq!(outcome, "passed", "{t}: {message}");
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+#[test]
+fn a_unix_socket_listening_in_the_hosts_tmp_or_run_is_not_reachable() {
+    let (repo, base) = price_repo();
+    let mut sockets = Vec::new();
+    let mut listeners = Vec::new();
+    for dir in ["/tmp", "/run"] {
+        let path = Path::new(dir).join(format!("{}.sock", unique("fixgate-host")));
+        if let Ok(l) = std::os::unix::net::UnixListener::bind(&path) {
+            l.set_nonblocking(true).unwrap();
+            sockets.push(path);
+            listeners.push(l);
+        }
+    }
+    assert!(
+        sockets.iter().any(|s| s.starts_with("/tmp")),
+        "a socket in /tmp"
+    );
+    let connect = format!(
+        r#"import socket
+
+SOCKETS = {sockets:?}
+
+
+def test_host_sockets_are_out_of_reach():
+    reached = []
+    for path in SOCKETS:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            reached.append(path)
+        except OSError:
+            pass
+        finally:
+            s.close()
+    assert reached == []
+"#,
+        sockets = sockets
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+    );
+    let head = patch(
+        &repo,
+        &base,
+        "connect",
+        &[("tests/test_connect.py", &connect)],
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let run = fixgate(
+        &repo,
+        cache.path(),
+        &["run", "--rev", &head, "--format", "json"],
+    );
+    let accepted = listeners.iter().filter(|l| l.accept().is_ok()).count();
+    for s in &sockets {
+        let _ = std::fs::remove_file(s);
+    }
+    let (outcome, message) = outcome_of(&run.json(), "test_host_sockets_are_out_of_reach");
+    assert_eq!(outcome, "passed", "{message}");
+    assert_eq!(accepted, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every run bounded
+// ---------------------------------------------------------------------------------------------
+
+/// Each attack bounds itself (a count and a deadline), so that on code without the defence it
+/// ends harmlessly, red for the wrong reason: at most 800 processes that exit within 30 s, 1 GiB
+/// of memory, 256 MiB per fill. [`LIMITS`] stops each well below that.
+const HOGS: &str = r#"import os, time
+
+MARKER = "@MARKER@"
+
+
+def test_fork_bomb():
+    deadline = time.monotonic() + 30
+    for n in range(800):
+        if time.monotonic() > deadline:
+            break
+        if os.fork() == 0:
+            os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 30", MARKER])
+    assert False, "forked %d processes unbounded" % (n + 1)
+
+
+def test_memory_grab():
+    hoard = []
+    for _ in range(16):
+        hoard.append(bytearray(64 << 20))
+    assert False, "grabbed 1 GiB unbounded"
+
+
+def _fill(path, chunks):
+    chunk = b"x" * (1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(chunks):
+            f.write(chunk)
+            f.flush()
+
+
+def test_disk_fill_one_file(tmp_path):
+    _fill(tmp_path / "fill", 256)
+    assert False, "wrote 256 MiB unbounded"
+
+
+def _fill_folder(folder):
+    deadline = time.monotonic() + 30
+    for n in range(64):
+        if time.monotonic() > deadline:
+            break
+        _fill(os.path.join(folder, "fill-%d" % n), 4)
+    assert False, "wrote 256 MiB unbounded"
+
+
+def test_disk_fill_many_files():
+    _fill_folder(".")
+
+
+def test_shm_fill():
+    _fill_folder("/dev/shm")
+
+
+def test_after_them_all():
+    assert True
+"#;
+
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+const LIMITS: &str = "[tool.fixgate.limits]\nmemory = \"512M\"\nprocesses = 400\ndisk = \"64M\"\n";
+
+#[test]
+fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
+    let marker = unique("fixgate-bomb");
+    let repo = TestRepo::new();
+    repo.write("pyproject.toml", LIMITS)
+        .write("tests/test_hogs.py", HOGS.replace("@MARKER@", &marker));
+    repo.commit("hogs");
+    let cache = tempfile::tempdir().unwrap();
+    let run = fixgate(
+        &repo,
+        cache.path(),
+        &["run", "--format", "json", "--test-timeout", "60"],
+    );
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    for (test, limit) in [
+        ("test_fork_bomb", "processes"),
+        ("test_memory_grab", "memory"),
+        ("test_disk_fill_one_file", "disk"),
+        ("test_disk_fill_many_files", "disk"),
+        ("test_shm_fill", "disk"),
+    ] {
+        let (outcome, message) = outcome_of(&v, test);
+        assert_eq!(outcome, "resource-limit", "{test}: {message}");
+        assert!(message.contains(limit), "{test}: {message}");
+    }
+    assert_eq!(outcome_of(&v, "test_after_them_all").0, "passed");
+    assert!(
+        left.is_empty(),
+        "processes of the bomb outlived the run: {left:?}"
+    );
+    for root in sandbox_roots() {
+        let ours: Vec<_> = std::fs::read_dir(&root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                files_under(&e.path()).iter().any(|f| {
+                    f.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("fill"))
+                })
+            })
+            .collect();
+        assert!(
+            ours.is_empty(),
+            "a sandbox with the fill is left in {}",
+            root.display()
+        );
+    }
+}
+
+#[test]
+fn an_audit_reports_a_resource_limit_finding_for_the_test_that_hit_it_and_the_command_line_sets_limits(
+) {
+    let repo = TestRepo::new();
+    repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_grab.py",
+        // Bounded by itself (1 GiB) as well, and stopped well below that by --memory-limit.
+        "def test_grab():\n    hoard = []\n    for _ in range(16):\n        \
+         hoard.append(bytearray(64 << 20))\n    assert False, 'grabbed 1 GiB unbounded'\n",
+    );
+    let head = repo.commit("a test that grabs memory");
+    let cache = tempfile::tempdir().unwrap();
+    let run = fixgate(
+        &repo,
+        cache.path(),
+        &[
+            "audit",
+            "--base",
+            &base,
+            "--head",
+            &head,
+            "--seeds",
+            "1",
+            "--format",
+            "json",
+            "--memory-limit",
+            "300M",
+        ],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    let v = run.json();
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "resource-limit")
+        .unwrap_or_else(|| panic!("no resource-limit finding: {v}"));
+    assert_eq!(
+        finding["tests"][0], "tests/test_grab.py::test_grab",
+        "{finding}"
+    );
+    assert_eq!(finding["blocking"], true, "{finding}");
+    // A limit the command line cannot parse is a usage error.
+    let bad = fixgate(&repo, cache.path(), &["run", "--memory-limit", "lots"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("--memory-limit"), "{bad:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every cache or remote fault is a miss
+// ---------------------------------------------------------------------------------------------
+
+fn warnings(v: &Value) -> Vec<String> {
+    v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_swapped_remote_action_entry_without_a_key_is_a_miss_with_one_warning() {
+    let server = servers::nginx();
+    let (repo, base) = price_repo();
+    let head = breaking_patch(&repo, &base);
+    let remote = ["--remote-cache", server.url.as_str()];
+    let mut args = vec!["audit", "--base", &base, "--head", &head, "--seeds", "1"];
+    args.extend(["--format", "json"]);
+    let mut upload = args.clone();
+    upload.extend(remote);
+    upload.push("--remote-upload");
+    let first = fixgate(&repo, tempfile::tempdir().unwrap().path(), &upload);
+    assert_eq!(first.code, 1, "{first:?}");
+    assert_eq!(
+        first.stderr.matches("unauthenticated").count(),
+        1,
+        "one warning that remote results are unauthenticated: {first:?}"
+    );
+    // Every action entry on the server now holds another entry's result.
+    let mut entries = files_under(&server.data.join("ac"));
+    entries.sort();
+    assert!(entries.len() >= 2, "{entries:?}");
+    let bytes: Vec<Vec<u8>> = entries.iter().map(|e| std::fs::read(e).unwrap()).collect();
+    for (i, e) in entries.iter().enumerate() {
+        std::fs::write(e, &bytes[(i + 1) % bytes.len()]).unwrap();
+    }
+    let mut second = args.clone();
+    second.extend(remote);
+    let run = fixgate(&repo, tempfile::tempdir().unwrap().path(), &second);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(!run.stderr.contains("does not decode"), "{run:?}");
+    let v = run.json();
+    assert_eq!(v["verdict"], "reject");
+    let swapped: Vec<String> = warnings(&v)
+        .into_iter()
+        .filter(|w| w.contains("remote cache") && w.contains("ignored"))
+        .collect();
+    assert_eq!(swapped.len(), 1, "one warning for the swapped entries: {v}");
+    assert!(v["pytest_processes"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
+    let (repo, base) = price_repo();
+    let head = breaking_patch(&repo, &base);
+    let cache = tempfile::tempdir().unwrap();
+    let (first, v_first) = audit(&repo, cache.path(), &base, &head);
+    assert_eq!(first.code, 1, "{first:?}");
+    // Every other blob loses its tail, the others get a byte flipped in place; the index gets
+    // garbage in its middle.
+    let blobs = files_under(&cache.path().join("store/cas"));
+    assert!(!blobs.is_empty());
+    for (i, blob) in blobs.iter().enumerate() {
+        let mut bytes = std::fs::read(blob).unwrap();
+        if i % 2 == 0 || bytes.is_empty() {
+            bytes.truncate(bytes.len() / 2);
+        } else {
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0x20;
+        }
+        std::fs::write(blob, &bytes).unwrap();
+    }
+    let index: Vec<PathBuf> = files_under(cache.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "redb"))
+        .collect();
+    assert!(!index.is_empty());
+    for file in &index {
+        let mut bytes = Vec::new();
+        std::fs::File::open(file)
+            .unwrap()
+            .read_to_end(&mut bytes)
+            .unwrap();
+        let (mid, len) = (bytes.len() / 2, bytes.len());
+        for b in &mut bytes[mid..(mid + 4096).min(len)] {
+            *b = 0xA5;
+        }
+        std::fs::write(file, bytes).unwrap();
+    }
+    let (run, v) = audit(&repo, cache.path(), &base, &head);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(v["verdict"], v_first["verdict"]);
+    assert!(
+        warnings(&v).iter().any(|w| w.starts_with("cache:")),
+        "a warning names the damage: {v}"
+    );
+}
