@@ -13,7 +13,8 @@
 //! and refuse any other: `create_dirs`, `create_file`, `write_new`, `symlink`, `remove_file`,
 //! `replace_file`. Snapshots check their tree's names (src/snapshot.rs), sandboxes and replay
 //! overlays are made through a `Root` (src/sandbox.rs), and so are the writes into the user's
-//! repository (src/cmd/atomic.rs).
+//! repository (src/cmd/atomic.rs). [`dir::Dir`] does the same one open directory at a time, for
+//! the remote worker, which also reads back what a run made.
 
 use std::ffi::CString;
 use std::fmt;
@@ -23,6 +24,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
+
+pub(crate) mod dir;
 
 /// The longest name a Linux file system holds (`NAME_MAX`).
 const NAME_MAX: usize = 255;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `fixgate --version`: the package version and the commit it was built from (see build.rs).
-pub const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     include_str!(concat!(env!("OUT_DIR"), "/commit")),
@@ -14,12 +14,12 @@ pub const VERSION: &str = concat!(
 
 /// The most shuffled orders one audit may ask for: each is a full run of the suite, and the
 /// orders are held in memory, so a larger number is a typo, not a plan.
-pub const MAX_SEEDS: u64 = 10_000;
+pub(crate) const MAX_SEEDS: u64 = 10_000;
 /// The most parallel pytest processes (`--jobs`).
-pub const MAX_JOBS: usize = 1024;
+pub(crate) const MAX_JOBS: usize = 1024;
 /// The longest `--test-timeout`: a week, far beyond any test, and small enough that no deadline
 /// computed from it can overflow.
-pub const MAX_TEST_TIMEOUT: u64 = 7 * 24 * 3600;
+pub(crate) const MAX_TEST_TIMEOUT: u64 = 7 * 24 * 3600;
 
 /// `fixgate --help`: what fixgate is, and the exit codes from `crate::exit`.
 fn long_about() -> String {
@@ -78,35 +78,35 @@ fn whole_usize(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String>
     about = "Audits a patch to a Python repository's pytest suite and says whether its green is real",
     long_about = long_about()
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
-    pub global: GlobalArgs,
+    pub(crate) global: GlobalArgs,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Options every command accepts, before or after the command name.
 #[derive(Debug, Args)]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// The repository to work on [default: the git root above the current directory]
     #[arg(long, global = true, value_name = "DIR")]
-    pub repo: Option<PathBuf>,
+    pub(crate) repo: Option<PathBuf>,
     /// Output format
     #[arg(long, global = true, value_enum, default_value_t = FormatArg::Human)]
-    pub format: FormatArg,
+    pub(crate) format: FormatArg,
     /// Write the report to FILE instead of standard output
     #[arg(long, global = true, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
     /// Cache directory [default: $FIXGATE_CACHE_DIR, else the user cache directory]
     #[arg(long, global = true, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// No progress and no warnings on standard error
     #[arg(long, short, global = true)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     /// The Python interpreter [default: $VIRTUAL_ENV/bin/python, else .venv/bin/python in the
     /// repository, else python3 on PATH]
     #[arg(long, global = true, value_name = "PATH")]
-    pub python: Option<PathBuf>,
+    pub(crate) python: Option<PathBuf>,
     /// How many pytest processes may run at once, 1 to 1024 [default: the number of cores]
     #[arg(
         long,
@@ -115,29 +115,29 @@ pub struct GlobalArgs {
         allow_negative_numbers = true,
         value_parser = whole_usize(1, MAX_JOBS)
     )]
-    pub jobs: Option<usize>,
+    pub(crate) jobs: Option<usize>,
     #[command(flatten)]
-    pub remote: RemoteArgs,
+    pub(crate) remote: RemoteArgs,
 }
 
-/// The shared cache (README: "Sharing results across machines").
+/// The shared cache (docs/sharing.md).
 #[derive(Clone, Debug, Default, Args)]
-pub struct RemoteArgs {
+pub(crate) struct RemoteArgs {
     /// A remote cache shared across machines: http:// or https:// (Bazel HTTP cache protocol),
     /// grpc:// or grpcs:// (REAPI v2) [default: [tool.fixgate] remote-cache]
     #[arg(long, global = true, value_name = "URL", env = "FIXGATE_REMOTE_CACHE")]
-    pub remote_cache: Option<String>,
+    pub(crate) remote_cache: Option<String>,
     /// Write results to the remote cache (only from trusted runs, e.g. CI on the main branch)
     #[arg(long, global = true)]
-    pub remote_upload: bool,
+    pub(crate) remote_upload: bool,
     /// Fail (exit 2) instead of warning when the remote cache cannot be used
     #[arg(long, global = true)]
-    pub remote_required: bool,
+    pub(crate) remote_required: bool,
 }
 
 /// `--format` (resolved into [`crate::report::Format`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
+pub(crate) enum FormatArg {
     Human,
     Json,
     /// A pull-request comment (audit only)
@@ -149,7 +149,7 @@ pub enum FormatArg {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the fixture manifest: every fixture file with its group, blake3 and size
     Manifest(ManifestArgs),
     /// Write fixtures.lock, or check the fixtures against it (exit 3 on drift)
@@ -178,6 +178,9 @@ pub enum Command {
     /// Set up a repository: run the suite once and propose fixture groups, `writes` markers,
     /// their registration and a first lock (a unified diff); `--apply` writes them
     Init(InitArgs),
+    /// Serve remote runs: a Remote Workers API bot for a REAPI service (BuildGrid), for small
+    /// setups and tests; production services bring their own workers
+    Worker(WorkerArgs),
     /// Print a shell completion script to standard output
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output
@@ -185,47 +188,94 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Write the proposed changes into the working tree (without it, nothing is modified)
     #[arg(long)]
-    pub apply: bool,
+    pub(crate) apply: bool,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
+    pub(crate) sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct WorkerArgs {
+    /// The service's Bots endpoint: grpc://HOST:PORT or grpcs://HOST:PORT
+    #[arg(long, value_name = "URL")]
+    pub(crate) server: String,
+    /// The REAPI instance to serve [default: the unnamed one]
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub(crate) instance: String,
+    /// A platform property this worker offers, matched against the actions' (repeatable),
+    /// e.g. pool=linux-small
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub(crate) properties: Vec<(String, String)>,
+    /// Where actions are materialized [default: a folder in the temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) work_dir: Option<PathBuf>,
+    /// The bot's id at the service [default: fixgate-HOSTNAME-PID]
+    #[arg(long, value_name = "ID")]
+    pub(crate) bot_id: Option<String>,
+}
+
+/// Where an audit's runs execute (docs/remote-execution.md).
+#[derive(Clone, Debug, Default, Args)]
+pub(crate) struct RemoteExecArgs {
+    /// Execute every pytest run on a REAPI service: grpc://HOST:PORT or grpcs://HOST:PORT
+    /// [default: [tool.fixgate] remote-executor of the base]. Without --remote-cache, node
+    /// results are looked up in the same service's ActionCache
+    #[arg(long, value_name = "URL")]
+    pub(crate) remote_executor: Option<String>,
+    /// The service's instance name [default: [tool.fixgate] remote-instance, else none]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) remote_instance: Option<String>,
+    /// A platform property for every remote run (repeatable), e.g. container-image=docker://…
+    /// [default: [tool.fixgate] remote-platform]
+    #[arg(long = "remote-platform", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub(crate) remote_platform: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE`, the key not empty.
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!(
+            "expected KEY=VALUE, e.g. container-image=docker://python:3.12; found {text:?}"
+        )),
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
+    pub(crate) shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// The base revision the patch applies to (anything git accepts)
     #[arg(long, value_name = "REV")]
-    pub base: String,
+    pub(crate) base: String,
     /// The head revision [default: the working tree]. Repeat it to audit several heads against
     /// one base, sharing every base step: one report per head (JSON Lines with --format json,
     /// one file per head with --output DIR), and the exit code of the most severe verdict
     #[arg(long, value_name = "REV")]
-    pub head: Vec<String>,
+    pub(crate) head: Vec<String>,
     /// Audit every head listed in FILE (one revision per line; blank lines and # comments are
     /// skipped), as with a repeated --head
     #[arg(long, value_name = "FILE")]
-    pub heads_from: Option<PathBuf>,
+    pub(crate) heads_from: Option<PathBuf>,
     /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
     /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
     /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
     #[arg(long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
-    pub shard: Option<Shard>,
+    pub(crate) shard: Option<Shard>,
     #[command(flatten)]
-    pub options: AuditOptionArgs,
+    pub(crate) options: AuditOptionArgs,
 }
 
 /// What an audit judges with, shared by `audit` and `watch`.
 #[derive(Debug, Args)]
-pub struct AuditOptionArgs {
+pub(crate) struct AuditOptionArgs {
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N), at
     /// most 10,000
     #[arg(
@@ -236,7 +286,7 @@ pub struct AuditOptionArgs {
         allow_negative_numbers = true,
         value_parser = whole(0, MAX_SEEDS)
     )]
-    pub seeds: u64,
+    pub(crate) seeds: u64,
     /// Exactly these seeds for the shuffled orders, e.g. 3,5,8 (at most 10,000 of them)
     #[arg(
         long,
@@ -246,58 +296,61 @@ pub struct AuditOptionArgs {
         allow_negative_numbers = true,
         value_parser = whole(0, u64::MAX)
     )]
-    pub seed_list: Option<Vec<u64>>,
+    pub(crate) seed_list: Option<Vec<u64>>,
     /// Reject pre-existing findings too (findings the base already has)
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// Add the nio order: every test run twice in a row in the same process. A test that
     /// passes and then fails, and does so again on 3 reruns of it twice by itself, is a
     /// `non-idempotent` finding (it pollutes its own state); one that does not every time is
     /// flaky [default: `[tool.fixgate] nio` of the base, else off]
     #[arg(long)]
-    pub nio: bool,
+    pub(crate) nio: bool,
     /// Run every shuffled order over the whole selection, not only what the patch can affect
     /// (see docs/impact.md)
     #[arg(long)]
-    pub full: bool,
+    pub(crate) full: bool,
     /// Ignore the cache: run every step
     #[arg(long)]
-    pub no_cache: bool,
+    pub(crate) no_cache: bool,
     /// Re-execute cached seed runs and list every test whose outcome differs (nondeterminism)
     #[arg(long)]
-    pub check: bool,
+    pub(crate) check: bool,
     /// How run dependencies are tracked: traced (what the audit hooks saw) or conservative
     /// (every fixture file is a dependency of every run) [default: from pyproject.toml]
     #[arg(long, value_name = "MODE")]
-    pub deps: Option<DepsArg>,
+    pub(crate) deps: Option<DepsArg>,
     /// Budget: the most wall seconds the audit may take
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
-    pub max_seconds: Option<u64>,
+    pub(crate) max_seconds: Option<u64>,
     /// Budget: the most tests the head may have
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
-    pub max_tests: Option<u64>,
+    pub(crate) max_tests: Option<u64>,
     /// Budget: the most frozen tests
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
-    pub max_frozen: Option<u64>,
+    pub(crate) max_frozen: Option<u64>,
     /// Budget: the most new skip/skipif/xfail markers [default: 0]
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
-    pub max_new_skips: Option<u64>,
+    pub(crate) max_new_skips: Option<u64>,
     /// Budget: the most reruns (pytest-rerunfailures and the like)
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
-    pub max_reruns: Option<u64>,
+    pub(crate) max_reruns: Option<u64>,
     /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
     #[arg(long, value_name = "DATE", hide = true)]
-    pub today: Option<String>,
+    pub(crate) today: Option<String>,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
+    pub(crate) sandbox: SandboxArgs,
+    /// Boxed: the other commands' arguments are far smaller.
+    #[command(flatten)]
+    pub(crate) remote_exec: Box<RemoteExecArgs>,
 }
 
 #[derive(Debug, Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// The base revision the working tree is audited against (anything git accepts), resolved
     /// again for every audit
     #[arg(long, value_name = "REV", default_value = "HEAD")]
-    pub base: String,
+    pub(crate) base: String,
     /// How long the tree must stay quiet after a change before the next audit starts, in
     /// milliseconds (an editor's save is several events)
     #[arg(
@@ -306,16 +359,16 @@ pub struct WatchArgs {
         default_value_t = 100,
         value_parser = clap::value_parser!(u64).range(10..=60_000)
     )]
-    pub debounce: u64,
+    pub(crate) debounce: u64,
     #[command(flatten)]
-    pub options: AuditOptionArgs,
+    pub(crate) options: AuditOptionArgs,
 }
 
 /// `--shard K/N`: the K-th (1-based) of N shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shard {
-    pub k: u32,
-    pub n: u32,
+pub(crate) struct Shard {
+    pub(crate) k: u32,
+    pub(crate) n: u32,
 }
 
 fn parse_shard(text: &str) -> Result<Shard, String> {
@@ -332,26 +385,26 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DepsArg {
+pub(crate) enum DepsArg {
     Traced,
     Conservative,
 }
 
 #[derive(Debug, Args)]
-pub struct GraphArgs {
+pub(crate) struct GraphArgs {
     /// Graphviz DOT instead of a table
     #[arg(long)]
-    pub dot: bool,
+    pub(crate) dot: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct CacheArgs {
+pub(crate) struct CacheArgs {
     #[command(subcommand)]
-    pub action: CacheAction,
+    pub(crate) action: CacheAction,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum CacheAction {
+pub(crate) enum CacheAction {
     /// Entries and bytes per area, and the last audit's hits, misses and bytes moved
     Stats,
     /// Check every entry; remove the bad ones
@@ -377,19 +430,19 @@ pub enum CacheAction {
 }
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Keep the example repository here instead of a temporary directory
     #[arg(long, value_name = "DIR")]
-    pub keep: Option<PathBuf>,
+    pub(crate) keep: Option<PathBuf>,
 }
 
 /// How a pytest process is set up.
 #[derive(Clone, Debug, Args)]
-pub struct SandboxArgs {
+pub(crate) struct SandboxArgs {
     /// Pass this environment variable into the runs (repeatable); everything outside a small
     /// allowlist (PATH, LANG, LC_*) is scrubbed
     #[arg(long = "pass-env", value_name = "NAME")]
-    pub pass_env: Vec<String>,
+    pub(crate) pass_env: Vec<String>,
     /// Kill a test (and its process group) that runs longer than this, record it as timeout,
     /// and go on with the rest of the order
     #[arg(
@@ -399,39 +452,39 @@ pub struct SandboxArgs {
         allow_negative_numbers = true,
         value_parser = whole(1, MAX_TEST_TIMEOUT)
     )]
-    pub test_timeout: u64,
+    pub(crate) test_timeout: u64,
     /// Let tests use the network. By default each run gets a network namespace with only
     /// loopback, where the platform permits it
     #[arg(long)]
-    pub allow_network: bool,
+    pub(crate) allow_network: bool,
     /// auto: contain runs in namespaces where the platform permits them, else run them in the
     /// plain sandbox and say so; strict: refuse to run uncontained (exit 2)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
-    pub containment: ContainmentArg,
+    pub(crate) containment: ContainmentArg,
     /// Bound each process of a run to this much memory (address space), e.g. 4G, or
     /// unlimited [default: [tool.fixgate.limits] memory, else the machine's memory divided by
     /// --jobs]
     #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
-    pub memory_limit: Option<u64>,
+    pub(crate) memory_limit: Option<u64>,
     /// Bound a run to this many processes and threads at once, or unlimited [default:
     /// [tool.fixgate.limits] processes, else 4096]
     #[arg(long, value_name = "N", value_parser = crate::limits::count_arg)]
-    pub process_limit: Option<u64>,
+    pub(crate) process_limit: Option<u64>,
     /// Bound what a run writes (any one file, its sandbox, its /tmp and /dev/shm) to this
     /// much, e.g. 8G, or unlimited [default: [tool.fixgate.limits] disk, else half a job's
     /// share of the free space, at most 16G]
     #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
-    pub disk_limit: Option<u64>,
+    pub(crate) disk_limit: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ContainmentArg {
+pub(crate) enum ContainmentArg {
     Auto,
     Strict,
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The order: 0 is file (collection) order, any other seed a shuffle of the non-serial tests
     #[arg(
         long,
@@ -441,22 +494,22 @@ pub struct RunArgs {
         allow_negative_numbers = true,
         value_parser = whole(0, u64::MAX)
     )]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Run exactly these node ids, one per line, in this order
     #[arg(long, value_name = "FILE")]
-    pub order: Option<PathBuf>,
+    pub(crate) order: Option<PathBuf>,
     /// Run the tests of this revision [default: the working tree]
     #[arg(long, value_name = "REV")]
-    pub rev: Option<String>,
+    pub(crate) rev: Option<String>,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
+    pub(crate) sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// Trace the tests of this revision [default: the working tree]
     #[arg(long, value_name = "REV")]
-    pub rev: Option<String>,
+    pub(crate) rev: Option<String>,
     /// The order to trace in (0: file order)
     #[arg(
         long,
@@ -465,43 +518,43 @@ pub struct TraceArgs {
         allow_negative_numbers = true,
         value_parser = whole(0, u64::MAX)
     )]
-    pub seed: u64,
+    pub(crate) seed: u64,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
+    pub(crate) sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ManifestArgs {
+pub(crate) struct ManifestArgs {
     /// Read the fixtures of this revision from git objects [default: the working tree]
     #[arg(long, value_name = "REV")]
-    pub rev: Option<String>,
+    pub(crate) rev: Option<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     /// Compare the fixtures with the lock instead of writing it; exit 3 on any drift. Reads
     /// fixgate's lock and SHA-256 locks teams already keep (a flat map, or a files manifest)
     #[arg(long, conflicts_with = "migrate")]
-    pub check: bool,
+    pub(crate) check: bool,
     /// Rewrite a SHA-256 lock in fixgate's format, after checking that the fixtures match it
     /// (exit 3 and no rewrite when they do not)
     #[arg(long)]
-    pub migrate: bool,
+    pub(crate) migrate: bool,
     /// Take the fixtures of this revision [default: the working tree]
     #[arg(long, value_name = "REV")]
-    pub rev: Option<String>,
+    pub(crate) rev: Option<String>,
     /// The lock file [default: `[tool.fixgate] lock`, else fixtures.lock, else
     /// tests/fixtures.lock.json, in the repository]
     #[arg(long, value_name = "FILE")]
-    pub lock: Option<PathBuf>,
+    pub(crate) lock: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
-pub struct DeltaArgs {
+pub(crate) struct DeltaArgs {
     /// The base revision (anything git accepts: HEAD~1, a tag, a sha)
-    pub base: String,
+    pub(crate) base: String,
     /// The head revision [default: the working tree]
-    pub head: Option<String>,
+    pub(crate) head: Option<String>,
 }
 
 #[cfg(test)]

@@ -14,13 +14,14 @@ pub(crate) mod settings;
 pub(crate) mod shell;
 pub(crate) mod trace;
 pub(crate) mod watch;
+pub(crate) mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::context::Ctx;
 use crate::error::Result;
 
 /// Runs one command and returns its exit code.
-pub fn run(cli: Cli) -> Result<i32> {
+pub(crate) fn run(cli: Cli) -> Result<i32> {
     // These two need no repository: they describe the command line itself.
     match &cli.command {
         Command::Completions(args) => return shell::completions(args.shell),
@@ -29,6 +30,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // The one read of the process environment; everything below gets typed values from it.
     let env = crate::environment::Environment::read()?;
+    // A worker serves a service, not a repository.
+    if let Command::Worker(args) = &cli.command {
+        return worker::run(args, env);
+    }
     let mut ctx = Ctx::new(&settings::global(&cli.global), env)?;
     ctx.remote = settings::remote(&cli.global.remote, &ctx.repo.root, &ctx.env)?;
     let code = match cli.command {
@@ -47,6 +52,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Init(args) => init::run(&ctx, &args),
         Command::Completions(args) => shell::completions(args.shell),
         Command::Man => shell::man(),
+        Command::Worker(_) => unreachable!("dispatched before the repository is opened"),
     }?;
     ctx.remote_failure.check()?;
     Ok(code)

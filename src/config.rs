@@ -12,9 +12,11 @@ mod manifest;
 mod model;
 mod pyproject;
 
-pub use groups::FixtureGroups;
-pub use load::{load, Config, ConfigInputs};
-pub use manifest::MANIFEST_FILE;
-pub use model::{BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig};
-pub use pyproject::PYPROJECT_FILE;
+pub(crate) use groups::FixtureGroups;
+pub(crate) use load::{load, Config, ConfigInputs};
+pub(crate) use manifest::MANIFEST_FILE;
+pub(crate) use model::{
+    BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig, RemoteExecConfig,
+};
+pub(crate) use pyproject::PYPROJECT_FILE;
 pub(crate) use pyproject::{fork_setting, remote_cache};

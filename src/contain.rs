@@ -43,7 +43,7 @@ use crate::limits::{Limits, PID_MAX_MIN};
 /// How runs are contained, as the reports say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// User, mount, PID and network namespaces: a read-only world, no survivors.
     Namespaces,
     /// The platform refused namespaces: the sandbox as before, plus the descendant sweep.
@@ -51,7 +51,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Namespaces => "namespaces",
             Mode::None => "none",
@@ -144,6 +144,10 @@ pub(crate) struct RunPaths<'a> {
     pub(crate) origin_root: &'a Path,
     /// Readable: what the interpreter needs (its executable as named and as resolved).
     pub(crate) interpreter: &'a [&'a Path],
+    /// Readable: the interpreter's `sys.path` folders (its site-packages, what `.pth` files
+    /// add, under a private `/tmp` too), but none that is or holds a hidden folder, and none
+    /// inside the repository, the cache or the sandboxes.
+    pub(crate) libraries: &'a [PathBuf],
     /// Leave the network alone.
     pub(crate) allow_network: bool,
     /// The run's bounds.
@@ -237,6 +241,19 @@ fn real(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(path).ok()
 }
 
+/// The folders of `sys_path` a run may read: canonical, existing, holding no folder of `hidden`
+/// (binding `/home` back would show the home) and inside none of `private` (the repository,
+/// whose editable-install folder the run reads from its own tree; the cache; the sandboxes).
+fn libraries(sys_path: &[PathBuf], hidden: &[PathBuf], private: &[PathBuf]) -> Vec<PathBuf> {
+    sys_path
+        .iter()
+        .filter_map(|p| real(p))
+        .filter(|p| p.is_dir() && p.parent().is_some())
+        .filter(|p| !hidden.iter().any(|h| h.starts_with(p)))
+        .filter(|p| !private.iter().any(|h| p.starts_with(h)))
+        .collect()
+}
+
 /// Keeps only the outermost of nested paths.
 fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.sort();
@@ -313,6 +330,15 @@ impl Plan {
             .collect();
         // The cache is hidden wherever it is: its store holds every head's results.
         hidden.extend(real(paths.cache_dir).filter(|c| c.parent().is_some() && c.is_dir()));
+        // The interpreter's library folders are bound back where a cover hides them; they
+        // never make a hidden folder visible.
+        let private: Vec<PathBuf> = [Some(paths.origin_root), Some(paths.cache_dir)]
+            .into_iter()
+            .flatten()
+            .filter_map(real)
+            .chain(sandboxes.clone())
+            .collect();
+        readable.extend(libraries(paths.libraries, &hidden, &private));
         // Other runs' sandboxes on /dev/shm, sockets in /tmp and /run, and whatever tests
         // leave there for the next run, go behind fresh tmpfs of the run's own.
         let scratch: Vec<PathBuf> = real(Path::new(SCRATCH))
@@ -992,6 +1018,7 @@ fn probe(env: &Arc<Environment>) -> std::result::Result<(), String> {
             rewrite_cache: &cache,
             origin_root: &cache,
             interpreter: &[],
+            libraries: &[],
             allow_network: false,
             limits: &Limits {
                 memory: crate::limits::UNLIMITED,
@@ -1046,6 +1073,34 @@ mod tests {
         assert!(!version_at_least("5.15.0-105-generic", 6, 14));
         assert!(version_at_least("7.0-rc1", 6, 14));
         assert!(!version_at_least("", 6, 14));
+    }
+
+    #[test]
+    fn library_folders_never_show_a_hidden_or_private_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let at = |s: &str| {
+            let p = root.path().join(s);
+            std::fs::create_dir_all(&p).unwrap();
+            real(&p).unwrap()
+        };
+        let (home, repo, cache, tmp) = (at("home/me"), at("home/me/repo"), at("cache"), at("tmp"));
+        let (user_site, editable) = (at("home/me/.local/site"), at("home/me/repo/src"));
+        let (in_cache, shared) = (at("cache/lib"), at("tmp/venv/site-packages"));
+        let hidden = vec![home.clone(), repo.clone(), cache.clone(), tmp.clone()];
+        let private = vec![repo.clone(), cache.clone()];
+        let sys_path = [
+            root.path().join("home"),
+            home,
+            user_site.clone(),
+            editable,
+            in_cache,
+            shared.join("../site-packages"),
+            root.path().join("missing"),
+        ];
+        assert_eq!(
+            libraries(&sys_path, &hidden, &private),
+            vec![user_site, shared]
+        );
     }
 
     #[test]

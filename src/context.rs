@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::engine::store::{RemoteFailure, RemoteSettings};
 use crate::environment::Environment;
 use crate::error::{Error, Result};
-pub use crate::json::to_json;
+pub(crate) use crate::json::to_json;
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::driver::Runner;
 use crate::pytest::{interpreter, plugin};
@@ -27,58 +27,60 @@ use crate::snapshot::{Repo, Snapshot};
 use crate::statcache::StatCache;
 
 /// The options every command shares, resolved.
-pub struct Settings {
-    pub repo: Option<PathBuf>,
-    pub format: Format,
-    pub output: Option<PathBuf>,
-    pub cache_dir: Option<PathBuf>,
-    pub quiet: bool,
-    pub python: Option<PathBuf>,
+pub(crate) struct Settings {
+    pub(crate) repo: Option<PathBuf>,
+    pub(crate) format: Format,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
+    pub(crate) quiet: bool,
+    pub(crate) python: Option<PathBuf>,
     /// `None`: one per core.
-    pub jobs: Option<usize>,
+    pub(crate) jobs: Option<usize>,
 }
 
 /// How a pytest process is set up.
 #[derive(Clone, Debug)]
-pub struct SandboxSettings {
+pub(crate) struct SandboxSettings {
     /// Variables passed into the runs beside the allowlist.
-    pub pass_env: Vec<String>,
+    pub(crate) pass_env: Vec<String>,
     /// A test that runs longer is killed and recorded as timeout.
-    pub test_timeout: Duration,
+    pub(crate) test_timeout: Duration,
     /// Leave the network alone instead of giving each run a loopback-only namespace.
-    pub allow_network: bool,
+    pub(crate) allow_network: bool,
     /// Refuse to run where runs cannot be contained.
-    pub strict_containment: bool,
+    pub(crate) strict_containment: bool,
     /// The bounds the command line sets.
-    pub limits: crate::limits::LimitArgs,
+    pub(crate) limits: crate::limits::LimitArgs,
 }
 
-pub struct Ctx {
-    pub repo: Repo,
-    pub format: Format,
-    pub output: Option<PathBuf>,
-    pub cache_dir: PathBuf,
-    pub quiet: bool,
-    pub python: Option<PathBuf>,
-    pub jobs: usize,
+pub(crate) struct Ctx {
+    pub(crate) repo: Repo,
+    pub(crate) format: Format,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) cache_dir: PathBuf,
+    pub(crate) quiet: bool,
+    pub(crate) python: Option<PathBuf>,
+    pub(crate) jobs: usize,
+    /// Whether `--jobs` was given (a remote executor has a default of its own).
+    pub(crate) jobs_given: bool,
     /// Set by Ctrl-C or SIGTERM; long work checks it, kills its children and cleans up.
-    pub interrupted: Arc<AtomicBool>,
+    pub(crate) interrupted: Arc<AtomicBool>,
     /// The process environment, read once at start.
-    pub env: Arc<Environment>,
+    pub(crate) env: Arc<Environment>,
     /// The remote cache behind the local one, when one is configured.
-    pub remote: Option<RemoteSettings>,
+    pub(crate) remote: Option<RemoteSettings>,
     /// Where a store records that a required remote failed.
-    pub remote_failure: RemoteFailure,
+    pub(crate) remote_failure: RemoteFailure,
     /// How runs are contained on this machine, probed once (by the first runner).
     host: Arc<OnceLock<Arc<crate::contain::Host>>>,
     /// How this process's runs were made (forked or fresh), over every runner it makes.
-    pub fork_stats: Arc<crate::pytest::forkserver::ForkStats>,
+    pub(crate) fork_stats: Arc<crate::pytest::forkserver::ForkStats>,
     /// The warnings [`Ctx::warn_once`] printed.
     warned: Arc<Mutex<Vec<String>>>,
 }
 
 impl Ctx {
-    pub fn new(args: &Settings, env: Environment) -> Result<Ctx> {
+    pub(crate) fn new(args: &Settings, env: Environment) -> Result<Ctx> {
         let ctx = Ctx::open(args, Arc::new(env))?;
         for w in &ctx.env.warnings {
             ctx.warn(w);
@@ -110,6 +112,7 @@ impl Ctx {
                 Some(n) => n,
                 None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
+            jobs_given: args.jobs.is_some(),
             interrupted: interrupt_flag()?,
             env,
             remote: None,
@@ -131,6 +134,7 @@ impl Ctx {
             quiet: self.quiet,
             python: Some(python),
             jobs: self.jobs,
+            jobs_given: self.jobs_given,
             interrupted: self.interrupted.clone(),
             env: self.env.clone(),
             remote: self.remote.clone(),
@@ -141,32 +145,30 @@ impl Ctx {
         }
     }
 
-    /// The store for the cache directory, with the remote behind it (see
-    /// [`crate::engine::store::open`]). A remote without a signing key is said once.
-    pub fn open_store(&self, enabled: bool) -> (Arc<dyn fixgate_cache::Store>, Option<String>) {
-        if let Some(why) = self
-            .remote
-            .as_ref()
+    /// The store for the cache directory, with `remote` behind it (the remote cache, else a
+    /// remote executor's ActionCache; see [`crate::engine::store::open`]). A remote without a
+    /// signing key is said once.
+    pub(crate) fn open_store(
+        &self,
+        enabled: bool,
+        remote: Option<&RemoteSettings>,
+    ) -> (Arc<dyn fixgate_cache::Store>, Option<String>) {
+        if let Some(why) = remote
             .filter(|_| enabled)
             .and_then(crate::engine::store::unauthenticated)
         {
             self.warn_once(&why);
         }
-        crate::engine::store::open(
-            &self.cache_dir,
-            enabled,
-            self.remote.as_ref(),
-            &self.remote_failure,
-        )
+        crate::engine::store::open(&self.cache_dir, enabled, remote, &self.remote_failure)
     }
 
     /// Whether results go to the remote cache (`--remote-upload` with a remote).
-    pub fn uploads(&self) -> bool {
+    pub(crate) fn uploads(&self) -> bool {
         self.remote.as_ref().is_some_and(|r| r.config.upload)
     }
 
     /// Starts fingerprinting the interpreter [`Ctx::runner`] will use, on another thread.
-    pub fn prefetch_interpreter(&self) {
+    pub(crate) fn prefetch_interpreter(&self) {
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root, &self.env);
         interpreter::prefetch(path, self.cache_dir.clone(), self.env.clone());
     }
@@ -175,7 +177,7 @@ impl Ctx {
     /// the environment policy, the containment (settled once per process).
     /// `limits` is the `[tool.fixgate.limits]` of the configuration that governs the runs: the
     /// base's for an audit (a patch does not raise its own bounds).
-    pub fn runner(
+    pub(crate) fn runner(
         &self,
         args: &SandboxSettings,
         limits: &crate::config::LimitsConfig,
@@ -237,7 +239,7 @@ impl Ctx {
 
     /// A progress bar on standard error, or none with `--quiet` (indicatif hides it by itself
     /// when standard error is not a terminal).
-    pub fn progress(&self, len: u64, prefix: &str) -> Option<ProgressBar> {
+    pub(crate) fn progress(&self, len: u64, prefix: &str) -> Option<ProgressBar> {
         if self.quiet {
             return None;
         }
@@ -254,7 +256,7 @@ impl Ctx {
     }
 
     /// A warning printed once per fixgate process, however often it comes up.
-    pub fn warn_once(&self, message: &str) {
+    pub(crate) fn warn_once(&self, message: &str) {
         let mut seen = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if !seen.iter().any(|m| m == message) {
             seen.push(message.to_owned());
@@ -262,7 +264,7 @@ impl Ctx {
         }
     }
 
-    pub fn warn(&self, message: &str) {
+    pub(crate) fn warn(&self, message: &str) {
         if !self.quiet {
             stderr_line(&format!("fixgate: warning: {message}"));
         }
@@ -270,7 +272,7 @@ impl Ctx {
 
     /// Writes a report to `--output` or standard output. A closed pipe (`fixgate ... | head`)
     /// is not an error.
-    pub fn emit(&self, text: &str) -> Result<()> {
+    pub(crate) fn emit(&self, text: &str) -> Result<()> {
         match &self.output {
             Some(path) => std::fs::write(path, text).map_err(|e| Error::io("write", path, e)),
             None => {
@@ -286,7 +288,7 @@ impl Ctx {
     }
 
     /// Emits `value` as sorted, pretty JSON, or `human` rendered by the caller.
-    pub fn emit_report<T: Serialize>(
+    pub(crate) fn emit_report<T: Serialize>(
         &self,
         value: &T,
         human: impl FnOnce() -> String,
@@ -304,7 +306,7 @@ impl Ctx {
     /// The fixture groups both sides are read with. A patch must not be able to hide a change by
     /// redefining the groups, so the base's explicit groups win; default groups are derived from
     /// both sides' paths, so a new fixture directory in the head is still seen.
-    pub fn pair_config(&self, base: &Snapshot, head: &Snapshot) -> Result<Config> {
+    pub(crate) fn pair_config(&self, base: &Snapshot, head: &Snapshot) -> Result<Config> {
         let base_config = self.config(base)?;
         let head_config = self.config(head)?;
         if base_config.groups.source() != crate::config::ConfigSource::Default {
@@ -340,7 +342,7 @@ impl Ctx {
     }
 
     /// The configuration of a snapshot, with its warnings printed.
-    pub fn config(&self, snapshot: &Snapshot) -> Result<Config> {
+    pub(crate) fn config(&self, snapshot: &Snapshot) -> Result<Config> {
         let manifest_file = snapshot.read_path("fixtures.manifest")?;
         let pyproject = snapshot.read_path("pyproject.toml")?;
         let paths = snapshot.paths();
@@ -356,7 +358,7 @@ impl Ctx {
     }
 
     /// The manifest of a snapshot; the working tree's reuses the stat cache.
-    pub fn manifest(&self, snapshot: &Snapshot, config: &Config) -> Result<Manifest> {
+    pub(crate) fn manifest(&self, snapshot: &Snapshot, config: &Config) -> Result<Manifest> {
         if snapshot.commit().is_some() {
             return manifest::build(snapshot, &config.groups, Hashing { stat_cache: None });
         }
@@ -381,7 +383,7 @@ impl Ctx {
 /// Writes one line to standard error. Standard error is for people: when it is closed
 /// (`fixgate ... 2>&1 >report.json | head -1`) the line is dropped, and the report and the exit
 /// code are unaffected (`eprintln!` would panic and exit 101).
-pub fn stderr_line(text: &str) {
+pub(crate) fn stderr_line(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = err
         .write_all(text.as_bytes())
@@ -390,7 +392,7 @@ pub fn stderr_line(text: &str) {
 }
 
 /// The folder of the cache directory that holds pytest's rewritten test modules.
-pub const REWRITE_CACHE: &str = "pyc";
+pub(crate) const REWRITE_CACHE: &str = "pyc";
 
 /// The cache directory is handed to pytest processes that run elsewhere (in sandboxes), so a
 /// relative one is made absolute against the directory fixgate started in.

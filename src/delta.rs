@@ -12,14 +12,14 @@ use crate::repo_path::RepoPath;
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum Change {
+pub(crate) enum Change {
     Added,
     Removed,
     Modified,
 }
 
 impl Change {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Change::Added => "added",
             Change::Removed => "removed",
@@ -29,42 +29,42 @@ impl Change {
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct ChangedFile {
-    pub path: RepoPath,
-    pub group: String,
-    pub change: Change,
-    pub base_blake3: Option<String>,
-    pub head_blake3: Option<String>,
+pub(crate) struct ChangedFile {
+    pub(crate) path: RepoPath,
+    pub(crate) group: String,
+    pub(crate) change: Change,
+    pub(crate) base_blake3: Option<String>,
+    pub(crate) head_blake3: Option<String>,
     /// For an added file whose content equals a removed file's: where it came from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub renamed_from: Option<RepoPath>,
+    pub(crate) renamed_from: Option<RepoPath>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct GroupChange {
-    pub name: String,
-    pub base_digest: Option<String>,
-    pub head_digest: Option<String>,
+pub(crate) struct GroupChange {
+    pub(crate) name: String,
+    pub(crate) base_digest: Option<String>,
+    pub(crate) head_digest: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct Delta {
-    pub changed: Vec<ChangedFile>,
-    pub groups_changed: Vec<GroupChange>,
+pub(crate) struct Delta {
+    pub(crate) changed: Vec<ChangedFile>,
+    pub(crate) groups_changed: Vec<GroupChange>,
 }
 
 impl Delta {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changed.is_empty()
     }
 
-    pub fn count(&self, change: Change) -> usize {
+    pub(crate) fn count(&self, change: Change) -> usize {
         self.changed.iter().filter(|c| c.change == change).count()
     }
 }
 
 /// Compares two manifests built with the same fixture groups.
-pub fn between(base: &Manifest, head: &Manifest) -> Delta {
+pub(crate) fn between(base: &Manifest, head: &Manifest) -> Delta {
     let base_files: BTreeMap<&RepoPath, _> = base.files.iter().map(|f| (&f.path, f)).collect();
     let head_files: BTreeMap<&RepoPath, _> = head.files.iter().map(|f| (&f.path, f)).collect();
     let mut changed = Vec::new();

@@ -2,6 +2,7 @@
 
 pub(crate) mod audit;
 mod base_check;
+mod base_suite;
 mod check;
 mod compact;
 mod confirm;
@@ -19,5 +20,6 @@ pub(crate) mod search;
 pub(crate) mod shard;
 mod sides;
 mod source_replay;
+mod source_tamper;
 pub(crate) mod steps;
 pub(crate) mod store;

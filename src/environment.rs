@@ -30,36 +30,36 @@ const CACHE_KEY: &str = "FIXGATE_CACHE_KEY";
 
 /// The process environment, read once.
 #[derive(Clone, Debug)]
-pub struct Environment {
+pub(crate) struct Environment {
     /// The directory fixgate started in (`None` when it no longer exists).
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// `HOME`, when set and not empty.
-    pub home: Option<PathBuf>,
+    pub(crate) home: Option<PathBuf>,
     /// `XDG_CACHE_HOME`, when set and not empty.
-    pub xdg_cache_home: Option<PathBuf>,
+    pub(crate) xdg_cache_home: Option<PathBuf>,
     /// The directories of `PATH`, in order.
-    pub search_path: Vec<PathBuf>,
+    pub(crate) search_path: Vec<PathBuf>,
     /// The system temporary directory (`TMPDIR`, else `/tmp`).
-    pub temp_dir: PathBuf,
+    pub(crate) temp_dir: PathBuf,
     /// `VIRTUAL_ENV`, when set and not empty.
-    pub virtual_env: Option<PathBuf>,
+    pub(crate) virtual_env: Option<PathBuf>,
     /// `NO_COLOR` is set (to anything, as no-color.org says).
-    pub no_color: bool,
+    pub(crate) no_color: bool,
     /// This executable, when the platform says.
-    pub current_exe: Option<PathBuf>,
+    pub(crate) current_exe: Option<PathBuf>,
     /// `FIXGATE_CACHE_DIR`, when set and not empty.
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// `FIXGATE_FORK`: `false` turns the fork server off.
-    pub fork: bool,
+    pub(crate) fork: bool,
     /// `FIXGATE_NO_NAMESPACES`: act as if the platform refused namespaces.
-    pub no_namespaces: bool,
+    pub(crate) no_namespaces: bool,
     /// `FIXGATE_REMOTE_HEADER`: headers for the remote cache, `Name: value` a line (parsed
     /// where the remote is configured, so its errors stay beside the format they check).
-    pub remote_header: Option<String>,
+    pub(crate) remote_header: Option<String>,
     /// `FIXGATE_CACHE_KEY`, when set and not empty: the key that signs action results.
-    pub cache_key: Option<String>,
+    pub(crate) cache_key: Option<String>,
     /// Unknown `FIXGATE_*` names, to warn about.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Every variable, for the allowlist and `--pass-env` names a run may see and the run key
     /// that includes them.
     vars: BTreeMap<OsString, OsString>,
@@ -67,7 +67,7 @@ pub struct Environment {
 
 impl Environment {
     /// Reads this process's environment. The only caller of `std::env` in fixgate.
-    pub fn read() -> Result<Environment> {
+    pub(crate) fn read() -> Result<Environment> {
         Environment::from_vars(
             std::env::vars_os(),
             std::env::current_dir().ok(),

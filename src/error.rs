@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::exit;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The command line or an input named on it is unusable. The message says how to fix it.
     #[error("{0}")]
     Usage(String),
@@ -42,7 +42,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Error {
         Error::Io {
             action,
             path: path.into(),
@@ -51,11 +55,11 @@ impl Error {
     }
 
     /// A broken invariant, described as what was found broken.
-    pub fn bug(what: impl Into<String>) -> Error {
+    pub(crate) fn bug(what: impl Into<String>) -> Error {
         Error::Bug(what.into())
     }
 
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::Interrupted => exit::INTERRUPTED,
             _ => exit::ERROR,
@@ -69,4 +73,4 @@ impl From<git2::Error> for Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

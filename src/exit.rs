@@ -1,4 +1,4 @@
-//! The exit codes of fixgate: one table, shared by the binary, the README and the tests.
+//! The exit codes of fixgate: one table, shared by the binary, the docs and the tests.
 
 /// Every gate held.
 pub const PASS: i32 = 0;
@@ -16,7 +16,7 @@ pub const EXPIRED_FREEZE: i32 = 5;
 pub const INTERRUPTED: i32 = 130;
 
 /// Every verdict's exit code and what it says, in the order of the codes: what the help text
-/// prints (and the README's table says in more words).
+/// prints (and README.md's table says in more words).
 pub const VERDICTS: [(i32, &str); 6] = [
     (PASS, "pass"),
     (REJECT, "reject"),

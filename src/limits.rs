@@ -30,26 +30,26 @@ pub(crate) const DEFAULT_PROCESSES: u64 = 4096;
 
 /// The bounds of every run of one fixgate process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Bytes of address space of each process.
-    pub memory: u64,
+    pub(crate) memory: u64,
     /// Processes and threads at once.
-    pub processes: u64,
+    pub(crate) processes: u64,
     /// Bytes of any one file, of the sandbox, and of each scratch folder.
-    pub disk: u64,
+    pub(crate) disk: u64,
     /// The bounds the command line and the configuration set; the others are defaults made
     /// from this machine (its memory, `--jobs`, the free space now), which a normal suite
     /// never meets and which must not split the cache between machines or from one audit to
     /// the next.
-    pub configured: LimitArgs,
+    pub(crate) configured: LimitArgs,
 }
 
 /// The bounds the command line sets (`None`: not given).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LimitArgs {
-    pub memory: Option<u64>,
-    pub processes: Option<u64>,
-    pub disk: Option<u64>,
+pub(crate) struct LimitArgs {
+    pub(crate) memory: Option<u64>,
+    pub(crate) processes: Option<u64>,
+    pub(crate) disk: Option<u64>,
 }
 
 /// Which bound a test hit.
@@ -74,7 +74,7 @@ impl Limits {
     /// The command line over `[tool.fixgate.limits]` (of the base, for an audit) over the
     /// defaults: each of `jobs` parallel runs gets its share of the memory, and half its share
     /// of the free space where sandboxes live (at most 16 GiB, at least 256 MiB).
-    pub fn resolve(
+    pub(crate) fn resolve(
         args: &LimitArgs,
         config: &LimitsConfig,
         jobs: usize,
@@ -203,13 +203,13 @@ pub(crate) fn hit_by(message: &str) -> Option<Hit> {
 
 /// A bound given on the command line (`--memory-limit 4G`, `--process-limit 4096`,
 /// `--disk-limit unlimited`), for clap.
-pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
+pub(crate) fn size_arg(s: &str) -> std::result::Result<u64, String> {
     crate::units::parse_bound(s, false)
         .ok_or_else(|| format!("{s:?} is not a size; write e.g. 512M, 4G or unlimited"))
 }
 
 /// A count given on the command line, for clap.
-pub fn count_arg(s: &str) -> std::result::Result<u64, String> {
+pub(crate) fn count_arg(s: &str) -> std::result::Result<u64, String> {
     crate::units::parse_bound(s, true)
         .ok_or_else(|| format!("{s:?} is not a number above 0; write e.g. 4096 or unlimited"))
 }

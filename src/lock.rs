@@ -17,12 +17,12 @@ use crate::manifest::Manifest;
 use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 
-pub const FILE_NAME: &str = "fixtures.lock";
-pub const SCHEMA: u32 = 1;
+pub(crate) const FILE_NAME: &str = "fixtures.lock";
+pub(crate) const SCHEMA: u32 = 1;
 
 /// Where fixgate looks for a lock when neither `--lock` nor `[tool.fixgate] lock` names one, in
 /// this order: its own file, then the name teams' scripts commonly use.
-pub const DEFAULT_LOCATIONS: [&str; 2] = [FILE_NAME, "tests/fixtures.lock.json"];
+pub(crate) const DEFAULT_LOCATIONS: [&str; 2] = [FILE_NAME, "tests/fixtures.lock.json"];
 
 /// The formats [`Lock::parse`] reads, for the error naming them.
 const FORMATS_ACCEPTED: &str = "fixgate's lock ({\"schema\": 1, \"files\": {path: blake3}}), a \
@@ -33,7 +33,7 @@ const FORMATS_ACCEPTED: &str = "fixgate's lock ({\"schema\": 1, \"files\": {path
 /// The format a lock was read from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum LockFormat {
+pub(crate) enum LockFormat {
     /// fixgate's own: `{"schema": 1, "files": {path: blake3}}`.
     #[default]
     Fixgate,
@@ -44,7 +44,7 @@ pub enum LockFormat {
 }
 
 impl LockFormat {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LockFormat::Fixgate => "fixgate",
             LockFormat::FlatSha256 => "flat-sha256",
@@ -55,7 +55,7 @@ impl LockFormat {
 
 /// How one pin's digest was computed, detected from the lock's format and the digest's length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
+pub(crate) enum Algorithm {
     /// fixgate's lock: the manifest's blake3, compared without reading the file again.
     Blake3,
     /// SHA-256 of the file bytes, the first `len` hex characters of it (64 when full).
@@ -66,43 +66,43 @@ pub enum Algorithm {
 /// fixgate's lock and in the manifest format; in a flat map they may also be bare file names,
 /// matched against the fixture files by name (see [`Lock::check_with`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Lock {
-    pub schema: u32,
+pub(crate) struct Lock {
+    pub(crate) schema: u32,
     /// Pin key → digest (hex): blake3 in fixgate's lock, SHA-256 (full or prefix) otherwise.
-    pub files: BTreeMap<RepoPath, String>,
+    pub(crate) files: BTreeMap<RepoPath, String>,
     /// The format it was read from; not written, since [`Lock::to_json`] is fixgate's format.
     #[serde(skip)]
-    pub format: LockFormat,
+    pub(crate) format: LockFormat,
     /// Sizes the manifest format pins beside its digests.
     #[serde(skip)]
-    pub sizes: BTreeMap<RepoPath, u64>,
+    pub(crate) sizes: BTreeMap<RepoPath, u64>,
     /// The directories the manifest format says its files were found under, as written (often
     /// absolute paths of another machine).
     #[serde(skip)]
-    pub roots: Vec<String>,
+    pub(crate) roots: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Drift {
-    pub path: RepoPath,
-    pub change: Change,
-    pub group: Option<String>,
-    pub locked: Option<String>,
-    pub actual: Option<String>,
+pub(crate) struct Drift {
+    pub(crate) path: RepoPath,
+    pub(crate) change: Change,
+    pub(crate) group: Option<String>,
+    pub(crate) locked: Option<String>,
+    pub(crate) actual: Option<String>,
 }
 
 /// Where a lock was found: its repo-relative path and its bytes.
 #[derive(Clone, Debug)]
-pub struct Located {
-    pub path: String,
-    pub bytes: Vec<u8>,
+pub(crate) struct Located {
+    pub(crate) path: String,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// Finds the lock of `snapshot`: `[tool.fixgate] lock` when the configuration sets it, else the
 /// first of [`DEFAULT_LOCATIONS`] that the snapshot has. `None` when there is no lock, which is
 /// not an error: a repository without one simply has no lock gate. The `--lock` flag of `fixgate
 /// lock` names a file outside any snapshot, so that command checks it before calling this.
-pub fn locate(snapshot: &Snapshot, config: &Config) -> Result<Option<Located>> {
+pub(crate) fn locate(snapshot: &Snapshot, config: &Config) -> Result<Option<Located>> {
     for path in lookup_order(config) {
         if let Some(bytes) = snapshot.read_path(path)? {
             return Ok(Some(Located {
@@ -115,7 +115,7 @@ pub fn locate(snapshot: &Snapshot, config: &Config) -> Result<Option<Located>> {
 }
 
 /// The repo-relative paths a lock is looked for at, in order.
-pub fn lookup_order(config: &Config) -> Vec<&str> {
+pub(crate) fn lookup_order(config: &Config) -> Vec<&str> {
     match &config.lock {
         Some(path) => vec![path.as_str()],
         None => DEFAULT_LOCATIONS.to_vec(),
@@ -124,7 +124,7 @@ pub fn lookup_order(config: &Config) -> Vec<&str> {
 
 /// A reader for [`Lock::check_with`] over one snapshot: a fixture file's bytes, `None` when the
 /// snapshot does not have it or it cannot be read (which the check reports as drift).
-pub fn snapshot_reader(
+pub(crate) fn snapshot_reader(
     snapshot: &Snapshot,
 ) -> Result<impl FnMut(&RepoPath) -> Option<Vec<u8>> + '_> {
     let git = snapshot.open_git()?;
@@ -135,7 +135,7 @@ pub fn snapshot_reader(
 }
 
 impl Lock {
-    pub fn from_manifest(m: &Manifest) -> Lock {
+    pub(crate) fn from_manifest(m: &Manifest) -> Lock {
         Lock {
             schema: SCHEMA,
             files: m
@@ -150,7 +150,7 @@ impl Lock {
     }
 
     /// Parses a lock's bytes in any of the accepted formats; `origin` names it in errors.
-    pub fn parse(bytes: &[u8], origin: &str) -> Result<Lock> {
+    pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Lock> {
         // fixgate's own lock, straight into its types: the general path below builds a JSON
         // tree of every pin first, most of a warm `lock --check`'s parsing time. Anything else
         // (another format, an error to explain) takes that path.
@@ -228,12 +228,12 @@ impl Lock {
 
     /// Sorted, pretty JSON with a trailing newline, so the committed file diffs cleanly. Always
     /// fixgate's format: this is how `lock --migrate` rewrites a foreign lock.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         crate::json::to_json(self)
     }
 
     /// How the pin `digest` was computed.
-    pub fn algorithm(&self, digest: &str) -> Algorithm {
+    pub(crate) fn algorithm(&self, digest: &str) -> Algorithm {
         match self.format {
             LockFormat::Fixgate => Algorithm::Blake3,
             LockFormat::FlatSha256 | LockFormat::Sha256Manifest => {
@@ -247,7 +247,8 @@ impl Lock {
     /// A SHA-256 pin cannot be compared without the file's bytes; here it counts as modified
     /// (with no actual digest), so a gate that was not handed a reader fails closed instead of
     /// passing what it did not check. Use [`Lock::check_with`] for foreign locks.
-    pub fn check(&self, manifest: &Manifest) -> Vec<Drift> {
+    #[cfg(test)]
+    pub(crate) fn check(&self, manifest: &Manifest) -> Vec<Drift> {
         self.check_with(manifest, &mut |_| None)
     }
 
@@ -260,7 +261,7 @@ impl Lock {
     /// scripts write them), or, for an absolute key written on another machine, by the longest
     /// fixture path the key ends with. When several files end that way, the pin holds if any of
     /// them has its digest. Fixture files no pin names are added.
-    pub fn check_with(
+    pub(crate) fn check_with(
         &self,
         manifest: &Manifest,
         read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
@@ -357,7 +358,7 @@ impl Lock {
     /// holds was not written from these bytes, or not with the digest its format implies (a
     /// BLAKE3 in a flat map read as SHA-256, say): reporting every file as drift would hide
     /// that. `Some` says how it fails to match, and which digest would have matched.
-    pub fn mismatch(
+    pub(crate) fn mismatch(
         &self,
         manifest: &Manifest,
         read: &mut dyn FnMut(&RepoPath) -> Option<Vec<u8>>,
@@ -486,7 +487,7 @@ struct Judged {
 
 /// How a lock fails to describe its own snapshot (see [`Lock::mismatch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mismatch {
+pub(crate) enum Mismatch {
     /// No pin names a fixture file of the snapshot.
     NamesNoFile { pins: usize, example: String },
     /// Pins name files, and not one of their digests holds.
@@ -504,7 +505,7 @@ pub enum Mismatch {
 
 impl Mismatch {
     /// The error for the lock `lock` (as named to the user) of `snapshot` (e.g. "its own base").
-    pub fn message(&self, lock: &str, snapshot: &str) -> String {
+    pub(crate) fn message(&self, lock: &str, snapshot: &str) -> String {
         match self {
             Mismatch::NamesNoFile { pins, example } => format!(
                 "{lock} does not match {snapshot}: none of its {pins} pins names a fixture file \

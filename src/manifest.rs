@@ -13,7 +13,7 @@ use crate::repo_path::RepoPath;
 use crate::snapshot::{Entry, EntryKind, Snapshot};
 use crate::statcache::{StatCache, StatKey};
 
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 
 /// Files at least this large are hashed with blake3's multi-threaded mmap path; smaller ones
 /// are spread over threads one file each, which is faster for many small files.
@@ -23,7 +23,7 @@ const LARGE_FILE: u64 = 8 << 20;
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum FileKind {
+pub(crate) enum FileKind {
     File,
     /// A symlink: `blake3` hashes its target string, `size` is the target's length.
     Link,
@@ -34,47 +34,47 @@ pub enum FileKind {
 // manifest of a large tree is mostly output.
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct FileEntry {
-    pub blake3: String,
-    pub group: String,
-    pub kind: FileKind,
-    pub path: RepoPath,
-    pub size: u64,
+pub(crate) struct FileEntry {
+    pub(crate) blake3: String,
+    pub(crate) group: String,
+    pub(crate) kind: FileKind,
+    pub(crate) path: RepoPath,
+    pub(crate) size: u64,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct GroupSummary {
-    pub bytes: u64,
+pub(crate) struct GroupSummary {
+    pub(crate) bytes: u64,
     /// Hash over the group's (path, kind, blake3) triples; changes iff a file of it changed.
-    pub digest: String,
-    pub files: usize,
-    pub globs: Vec<String>,
-    pub name: String,
+    pub(crate) digest: String,
+    pub(crate) files: usize,
+    pub(crate) globs: Vec<String>,
+    pub(crate) name: String,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct Manifest {
-    pub files: Vec<FileEntry>,
-    pub groups: Vec<GroupSummary>,
-    pub schema: u32,
+pub(crate) struct Manifest {
+    pub(crate) files: Vec<FileEntry>,
+    pub(crate) groups: Vec<GroupSummary>,
+    pub(crate) schema: u32,
 }
 
 impl Manifest {
     /// Sorted, pretty JSON with a trailing newline (see the note on field order above).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("a manifest always serializes");
         s.push('\n');
         s
     }
 
-    pub fn find(&self, path: &RepoPath) -> Option<&FileEntry> {
+    pub(crate) fn find(&self, path: &RepoPath) -> Option<&FileEntry> {
         self.files
             .binary_search_by(|f| f.path.cmp(path))
             .ok()
             .map(|i| &self.files[i])
     }
 
-    pub fn group_digests(&self) -> BTreeMap<&str, &str> {
+    pub(crate) fn group_digests(&self) -> BTreeMap<&str, &str> {
         self.groups
             .iter()
             .map(|g| (g.name.as_str(), g.digest.as_str()))
@@ -84,12 +84,12 @@ impl Manifest {
 
 /// What hashing a snapshot's fixtures needs besides the snapshot: the stat cache, for the
 /// working tree.
-pub struct Hashing<'a> {
-    pub stat_cache: Option<&'a mut StatCache>,
+pub(crate) struct Hashing<'a> {
+    pub(crate) stat_cache: Option<&'a mut StatCache>,
 }
 
 /// Builds the manifest of `snapshot` for `groups`.
-pub fn build(
+pub(crate) fn build(
     snapshot: &Snapshot,
     groups: &FixtureGroups,
     hashing: Hashing<'_>,
@@ -173,7 +173,7 @@ fn summarize(groups: &[Group], files: &[FileEntry]) -> Vec<GroupSummary> {
 }
 
 /// Hashes entries in parallel; returns (blake3, size) per entry in the same order.
-pub fn hash_entries(
+pub(crate) fn hash_entries(
     snapshot: &Snapshot,
     entries: &[&Entry],
     stat_cache: Option<&mut StatCache>,

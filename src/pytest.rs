@@ -3,9 +3,10 @@
 
 pub(crate) mod command;
 pub(crate) mod driver;
-pub mod events;
+pub(crate) mod events;
 pub(crate) mod exit_watch;
 pub(crate) mod forkserver;
+pub(crate) mod ini;
 pub(crate) mod interpreter;
 pub(crate) mod lease;
 pub(crate) mod order;

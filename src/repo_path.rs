@@ -8,31 +8,32 @@ use serde::{Serialize, Serializer};
 /// be UTF-8. Manifests, traces and reports all use this type, so two sides can never disagree
 /// because one was resolved and the other was not.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RepoPath(Vec<u8>);
+pub(crate) struct RepoPath(Vec<u8>);
 
 impl RepoPath {
     /// Wraps bytes that are already repo-relative and `/`-separated.
-    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> RepoPath {
+    pub(crate) fn from_bytes(bytes: impl Into<Vec<u8>>) -> RepoPath {
         RepoPath(bytes.into())
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 
     /// The path as UTF-8 when it is; `None` for the rare non-UTF-8 name.
-    pub fn to_str(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn to_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.0).ok()
     }
 
     /// The path on this platform, for joining onto a root directory.
-    pub fn to_os_path(&self) -> std::path::PathBuf {
+    pub(crate) fn to_os_path(&self) -> std::path::PathBuf {
         use std::os::unix::ffi::OsStrExt;
         std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&self.0))
     }
 
     /// The file name: the part after the last `/`.
-    pub fn file_name(&self) -> &[u8] {
+    pub(crate) fn file_name(&self) -> &[u8] {
         match self.0.iter().rposition(|&b| b == b'/') {
             Some(i) => &self.0[i + 1..],
             None => &self.0,
@@ -42,7 +43,7 @@ impl RepoPath {
     /// A lossless text form: UTF-8 stays as it is, every byte that is not valid UTF-8 becomes
     /// `\xNN`, and a literal backslash becomes `\\` only when the path also has such a byte,
     /// so that ordinary paths read naturally and odd ones stay distinct.
-    pub fn display_lossless(&self) -> String {
+    pub(crate) fn display_lossless(&self) -> String {
         match std::str::from_utf8(&self.0) {
             Ok(s) => s.to_owned(),
             Err(_) => {
@@ -87,7 +88,7 @@ impl<'de> serde::Deserialize<'de> for RepoPath {
 impl RepoPath {
     /// Reverses [`RepoPath::display_lossless`]. A string with no `\xNN` escape of a byte at or
     /// above 0x80 is taken literally, so ordinary paths (backslashes included) round-trip.
-    pub fn parse_lossless(s: &str) -> RepoPath {
+    pub(crate) fn parse_lossless(s: &str) -> RepoPath {
         let bytes = s.as_bytes();
         let escaped = bytes.windows(4).any(|w| {
             w[0] == b'\\'

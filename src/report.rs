@@ -1,5 +1,5 @@
-//! The audit report: one typed structure, rendered as JSON (the versioned contract in the
-//! README), human text, markdown, JUnit XML and GitHub workflow annotations.
+//! The audit report: one typed structure, rendered as JSON (the versioned contract in
+//! docs/json-report.md), human text, markdown, JUnit XML and GitHub workflow annotations.
 
 //!
 //! The report is written once, by [`assemble`], from an audit's typed outcome; its fields are
@@ -8,10 +8,10 @@
 //! renderer or reader ever turns a string back into a kind.
 
 pub(crate) mod assemble;
-pub mod github;
-pub mod human;
-pub mod junit;
-pub mod markdown;
+pub(crate) mod github;
+pub(crate) mod human;
+pub(crate) mod junit;
+pub(crate) mod markdown;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,12 +29,12 @@ use crate::audit::{replay, source_replay};
 use crate::delta::Change;
 use crate::pytest::result::Outcome;
 
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 
 /// What a command's report is rendered as (`--format`); every command has human and JSON, only
 /// `fixgate audit` the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Human,
     Json,
     /// A pull-request comment.
@@ -70,39 +70,39 @@ impl Serialize for Column {
 
 /// One test of the head, with its outcome in every order and its bucket.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct TestReport {
-    pub nodeid: String,
+pub(crate) struct TestReport {
+    pub(crate) nodeid: String,
     /// `stable`, `order-dependent`, `polluter`, `flaky`, `failing`, `error`, `skipped`,
     /// `crashed`, `timeout` or `resource-limit`.
-    pub bucket: Bucket,
-    pub signals: Vec<Signal>,
+    pub(crate) bucket: Bucket,
+    pub(crate) signals: Vec<Signal>,
     /// Order label (`0`, `rev`, `1`, ...) → outcome.
     pub(crate) outcomes: BTreeMap<Column, Outcome>,
     /// Fixture groups this test changed without holding their lease.
-    pub dirty_groups: Vec<String>,
-    pub edited_by_patch: bool,
+    pub(crate) dirty_groups: Vec<String>,
+    pub(crate) edited_by_patch: bool,
     /// Whether the patch introduced this test's finding (false: the base has it too).
-    pub introduced: bool,
-    pub file: Option<String>,
-    pub line: Option<u64>,
+    pub(crate) introduced: bool,
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u64>,
     /// The first failure message seen, if any.
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// A polluter (or state-setter) and its victim, with a command that reproduces it.
 #[derive(Clone, Debug, Serialize)]
-pub struct PairReport {
+pub(crate) struct PairReport {
     /// `polluter` or `state-setter`.
-    pub kind: PairKind,
+    pub(crate) kind: PairKind,
     /// The responsible test; with several tests responsible together, the first of them.
-    pub polluter: String,
-    pub victim: String,
+    pub(crate) polluter: String,
+    pub(crate) victim: String,
     /// Every test of the minimal responsible set, in order (one element in the common case).
-    pub culprits: Vec<String>,
-    pub repro: String,
-    pub introduced: bool,
+    pub(crate) culprits: Vec<String>,
+    pub(crate) repro: String,
+    pub(crate) introduced: bool,
     /// pytest processes the search started.
-    pub search_runs: u32,
+    pub(crate) search_runs: u32,
     /// `search` (bisection or delta debugging), `reused-from-this-audit` (another victim's
     /// culprits, confirmed in one run) or `reused-from-an-earlier-audit` (a set remembered for
     /// this victim and base, confirmed in one run).
@@ -110,172 +110,210 @@ pub struct PairReport {
     pub(crate) found_by: Found,
     /// pytest processes that checked the pair holds on every rerun (culprits then victim, the
     /// victim alone).
-    pub verify_runs: u32,
+    pub(crate) verify_runs: u32,
     /// Set when the search could not explain the failure: which invariant broke.
-    pub unexplained: Option<String>,
+    pub(crate) unexplained: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ChangedFixture {
-    pub path: String,
-    pub group: String,
-    pub change: Change,
+pub(crate) struct ChangedFixture {
+    pub(crate) path: String,
+    pub(crate) group: String,
+    pub(crate) change: Change,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ReplayReport {
-    pub nodeid: String,
-    pub head: Outcome,
-    pub base: Outcome,
+pub(crate) struct ReplayReport {
+    pub(crate) nodeid: String,
+    pub(crate) head: Outcome,
+    pub(crate) base: Outcome,
     /// `redefined`, `cosmetic`, `additive` or `inconclusive`.
     pub(crate) reading: replay::Reading,
+    /// The changed files the test read, whose base bytes the replay ran it on.
+    pub(crate) files: Vec<String>,
 }
 
 /// What one share of a sharded matrix ran (`fixgate audit --shard K/N`).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct ShardNote {
-    pub schema: u32,
+pub(crate) struct ShardNote {
+    pub(crate) schema: u32,
     /// `K/N`.
-    pub shard: String,
+    pub(crate) shard: String,
     /// The order labels of this share.
     pub(crate) orders: Vec<OrderLabel>,
     /// Of its seed runs, how many executed here and how many came from a cache.
-    pub executed: usize,
-    pub cached: usize,
-    pub pytest_processes: u32,
+    pub(crate) executed: usize,
+    pub(crate) cached: usize,
+    pub(crate) pytest_processes: u32,
     /// Whether results were written to the remote cache (`--remote-upload`).
-    pub uploaded: bool,
+    pub(crate) uploaded: bool,
 }
 
 /// One edited test run with the base's version of its test file on the head's code.
 #[derive(Clone, Debug, Serialize)]
-pub struct SourceReplay {
-    pub nodeid: String,
+pub(crate) struct SourceReplay {
+    pub(crate) nodeid: String,
     /// The base's node id of a test the patch renamed (its base version ran under this name);
     /// `None` for a test edited under its own name.
-    pub renamed_from: Option<String>,
+    pub(crate) renamed_from: Option<String>,
     /// Its outcome at head.
-    pub head: Outcome,
+    pub(crate) head: Outcome,
     /// Its outcome with the base's test code; `None` when the base's file did not run it.
-    pub base_test_code: Option<Outcome>,
+    pub(crate) base_test_code: Option<Outcome>,
     /// `redefined-test`, `test-refactor` or `inconclusive`.
     pub(crate) reading: source_replay::Reading,
     /// The lines of the test (or around it) only the base has, and only the head has.
-    pub base_lines: Vec<String>,
-    pub head_lines: Vec<String>,
+    pub(crate) base_lines: Vec<String>,
+    pub(crate) head_lines: Vec<String>,
 }
 
+/// The base-suite replay: the base's tests with the base's test code on the head's code.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Fixtures {
-    pub changed: Vec<ChangedFixture>,
-    pub coupled: Vec<String>,
-    pub replay: Vec<ReplayReport>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Budget {
-    pub limits: BTreeMap<String, u64>,
-    pub used: BTreeMap<String, u64>,
-    pub breaches: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Freeze {
-    pub active: Vec<String>,
-    pub expired: Vec<String>,
-    pub added_by_patch: Vec<String>,
-    /// Suggested ledger entries for flaky and pre-existing findings.
-    pub suggested: BTreeMap<String, Entry>,
+pub(crate) struct BaseSuiteReport {
+    /// The whole base suite ran (a conftest, the configuration or a hook changed).
+    pub(crate) whole: bool,
+    /// Why the replay ran.
+    pub(crate) reasons: Vec<String>,
+    /// How many base tests it ran.
+    pub(crate) ran: usize,
+    /// The tests whose reading is not `holds`, and the base tests the head does not have.
+    pub(crate) tests: Vec<BaseSuiteTest>,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Drift {
-    pub path: String,
-    pub change: Change,
+pub(crate) struct BaseSuiteTest {
+    pub(crate) nodeid: String,
+    /// `present`, `renamed`, `deselected`, `uncollected` or `deleted`.
+    pub(crate) at_head: &'static str,
+    /// What it became at head (renamed), or where its function is (uncollected).
+    pub(crate) head_nodeid: Option<String>,
+    /// Its outcome (or what it became's) in the head's file-order run.
+    pub(crate) head: Option<Outcome>,
+    /// Its outcome with the base's test code on the head's code.
+    pub(crate) replay: Outcome,
+    /// Its outcome in the same order on the base (run only when the replay is red).
+    pub(crate) base: Option<Outcome>,
+    /// `holds`, `shown-at-head`, `fails-on-base`, `unconfirmed`, `code-removed`,
+    /// `deleted-with-its-code` or the finding's kind.
+    pub(crate) reading: crate::audit::hidden::Reading,
+    /// The replay's failure.
+    pub(crate) message: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Lock {
+pub(crate) struct Fixtures {
+    pub(crate) changed: Vec<ChangedFixture>,
+    pub(crate) coupled: Vec<String>,
+    pub(crate) replay: Vec<ReplayReport>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Budget {
+    pub(crate) limits: BTreeMap<String, u64>,
+    pub(crate) used: BTreeMap<String, u64>,
+    pub(crate) breaches: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Freeze {
+    pub(crate) active: Vec<String>,
+    pub(crate) expired: Vec<String>,
+    pub(crate) added_by_patch: Vec<String>,
+    /// Suggested ledger entries for flaky and pre-existing findings.
+    pub(crate) suggested: BTreeMap<String, Entry>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Drift {
+    pub(crate) path: String,
+    pub(crate) change: Change,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Lock {
     /// The lock read (repo-relative, from the base): `fixtures.lock`, `tests/fixtures.lock.json`
     /// or `[tool.fixgate] lock`; `None` when the base has none.
     #[serde(default)]
-    pub file: Option<String>,
-    pub drift: Vec<Drift>,
+    pub(crate) file: Option<String>,
+    pub(crate) drift: Vec<Drift>,
     /// Whether the patch changes the lock itself.
-    pub changed_by_patch: bool,
+    pub(crate) changed_by_patch: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct ExecutedNode {
-    pub label: String,
-    pub kind: String,
-    pub key: String,
-    pub reason: String,
+pub(crate) struct ExecutedNode {
+    pub(crate) label: String,
+    pub(crate) kind: String,
+    pub(crate) key: String,
+    pub(crate) reason: String,
     /// Seconds since the epoch: timing fields.
-    pub start: f64,
-    pub end: f64,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct GraphSummary {
-    pub nodes: usize,
-    pub executed: usize,
-    pub cached: usize,
+pub(crate) struct GraphSummary {
+    pub(crate) nodes: usize,
+    pub(crate) executed: usize,
+    pub(crate) cached: usize,
     /// Of the cached nodes, those whose result came from the remote cache.
     #[serde(default)]
-    pub remote: usize,
-    pub executed_nodes: Vec<ExecutedNode>,
+    pub(crate) remote: usize,
+    /// Of the executed nodes, the pytest runs a remote executor ran (`--remote-executor`).
+    #[serde(default)]
+    pub(crate) remote_executed: usize,
+    pub(crate) executed_nodes: Vec<ExecutedNode>,
     /// Every node with its status, in the order the audit ran them.
-    pub all_nodes: Vec<NodeStatus>,
+    pub(crate) all_nodes: Vec<NodeStatus>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct NodeStatus {
-    pub label: String,
-    pub kind: String,
+pub(crate) struct NodeStatus {
+    pub(crate) label: String,
+    pub(crate) kind: String,
     /// `cached`, `executed: <why>`, `failed: <why>`, ...
-    pub status: String,
+    pub(crate) status: String,
 }
 
 /// A finding: something the verdict rests on, with its evidence.
 #[derive(Clone, Debug, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// `order-dependent`, `polluter`, `lease-violation`, `redefined`, `cosmetic`, `additive`,
     /// `failing`, `crashed`, `timeout`, `error`, `flaky`, `new-skip`, `freeze-added`,
     /// `lock-changed`, `edited-assertion`, ... (every [`FindingKind`]).
-    pub kind: FindingKind,
-    pub tests: Vec<String>,
-    pub message: String,
+    pub(crate) kind: FindingKind,
+    pub(crate) tests: Vec<String>,
+    pub(crate) message: String,
     /// A command that reproduces it, when there is one.
-    pub repro: Option<String>,
-    pub introduced: bool,
+    pub(crate) repro: Option<String>,
+    pub(crate) introduced: bool,
     /// Whether this finding counts against the patch (rejects or makes it unverified).
-    pub blocking: bool,
+    pub(crate) blocking: bool,
 }
 
 /// What the shuffled orders ran (`crate::audit::scope`, docs/impact.md).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct ScopeReport {
-    pub mode: ScopeMode,
+pub(crate) struct ScopeReport {
+    pub(crate) mode: ScopeMode,
     /// Why the orders ran in full.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// The tests of the selection.
-    pub tests: u64,
+    pub(crate) tests: u64,
     /// How many tests the patch affected (new or edited, or reached by its footprint); `None`:
     /// every test (the footprint is everything).
-    pub affected: Option<u64>,
+    pub(crate) affected: Option<u64>,
     /// The tests that left shared state changed (run in every order with their readers).
-    pub writers: Vec<String>,
+    pub(crate) writers: Vec<String>,
     /// How many tests each order ran.
-    pub runs: BTreeMap<OrderLabel, u64>,
+    pub(crate) runs: BTreeMap<OrderLabel, u64>,
     /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
-    pub carried: Vec<Carried>,
+    pub(crate) carried: Vec<Carried>,
 }
 
 /// Whether the shuffled orders ran a scope of the selection or all of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ScopeMode {
+pub(crate) enum ScopeMode {
     /// The shuffled orders ran what the patch can affect.
     Scoped,
     /// The whole selection.
@@ -286,57 +324,63 @@ pub enum ScopeMode {
 /// A test the shuffled orders carried: its outcome cannot follow the order, and these are its
 /// outcomes in the orders that ran it (file order and reversed, on the head).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Carried {
-    pub nodeid: String,
-    pub evidence: BTreeMap<OrderLabel, Outcome>,
+pub(crate) struct Carried {
+    pub(crate) nodeid: String,
+    pub(crate) evidence: BTreeMap<OrderLabel, Outcome>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct AuditReport {
-    pub schema: u32,
-    pub verdict: Verdict,
-    pub exit_code: i32,
-    pub reasons: Vec<String>,
-    pub base: Side,
-    pub head: Side,
-    pub seeds: Vec<u64>,
+pub(crate) struct AuditReport {
+    pub(crate) schema: u32,
+    pub(crate) verdict: Verdict,
+    pub(crate) exit_code: i32,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) base: Side,
+    pub(crate) head: Side,
+    pub(crate) seeds: Vec<u64>,
     /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
     pub(crate) orders: Vec<OrderLabel>,
     /// What the shuffled orders ran; `None` when the audit stopped before them.
-    pub scope: Option<ScopeReport>,
-    pub tests: Vec<TestReport>,
-    pub pairs: Vec<PairReport>,
-    pub findings: Vec<Finding>,
-    pub fixtures: Fixtures,
+    pub(crate) scope: Option<ScopeReport>,
+    pub(crate) tests: Vec<TestReport>,
+    pub(crate) pairs: Vec<PairReport>,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) fixtures: Fixtures,
     /// The tests the patch edited, replayed with the base's test code (see `engine::source_replay`).
-    pub source_replay: Vec<SourceReplay>,
-    pub budget: Budget,
-    pub freeze: Freeze,
-    pub lock: Lock,
-    pub graph: GraphSummary,
-    /// pytest processes this audit started (cached runs start none).
-    pub pytest_processes: u32,
+    pub(crate) source_replay: Vec<SourceReplay>,
+    /// The base-suite replay, when the patch touched the tests (`null` when it ran nothing).
+    pub(crate) base_suite: Option<BaseSuiteReport>,
+    pub(crate) budget: Budget,
+    pub(crate) freeze: Freeze,
+    pub(crate) lock: Lock,
+    pub(crate) graph: GraphSummary,
+    /// pytest processes this audit started on this machine (cached runs and remote runs
+    /// start none).
+    pub(crate) pytest_processes: u32,
+    /// With `--remote-executor`: the service, what it ran where, what was uploaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) remote_execution: Option<crate::remote_exec::client::Summary>,
     /// Whether runs were forked from warm interpreters, how many, and why not where they were
     /// not (the fork server's fallback reasons).
-    pub forkserver: crate::pytest::forkserver::ForkSummary,
+    pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
     /// Wall seconds of the audit: a timing field.
-    pub duration_seconds: f64,
-    pub strict: bool,
+    pub(crate) duration_seconds: f64,
+    pub(crate) strict: bool,
     /// How the runs were contained: `namespaces` (a read-only world, no survivors) or `none`
-    /// (the platform refused namespaces; see README, Containment); empty in the report of a
+    /// (the platform refused namespaces; see docs/containment.md); empty in the report of a
     /// head that could not be audited.
     #[serde(serialize_with = "containment")]
-    pub containment: Option<crate::contain::Mode>,
-    pub interpreter: Option<String>,
+    pub(crate) containment: Option<crate::contain::Mode>,
+    pub(crate) interpreter: Option<String>,
     /// Problems around the audit that did not stop it (an editable install, a damaged cache
     /// entry): also printed on standard error.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The graph in Graphviz DOT (kept for `fixgate graph --dot`, not part of the JSON).
     #[serde(skip)]
-    pub graph_dot: String,
+    pub(crate) graph_dot: String,
     /// With `--shard K/N`: what this share ran (the report is then only this note).
     #[serde(skip)]
-    pub shard: Option<ShardNote>,
+    pub(crate) shard: Option<ShardNote>,
 }
 
 fn found_by<S: Serializer>(found: &Found, serializer: S) -> Result<S::Ok, S::Error> {

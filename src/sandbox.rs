@@ -17,13 +17,13 @@ use crate::snapshot::{EntryKind, Snapshot};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     dir: PathBuf,
 }
 
 /// Bytes to put over the snapshot's own: `(path, Some(bytes))` writes, `None` removes. Replay
 /// uses this to run head code against the base's fixture bytes.
-pub type Overlay = Vec<(RepoPath, Option<Vec<u8>>)>;
+pub(crate) type Overlay = Vec<(RepoPath, Option<Vec<u8>>)>;
 
 /// Where sandboxes may live: a RAM file system first (creating and removing a few hundred
 /// files per run costs a disk file system far more: a measurable share of a run), then the
@@ -38,7 +38,7 @@ fn candidate_roots(temp_dir: &Path) -> [PathBuf; 2] {
 const SHM_MIN_FREE: u64 = 4 << 30;
 
 /// The folder that holds every sandbox of this user.
-pub fn sandboxes_root(temp_dir: &Path) -> PathBuf {
+pub(crate) fn sandboxes_root(temp_dir: &Path) -> PathBuf {
     let [shm, tmp] = candidate_roots(temp_dir);
     if free_bytes(Path::new("/dev/shm")).is_some_and(|f| f >= SHM_MIN_FREE) {
         return shm;
@@ -59,7 +59,11 @@ fn free_bytes(path: &Path) -> Option<u64> {
 
 impl Sandbox {
     /// Materializes `snapshot` (with `overlay` applied) into a new sandbox.
-    pub fn create(snapshot: &Snapshot, overlay: &Overlay, temp_dir: &Path) -> Result<Sandbox> {
+    pub(crate) fn create(
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+        temp_dir: &Path,
+    ) -> Result<Sandbox> {
         let mut root = sandboxes_root(temp_dir);
         if std::fs::create_dir_all(&root).is_err() {
             root = candidate_roots(temp_dir)[1].clone();
@@ -170,20 +174,20 @@ impl Sandbox {
             .collect::<Result<()>>()
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The copy of the repository: the root pytest runs in.
-    pub fn tree(&self) -> PathBuf {
+    pub(crate) fn tree(&self) -> PathBuf {
         self.dir.join("tree")
     }
 
-    pub fn home(&self) -> PathBuf {
+    pub(crate) fn home(&self) -> PathBuf {
         self.dir.join("home")
     }
 
-    pub fn tmp(&self) -> PathBuf {
+    pub(crate) fn tmp(&self) -> PathBuf {
         self.dir.join("tmp")
     }
 
@@ -461,7 +465,7 @@ fn restore_node(full: &Path, node: &mut Node) -> std::io::Result<()> {
 }
 
 /// Removes a sandbox even when a test left read-only directories in it.
-fn remove_tree(dir: &Path) {
+pub(crate) fn remove_tree(dir: &Path) {
     if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
         return;
     }
@@ -483,7 +487,7 @@ fn make_writable(dir: &Path) {
 
 /// Removes the sandboxes of fixgate processes that no longer run (killed before they could
 /// clean up). Returns how many were removed.
-pub fn remove_stale(temp_dir: &Path) -> usize {
+pub(crate) fn remove_stale(temp_dir: &Path) -> usize {
     let mut removed = 0;
     for e in candidate_roots(temp_dir)
         .iter()

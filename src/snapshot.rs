@@ -11,7 +11,7 @@ use crate::repo_path::RepoPath;
 
 /// Which revision a snapshot holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The working tree: tracked files plus untracked files git does not ignore (or every file,
     /// when the directory is not a git repository).
     Worktree,
@@ -20,7 +20,7 @@ pub enum Source {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EntryKind {
+pub(crate) enum EntryKind {
     File,
     Executable,
     /// A symbolic link, recorded as its target string and never followed.
@@ -29,22 +29,22 @@ pub enum EntryKind {
 
 /// One file of a snapshot.
 #[derive(Clone, Debug)]
-pub struct Entry {
-    pub path: RepoPath,
-    pub kind: EntryKind,
+pub(crate) struct Entry {
+    pub(crate) path: RepoPath,
+    pub(crate) kind: EntryKind,
     /// The blob id, for commit snapshots.
-    pub blob: Option<Oid>,
+    pub(crate) blob: Option<Oid>,
     /// The stat data seen while listing a working tree, so hashing need not stat again.
-    pub stat: Option<crate::statcache::StatKey>,
+    pub(crate) stat: Option<crate::statcache::StatKey>,
 }
 
 /// The set of files of the repository at one revision, sorted by path bytes.
 #[derive(Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The repository's root directory (the working directory for a git repository).
-    pub root: PathBuf,
-    pub source: Source,
-    pub entries: Vec<Entry>,
+    pub(crate) root: PathBuf,
+    pub(crate) source: Source,
+    pub(crate) entries: Vec<Entry>,
     /// The git directory, when the root is a git repository.
     git_dir: Option<PathBuf>,
     /// The handle [`Snapshot::read_path`] reads with, opened on first use: opening a repository
@@ -63,15 +63,15 @@ impl std::fmt::Debug for GitHandle {
 }
 
 /// The repository fixgate works on: its root and, when it is one, the git repository.
-pub struct Repo {
-    pub root: PathBuf,
+pub(crate) struct Repo {
+    pub(crate) root: PathBuf,
     git: Option<Repository>,
 }
 
 impl Repo {
     /// Opens `dir` (or discovers the git root above `cwd`, the directory fixgate started in,
     /// when `None`).
-    pub fn open(dir: Option<&Path>, cwd: Option<&Path>) -> Result<Repo> {
+    pub(crate) fn open(dir: Option<&Path>, cwd: Option<&Path>) -> Result<Repo> {
         match dir {
             Some(dir) => {
                 let root = dir.canonicalize().map_err(|e| {
@@ -130,10 +130,6 @@ impl Repo {
         }
     }
 
-    pub fn is_git(&self) -> bool {
-        self.git.is_some()
-    }
-
     fn git(&self, what: &str) -> Result<&Repository> {
         self.git.as_ref().ok_or_else(|| {
             Error::Usage(format!(
@@ -145,7 +141,7 @@ impl Repo {
     }
 
     /// Resolves anything git accepts (`HEAD~1`, a tag, a sha) to a commit id.
-    pub fn resolve(&self, rev: &str) -> Result<Oid> {
+    pub(crate) fn resolve(&self, rev: &str) -> Result<Oid> {
         let git = self.git(&format!("revision {rev:?}"))?;
         if git
             .head()
@@ -170,7 +166,7 @@ impl Repo {
     }
 
     /// Takes the snapshot of `rev`, or of the working tree when `None`.
-    pub fn snapshot(&self, rev: Option<&str>) -> Result<Snapshot> {
+    pub(crate) fn snapshot(&self, rev: Option<&str>) -> Result<Snapshot> {
         match rev {
             None => self.worktree_snapshot(),
             Some(rev) => self.commit_snapshot(rev),
@@ -528,7 +524,7 @@ fn walk_dir<'s>(
 
 impl Snapshot {
     /// The snapshot's commit, when it is one.
-    pub fn commit(&self) -> Option<Oid> {
+    pub(crate) fn commit(&self) -> Option<Oid> {
         match &self.source {
             Source::Commit { commit, .. } => Some(*commit),
             Source::Worktree => None,
@@ -536,18 +532,18 @@ impl Snapshot {
     }
 
     /// How the user named this snapshot: the rev they typed, or `worktree`.
-    pub fn rev_label(&self) -> String {
+    pub(crate) fn rev_label(&self) -> String {
         match &self.source {
             Source::Commit { rev, .. } => rev.clone(),
             Source::Worktree => "worktree".into(),
         }
     }
 
-    pub fn paths(&self) -> Vec<RepoPath> {
+    pub(crate) fn paths(&self) -> Vec<RepoPath> {
         self.entries.iter().map(|e| e.path.clone()).collect()
     }
 
-    pub fn find(&self, path: &RepoPath) -> Option<&Entry> {
+    pub(crate) fn find(&self, path: &RepoPath) -> Option<&Entry> {
         self.entries
             .binary_search_by(|e| e.path.cmp(path))
             .ok()
@@ -557,7 +553,7 @@ impl Snapshot {
     /// Opens the git repository for a reader thread (git2 handles are not shared across threads).
     /// Only a commit's files are read from git: a work-tree snapshot gets `None` and reads the
     /// disk, without the cost of opening the repository (its configuration files) again.
-    pub fn open_git(&self) -> Result<Option<Repository>> {
+    pub(crate) fn open_git(&self) -> Result<Option<Repository>> {
         match (&self.source, &self.git_dir) {
             (Source::Commit { .. }, Some(dir)) => Ok(Some(Repository::open(dir)?)),
             _ => Ok(None),
@@ -566,7 +562,7 @@ impl Snapshot {
 
     /// The bytes of an entry: file content, or a symlink's target string. `git` is a handle
     /// from [`Snapshot::open_git`], needed for commit snapshots.
-    pub fn read(&self, entry: &Entry, git: Option<&Repository>) -> Result<Vec<u8>> {
+    pub(crate) fn read(&self, entry: &Entry, git: Option<&Repository>) -> Result<Vec<u8>> {
         match (entry.blob, git) {
             (Some(oid), Some(git)) => Ok(git.find_blob(oid)?.content().to_vec()),
             (Some(_), None) => Err(Error::bug(format!(
@@ -588,7 +584,7 @@ impl Snapshot {
     }
 
     /// Reads one file by path, `None` when the snapshot does not have it.
-    pub fn read_path(&self, path: &str) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn read_path(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let Some(entry) = self.find(&RepoPath::from(path)) else {
             return Ok(None);
         };
@@ -605,7 +601,7 @@ impl Snapshot {
 
     /// Whether `path` has the same bytes and kind in both snapshots, known without reading
     /// it: both are commit snapshots naming the same blob. `false` means "unknown or differs".
-    pub fn same_blob(&self, other: &Snapshot, path: &str) -> bool {
+    pub(crate) fn same_blob(&self, other: &Snapshot, path: &str) -> bool {
         let path = RepoPath::from(path);
         match (self.find(&path), other.find(&path)) {
             (Some(a), Some(b)) => a.blob.is_some() && a.blob == b.blob && a.kind == b.kind,

@@ -17,17 +17,17 @@ const RACY_WINDOW_NS: i128 = 2_000_000_000;
 
 /// The stat fields whose change means the content may have changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatKey {
-    pub size: u64,
-    pub mtime_ns: i128,
-    pub ctime_ns: i128,
-    pub ino: u64,
-    pub dev: u64,
-    pub mode: u32,
+pub(crate) struct StatKey {
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+    pub(crate) ino: u64,
+    pub(crate) dev: u64,
+    pub(crate) mode: u32,
 }
 
 impl StatKey {
-    pub fn from_metadata(meta: &Metadata) -> StatKey {
+    pub(crate) fn from_metadata(meta: &Metadata) -> StatKey {
         StatKey {
             size: meta.len(),
             mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
@@ -114,7 +114,7 @@ impl<'a> Reader<'a> {
 }
 
 /// The stat cache of one repository root.
-pub struct StatCache {
+pub(crate) struct StatCache {
     file: PathBuf,
     /// What was loaded, sorted by path.
     entries: Vec<Record>,
@@ -126,7 +126,7 @@ pub struct StatCache {
 impl StatCache {
     /// Loads the cache for `repo_root` from `cache_dir`. A missing, corrupt or outdated file is
     /// an empty cache: it only ever saves work, it never decides an answer.
-    pub fn load(cache_dir: &Path, repo_root: &Path) -> StatCache {
+    pub(crate) fn load(cache_dir: &Path, repo_root: &Path) -> StatCache {
         use std::os::unix::ffi::OsStrExt;
         let name = blake3::hash(repo_root.as_os_str().as_bytes()).to_hex();
         let file = cache_dir.join("stat").join(format!("{}.bin", &name[..32]));
@@ -142,7 +142,7 @@ impl StatCache {
         }
     }
 
-    pub fn lookup(&self, path: &RepoPath, key: &StatKey) -> Option<blake3::Hash> {
+    pub(crate) fn lookup(&self, path: &RepoPath, key: &StatKey) -> Option<blake3::Hash> {
         let found = match self.fresh.get(path.as_bytes()) {
             Some((k, h)) => Some((k, h)),
             None => self
@@ -157,7 +157,7 @@ impl StatCache {
         }
     }
 
-    pub fn insert(&mut self, path: RepoPath, key: StatKey, hash: blake3::Hash) {
+    pub(crate) fn insert(&mut self, path: RepoPath, key: StatKey, hash: blake3::Hash) {
         self.fresh
             .insert(path.as_bytes().to_vec(), (key, *hash.as_bytes()));
         self.dirty = true;
@@ -165,7 +165,7 @@ impl StatCache {
 
     /// Writes the cache (temporary file, then rename). Failing to save costs only speed, so the
     /// error is returned for a warning, never for a failure.
-    pub fn save(&mut self) -> std::io::Result<()> {
+    pub(crate) fn save(&mut self) -> std::io::Result<()> {
         if !self.dirty {
             return Ok(());
         }
@@ -195,7 +195,7 @@ impl StatCache {
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.fresh.is_empty()
     }
 }

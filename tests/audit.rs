@@ -448,7 +448,7 @@ fn code_and_its_expected_data_edited_together_is_a_redefined_test_and_rejected()
     let replay = &v["fixtures"]["replay"];
     assert_eq!(
         replay,
-        &serde_json::json!([{"nodeid": PARSE_ID, "head": "passed", "base": "failed", "reading": "redefined"}])
+        &serde_json::json!([{"nodeid": PARSE_ID, "head": "passed", "base": "failed", "reading": "redefined", "files": [EXPECTED]}])
     );
     // The test itself is green in every order: only the answer key moved.
     assert_eq!(bucket(&v, PARSE_ID), "stable");
@@ -471,7 +471,7 @@ fn reordering_the_keys_of_a_json_fixture_is_cosmetic_and_passes_flagged() {
     assert_eq!(strs(&v["fixtures"]["coupled"]), [PARSE_ID]);
     assert_eq!(
         v["fixtures"]["replay"],
-        serde_json::json!([{"nodeid": PARSE_ID, "head": "passed", "base": "passed", "reading": "cosmetic"}])
+        serde_json::json!([{"nodeid": PARSE_ID, "head": "passed", "base": "passed", "reading": "cosmetic", "files": [EXPECTED]}])
     );
     // Passes, but flagged for a one-line justification.
     let f = finding(&v, "cosmetic", PARSE_ID);

@@ -360,6 +360,10 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     let marker = unique("fixgate-killed");
     let repo = survivors_repo(&marker, true);
     let home = tempfile::tempdir().unwrap();
+    // Sandboxes of this test's own: another test's fixgate, sharing /tmp, would otherwise be
+    // the next command that finds (and removes) the killed run's sandbox.
+    let sandboxes = tempfile::tempdir().unwrap();
+    let sandboxes_dir = sandboxes.path().to_str().unwrap();
     let before = tree_bytes(repo.path());
     let mut child = common::fixgate_command()
         .args(["run", "--format", "json", "--python"])
@@ -368,6 +372,7 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
         .arg(repo.cache.path())
         .current_dir(repo.path())
         .env("HOME", home.path())
+        .env("TMPDIR", sandboxes_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -389,7 +394,12 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     assert!(gone, "survivors after SIGKILL of fixgate: {left:?}");
     assert_eq!(tree_bytes(repo.path()), before);
     // The next command of any kind removes the killed fixgate's sandbox.
-    let out = fixgate_env(&repo, home.path(), &[], &["manifest"]);
+    let out = fixgate_env(
+        &repo,
+        home.path(),
+        &[("TMPDIR", sandboxes_dir)],
+        &["manifest"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("left by a fixgate that was killed"),
@@ -425,6 +435,66 @@ fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still
     let v = json(&out);
     assert_eq!(v["containment"], "namespaces", "{v}");
     assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+}
+
+#[test]
+fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
+    assert_namespaces_permitted();
+    // A venv whose `.pth` adds a folder under /tmp (a checkout under /tmp whose shared venv is
+    // there): each run has a private /tmp, which hid the folder, and the import failed.
+    let venv = tempfile::tempdir().unwrap();
+    let py = common::private_venv(venv.path());
+    let lib = tempfile::Builder::new()
+        .prefix("fixgate-lib-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::write(lib.path().join("extra_lib.py"), "ANSWER = 42\n").unwrap();
+    let own_site = Command::new(&py)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let own_site = std::path::PathBuf::from(String::from_utf8(own_site.stdout).unwrap().trim());
+    std::fs::write(
+        own_site.join("extra.pth"),
+        format!("{}\n", lib.path().display()),
+    )
+    .unwrap();
+    // Only the library folder comes back: the rest of /tmp stays out of sight.
+    let secret = tempfile::Builder::new()
+        .prefix("fixgate-secret-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let key = secret.path().join("key");
+    std::fs::write(&key, "s3cret").unwrap();
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_a.py",
+        format!(
+            "import os\nimport extra_lib\n\n\ndef test_a():\n    assert extra_lib.ANSWER == 42\n\n\n\
+             def test_the_rest_of_tmp_is_hidden():\n    assert not os.path.exists({:?})\n",
+            key.display().to_string()
+        ),
+    );
+    repo.commit("base");
+    let out = common::fixgate_command()
+        .args(["run", "--format", "json", "--python"])
+        .arg(&py)
+        .arg("--cache-dir")
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+    assert_eq!(
+        outcome(&v, "test_the_rest_of_tmp_is_hidden"),
+        "passed",
+        "{v}"
+    );
 }
 
 #[test]

@@ -249,7 +249,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "verdict",
-        "b3:687fbc4cd309d696db69706f4b86f8309ec1e83c4d56fcbd0a7f6485d764d0cd",
+        "b3:76f226f16ddce2526cdc7aab5072c6815bd681ad9207ab11556a1f6437938d7c",
     ),
 ];
 

@@ -593,7 +593,7 @@ fn the_plugin_runs_from_its_checked_compiled_copy_not_rewritten_by_pytest() {
         "tests/test_loader.py",
         "import sys\n\n\
          def test_plugin_module_not_loaded_by_pytests_rewrite():\n    \
-             for name in ('events', 'trace', 'classify', 'lease', 'rewrite', 'deps', 'state', 'record', 'forkserver', 'options', 'hooks'):\n        \
+             for name in ('events', 'outcome', 'trace', 'classify', 'lease', 'rewrite', 'deps', 'state', 'record', 'forkserver', 'options', 'hooks'):\n        \
                  mod = sys.modules['fixgate_plugin_' + name]\n        \
                  assert mod.__file__.endswith('fixgate_plugin_%s.py' % name)\n        \
                  assert type(getattr(mod, '__loader__', None)).__name__ != 'AssertionRewritingHook'\n",
@@ -611,7 +611,7 @@ fn the_plugin_runs_from_its_checked_compiled_copy_not_rewritten_by_pytest() {
             .collect()
     };
     let first = compiled();
-    assert_eq!(first.len(), 11, "each module compiled once, beside it");
+    assert_eq!(first.len(), 12, "each module compiled once, beside it");
     passes("second run");
     assert_eq!(compiled(), first, "read, not written again");
     // a damaged copy is compiled again, never run (the hooks module: the one whose code
@@ -706,4 +706,170 @@ fn regression_a_session_stopped_between_tests_crashes_no_test() {
         ],
     );
     assert_eq!(v["result"]["processes"], 2, "{v}");
+}
+
+/// Issue 20: a conftest cannot rewrite what a test did. Each phase's outcome is recorded from
+/// the call's own exception before any other `pytest_runtest_makereport` implementation sees the
+/// report, and from the test's own `runtest` before a `pytest_runtest_call` wrapper can catch
+/// it; the test's result is what it raised, with what pytest's reports claimed beside it.
+#[test]
+fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it_hid() {
+    let v = file_order_run(
+        "import pytest\n\n\
+         @pytest.hookimpl(hookwrapper=True)\n\
+         def pytest_runtest_makereport(item, call):\n    \
+             outcome = yield\n    \
+             rep = outcome.get_result()\n    \
+             if rep.failed and 'flip' in item.name:\n        \
+                 rep.outcome = 'passed'\n        \
+                 rep.longrepr = None\n\n\
+         @pytest.hookimpl(hookwrapper=True)\n\
+         def pytest_runtest_call(item):\n    \
+             outcome = yield\n    \
+             if 'swallow' in item.name:\n        \
+                 outcome.force_result(None)\n\n\
+         @pytest.hookimpl(hookwrapper=True)\n\
+         def pytest_runtest_setup(item):\n    \
+             outcome = yield\n    \
+             if 'swallowed_setup' in item.name:\n        \
+                 outcome.force_result(None)\n",
+        "tests/test_hidden.py",
+        "import unittest\nimport pytest\n\n\
+         def test_flip():\n    assert 1 == 2\n\n\
+         def test_swallow():\n    assert 1 == 3\n\n\
+         @pytest.fixture\ndef broken():\n    raise RuntimeError('setup boom')\n\n\
+         def test_swallowed_setup(broken):\n    pass\n\n\
+         def test_honest():\n    pass\n\n\
+         @pytest.mark.xfail(reason='known')\ndef test_expected():\n    assert 1 == 4\n\n\
+         class TestUnit(unittest.TestCase):\n    \
+             def test_flip_unit(self):\n        self.assertEqual(1, 2)\n",
+    );
+    let tests = v["result"]["tests"].as_array().unwrap();
+    let test = |name: &str| {
+        tests
+            .iter()
+            .find(|t| t["nodeid"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("no {name}: {v}"))
+    };
+    for (name, outcome, message) in [
+        ("::test_flip", "failed", "assert 1 == 2"),
+        ("::test_swallow", "failed", "assert 1 == 3"),
+        ("::test_swallowed_setup", "error", "setup boom"),
+        ("::TestUnit::test_flip_unit", "failed", "1 != 2"),
+    ] {
+        let t = test(name);
+        assert_eq!(t["outcome"], outcome, "{t}");
+        assert_eq!(t["reported"], "passed", "{t}");
+        assert!(t["message"].as_str().unwrap().contains(message), "{t}");
+    }
+    // What no hook touched reads as pytest reports it: pytest's own xfail is no alteration.
+    assert_eq!(test("::test_honest")["outcome"], "passed");
+    assert!(test("::test_honest")["reported"].is_null());
+    assert_eq!(test("::test_expected")["outcome"], "xfailed");
+    assert!(test("::test_expected")["reported"].is_null());
+}
+
+/// `fixgate run`'s report of a repository holding `conftest` as `tests/conftest.py` and one test
+/// file, in file order.
+fn file_order_run(conftest: &str, file: &str, tests: &str) -> serde_json::Value {
+    let repo = TestRepo::new();
+    repo.write("tests/conftest.py", conftest).write(file, tests);
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.json()
+}
+
+/// Issue 20: a session that ends before running the tests it was given (a hook that runs
+/// nothing, `pytest.exit` between tests, `sys.exit` in a test) is never a pass.
+#[test]
+fn a_session_that_stops_before_its_tests_leaves_them_errors_never_passes() {
+    let v = file_order_run(
+        "import pytest\n\n\
+         def pytest_runtestloop(session):\n    \
+             return True  # runs nothing, reports nothing\n",
+        "tests/test_stop.py",
+        "def test_a():\n    assert False\n\ndef test_b():\n    pass\n",
+    );
+    assert_outcomes(
+        &v,
+        &[
+            ("tests/test_stop.py::test_a", "error"),
+            ("tests/test_stop.py::test_b", "error"),
+        ],
+    );
+    let message = v["result"]["tests"][0]["message"].as_str().unwrap();
+    assert!(message.starts_with("not run: "), "{message}");
+
+    // pytest.exit(0) as the first test finishes, sys.exit in a test, os._exit in a session
+    // fixture's teardown: none of them a pass.
+    let v = file_order_run(
+        "import os, pytest\n\n\
+         def pytest_runtest_logfinish(nodeid, location):\n    \
+             if nodeid.endswith('test_first'):\n        \
+                 pytest.exit('enough', returncode=0)\n\n\
+         @pytest.fixture(scope='session')\ndef ends_hard():\n    yield\n    os._exit(0)\n",
+        "tests/test_exits.py",
+        "import sys\n\n\
+         def test_first():\n    pass\n\n\
+         def test_exits():\n    sys.exit(0)\n\n\
+         def test_last(ends_hard):\n    pass\n",
+    );
+    assert_outcomes(
+        &v,
+        &[
+            // interrupted inside its protocol (logfinish): no result of its own
+            ("tests/test_exits.py::test_first", "crashed"),
+            ("tests/test_exits.py::test_exits", "failed"),
+            ("tests/test_exits.py::test_last", "crashed"),
+        ],
+    );
+}
+
+/// The plugin's outcome rules are a pure function of the phases (`outcome.py`): the table,
+/// run by the interpreter the tests use.
+#[test]
+fn the_plugins_outcome_rules_are_a_pure_table() {
+    let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/outcome.py");
+    let script = format!(
+        "import importlib.util\n\
+         spec = importlib.util.spec_from_file_location('outcome', {module:?})\n\
+         o = importlib.util.module_from_spec(spec); spec.loader.exec_module(o)\n\
+         P, F = o.PASSED, o.raised('fail', 'boom')\n\
+         S, X = o.raised('skip', 'later'), o.raised('xfail', 'known')\n\
+         XP = o.Phase('passed', 'known', None, None)\n\
+         table = [\n\
+           ((P, P, P), ('passed', None, None, None)),\n\
+           ((F, None, P), ('error', 'setup', None, None)),\n\
+           ((S, None, P), ('skipped', None, 'later', None)),\n\
+           ((X, None, P), ('xfailed', None, None, 'known')),\n\
+           ((P, F, P), ('failed', 'call', None, None)),\n\
+           ((P, S, P), ('skipped', None, 'later', None)),\n\
+           ((P, X, P), ('xfailed', None, None, 'known')),\n\
+           ((P, XP, P), ('xpassed', None, None, 'known')),\n\
+           ((P, None, P), ('passed', None, None, None)),\n\
+           ((P, P, F), ('error', 'teardown', None, None)),\n\
+           ((P, F, F), ('error', 'call', None, None)),\n\
+           ((None, None, None), ('error', None, None, None)),\n\
+         ]\n\
+         for phases, want in table:\n    \
+             got = o.test_outcome(*phases)\n    \
+             assert got == want, (phases, got, want)\n\
+         assert o.test_outcome(P, P, P, subtest_failed=True)[:2] == ('failed', 'subtest')\n\
+         # greener than raised is an alteration; pytest's own xfail of a marked test is not\n\
+         assert o.altered(F, P, False) and o.altered(F, S, False) and o.altered(S, P, False)\n\
+         assert not o.altered(F, X, True) and o.altered(F, X, False)\n\
+         assert not o.altered(P, F, False) and not o.altered(F, F, False)\n\
+         print('ok')\n"
+    );
+    let out = std::process::Command::new(common::python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

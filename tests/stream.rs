@@ -509,7 +509,7 @@ fn a_renamed_and_reformatted_test_with_the_same_expectations_is_a_refactor() {
 }
 
 /// Issue 11: the answer key written in the test itself. An edited assertion that moves the
-/// expected value with the code is `redefined-test` (reject, both lines shown); a reformatted
+/// expected value with the code is `redefined-test` (reject, both lines shown); a rewritten
 /// test that demands the same is `test-refactor` (pass).
 #[test]
 fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refactor() {
@@ -518,7 +518,7 @@ fn an_edited_expected_value_is_a_redefined_test_and_a_reformatted_test_a_refacto
         "def total(x):\n    return x * 1.44\n",
         "from pkg.price import total\n\n\
          def test_total():\n    assert round(total(5), 1) == 7.2\n\n\
-         def test_zero():\n    assert total( 0 ) == 0  # reformatted\n",
+         def test_zero():\n    zero = total( 0 )\n    assert zero == 0  # refactored\n",
     );
     let run = repo.fixgate_py(&[
         "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json", "--quiet",

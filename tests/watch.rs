@@ -315,7 +315,9 @@ fn a_save_that_restores_the_expectation_passes_and_resolves_the_findings() {
     assert_eq!(data["exit_code"], 0);
     let resolved = findings(&report["resolved"]);
     assert!(has(&resolved, "edited-assertion", LAMP), "{resolved:?}");
-    assert!(has(&resolved, "redefined-test", LAMP), "{resolved:?}");
+    // No redefined-test to resolve: the base fails the victim in the same order (issue 20's
+    // base-suite replay), so the edited assertion and the order dependence say it.
+    assert!(!has(&resolved, "redefined-test", LAMP), "{resolved:?}");
     // The base's own order dependence is still there, as known debt that does not block.
     for f in data["findings"].as_array().unwrap() {
         assert_eq!(f["blocking"], false, "{f}");

@@ -1,5 +1,6 @@
 //! The REAPI v2 backend: ActionCache, ContentAddressableStorage and ByteStream over gRPC, with
-//! the digest function the server advertises in `GetCapabilities`.
+//! the digest function the server advertises in `GetCapabilities`. The same connection is what
+//! remote execution builds on ([`GrpcConnection`]: its channel, its blob calls in batches).
 
 use std::sync::Arc;
 
@@ -19,11 +20,16 @@ use crate::wire::{Backend, DigestFunction, RemoteDigest, RemoteError};
 /// of this size. It stays under gRPC's common 4 MiB message limit.
 const BATCH_LIMIT: u64 = 2 << 20;
 
-type Chan = InterceptedService<Channel, Headers>;
+/// Blobs by digest, `None` for those the server does not hold.
+pub type Fetched = Vec<(RemoteDigest, Option<Vec<u8>>)>;
+
+/// The channel every call of a [`GrpcConnection`] goes through: the configured headers added.
+pub type GrpcChannel = InterceptedService<Channel, Headers>;
+type Chan = GrpcChannel;
 
 /// Adds the configured headers to every call.
 #[derive(Clone)]
-struct Headers(Arc<Vec<(AsciiMetadataKey, AsciiMetadataValue)>>);
+pub struct Headers(Arc<Vec<(AsciiMetadataKey, AsciiMetadataValue)>>);
 
 impl tonic::service::Interceptor for Headers {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -69,8 +75,10 @@ impl Layout {
     }
 }
 
-pub(crate) struct GrpcBackend {
-    // The runtime only drives this backend's requests; callers block on them, so the store
+/// A connection to a REAPI v2 server: the remote cache's backend, and what remote execution
+/// sends its blobs and actions through.
+pub struct GrpcConnection {
+    // The runtime only drives this connection's requests; callers block on them, so the store
     // stays a plain synchronous `Store`.
     runtime: tokio::runtime::Runtime,
     channel: Chan,
@@ -78,15 +86,29 @@ pub(crate) struct GrpcBackend {
     function: DigestFunction,
     layout: Layout,
     batch_limit: u64,
+    capabilities: reapi::ServerCapabilities,
 }
 
-impl GrpcBackend {
+impl GrpcConnection {
+    /// Connects to the `grpc://` or `grpcs://` URL of `config` (`host:port[/instance]`, the
+    /// instance also from the path) and negotiates the digest function.
+    pub fn open(config: &RemoteConfig) -> Result<GrpcConnection, RemoteError> {
+        let (scheme, rest) = crate::remote_config::split_url(&config.url)?;
+        match scheme {
+            "grpc" | "grpcs" => GrpcConnection::connect(scheme == "grpcs", rest, config),
+            _ => Err(RemoteError::BadUrl {
+                url: config.display_url(),
+                why: "is not a gRPC address; use grpc://HOST:PORT or grpcs://HOST:PORT".to_owned(),
+            }),
+        }
+    }
+
     /// Connects to `rest` (`host:port[/instance]`) and negotiates the digest function.
     pub(crate) fn connect(
         tls: bool,
         rest: &str,
         config: &RemoteConfig,
-    ) -> Result<GrpcBackend, RemoteError> {
+    ) -> Result<GrpcConnection, RemoteError> {
         let (authority, instance) = rest.split_once('/').unwrap_or((rest, ""));
         let scheme = if tls { "https" } else { "http" };
         let headers = config
@@ -131,7 +153,7 @@ impl GrpcBackend {
             ))
             .map_err(status)?
             .into_inner();
-        let cache = caps.cache_capabilities.ok_or_else(|| {
+        let cache = caps.cache_capabilities.clone().ok_or_else(|| {
             RemoteError::Protocol("the server has no cache capabilities".to_owned())
         })?;
         let function = DigestFunction::choose(&cache.digest_functions).ok_or_else(|| {
@@ -145,7 +167,7 @@ impl GrpcBackend {
             Ok(n) if n > 0 => BATCH_LIMIT.min(n.saturating_sub(1024)),
             _ => BATCH_LIMIT,
         };
-        Ok(GrpcBackend {
+        Ok(GrpcConnection {
             runtime,
             channel,
             instance: instance.to_owned(),
@@ -155,7 +177,208 @@ impl GrpcBackend {
                 function,
             },
             batch_limit,
+            capabilities: caps,
         })
+    }
+
+    /// The channel, for clients of other REAPI services (Execution, the Remote Workers API).
+    pub fn channel(&self) -> GrpcChannel {
+        self.channel.clone()
+    }
+
+    /// Runs one request of such a client to its end.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The instance name every request carries.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The digest function blobs and actions are computed with on this server.
+    pub fn function(&self) -> DigestFunction {
+        self.function
+    }
+
+    /// What the server said it offers, asked once at connection.
+    pub fn capabilities(&self) -> &reapi::ServerCapabilities {
+        &self.capabilities
+    }
+
+    /// Of `digests`, those the server's CAS does not hold.
+    pub fn find_missing(&self, digests: &[RemoteDigest]) -> Result<Vec<RemoteDigest>, RemoteError> {
+        let mut missing = Vec::new();
+        // The empty blob is never missing (REAPI: servers need not store it, clients need not
+        // send it); some servers report it all the same.
+        let digests: Vec<RemoteDigest> = digests
+            .iter()
+            .copied()
+            .filter(|d| !self.is_empty_blob(d))
+            .collect();
+        // A request holds 100 bytes or so per digest: stay far under the message limit.
+        for chunk in digests.chunks(10_000) {
+            let mut client = ContentAddressableStorageClient::new(self.channel.clone());
+            let request = reapi::FindMissingBlobsRequest {
+                instance_name: self.instance.clone(),
+                blob_digests: chunk.iter().map(|d| d.to_proto()).collect(),
+                digest_function: self.function.reapi(),
+            };
+            let response = self
+                .runtime
+                .block_on(client.find_missing_blobs(request))
+                .map_err(status)?
+                .into_inner();
+            for d in &response.missing_blob_digests {
+                missing.push(RemoteDigest::from_proto(d)?);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Whether `d` names the empty blob, which REAPI lets both sides take as present.
+    fn is_empty_blob(&self, d: &RemoteDigest) -> bool {
+        d.size == 0 && *d == self.function.digest(b"")
+    }
+
+    /// Stores every blob: the small ones in batches, the large ones through ByteStream.
+    pub fn put_blobs(&self, blobs: &[(RemoteDigest, &[u8])]) -> Result<(), RemoteError> {
+        let mut batch: Vec<reapi::batch_update_blobs_request::Request> = Vec::new();
+        let mut size = 0u64;
+        for (digest, bytes) in blobs {
+            if self.is_empty_blob(digest) {
+                continue;
+            }
+            if digest.size > self.batch_limit {
+                self.write_stream(digest, bytes)?;
+                continue;
+            }
+            if size + digest.size > self.batch_limit {
+                self.update_batch(std::mem::take(&mut batch))?;
+                size = 0;
+            }
+            size += digest.size;
+            batch.push(reapi::batch_update_blobs_request::Request {
+                digest: Some(digest.to_proto()),
+                data: bytes.to_vec(),
+                ..Default::default()
+            });
+        }
+        self.update_batch(batch)
+    }
+
+    fn update_batch(
+        &self,
+        requests: Vec<reapi::batch_update_blobs_request::Request>,
+    ) -> Result<(), RemoteError> {
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut client = ContentAddressableStorageClient::new(self.channel.clone());
+        let request = reapi::BatchUpdateBlobsRequest {
+            instance_name: self.instance.clone(),
+            requests,
+            digest_function: self.function.reapi(),
+        };
+        let response = self
+            .runtime
+            .block_on(client.batch_update_blobs(request))
+            .map_err(status)?
+            .into_inner();
+        match response
+            .responses
+            .iter()
+            .find_map(|r| r.status.as_ref().filter(|s| s.code != 0))
+        {
+            Some(s) => Err(RemoteError::Status(format!(
+                "code {} storing a blob: {}",
+                s.code, s.message
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The bytes of every digest, verified against it (`None`: the server does not hold it):
+    /// the small ones in batches, the large ones through ByteStream.
+    pub fn get_blobs(&self, digests: &[RemoteDigest]) -> Result<Fetched, RemoteError> {
+        let mut out = Vec::with_capacity(digests.len());
+        let mut batch: Vec<RemoteDigest> = Vec::new();
+        let mut size = 0u64;
+        let flush = |batch: &mut Vec<RemoteDigest>, out: &mut Vec<_>| {
+            if !batch.is_empty() {
+                out.extend(self.read_batch(std::mem::take(batch))?);
+            }
+            Ok::<(), RemoteError>(())
+        };
+        for d in digests {
+            if self.is_empty_blob(d) {
+                // Never asked for: a server may answer NOT_FOUND for it (BuildGrid does).
+                out.push((*d, Some(Vec::new())));
+                continue;
+            }
+            if d.size > self.batch_limit {
+                out.push((*d, self.read_stream(d)?));
+                continue;
+            }
+            if size + d.size > self.batch_limit {
+                flush(&mut batch, &mut out)?;
+                size = 0;
+            }
+            size += d.size;
+            batch.push(*d);
+        }
+        flush(&mut batch, &mut out)?;
+        for (d, bytes) in &out {
+            if let Some(b) = bytes {
+                if !d.matches(self.function, b) {
+                    return Err(RemoteError::Protocol(format!(
+                        "blob {}/{} does not have the bytes its digest names",
+                        d.hex(),
+                        d.size
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_batch(&self, digests: Vec<RemoteDigest>) -> Result<Fetched, RemoteError> {
+        let mut client = ContentAddressableStorageClient::new(self.channel.clone());
+        let request = reapi::BatchReadBlobsRequest {
+            instance_name: self.instance.clone(),
+            digests: digests.iter().map(|d| d.to_proto()).collect(),
+            digest_function: self.function.reapi(),
+            ..Default::default()
+        };
+        let response = self
+            .runtime
+            .block_on(client.batch_read_blobs(request))
+            .map_err(status)?
+            .into_inner();
+        let mut by_digest = std::collections::HashMap::new();
+        for r in response.responses {
+            let Some(d) = r.digest.as_ref() else { continue };
+            let d = RemoteDigest::from_proto(d)?;
+            match r.status {
+                Some(s) if s.code == tonic::Code::NotFound as i32 => {}
+                Some(s) if s.code != 0 => {
+                    return Err(RemoteError::Status(format!(
+                        "code {} reading a blob: {}",
+                        s.code, s.message
+                    )))
+                }
+                _ => {
+                    by_digest.insert(d, r.data);
+                }
+            }
+        }
+        Ok(digests
+            .into_iter()
+            .map(|d| {
+                let bytes = by_digest.get(&d).cloned();
+                (d, bytes)
+            })
+            .collect())
     }
 
     fn read_stream(&self, digest: &RemoteDigest) -> Result<Option<Vec<u8>>, RemoteError> {
@@ -233,7 +456,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-impl Backend for GrpcBackend {
+impl Backend for GrpcConnection {
     fn digest_function(&self) -> DigestFunction {
         self.function
     }
@@ -276,62 +499,18 @@ impl Backend for GrpcBackend {
     }
 
     fn get_blob(&self, digest: &RemoteDigest) -> Result<Option<Vec<u8>>, RemoteError> {
+        // Unverified: the layered store checks what it gets, and says so when it differs.
         if digest.size > self.batch_limit {
             return self.read_stream(digest);
         }
-        let mut client = ContentAddressableStorageClient::new(self.channel.clone());
-        let request = reapi::BatchReadBlobsRequest {
-            instance_name: self.instance.clone(),
-            digests: vec![digest.to_proto()],
-            digest_function: self.function.reapi(),
-            ..Default::default()
-        };
-        let response = self
-            .runtime
-            .block_on(client.batch_read_blobs(request))
-            .map_err(status)?
-            .into_inner();
-        let Some(one) = response.responses.into_iter().next() else {
-            return Err(RemoteError::Protocol(
-                "BatchReadBlobs answered no blob".to_owned(),
-            ));
-        };
-        match one.status {
-            Some(s) if s.code == tonic::Code::NotFound as i32 => Ok(None),
-            Some(s) if s.code != 0 => Err(RemoteError::Status(format!(
-                "code {} reading a blob: {}",
-                s.code, s.message
-            ))),
-            _ => Ok(Some(one.data)),
-        }
+        Ok(self
+            .read_batch(vec![*digest])?
+            .pop()
+            .and_then(|(_, bytes)| bytes))
     }
 
     fn put_blob(&self, digest: &RemoteDigest, bytes: &[u8]) -> Result<(), RemoteError> {
-        if digest.size > self.batch_limit {
-            return self.write_stream(digest, bytes);
-        }
-        let mut client = ContentAddressableStorageClient::new(self.channel.clone());
-        let request = reapi::BatchUpdateBlobsRequest {
-            instance_name: self.instance.clone(),
-            requests: vec![reapi::batch_update_blobs_request::Request {
-                digest: Some(digest.to_proto()),
-                data: bytes.to_vec(),
-                ..Default::default()
-            }],
-            digest_function: self.function.reapi(),
-        };
-        let response = self
-            .runtime
-            .block_on(client.batch_update_blobs(request))
-            .map_err(status)?
-            .into_inner();
-        match response.responses.first().and_then(|r| r.status.as_ref()) {
-            Some(s) if s.code != 0 => Err(RemoteError::Status(format!(
-                "code {} storing a blob: {}",
-                s.code, s.message
-            ))),
-            _ => Ok(()),
-        }
+        self.put_blobs(&[(*digest, bytes)])
     }
 }
 

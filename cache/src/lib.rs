@@ -31,6 +31,7 @@ mod wire;
 
 pub use digest::{Digest, ParseDigestError};
 pub use disk::{DiskStore, MaintenanceError, OpenError, DEFAULT_INDEX_WAIT};
+pub use grpc::{GrpcChannel, GrpcConnection, Headers};
 pub use key::{KeyWriter, KEY_ENCODING};
 pub use layered::{LayeredStore, PushReport, Touched, TransferStats};
 pub use mac::MacKey;
@@ -40,7 +41,7 @@ pub use remote_config::{RemoteConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_T
 pub use store::{
     ActionRecord, Dep, NoStore, Origin, Store, TraceEntry, Warning, MAX_TRACE_CANDIDATES,
 };
-pub use wire::{DigestFunction, RemoteError};
+pub use wire::{DigestFunction, RemoteDigest, RemoteError};
 
 /// Schema version of a cache directory and of every record in it. Bump it when a stored format
 /// changes; directories of an older schema are cleared on open.

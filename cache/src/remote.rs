@@ -5,7 +5,7 @@ use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use prost::Message;
 
 use crate::mac::MacKey;
-use crate::remote_config::{display_url, RemoteConfig};
+use crate::remote_config::{bad_url, split_url, RemoteConfig};
 use crate::wire::{Backend, DigestFunction, RemoteDigest, RemoteError};
 
 /// The output path a node's value has in its ActionResult.
@@ -126,23 +126,11 @@ pub(crate) fn read_result(
 /// Connects to the server `config` names: for gRPC this asks for its capabilities (and so fails
 /// fast when it is down), for HTTP it only builds the client.
 pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteError> {
+    let (scheme, rest) = split_url(&config.url)?;
     let url = config.url.trim_end_matches('/');
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| bad_url(url, "has no scheme"))?;
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    if authority.contains('@') {
-        return Err(bad_url(
-            url,
-            "carries credentials; put them in FIXGATE_REMOTE_HEADER instead",
-        ));
-    }
-    if authority.is_empty() {
-        return Err(bad_url(url, "has no host"));
-    }
     match scheme {
         "http" | "https" => Ok(Box::new(crate::http::HttpBackend::new(url, config)?)),
-        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcBackend::connect(
+        "grpc" | "grpcs" => Ok(Box::new(crate::grpc::GrpcConnection::connect(
             scheme == "grpcs",
             rest,
             config,
@@ -151,13 +139,6 @@ pub(crate) fn connect(config: &RemoteConfig) -> Result<Box<dyn Backend>, RemoteE
             url,
             "has an unknown scheme; use http://, https://, grpc:// or grpcs://",
         )),
-    }
-}
-
-fn bad_url(url: &str, why: &str) -> RemoteError {
-    RemoteError::BadUrl {
-        url: display_url(url),
-        why: why.to_owned(),
     }
 }
 

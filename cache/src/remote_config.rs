@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::mac::MacKey;
+use crate::wire::RemoteError;
 
 /// How long connecting to the remote may take before the remote counts as down.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -78,6 +79,33 @@ pub(crate) fn display_url(url: &str) -> String {
             }
         }
         None => url.to_owned(),
+    }
+}
+
+/// The scheme and the rest of a remote URL (`host:port[/path]`), refusing credentials in it and
+/// a missing host.
+pub(crate) fn split_url(url: &str) -> Result<(&str, &str), RemoteError> {
+    let url = url.trim_end_matches('/');
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad_url(url, "has no scheme"))?;
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(bad_url(
+            url,
+            "carries credentials; put them in FIXGATE_REMOTE_HEADER instead",
+        ));
+    }
+    if authority.is_empty() {
+        return Err(bad_url(url, "has no host"));
+    }
+    Ok((scheme, rest))
+}
+
+pub(crate) fn bad_url(url: &str, why: &str) -> RemoteError {
+    RemoteError::BadUrl {
+        url: display_url(url),
+        why: why.to_owned(),
     }
 }
 

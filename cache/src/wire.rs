@@ -52,7 +52,7 @@ impl DigestFunction {
     }
 
     /// The digest of `bytes`.
-    pub(crate) fn digest(self, bytes: &[u8]) -> RemoteDigest {
+    pub fn digest(self, bytes: &[u8]) -> RemoteDigest {
         let hash: [u8; 32] = match self {
             DigestFunction::Sha256 => sha2::Sha256::digest(bytes).into(),
             DigestFunction::Blake3 => *blake3::hash(bytes).as_bytes(),
@@ -64,7 +64,7 @@ impl DigestFunction {
     }
 
     /// The REAPI enum value.
-    pub(crate) fn reapi(self) -> i32 {
+    pub fn reapi(self) -> i32 {
         match self {
             DigestFunction::Sha256 => reapi::digest_function::Value::Sha256 as i32,
             DigestFunction::Blake3 => reapi::digest_function::Value::Blake3 as i32,
@@ -80,25 +80,31 @@ impl DigestFunction {
 }
 
 /// A REAPI digest: a hash of the negotiated function and the size of what it hashes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct RemoteDigest {
-    pub(crate) hash: [u8; 32],
-    pub(crate) size: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RemoteDigest {
+    /// The hash, of the negotiated function.
+    pub hash: [u8; 32],
+    /// The size of what it hashes, in bytes.
+    pub size: u64,
 }
 
 impl RemoteDigest {
-    pub(crate) fn hex(&self) -> String {
+    /// The hash as 64 lowercase hex digits, as REAPI writes it.
+    pub fn hex(&self) -> String {
         crate::Digest::from_bytes(self.hash).to_hex()
     }
 
-    pub(crate) fn to_proto(self) -> reapi::Digest {
+    /// The REAPI message.
+    pub fn to_proto(self) -> reapi::Digest {
         reapi::Digest {
             hash: self.hex(),
             size_bytes: i64::try_from(self.size).unwrap_or(i64::MAX),
         }
     }
 
-    pub(crate) fn from_proto(d: &reapi::Digest) -> Result<RemoteDigest, RemoteError> {
+    /// Reads a REAPI message, refusing a hash that is not 64 lowercase hex digits or a negative
+    /// size.
+    pub fn from_proto(d: &reapi::Digest) -> Result<RemoteDigest, RemoteError> {
         let hash = crate::Digest::from_hex(&d.hash)
             .map_err(|e| RemoteError::Protocol(format!("digest {:?}: {e}", d.hash)))?;
         let size = u64::try_from(d.size_bytes)
@@ -110,7 +116,7 @@ impl RemoteDigest {
     }
 
     /// Whether `bytes` are what this digest names.
-    pub(crate) fn matches(&self, function: DigestFunction, bytes: &[u8]) -> bool {
+    pub fn matches(&self, function: DigestFunction, bytes: &[u8]) -> bool {
         function.digest(bytes) == *self
     }
 }

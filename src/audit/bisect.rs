@@ -17,12 +17,12 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 /// A reasonable cap on ddmin's oracle calls: enough for a pair among a few hundred tests.
-pub const DEFAULT_DDMIN_CAP: u32 = 64;
+pub(crate) const DEFAULT_DDMIN_CAP: u32 = 64;
 
 /// What the responsible tests do to the victim, as the report's pair `kind` says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PairKind {
+pub(crate) enum PairKind {
     /// The victim fails after it and passes alone.
     Polluter,
     /// The victim passes after it and fails alone: the victim needs its leftover state.
@@ -30,7 +30,7 @@ pub enum PairKind {
 }
 
 impl PairKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PairKind::Polluter => "polluter",
             PairKind::StateSetter => "state-setter",
@@ -60,7 +60,7 @@ impl PairKind {
 /// How the culprits were narrowed down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Method {
+pub(crate) enum Method {
     /// Halving found a single responsible test (or stopped before narrowing anything).
     Bisection,
     /// Neither half reproduced on its own, and one culprit was found in each half by bisecting
@@ -77,7 +77,7 @@ pub enum Method {
 /// not hold, so that a report never presents an unexplained anomaly as explained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]
-pub enum SearchOutcome {
+pub(crate) enum SearchOutcome {
     /// The culprits (with the victim after them) reproduce the anomaly, the victim alone does
     /// not, and removing any one culprit makes it vanish (1-minimal).
     Found,
@@ -97,12 +97,12 @@ pub enum SearchOutcome {
 }
 
 impl SearchOutcome {
-    pub fn is_found(self) -> bool {
+    pub(crate) fn is_found(self) -> bool {
         self == SearchOutcome::Found
     }
 
     /// Culprits were found that reproduce the anomaly (minimal or not).
-    pub fn explains(self) -> bool {
+    pub(crate) fn explains(self) -> bool {
         matches!(
             self,
             SearchOutcome::Found | SearchOutcome::CapReached { .. }
@@ -110,7 +110,7 @@ impl SearchOutcome {
     }
 
     /// One line for the report: what was established, or which invariant broke.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         match self {
             SearchOutcome::Found => "reproduced with a minimal set of culprits".to_owned(),
             SearchOutcome::NotReproduced => {
@@ -137,20 +137,20 @@ impl SearchOutcome {
 
 /// The result of one search.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Search {
+pub(crate) struct Search {
     /// Indices into the prefix, ascending (the order they ran in). Empty unless the outcome is
     /// [`SearchOutcome::Found`] or [`SearchOutcome::CapReached`].
-    pub culprits: Vec<usize>,
+    pub(crate) culprits: Vec<usize>,
     /// Oracle calls made, each a pytest process.
-    pub runs: u32,
-    pub method: Method,
-    pub outcome: SearchOutcome,
+    pub(crate) runs: u32,
+    pub(crate) method: Method,
+    pub(crate) outcome: SearchOutcome,
 }
 
 /// The most oracle calls a search over `prefix_len` tests makes when one test is responsible:
 /// `2·⌈log2 n⌉ + 2`.
 #[cfg(test)]
-pub fn run_bound(prefix_len: usize) -> u32 {
+pub(crate) fn run_bound(prefix_len: usize) -> u32 {
     let levels = match prefix_len {
         0 | 1 => 0,
         n => usize::BITS - (n - 1).leading_zeros(),
@@ -162,7 +162,7 @@ pub fn run_bound(prefix_len: usize) -> u32 {
 /// anomaly. `ddmin_cap` bounds the oracle calls of the delta-debugging fallback. An oracle error
 /// stops the search at once and is returned: it means nothing was judged.
 #[cfg(test)]
-pub fn search<E, F>(prefix_len: usize, ddmin_cap: u32, oracle: F) -> Result<Search, E>
+pub(crate) fn search<E, F>(prefix_len: usize, ddmin_cap: u32, oracle: F) -> Result<Search, E>
 where
     F: FnMut(&[usize]) -> Result<bool, E>,
 {
@@ -171,7 +171,7 @@ where
 
 /// [`search`], told whether the whole prefix is already known to reproduce (a confirmation run of
 /// the same order showed it): then that run is not made again, and the bound drops by one.
-pub fn search_from<E, F>(
+pub(crate) fn search_from<E, F>(
     prefix_len: usize,
     ddmin_cap: u32,
     whole_reproduces: bool,

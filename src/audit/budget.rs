@@ -17,23 +17,23 @@ const SKIP_MARKERS: [&str; 3] = ["skip", "skipif", "xfail"];
 
 /// Limits given on the command line; each one set wins over the file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Overrides {
-    pub max_seconds: Option<u64>,
-    pub max_tests: Option<u64>,
-    pub max_frozen: Option<u64>,
-    pub max_new_skips: Option<u64>,
-    pub max_reruns: Option<u64>,
+pub(crate) struct Overrides {
+    pub(crate) max_seconds: Option<u64>,
+    pub(crate) max_tests: Option<u64>,
+    pub(crate) max_frozen: Option<u64>,
+    pub(crate) max_new_skips: Option<u64>,
+    pub(crate) max_reruns: Option<u64>,
 }
 
 /// The limits in force. `None` means no limit; new skips always have one (default 0).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Limits {
-    pub max_seconds: Option<u64>,
-    pub max_tests: Option<u64>,
-    pub max_frozen: Option<u64>,
-    pub max_new_skips: u64,
+pub(crate) struct Limits {
+    pub(crate) max_seconds: Option<u64>,
+    pub(crate) max_tests: Option<u64>,
+    pub(crate) max_frozen: Option<u64>,
+    pub(crate) max_new_skips: u64,
     /// Only from the command line: `[tool.fixgate.budget]` has no such key yet.
-    pub max_reruns: Option<u64>,
+    pub(crate) max_reruns: Option<u64>,
 }
 
 impl Default for Limits {
@@ -45,7 +45,7 @@ impl Default for Limits {
 impl Limits {
     /// The command line over the base's `[tool.fixgate.budget]` (read from the base, so that a
     /// patch cannot raise its own limits).
-    pub fn merge(cli: &Overrides, file: &BudgetConfig) -> Limits {
+    pub(crate) fn merge(cli: &Overrides, file: &BudgetConfig) -> Limits {
         Limits {
             max_seconds: cli.max_seconds.or(file.max_seconds),
             max_tests: cli.max_tests.or(file.max_tests),
@@ -59,34 +59,34 @@ impl Limits {
 /// A test that a rerun plugin (pytest-rerunfailures) ran again: counted, never folded into a
 /// pass.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Rerun {
-    pub nodeid: String,
-    pub count: u32,
+pub(crate) struct Rerun {
+    pub(crate) nodeid: String,
+    pub(crate) count: u32,
 }
 
 /// What the audit used.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Wall seconds of the audit: a timing field.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Tests selected (collected minus frozen).
-    pub tests: u64,
+    pub(crate) tests: u64,
     /// Tests deselected by active freeze entries.
-    pub frozen: u64,
-    pub new_skips: Vec<NewSkip>,
+    pub(crate) frozen: u64,
+    pub(crate) new_skips: Vec<NewSkip>,
     /// Tests with reruns, each listed once with its total.
-    pub reruns: Vec<Rerun>,
+    pub(crate) reruns: Vec<Rerun>,
 }
 
 impl Usage {
-    pub fn rerun_total(&self) -> u64 {
+    pub(crate) fn rerun_total(&self) -> u64 {
         self.reruns.iter().map(|r| u64::from(r.count)).sum()
     }
 }
 
 /// A limit the audit went over. `Display` (and the JSON form) is the report's breach line.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Breach {
+pub(crate) enum Breach {
     Seconds { used: f64, limit: u64 },
     Tests { used: u64, limit: u64 },
     Frozen { used: u64, limit: u64 },
@@ -155,7 +155,7 @@ fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
 
 /// Every limit `used` goes over, in a fixed order: seconds, tests, frozen, new skips, reruns.
 /// Reaching a limit exactly is within budget.
-pub fn check(limits: &Limits, used: &Usage) -> Vec<Breach> {
+pub(crate) fn check(limits: &Limits, used: &Usage) -> Vec<Breach> {
     let mut breaches = Vec::new();
     if let Some(limit) = limits.max_seconds {
         // Compared as seconds: 300.4s is over a 300s budget.
@@ -196,11 +196,11 @@ pub fn check(limits: &Limits, used: &Usage) -> Vec<Breach> {
 /// A head test that is skipped or expected to fail where the base's was not (or a new test born
 /// that way).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct NewSkip {
-    pub nodeid: String,
+pub(crate) struct NewSkip {
+    pub(crate) nodeid: String,
     /// `skip`, `skipif` or `xfail`.
-    pub marker: String,
-    pub reason: Option<String>,
+    pub(crate) marker: String,
+    pub(crate) reason: Option<String>,
 }
 
 /// The new skips of a patch: new skip markers on the tests and the collectors the head skipped
@@ -245,7 +245,10 @@ pub(crate) fn patch_skips(
 /// A marker is new when the base's test has no marker of the same name with the same conditions:
 /// rewording a reason is not a new skip, but turning `skipif(False)` into `skipif(True)` is. A
 /// `skipif` or `xfail` whose conditions are all literally `false` never applies and is ignored.
-pub fn new_skips(base_items: &[CollectedItem], head_items: &[CollectedItem]) -> Vec<NewSkip> {
+pub(crate) fn new_skips(
+    base_items: &[CollectedItem],
+    head_items: &[CollectedItem],
+) -> Vec<NewSkip> {
     let mut base: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for item in base_items {
         let keys = base.entry(item.nodeid.as_str()).or_default();

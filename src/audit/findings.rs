@@ -10,11 +10,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use crate::audit::budget::NewSkip;
 use crate::audit::collection::Broken;
 use crate::audit::freeze::{self, Date, Entry};
+use crate::audit::hidden::{self, Altered, BaseSuiteRead};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
 use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
+use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
 use crate::audit::verdict::{Disposition, Finding, FindingKind};
 
@@ -32,9 +34,17 @@ pub(crate) struct Facts<'a> {
     pub(crate) session_code_changed: bool,
     pub(crate) source_replay: &'a [SourceRead],
     pub(crate) replay: &'a [ReplayRead],
+    /// The base-suite replay, when it ran, and the tests a hook made look green.
+    pub(crate) base_suite: Option<&'a BaseSuiteRead>,
+    pub(crate) altered: &'a [Altered],
+    /// Whether the patch changed what every test runs under (a conftest, the pytest
+    /// configuration or plugins, a `pytest_*` hook).
+    pub(crate) spec_session_changed: bool,
     pub(crate) new_skips: &'a [NewSkip],
     pub(crate) freeze_added: &'a [String],
     pub(crate) lock_changed: &'a [String],
+    /// The source-side moves the head's code may make (warnings).
+    pub(crate) source_tamper: &'a [Suspect],
 }
 
 /// The findings the verdict weighs, in the report's order: each test's (from its triage), the
@@ -90,6 +100,13 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
             });
         }
     }
+    // What the base's suite, replayed on the head's code, says the patch hid.
+    out.extend(hidden::findings(
+        f.base_suite,
+        f.altered,
+        f.spec_session_changed,
+        f.edited,
+    ));
     let patch = f
         .new_skips
         .iter()
@@ -109,7 +126,8 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
             f.lock_changed
                 .iter()
                 .map(|p| (FindingKind::LockChanged, p.clone(), false)),
-        );
+        )
+        .chain(source_tamper(f.source_tamper).map(|(k, p)| (k, p, false)));
     for (kind, subject, edited_by_patch) in patch {
         out.push(Finding {
             kind,
@@ -119,6 +137,22 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// The source-side warnings: one finding per module and kind, about the module.
+fn source_tamper(suspects: &[Suspect]) -> impl Iterator<Item = (FindingKind, String)> {
+    suspects
+        .iter()
+        .map(|s| (source_tamper_kind(&s.how), s.path.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+}
+
+pub(crate) fn source_tamper_kind(how: &Move) -> FindingKind {
+    match how {
+        Move::SpecialCase { .. } => FindingKind::SpecialCasedInput,
+        Move::EqIgnoresArgument => FindingKind::EqIgnoresArgument,
+    }
 }
 
 /// The finding of a head whose suite does not collect while the base's does: the patch broke

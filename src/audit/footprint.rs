@@ -22,9 +22,9 @@ use crate::audit::pysrc;
 /// One file that differs between the base and the head, with its bytes on each side (`None`:
 /// absent there). Only Python and configuration files need their bytes.
 pub(crate) struct Change {
-    pub path: String,
-    pub base: Option<Vec<u8>>,
-    pub head: Option<Vec<u8>>,
+    pub(crate) path: String,
+    pub(crate) base: Option<Vec<u8>>,
+    pub(crate) head: Option<Vec<u8>>,
 }
 
 /// Why a patch's footprint is everything.
@@ -57,13 +57,13 @@ impl fmt::Display for Everything {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Footprint {
     /// Set when the change reaches every test.
-    pub everything: Option<Everything>,
+    pub(crate) everything: Option<Everything>,
     /// Python files changed at module level, added or removed.
-    pub modules: BTreeSet<String>,
+    pub(crate) modules: BTreeSet<String>,
     /// Per Python file, the head spans (first line, last line) of its changed functions.
-    pub functions: BTreeMap<String, Vec<(u32, u32)>>,
+    pub(crate) functions: BTreeMap<String, Vec<(u32, u32)>>,
     /// Every other changed file.
-    pub files: BTreeSet<String>,
+    pub(crate) files: BTreeSet<String>,
 }
 
 const CONFIGURATION: [&str; 7] = [

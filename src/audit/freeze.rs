@@ -14,14 +14,14 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Serialize, Serializer};
 
 /// Where the ledger lives, relative to the repository root.
-pub const FILE_NAME: &str = ".fixgate/freeze.json";
+pub(crate) const FILE_NAME: &str = ".fixgate/freeze.json";
 
 /// How long a suggested freeze lasts: long enough to fix a test, short enough to be noticed.
-pub const DEFAULT_FREEZE_DAYS: i64 = 14;
+pub(crate) const DEFAULT_FREEZE_DAYS: i64 = 14;
 
 /// The owner of a suggested entry when nobody is known; a placeholder that still parses, so a
 /// pasted suggestion works, and that reads as a to-do in review.
-pub const UNASSIGNED_OWNER: &str = "unassigned";
+pub(crate) const UNASSIGNED_OWNER: &str = "unassigned";
 
 // ---------------------------------------------------------------------------------------------
 // Dates
@@ -31,7 +31,7 @@ pub const UNASSIGNED_OWNER: &str = "unassigned";
 ///
 /// Field order makes the derived ordering chronological.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Date {
+pub(crate) struct Date {
     year: u16,
     month: u8,
     day: u8,
@@ -39,7 +39,7 @@ pub struct Date {
 
 /// A string that is not a date.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DateError {
+pub(crate) enum DateError {
     #[error("{0:?} is not a date written as YYYY-MM-DD")]
     Format(String),
     #[error("{0:?} is not a calendar date")]
@@ -51,19 +51,21 @@ const MIN_UNIX_DAYS: i64 = -719_528;
 const MAX_UNIX_DAYS: i64 = 2_932_896;
 
 impl Date {
-    pub const MIN: Date = Date {
+    #[cfg(test)]
+    pub(crate) const MIN: Date = Date {
         year: 0,
         month: 1,
         day: 1,
     };
-    pub const MAX: Date = Date {
+    #[cfg(test)]
+    pub(crate) const MAX: Date = Date {
         year: 9999,
         month: 12,
         day: 31,
     };
 
     /// The date, if it exists on the calendar and its year has four digits.
-    pub fn new(year: u16, month: u8, day: u8) -> Option<Date> {
+    pub(crate) fn new(year: u16, month: u8, day: u8) -> Option<Date> {
         let valid = year <= 9999
             && (1..=12).contains(&month)
             && day >= 1
@@ -71,20 +73,23 @@ impl Date {
         valid.then_some(Date { year, month, day })
     }
 
-    pub fn year(self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn year(self) -> u16 {
         self.year
     }
 
-    pub fn month(self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn month(self) -> u8 {
         self.month
     }
 
-    pub fn day(self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn day(self) -> u8 {
         self.day
     }
 
     /// Parses exactly `YYYY-MM-DD` (ASCII digits, zero-padded), and only real dates.
-    pub fn parse(s: &str) -> Result<Date, DateError> {
+    pub(crate) fn parse(s: &str) -> Result<Date, DateError> {
         let b = s.as_bytes();
         let shape_ok = b.len() == 10
             && b[4] == b'-'
@@ -107,7 +112,7 @@ impl Date {
 
     /// The date `days` after 1970-01-01 (negative: before), clamped to [`Date::MIN`] and
     /// [`Date::MAX`]. The caller computes today as `from_unix_days(secs_since_epoch / 86400)`.
-    pub fn from_unix_days(days: i64) -> Date {
+    pub(crate) fn from_unix_days(days: i64) -> Date {
         // Howard Hinnant's civil_from_days, on a clamped input so that nothing overflows.
         let z = days.clamp(MIN_UNIX_DAYS, MAX_UNIX_DAYS) + 719_468;
         let era = z.div_euclid(146_097);
@@ -127,7 +132,7 @@ impl Date {
     }
 
     /// Days since 1970-01-01 (negative before it).
-    pub fn unix_days(self) -> i64 {
+    pub(crate) fn unix_days(self) -> i64 {
         // Howard Hinnant's days_from_civil.
         let (m, d) = (i64::from(self.month), i64::from(self.day));
         let y = i64::from(self.year) - i64::from(m <= 2);
@@ -140,7 +145,7 @@ impl Date {
 
     /// The date `n` days later (earlier when negative), saturating at [`Date::MIN`] and
     /// [`Date::MAX`].
-    pub fn plus_days(self, n: i64) -> Date {
+    pub(crate) fn plus_days(self, n: i64) -> Date {
         Date::from_unix_days(self.unix_days().saturating_add(n))
     }
 }
@@ -184,65 +189,66 @@ impl Serialize for Date {
 
 /// One frozen test.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Entry {
-    pub frozen_on: Date,
-    pub expires: Date,
-    pub owner: String,
-    pub reason: String,
+pub(crate) struct Entry {
+    pub(crate) frozen_on: Date,
+    pub(crate) expires: Date,
+    pub(crate) owner: String,
+    pub(crate) reason: String,
 }
 
 impl Entry {
     /// Expired once the expiry day has passed: an entry is still good on its `expires` day.
-    pub fn is_expired(&self, today: Date) -> bool {
+    pub(crate) fn is_expired(&self, today: Date) -> bool {
         today > self.expires
     }
 }
 
 /// The parsed ledger: nodeid → entry, sorted by nodeid.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     entries: BTreeMap<String, Entry>,
     warnings: Vec<String>,
 }
 
 impl Ledger {
-    pub fn entries(&self) -> &BTreeMap<String, Entry> {
-        &self.entries
-    }
-
-    pub fn get(&self, nodeid: &str) -> Option<&Entry> {
+    pub(crate) fn get(&self, nodeid: &str) -> Option<&Entry> {
         self.entries.get(nodeid)
     }
 
-    pub fn contains(&self, nodeid: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, nodeid: &str) -> bool {
         self.entries.contains_key(nodeid)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Adds or replaces an entry (the `freeze` command, or a test building a ledger).
-    pub fn insert(&mut self, nodeid: impl Into<String>, entry: Entry) {
+    #[cfg(test)]
+    pub(crate) fn insert(&mut self, nodeid: impl Into<String>, entry: Entry) {
         self.entries.insert(nodeid.into(), entry);
     }
 
     /// Problems that do not stop the audit (unknown fields), each a full message.
-    pub fn warnings(&self) -> &[String] {
+    #[cfg(test)]
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }
 
     /// Entries past their expiry day, sorted by nodeid: each is a hard error (exit 5).
-    pub fn expired(&self, today: Date) -> Vec<(String, Entry)> {
+    pub(crate) fn expired(&self, today: Date) -> Vec<(String, Entry)> {
         self.select(|e| e.is_expired(today))
     }
 
     /// Entries still in force, sorted by nodeid: these tests are deselected and counted.
-    pub fn active(&self, today: Date) -> Vec<(String, Entry)> {
+    pub(crate) fn active(&self, today: Date) -> Vec<(String, Entry)> {
         self.select(|e| !e.is_expired(today))
     }
 
@@ -255,7 +261,8 @@ impl Ledger {
     }
 
     /// Sorted, pretty JSON with a trailing newline, so the committed file diffs cleanly.
-    pub fn to_json(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn to_json(&self) -> String {
         crate::json::to_json(&self.entries)
     }
 }
@@ -263,7 +270,7 @@ impl Ledger {
 /// The nodeids whose entry `head` adds or extends (a later `expires`) relative to `base`,
 /// sorted. Entries the patch removes, shortens or only rewords are not listed: they cannot hide
 /// a failure.
-pub fn added_by(base: &Ledger, head: &Ledger) -> Vec<String> {
+pub(crate) fn added_by(base: &Ledger, head: &Ledger) -> Vec<String> {
     head.entries
         .iter()
         .filter(|(nodeid, h)| !matches!(base.get(nodeid), Some(b) if h.expires <= b.expires))
@@ -273,14 +280,15 @@ pub fn added_by(base: &Ledger, head: &Ledger) -> Vec<String> {
 
 /// A freeze entry fixgate proposes (for a flaky test or a pre-existing finding), ready to paste.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Suggestion {
-    pub nodeid: String,
-    pub entry: Entry,
+pub(crate) struct Suggestion {
+    pub(crate) nodeid: String,
+    pub(crate) entry: Entry,
 }
 
 impl Suggestion {
     /// The entry as one JSON member (`"nodeid": {...}`), to paste into the ledger's object.
-    pub fn snippet(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn snippet(&self) -> String {
         let value = serde_json::json!({ &self.nodeid: &self.entry });
         let text = serde_json::to_string(&value).unwrap_or_default();
         // Strip the enclosing braces of the one-member object.
@@ -293,7 +301,7 @@ impl Suggestion {
 
 /// Proposes freezing `nodeid` from `today` for [`DEFAULT_FREEZE_DAYS`]. An empty owner hint
 /// becomes [`UNASSIGNED_OWNER`]; an empty reason becomes a generic one.
-pub fn suggest_entry(
+pub(crate) fn suggest_entry(
     nodeid: &str,
     today: Date,
     owner_hint: Option<&str>,
@@ -325,17 +333,17 @@ pub fn suggest_entry(
 /// A ledger that cannot be used. `Display` is the full message: where, what, and what to do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("failed to read {origin} line {line}: {kind}")]
-pub struct FreezeError {
-    pub origin: String,
+pub(crate) struct FreezeError {
+    pub(crate) origin: String,
     /// 1-based, from serde_json; for an entry-level problem (a missing field, the dates out of
     /// order) the line of the entry's closing brace.
-    pub line: usize,
-    pub column: usize,
-    pub kind: FreezeErrorKind,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+    pub(crate) kind: FreezeErrorKind,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FreezeErrorKind {
+pub(crate) enum FreezeErrorKind {
     /// Not JSON, or not an object of objects; the message is serde_json's.
     #[error("{0}; the ledger is an object mapping each nodeid to {{\"frozen_on\", \"expires\", \"owner\", \"reason\"}}")]
     Json(String),
@@ -387,7 +395,7 @@ fn field_hint(field: &str) -> &'static str {
 }
 
 /// Parses the ledger's bytes; `origin` names the file in errors.
-pub fn parse(bytes: &[u8], origin: &str) -> Result<Ledger, FreezeError> {
+pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Ledger, FreezeError> {
     let problem = RefCell::new(None);
     let warnings = RefCell::new(Vec::new());
     let ctx = Ctx {

@@ -3,8 +3,11 @@
 
 use crate::audit::bisect::PairKind;
 use crate::audit::collection::Broken;
+use crate::audit::findings;
+use crate::audit::hidden::{AtHead, Replayed};
 use crate::audit::outcome::{Judgment, Nondeterminism};
 use crate::audit::pair::Pair;
+use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Signal;
 use crate::audit::verdict::{self, FindingKind};
 use crate::pytest::events::StateChange;
@@ -20,7 +23,34 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
         &j.source_replay,
     );
     let id = &f.subject;
+    let replayed = j.base_suite.as_ref().and_then(|b| {
+        b.tests
+            .iter()
+            .find(|t| &t.nodeid == id && !t.edited_candidate)
+    });
     let base = match f.kind {
+        FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| &a.nodeid == id) => {
+            let a = j
+                .altered
+                .iter()
+                .find(|a| &a.nodeid == id)
+                .expect("found above");
+            format!(
+                "{id} {} ({}), but a hook made pytest report it as {}: fixgate's plugin records \
+                 what the test raised before any conftest can rewrite the report",
+                a.outcome.as_str(),
+                a.message.as_deref().unwrap_or("no message"),
+                a.reported.as_str()
+            )
+        }
+        kind if replayed.is_some() && kind.is_hidden() => {
+            let reasons = j.base_suite.as_ref().map(|b| b.reasons.as_slice());
+            hidden(
+                kind,
+                replayed.expect("matched"),
+                reasons.unwrap_or_default(),
+            )
+        }
         FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
             Some(p) if p.search.outcome.is_found() => format!(
                 "{id} {} when {} ran before it",
@@ -66,8 +96,9 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             let (h, b) = r
                 .map(|r| (r.head.as_str(), r.base.as_str()))
                 .unwrap_or(("?", "?"));
+            let files = r.map(|r| r.files.join(", ")).unwrap_or_default();
             match f.kind {
-                FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test"),
+                FindingKind::Redefined => format!("{id} passes on the head's fixtures ({h}) and fails on the base's ({b}): the patch redefined the test by changing {files}, which it reads"),
                 FindingKind::Cosmetic => format!("{id} passes on both fixture versions: the fixture change is cosmetic; justify it in one line"),
                 _ => format!("{id} is new and reads only new fixtures: review the fixture as new code"),
             }
@@ -116,6 +147,9 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
+        FindingKind::SpecialCasedInput | FindingKind::EqIgnoresArgument => {
+            source_tamper(f.kind, id, &j.source_tamper)
+        }
         FindingKind::RedefinedTest | FindingKind::TestRefactor => {
             let r = source_replay.iter().find(|r| &r.nodeid == id);
             let lines = |l: Option<&Vec<String>>| {
@@ -158,6 +192,94 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
         base
     } else {
         format!("{base} (pre-existing: the base has it too)")
+    }
+}
+
+/// What the patch did to hide a base test's failure on the head's code, with the base's lines of
+/// the test.
+fn hidden(kind: FindingKind, t: &Replayed, reasons: &[String]) -> String {
+    let id = &t.nodeid;
+    let failure = t.failure.as_deref().unwrap_or("no message");
+    let what = match (kind, &t.at_head) {
+        (FindingKind::DeletedTest, _) => {
+            format!("the patch deleted {id}, which fails on the head's code: {failure}")
+        }
+        (FindingKind::DeletedWithItsCode, _) => format!(
+            "the patch deleted {id} together with the code it exercised ({failure}): not blocking"
+        ),
+        (FindingKind::DeselectedTest, AtHead::Deselected) => format!(
+            "the patch deselected {id} (its collection drops it: -k, -m, --deselect or a \
+             pytest_collection_modifyitems hook), which fails on the head's code: {failure}"
+        ),
+        (FindingKind::DeselectedTest, _) => format!(
+            "the patch stopped pytest collecting {id} ({}), which fails on the head's code: \
+             {failure}",
+            reasons.join("; ")
+        ),
+        (FindingKind::UncollectedTest, AtHead::Uncollected { at }) => {
+            let rule = t
+                .missed_rule
+                .as_ref()
+                .map(|(name, value)| format!(": {name} is {}", value.join(" ")))
+                .unwrap_or_default();
+            format!(
+                "the patch took {id} out of collection (its function is now {at}, which pytest \
+                 does not collect{rule}), and it fails on the head's code: {failure}"
+            )
+        }
+        (FindingKind::SkippedTest, _) => format!(
+            "the patch added a skip to {id}, a test that fails on the head's code: {failure}"
+        ),
+        (FindingKind::XfailedTest, _) => format!(
+            "the patch marked {id} as an expected failure, a test that fails on the head's code: \
+             {failure}"
+        ),
+        (FindingKind::HookAlteredOutcome, _) => format!(
+            "{id} passes at head, but with the base's conftests and configuration it fails on the \
+             head's code ({}): {failure}",
+            reasons.join("; ")
+        ),
+        _ => {
+            let now = match &t.at_head {
+                AtHead::Renamed { nodeid, .. } => format!(" (now {nodeid})"),
+                _ => String::new(),
+            };
+            format!(
+                "{id}{now} passes at head, and its base version fails on the head's code: the \
+                 patch changed what the test expects: {failure}"
+            )
+        }
+    };
+    match t.base_lines.is_empty() {
+        true => what,
+        false => format!("{what}. base: {}", t.base_lines.join(" / ")),
+    }
+}
+
+/// The message of a source-side warning about module `path`: each line the patch added there.
+fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String {
+    let of_kind = suspects
+        .iter()
+        .filter(|s| s.path == path && findings::source_tamper_kind(&s.how) == kind);
+    let lines: Vec<String> = of_kind
+        .map(|s| match &s.how {
+            Move::SpecialCase { literal, test_file } => {
+                format!("`{}` ({literal} is in {test_file})", s.line)
+            }
+            Move::EqIgnoresArgument => format!("`{}`", s.line),
+        })
+        .collect();
+    let lines = lines.join(", ");
+    match kind {
+        FindingKind::SpecialCasedInput => format!(
+            "the patch added conditions to {path} on literals the tests hold: {lines}; the code \
+             may special-case the tests' input, which the base's tests cannot see: review it"
+        ),
+        _ => format!(
+            "the patch added to {path} an equality that never reads what it compares with: \
+             {lines}; every equality assertion on it passes, which the base's tests cannot see: \
+             review it"
+        ),
     }
 }
 

@@ -7,22 +7,22 @@ use crate::pytest::result::Outcome;
 
 /// A test's two runs in a row in one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Twice {
-    pub first: Outcome,
+pub(crate) struct Twice {
+    pub(crate) first: Outcome,
     /// `None` when the second run never reported (the first one ended the process).
-    pub second: Option<Outcome>,
+    pub(crate) second: Option<Outcome>,
 }
 
 impl Twice {
     /// Passed the first time and was red the second: it broke its own state.
-    pub fn breaks_itself(self) -> bool {
+    pub(crate) fn breaks_itself(self) -> bool {
         self.first == Outcome::Passed && self.second.is_some_and(|o| !o.is_green())
     }
 }
 
 /// What the nio order says about a test that broke itself there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Idempotence {
+pub(crate) enum Idempotence {
     /// Passed then failed in the nio order and in each of [`PROOF_RERUNS`] runs of the test
     /// twice by itself: `non-idempotent`.
     NonIdempotent,
@@ -32,7 +32,7 @@ pub enum Idempotence {
 }
 
 impl Idempotence {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Idempotence::NonIdempotent => "non-idempotent",
             Idempotence::Unreproduced => "unreproduced",
@@ -42,7 +42,7 @@ impl Idempotence {
 
 /// Reads a test's runs in the nio order (`nio`) and its reruns twice by itself. `None`: the nio
 /// order showed nothing (it did not pass and then fail there).
-pub fn read(nio: Twice, reruns: &[Twice]) -> Option<Idempotence> {
+pub(crate) fn read(nio: Twice, reruns: &[Twice]) -> Option<Idempotence> {
     if !nio.breaks_itself() {
         return None;
     }
@@ -55,19 +55,19 @@ pub fn read(nio: Twice, reruns: &[Twice]) -> Option<Idempotence> {
 
 /// Whether the head's reruns of a suspect are done: one that did not break itself settles it
 /// (it is not proven, whatever more reruns would say), and so do [`PROOF_RERUNS`] that did.
-pub fn head_settled(reruns: &[Twice]) -> bool {
+pub(crate) fn head_settled(reruns: &[Twice]) -> bool {
     reruns.len() >= PROOF_RERUNS || reruns.iter().any(|t| !t.breaks_itself())
 }
 
 /// Whether the base's runs of a non-idempotent test are done: one showed it, or
 /// [`PROOF_RERUNS`] did not.
-pub fn base_settled(reruns: &[Twice]) -> bool {
+pub(crate) fn base_settled(reruns: &[Twice]) -> bool {
     reruns.len() >= PROOF_RERUNS || base_shows(reruns)
 }
 
 /// Whether the base's runs of the test twice show it too: one pass-then-fail is enough to make
 /// the finding pre-existing; the base check stops there, or after [`PROOF_RERUNS`] runs.
-pub fn base_shows(reruns: &[Twice]) -> bool {
+pub(crate) fn base_shows(reruns: &[Twice]) -> bool {
     reruns.iter().any(|t| t.breaks_itself())
 }
 

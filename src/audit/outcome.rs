@@ -8,6 +8,7 @@ use crate::audit::collection::Broken;
 use crate::audit::findings::PreExisting;
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
+use crate::audit::hidden::{Altered, BaseSuiteRead};
 use crate::audit::nio::Twice;
 use crate::audit::order::OrderLabel;
 use crate::audit::outside::OutsideWrites;
@@ -15,8 +16,10 @@ use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
 use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
+use crate::audit::source_tamper::Suspect;
 use crate::audit::triage::{Evidence, Triage};
 use crate::audit::verdict::{Decision, Finding};
+use crate::delta::ChangedFile;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::Outcome;
 
@@ -110,7 +113,16 @@ pub(crate) struct Judgment {
     pub(crate) coupled: Vec<String>,
     pub(crate) replay: Vec<ReplayRead>,
     pub(crate) source_replay: Vec<SourceRead>,
+    /// The base-suite replay, when the patch touched the tests; the tests a hook made look
+    /// green.
+    pub(crate) base_suite: Option<BaseSuiteRead>,
+    pub(crate) altered: Vec<Altered>,
+    /// The files in no fixture group that coupling found through the trace (the patch changed
+    /// them, a test read them).
+    pub(crate) traced: Vec<ChangedFile>,
     pub(crate) new_skips: Vec<NewSkip>,
+    /// The source-side moves the head's code may make (`audit::source_tamper`).
+    pub(crate) source_tamper: Vec<Suspect>,
     /// With `--check`: what the fresh runs did not repeat.
     pub(crate) nondeterministic: Vec<Nondeterminism>,
     /// The findings the verdict weighed, in the order of its dispositions.
@@ -122,8 +134,11 @@ pub(crate) struct Judgment {
 
 /// What running the audit took and met.
 pub(crate) struct RunFacts {
-    /// pytest processes this audit started (cached runs start none).
+    /// pytest processes this audit started on this machine (cached and remote runs start
+    /// none).
     pub(crate) pytest_processes: u32,
+    /// With `--remote-executor`: what the service ran where, what was uploaded.
+    pub(crate) remote: Option<crate::remote_exec::client::Summary>,
     pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
     pub(crate) containment: crate::contain::Mode,
     pub(crate) duration_seconds: f64,

@@ -4,5 +4,5 @@
 /// How many times each way the outcome must follow the order before a test is order-dependent:
 /// the failing order rerun, the passing order rerun, and a found pair (culprits then victim, and
 /// the victim alone). A test that flakes with probability `p` in any order passes such a check
-/// by chance with probability at most `(1-p)^3 p^3` (see README, "How sure a reject is").
-pub const PROOF_RERUNS: usize = 3;
+/// by chance with probability at most `(1-p)^3 p^3` (see docs/verdicts.md).
+pub(crate) const PROOF_RERUNS: usize = 3;

@@ -13,33 +13,33 @@
 pub(crate) struct Def {
     /// Dotted names of the enclosing classes and functions, then its own, then `#n` for the
     /// n-th definition of the same name in the same scope.
-    pub key: String,
+    pub(crate) key: String,
     /// 1-based, first decorator to last line of the body.
-    pub start: u32,
-    pub end: u32,
-    pub digest: blake3::Hash,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    pub(crate) digest: blake3::Hash,
 }
 
 /// An `import` or `from ... import` statement, anywhere in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Import {
     /// Leading dots of a relative import (0: absolute).
-    pub level: usize,
+    pub(crate) level: usize,
     /// The module named (`a.b` of `import a.b` or `from a.b import c`; empty for `from . import c`).
-    pub module: String,
+    pub(crate) module: String,
     /// The names a `from` import takes (each may be a submodule); empty for `import`.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
 }
 
 /// What the footprint compares of one file.
 #[derive(Clone, Debug)]
 pub(crate) struct Source {
-    pub defs: Vec<Def>,
+    pub(crate) defs: Vec<Def>,
     /// Everything outside the functions' bodies (class bodies included), each function standing
     /// as one `def NAME` token: a change here, an added, removed or moved function included, is
     /// a change at module level.
-    pub module: blake3::Hash,
-    pub imports: Vec<Import>,
+    pub(crate) module: blake3::Hash,
+    pub(crate) imports: Vec<Import>,
 }
 
 #[derive(Clone, Debug)]

@@ -22,6 +22,8 @@
 //! gone test, a body that differs elsewhere) is no pairing: a genuinely new test is never
 //! replayed against a test it does not replace.
 
+use crate::testsrc::tokens::{flat, Kind, Token};
+
 /// How alike two test functions are once their names are set aside. `Same` is closer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Likeness {
@@ -29,21 +31,6 @@ pub(crate) enum Likeness {
     Same,
     /// The same tokens but for literal values in assertion statements.
     AssertLiterals,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Name,
-    Literal,
-    Op,
-    /// The end of a logical line.
-    End,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Token {
-    kind: Kind,
-    text: String,
 }
 
 /// How alike the sources of two test functions (as [`crate::testsrc::function_source`] gives
@@ -164,7 +151,7 @@ fn expected_values(tokens: &[Token]) -> Vec<bool> {
 /// and without trailing commas before a closing bracket (formatters add and remove them; the
 /// one of a one-element tuple, `(x,)`, goes too, a difference this rule accepts).
 fn normalised(source: &str) -> Vec<Token> {
-    let mut tokens = tokenize(source);
+    let mut tokens = flat(source);
     let closing = |t: Option<&Token>| t.is_some_and(|t| matches!(t.text.as_str(), ")" | "]" | "}"));
     let mut i = 0;
     while i < tokens.len() {
@@ -183,115 +170,6 @@ fn normalised(source: &str) -> Vec<Token> {
         }
     }
     tokens
-}
-
-/// A small Python tokenizer: names, literals (numbers, strings with their prefixes, triple
-/// quoted too), operators and the ends of logical lines; whitespace, comments, line breaks
-/// inside brackets and backslash continuations are dropped.
-fn tokenize(source: &str) -> Vec<Token> {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out: Vec<Token> = Vec::new();
-    let mut depth: usize = 0;
-    let mut i = 0;
-    let push = |out: &mut Vec<Token>, kind, text: String| out.push(Token { kind, text });
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '\n' => {
-                if depth == 0 && out.last().is_some_and(|t| t.kind != Kind::End) {
-                    push(&mut out, Kind::End, String::new());
-                }
-                i += 1;
-            }
-            '\\' if chars.get(i + 1) == Some(&'\n') => i += 2,
-            c if c.is_whitespace() => i += 1,
-            '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '"' | '\'' => {
-                let end = string_end(&chars, i);
-                push(&mut out, Kind::Literal, chars[i..end].iter().collect());
-                i = end;
-            }
-            c if c.is_alphabetic() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                let prefix = word.len() <= 3
-                    && word
-                        .chars()
-                        .all(|p| matches!(p.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
-                if prefix && matches!(chars.get(i), Some('"' | '\'')) {
-                    let end = string_end(&chars, i);
-                    push(&mut out, Kind::Literal, chars[start..end].iter().collect());
-                    i = end;
-                } else {
-                    push(&mut out, Kind::Name, word);
-                }
-            }
-            c if c.is_ascii_digit()
-                || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) =>
-            {
-                let start = i;
-                while i < chars.len() {
-                    let d = chars[i];
-                    let exponent_sign = matches!(d, '+' | '-')
-                        && matches!(chars[i - 1], 'e' | 'E')
-                        && !chars[start..i].iter().any(|x| matches!(x, 'x' | 'X'));
-                    if d.is_alphanumeric() || d == '.' || d == '_' || exponent_sign {
-                        i += 1;
-                    } else {
-                        break;
-                    }
-                }
-                push(&mut out, Kind::Literal, chars[start..i].iter().collect());
-            }
-            _ => {
-                match c {
-                    '(' | '[' | '{' => depth += 1,
-                    ')' | ']' | '}' => depth = depth.saturating_sub(1),
-                    _ => {}
-                }
-                // Comparisons are one token, so that `==` reads apart from `=`.
-                let two: String = chars[i..chars.len().min(i + 2)].iter().collect();
-                if matches!(two.as_str(), "==" | "!=" | "<=" | ">=") {
-                    push(&mut out, Kind::Op, two);
-                    i += 2;
-                } else {
-                    push(&mut out, Kind::Op, c.to_string());
-                    i += 1;
-                }
-            }
-        }
-    }
-    if out.last().is_some_and(|t| t.kind == Kind::End) {
-        out.pop();
-    }
-    out
-}
-
-/// The index after the string literal whose quote is at `start` (single or triple quoted, with
-/// backslash escapes); the end of the text when it is not closed.
-fn string_end(chars: &[char], start: usize) -> usize {
-    let q = chars[start];
-    let triple = chars.get(start + 1) == Some(&q) && chars.get(start + 2) == Some(&q);
-    let mut i = start + if triple { 3 } else { 1 };
-    while i < chars.len() {
-        match chars[i] {
-            '\\' => i += 2,
-            c if c == q && !triple => return i + 1,
-            c if c == q && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q) => {
-                return i + 3;
-            }
-            '\n' if !triple => return i,
-            _ => i += 1,
-        }
-    }
-    chars.len()
 }
 
 #[cfg(test)]
@@ -337,28 +215,6 @@ mod tests {
         let other_call =
             "def test_total_price():\n    x = total(5)\n    assert round(x, 2) == 8.0 + 0\n";
         assert_eq!(likeness(base, other_call), None);
-    }
-
-    #[test]
-    fn tokens_skip_comments_and_keep_strings_whole() {
-        let t = tokenize("x = f'a # b' + r\"c\"  # d\ny = '''e\n\nf''' \\\n  + 1e-3\n");
-        let texts: Vec<&str> = t.iter().map(|t| t.text.as_str()).collect();
-        assert_eq!(
-            texts,
-            [
-                "x",
-                "=",
-                "f'a # b'",
-                "+",
-                "r\"c\"",
-                "",
-                "y",
-                "=",
-                "'''e\n\nf'''",
-                "+",
-                "1e-3"
-            ]
-        );
     }
 
     #[test]

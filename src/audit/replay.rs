@@ -11,6 +11,8 @@ pub(crate) struct ReplayRead {
     pub(crate) head: Outcome,
     pub(crate) base: Outcome,
     pub(crate) reading: Reading,
+    /// The changed files the test read, whose base bytes the replay ran it on.
+    pub(crate) files: Vec<String>,
 }
 
 /// How one replayed test reads.

@@ -1,17 +1,63 @@
 //! The one-line commands that reproduce a finding, quoted for a POSIX shell.
 
 use crate::audit::bisect::PairKind;
+use crate::audit::hidden::{BaseSuiteRead, Replayed};
+use crate::audit::outcome::Judgment;
 use crate::audit::pair::Pair;
 use crate::audit::verdict::{Finding, FindingKind};
 
 /// The command that reproduces a finding, when there is one: a non-idempotent test's run twice
-/// in a row, else the first pair the finding's test is in (a test leaking state without a
+/// in a row; a hidden failure's base test file on the head's code; a test a hook made look green
+/// run alone; else the first pair the finding's test is in (a test leaking state without a
 /// victim has no pair to show it).
-pub(crate) fn finding(f: &Finding, pairs: &[Pair]) -> Option<String> {
+pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
+    let replayed = j.base_suite.as_ref().and_then(|b| {
+        Some((
+            b,
+            b.tests
+                .iter()
+                .find(|t| t.nodeid == f.subject && !t.edited_candidate)?,
+        ))
+    });
     match f.kind {
         FindingKind::NonIdempotent => Some(nio(&f.subject)),
         FindingKind::LeaksState => None,
-        _ => pairs.iter().find(|p| p.involves(&f.subject)).map(pair),
+        FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| a.nodeid == f.subject) => {
+            Some(format!(
+                "python -m pytest -p no:randomly -p no:cacheprovider {}",
+                shell_quote(&f.subject)
+            ))
+        }
+        kind if kind.is_hidden() && replayed.is_some() => {
+            let (b, t) = replayed.expect("matched");
+            Some(base_suite(b, t))
+        }
+        _ => j.pairs.iter().find(|p| p.involves(&f.subject)).map(pair),
+    }
+}
+
+/// One line that runs the base's test file (with the conftests and configuration the patch
+/// changed) on the head's code, in a worktree of its own.
+pub(crate) fn base_suite(read: &BaseSuiteRead, t: &Replayed) -> String {
+    let files: Vec<String> = t
+        .repro_files
+        .iter()
+        .filter(|f| !f.is_empty())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|f| shell_quote(f))
+        .collect();
+    let base = read.base_commit.as_deref().unwrap_or("BASE");
+    let run = format!(
+        "git checkout {base} -- {} && python -m pytest -p no:randomly -p no:cacheprovider {}",
+        files.join(" "),
+        shell_quote(&t.nodeid)
+    );
+    match &read.head_commit {
+        Some(head) => format!(
+            "git worktree add --detach /tmp/fixgate-spec {head} && cd /tmp/fixgate-spec && {run}"
+        ),
+        None => format!("cp -a . /tmp/fixgate-spec && cd /tmp/fixgate-spec && {run}"),
     }
 }
 

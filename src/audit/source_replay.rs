@@ -1,5 +1,5 @@
 //! Test-source replay read as the decision table: a test the patch edited, run with the base's
-//! version of its test file on the head's code.
+//! version of its test file on the head's code (in the base-suite replay's runs).
 
 use crate::audit::verdict::FindingKind;
 use crate::pytest::result::Outcome;
@@ -34,10 +34,18 @@ pub(crate) enum Reading {
 }
 
 impl Reading {
-    pub(crate) fn of(head: Outcome, base_test_code: Option<Outcome>) -> Reading {
-        match (head.is_green(), base_test_code) {
+    /// Reads an edited test: its outcome at head, its base version's outcome on the head's code
+    /// (`None`: not run), and whether that red is confirmed (green on the base in the same
+    /// order, and red again on a second run): only a confirmed red is the patch's.
+    pub(crate) fn of(
+        head: Outcome,
+        base_test_code: Option<Outcome>,
+        confirmed_red: bool,
+    ) -> Reading {
+        let passes = matches!(head, Outcome::Passed | Outcome::Xpassed);
+        match (passes, base_test_code) {
             (true, Some(o)) if o.is_green() => Reading::Refactor,
-            (true, Some(_)) => Reading::Redefined,
+            (true, Some(_)) if confirmed_red => Reading::Redefined,
             _ => Reading::Inconclusive,
         }
     }
@@ -73,9 +81,22 @@ mod tests {
 
     #[test]
     fn the_table() {
-        assert_eq!(Reading::of(Passed, Some(Failed)), Reading::Redefined);
-        assert_eq!(Reading::of(Passed, Some(Passed)), Reading::Refactor);
-        assert_eq!(Reading::of(Failed, Some(Failed)), Reading::Inconclusive);
-        assert_eq!(Reading::of(Passed, None), Reading::Inconclusive);
+        assert_eq!(Reading::of(Passed, Some(Failed), true), Reading::Redefined);
+        assert_eq!(Reading::of(Passed, Some(Passed), false), Reading::Refactor);
+        assert_eq!(
+            Reading::of(Failed, Some(Failed), true),
+            Reading::Inconclusive
+        );
+        assert_eq!(Reading::of(Passed, None, false), Reading::Inconclusive);
+        // Red on the base too (or only once): not the patch's.
+        assert_eq!(
+            Reading::of(Passed, Some(Failed), false),
+            Reading::Inconclusive
+        );
+        // A skipped test does not pass with the head's test code.
+        assert_eq!(
+            Reading::of(Outcome::Skipped, Some(Failed), true),
+            Reading::Inconclusive
+        );
     }
 }

@@ -77,63 +77,63 @@ use crate::pytest::result::Outcome;
 
 /// What the audit knows about one test.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The outcome per order, in the order of the matrix (file, reversed, then the seed list).
-    pub outcomes: Vec<(OrderLabel, Outcome)>,
+    pub(crate) outcomes: Vec<(OrderLabel, Outcome)>,
     /// For a test whose outcome differed across orders: the reruns of a failing and a passing
     /// order.
-    pub confirm: Option<Confirm>,
+    pub(crate) confirm: Option<Confirm>,
     /// The test run by itself (for a test red in every order, or from the polluter search's final
     /// check).
-    pub alone: Option<Outcome>,
+    pub(crate) alone: Option<Outcome>,
     /// Fixture groups the test changed without holding their lease.
-    pub dirty_groups: Vec<String>,
+    pub(crate) dirty_groups: Vec<String>,
     /// The culprit of a found polluter pair.
-    pub polluter_in_pair: bool,
+    pub(crate) polluter_in_pair: bool,
     /// The culprit of a found state-setter pair.
-    pub state_setter_in_pair: bool,
-    pub edited_by_patch: bool,
+    pub(crate) state_setter_in_pair: bool,
+    pub(crate) edited_by_patch: bool,
     /// Reruns by a plugin such as pytest-rerunfailures, summed over the orders.
-    pub reruns: u32,
+    pub(crate) reruns: u32,
     /// The polluter (or state-setter) search for it explained nothing: no culprit, or a set that
     /// did not reproduce on every rerun.
-    pub unexplained: bool,
+    pub(crate) unexplained: bool,
     /// What the nio order (`--nio`) showed, when it showed the test passing and then failing.
-    pub nio: Option<Idempotence>,
+    pub(crate) nio: Option<Idempotence>,
     /// It showed an outcome its order does not explain: the anomaly by itself, or in an order
     /// without all its culprits before it (or not after them all). Flaky, as well as
     /// order-dependent when its pair held.
-    pub flaky_too: bool,
+    pub(crate) flaky_too: bool,
     /// The shared state it left changed behind it (the file-order and reversed runs).
-    pub leaks: Vec<StateChange>,
+    pub(crate) leaks: Vec<StateChange>,
 }
 
-pub use crate::audit::proof::PROOF_RERUNS;
+pub(crate) use crate::audit::proof::PROOF_RERUNS;
 
 /// The reruns that tell order-dependent from flaky.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Confirm {
+pub(crate) struct Confirm {
     /// The order where the test was red, run again: one outcome per rerun.
-    pub failing: Vec<Outcome>,
+    pub(crate) failing: Vec<Outcome>,
     /// An order where the test was green, run again: one outcome per rerun.
-    pub passing: Vec<Outcome>,
+    pub(crate) passing: Vec<Outcome>,
 }
 
 impl Confirm {
     /// Every rerun agrees with the order: the failing order failed, the passing one passed.
-    pub fn agrees(&self) -> bool {
+    pub(crate) fn agrees(&self) -> bool {
         self.failing.iter().all(|o| !o.is_green()) && self.passing.iter().all(|o| o.is_green())
     }
 
     /// Agreement on at least [`PROOF_RERUNS`] reruns each way.
-    pub fn proves(&self) -> bool {
+    pub(crate) fn proves(&self) -> bool {
         self.agrees() && self.failing.len() >= PROOF_RERUNS && self.passing.len() >= PROOF_RERUNS
     }
 
     /// The failing order failed on at least [`PROOF_RERUNS`] reruns, every one, while the passing
     /// order gave both outcomes: a flaky test that may also follow the order (it fails every
     /// time after its polluters, and now and then without them). Only its pair can tell.
-    pub fn fails_every_time_on_one_side(&self) -> bool {
+    pub(crate) fn fails_every_time_on_one_side(&self) -> bool {
         self.failing.len() >= PROOF_RERUNS
             && self.failing.iter().all(|o| !o.is_green())
             && self.passing.iter().any(|o| o.is_green())
@@ -143,7 +143,7 @@ impl Confirm {
 
 /// The primary bucket. Every test lands in exactly one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Bucket {
+pub(crate) enum Bucket {
     #[default]
     Stable,
     OrderDependent,
@@ -158,7 +158,7 @@ pub enum Bucket {
 }
 
 impl Bucket {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Bucket::Stable => "stable",
             Bucket::OrderDependent => "order-dependent",
@@ -229,7 +229,7 @@ const BUCKETS: [Bucket; 10] = [
 /// A secondary signal. Signals list everything that was seen, including the fact behind the
 /// primary bucket, so that "polluter and order-dependent" reads as both.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Signal {
+pub(crate) enum Signal {
     OrderDependent,
     /// Red in every order, green alone: something before it breaks it.
     Victim,
@@ -328,14 +328,14 @@ impl<'de> Deserialize<'de> for Signal {
 
 /// One test's triage.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Triage {
-    pub bucket: Bucket,
+pub(crate) struct Triage {
+    pub(crate) bucket: Bucket,
     /// In a fixed order (the order of [`Signal`]'s variants), without duplicates.
-    pub signals: Vec<Signal>,
+    pub(crate) signals: Vec<Signal>,
 }
 
 impl Triage {
-    pub fn has(&self, signal: &Signal) -> bool {
+    pub(crate) fn has(&self, signal: &Signal) -> bool {
         self.signals.contains(signal)
     }
 
@@ -348,7 +348,7 @@ impl Triage {
 
     /// The findings this test contributes to the verdict: its bucket's, plus every code defect
     /// and flakiness among the signals that the bucket outranked.
-    pub fn finding_kinds(&self) -> Vec<FindingKind> {
+    pub(crate) fn finding_kinds(&self) -> Vec<FindingKind> {
         let mut kinds = Vec::new();
         let mut add = |k: FindingKind| {
             if !kinds.contains(&k) {
@@ -388,7 +388,7 @@ fn is_skip_like(o: Outcome) -> bool {
 }
 
 /// Triage of one test. Pure; see the module documentation for the rules and the precedence.
-pub fn triage(e: &Evidence) -> Triage {
+pub(crate) fn triage(e: &Evidence) -> Triage {
     let outcomes: Vec<Outcome> = e.outcomes.iter().map(|(_, o)| *o).collect();
     let some_green = outcomes.iter().any(|o| o.is_green());
     let some_red = outcomes.iter().any(|o| !o.is_green());

@@ -19,7 +19,7 @@ use crate::exit;
 /// The audit's answer, ordered by precedence: the greater of two verdicts wins (one audit's
 /// gates, or the reports of several heads).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     Unverified,
     Reject,
@@ -31,7 +31,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
             Verdict::Reject => "reject",
@@ -42,7 +42,7 @@ impl Verdict {
         }
     }
 
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Verdict::Pass => exit::PASS,
             Verdict::Reject => exit::REJECT,
@@ -85,7 +85,7 @@ impl<'de> Deserialize<'de> for Verdict {
 
 /// What a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FindingKind {
+pub(crate) enum FindingKind {
     /// A test whose outcome is a function of the order (a victim or a brittle test).
     OrderDependent,
     /// The culprit of a found pair: a test that breaks another.
@@ -138,13 +138,36 @@ pub enum FindingKind {
     /// `--check`: a cached run's outcome differs from a fresh run of the same order. Reported
     /// only: what it says is that a cache entry was a coin flip.
     Nondeterministic,
+    /// A base test the patch deleted that fails on the head's code (`audit::hidden`).
+    DeletedTest,
+    /// A base test the patch deleted with the code it exercised: reported (`deleted-test`, not
+    /// blocking).
+    DeletedWithItsCode,
+    /// A base test the head's collection or configuration drops, that fails on the head's code.
+    DeselectedTest,
+    /// A base test renamed or moved out of what pytest collects, that fails on the head's code.
+    UncollectedTest,
+    /// A base test the patch skips, that fails on the head's code.
+    SkippedTest,
+    /// A base test the patch marks as an expected failure, that fails on the head's code.
+    XfailedTest,
+    /// A test whose outcome a hook, a conftest or the configuration made green: the plugin saw
+    /// it fail, or it fails on the head's code with the base's conftests and configuration.
+    HookAlteredOutcome,
+    /// A condition the patch added to the code on a literal a test file holds: the code may
+    /// special-case the test's input (`audit::source_tamper`). A warning: the base's tests
+    /// pass on such code, and an honest fix may test the very input it handles.
+    SpecialCasedInput,
+    /// An `__eq__` or `__ne__` the patch added or changed that never reads what it compares
+    /// with: every equality assertion on the class passes. A warning, like the above.
+    EqIgnoresArgument,
     /// A test that left shared state changed behind it (a module global, an environment
     /// variable...): a polluter without a victim, reported, never blocking by itself.
     LeaksState,
 }
 
 impl FindingKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FindingKind::OrderDependent => "order-dependent",
             FindingKind::Polluter => "polluter",
@@ -166,6 +189,14 @@ impl FindingKind {
             FindingKind::RedefinedTest => "redefined-test",
             FindingKind::TestRefactor => "test-refactor",
             FindingKind::NonIdempotent => "non-idempotent",
+            FindingKind::DeletedTest | FindingKind::DeletedWithItsCode => "deleted-test",
+            FindingKind::DeselectedTest => "deselected-test",
+            FindingKind::UncollectedTest => "uncollected-test",
+            FindingKind::SkippedTest => "skipped-test",
+            FindingKind::XfailedTest => "xfailed-test",
+            FindingKind::HookAlteredOutcome => "hook-altered-outcome",
+            FindingKind::SpecialCasedInput => "special-cased-input",
+            FindingKind::EqIgnoresArgument => "eq-ignores-argument",
             FindingKind::EditedAssertion => "edited-assertion",
             FindingKind::Nondeterministic => "nondeterministic",
             FindingKind::LeaksState => "leaks-state",
@@ -202,11 +233,40 @@ impl FindingKind {
             FindingKind::Nondeterministic => {
                 ("nondeterministic finding", "nondeterministic findings")
             }
+            FindingKind::DeletedTest | FindingKind::DeletedWithItsCode => {
+                ("deleted test", "deleted tests")
+            }
+            FindingKind::DeselectedTest => ("deselected test", "deselected tests"),
+            FindingKind::UncollectedTest => ("uncollected test", "uncollected tests"),
+            FindingKind::SkippedTest => ("skipped test", "skipped tests"),
+            FindingKind::XfailedTest => ("xfailed test", "xfailed tests"),
+            FindingKind::HookAlteredOutcome => ("hook-altered outcome", "hook-altered outcomes"),
+            FindingKind::SpecialCasedInput => ("special-cased input", "special-cased inputs"),
+            FindingKind::EqIgnoresArgument => (
+                "equality that ignores its argument",
+                "equalities that ignore their argument",
+            ),
         }
     }
 
+    /// A failure of a base test on the head's code that the patch hid (`audit::hidden`), or a
+    /// test deleted with its code.
+    pub(crate) fn is_hidden(self) -> bool {
+        matches!(
+            self,
+            FindingKind::DeletedTest
+                | FindingKind::DeletedWithItsCode
+                | FindingKind::DeselectedTest
+                | FindingKind::UncollectedTest
+                | FindingKind::SkippedTest
+                | FindingKind::XfailedTest
+                | FindingKind::RedefinedTest
+                | FindingKind::HookAlteredOutcome
+        )
+    }
+
     /// A code defect: rejects the patch when the patch owns it.
-    pub fn is_defect(self) -> bool {
+    pub(crate) fn is_defect(self) -> bool {
         matches!(
             self,
             FindingKind::OrderDependent
@@ -223,6 +283,12 @@ impl FindingKind {
                 | FindingKind::RedefinedTest
                 | FindingKind::NonIdempotent
                 | FindingKind::EditedAssertion
+                | FindingKind::DeletedTest
+                | FindingKind::DeselectedTest
+                | FindingKind::UncollectedTest
+                | FindingKind::SkippedTest
+                | FindingKind::XfailedTest
+                | FindingKind::HookAlteredOutcome
         )
     }
 }
@@ -241,20 +307,20 @@ impl Serialize for FindingKind {
 
 /// One thing the audit found, as the verdict needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub kind: FindingKind,
+pub(crate) struct Finding {
+    pub(crate) kind: FindingKind,
     /// What it is about, for the reasons: a nodeid, or `"POLLUTER -> VICTIM"` for a pair.
-    pub subject: String,
+    pub(crate) subject: String,
     /// The base does not show it (checked on the base snapshot with the same evidence).
-    pub introduced: bool,
+    pub(crate) introduced: bool,
     /// The patch edited a test of the finding (either test of a pair).
-    pub edited_by_patch: bool,
+    pub(crate) edited_by_patch: bool,
 }
 
 /// What a finding does to the verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Disposition {
+pub(crate) enum Disposition {
     /// Rejects the patch.
     Rejects,
     /// A pre-existing defect: reported as known debt with a suggested freeze entry.
@@ -272,7 +338,7 @@ pub enum Disposition {
 /// Decides one finding. A defect rejects when the patch introduced it, when the patch edited a
 /// test of it (then it is the patch's, even if the base has it too), or under `--strict`.
 /// Flaky never rejects, not even under `--strict`: it is an environment defect.
-pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
+pub(crate) fn disposition(finding: &Finding, strict: bool) -> Disposition {
     match finding.kind {
         kind if kind.is_defect() => {
             if finding.introduced || finding.edited_by_patch || strict {
@@ -293,27 +359,27 @@ pub fn disposition(finding: &Finding, strict: bool) -> Disposition {
 
 /// Everything the verdict weighs. Each string is one reason line, ready for the report.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Gates<'a> {
+pub(crate) struct Gates<'a> {
     /// Infrastructure failures: nothing was judged.
-    pub errors: &'a [String],
+    pub(crate) errors: &'a [String],
     /// Fixture files that differ from the lock (checked before any test runs), each
     /// `<lock file>: <path> (<change>)`.
-    pub drift: &'a [String],
+    pub(crate) drift: &'a [String],
     /// Expired freeze entries (checked before any test runs).
-    pub expired: &'a [String],
-    pub findings: &'a [Finding],
+    pub(crate) expired: &'a [String],
+    pub(crate) findings: &'a [Finding],
     /// The budget's breach lines.
-    pub breaches: &'a [String],
-    pub strict: bool,
+    pub(crate) breaches: &'a [String],
+    pub(crate) strict: bool,
 }
 
 /// The verdict, the reasons for it, and each finding's disposition (same order as the input).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
-    pub verdict: Verdict,
+pub(crate) struct Decision {
+    pub(crate) verdict: Verdict,
     /// Why this verdict: the lines of its own gate only (empty for pass).
-    pub reasons: Vec<String>,
-    pub dispositions: Vec<Disposition>,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) dispositions: Vec<Disposition>,
 }
 
 impl Decision {
@@ -328,7 +394,7 @@ impl Decision {
 }
 
 /// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
-pub fn decide(gates: &Gates) -> Decision {
+pub(crate) fn decide(gates: &Gates) -> Decision {
     let dispositions: Vec<Disposition> = gates
         .findings
         .iter()

@@ -12,10 +12,11 @@ use crate::cli::{AuditArgs, AuditOptionArgs, DepsArg};
 use crate::config::DepsMode;
 use crate::context::{to_json, Ctx};
 use crate::engine::audit::{self, Options};
+use crate::environment::Environment;
 use crate::error::{Error, Result};
 use crate::report::{self, AuditReport, Format};
 
-pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
     let heads = heads(args)?;
     if args.shard.is_some() && heads.len() > 1 {
         return Err(Error::Usage(
@@ -28,6 +29,7 @@ pub fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
             &args.options,
             heads.into_iter().next(),
             args.shard,
+            &ctx.env,
         )?;
         let report = audit::audit(ctx, &opts)?;
         emit(ctx, &report)?;
@@ -78,7 +80,13 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
     }
     let mut worst = Verdict::Pass;
     for (i, head) in heads.iter().enumerate() {
-        let opts = options(&args.base, &args.options, Some(head.clone()), args.shard)?;
+        let opts = options(
+            &args.base,
+            &args.options,
+            Some(head.clone()),
+            args.shard,
+            &ctx.env,
+        )?;
         let report = match audit::audit(ctx, &opts) {
             Ok(r) => r,
             Err(Error::Interrupted) => return Err(Error::Interrupted),
@@ -132,11 +140,12 @@ fn write_stdout(text: &str) -> Result<()> {
 }
 
 /// The engine's options for an audit of `head` (`None`: the working tree) against `base`.
-pub fn options(
+pub(crate) fn options(
     base: &str,
     args: &AuditOptionArgs,
     head: Option<String>,
     shard: Option<crate::cli::Shard>,
+    env: &Environment,
 ) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
@@ -169,12 +178,13 @@ pub fn options(
         shard: shard.map(|s| crate::engine::shard::Shard { k: s.k, n: s.n }),
         runner: None,
         frozen_head: None,
+        remote_exec: crate::cmd::settings::remote_exec(&args.remote_exec, env)?,
         full: args.full,
     })
 }
 
 /// Today in UTC.
-pub fn today() -> Date {
+pub(crate) fn today() -> Date {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -210,7 +220,7 @@ fn render(ctx: &Ctx, report: &AuditReport, last: bool, stream: bool) -> String {
 }
 
 /// Renders the report in the chosen format and keeps its graph for `graph` and `explain`.
-pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
+pub(crate) fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
     for w in &report.warnings {
         ctx.warn(w);
     }
@@ -223,7 +233,7 @@ pub fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
 }
 
 /// Where the last audit of this repository keeps its graph.
-pub fn last_audit_dir(ctx: &Ctx) -> PathBuf {
+pub(crate) fn last_audit_dir(ctx: &Ctx) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     let scope = blake3::hash(ctx.repo.root.as_os_str().as_bytes()).to_hex();
     ctx.cache_dir.join("last-audit").join(&scope[..32])

@@ -46,7 +46,7 @@ fn render_transfer(t: Option<&TransferStats>) -> String {
     out
 }
 
-pub fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &CacheArgs) -> Result<i32> {
     let dir = ctx.cache_dir.join("store");
     let store = DiskStore::open(&dir)
         .map_err(|e| Error::Usage(format!("cannot open the cache at {}: {e}", dir.display())))?;
@@ -196,7 +196,7 @@ fn prune_older(dir: &std::path::Path, age: Duration) {
 }
 
 /// `500M`, `2G`, `1.5G`, `800K` or plain bytes.
-pub fn parse_size(s: &str) -> Result<u64> {
+pub(crate) fn parse_size(s: &str) -> Result<u64> {
     crate::units::parse_size(s).ok_or_else(|| {
         Error::Usage(format!(
             "--max-size {s:?}: expected a size such as 500M, 2G or 1048576"

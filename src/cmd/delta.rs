@@ -35,7 +35,7 @@ impl Side {
     }
 }
 
-pub fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
     let base = ctx.repo.snapshot(Some(&args.base))?;
     let head = ctx.repo.snapshot(args.head.as_deref())?;
     let config = ctx.pair_config(&base, &head)?;

@@ -54,7 +54,7 @@ def test_discount_free_cart():
 
 const CONFTEST: &str = "import os, sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), \"..\", \"src\"))\n";
 
-pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
     let tmp;
     let dir: PathBuf = match &args.keep {
         Some(d) => {
@@ -113,8 +113,9 @@ pub fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             process_limit: None,
             disk_limit: None,
         },
+        remote_exec: Default::default(),
     };
-    let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None)?;
+    let opts = crate::cmd::audit::options("HEAD~1", &args, Some("HEAD".into()), None, &ctx.env)?;
     let report = crate::engine::audit::audit(&demo_ctx, &opts)?;
     crate::cmd::audit::emit(&demo_ctx, &report)?;
     if !ctx.quiet {

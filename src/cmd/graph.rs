@@ -34,7 +34,7 @@ fn load(ctx: &Ctx) -> Result<(GraphSummary, String, serde_json::Value)> {
     Ok((summary, dot, value))
 }
 
-pub fn graph(ctx: &Ctx, args: &GraphArgs) -> Result<i32> {
+pub(crate) fn graph(ctx: &Ctx, args: &GraphArgs) -> Result<i32> {
     let (g, dot, value) = load(ctx)?;
     if args.dot {
         ctx.emit(&dot)?;
@@ -55,7 +55,7 @@ pub fn graph(ctx: &Ctx, args: &GraphArgs) -> Result<i32> {
     Ok(exit::PASS)
 }
 
-pub fn explain(ctx: &Ctx) -> Result<i32> {
+pub(crate) fn explain(ctx: &Ctx) -> Result<i32> {
     let (g, _, value) = load(ctx)?;
     if ctx.format == Format::Json {
         ctx.emit(&crate::context::to_json(&value["executed_nodes"]))?;

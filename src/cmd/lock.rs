@@ -43,7 +43,7 @@ struct MigrateReport<'a> {
     drift: &'a [Drift],
 }
 
-pub fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &LockArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let manifest = ctx.manifest(&snapshot, &config)?;

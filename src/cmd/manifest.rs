@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::exit;
 use crate::manifest::Manifest;
 
-pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let manifest = ctx.manifest(&snapshot, &config)?;
@@ -22,7 +22,7 @@ pub fn run(ctx: &Ctx, args: &ManifestArgs) -> Result<i32> {
     Ok(exit::PASS)
 }
 
-pub fn render(m: &Manifest) -> String {
+pub(crate) fn render(m: &Manifest) -> String {
     let mut out = String::new();
     if m.groups.is_empty() {
         out.push_str(

@@ -14,27 +14,27 @@ use crate::pytest::interpreter::Fingerprint;
 use crate::pytest::result::{Outcome, RunResult};
 
 #[derive(Serialize)]
-pub struct RunReport<'a> {
+pub(crate) struct RunReport<'a> {
     /// `namespaces` or `none` (see `contain`).
-    pub containment: &'static str,
-    pub env_allowlist: Vec<String>,
+    pub(crate) containment: &'static str,
+    pub(crate) env_allowlist: Vec<String>,
     /// Whether the run's processes were forked from a warm interpreter, or why not.
-    pub forkserver: crate::pytest::forkserver::ForkSummary,
-    pub interpreter: &'a Fingerprint,
+    pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
+    pub(crate) interpreter: &'a Fingerprint,
     /// Writes the run attempted outside its sandbox (each a reason to reject the patch).
-    pub outside_writes: Vec<crate::pytest::outside::OutsideWrite>,
-    pub python_hash_seed: &'static str,
-    pub result: &'a RunResult,
-    pub schema: u32,
-    pub seed: Option<u64>,
-    pub snapshot: SnapshotInfo,
+    pub(crate) outside_writes: Vec<crate::pytest::outside::OutsideWrite>,
+    pub(crate) python_hash_seed: &'static str,
+    pub(crate) result: &'a RunResult,
+    pub(crate) schema: u32,
+    pub(crate) seed: Option<u64>,
+    pub(crate) snapshot: SnapshotInfo,
 }
 
 impl RunReport<'_> {
     /// Sorted, pretty JSON with a trailing newline: the same text as `context::to_json`, written
     /// directly because every type in the report declares its fields in sorted order (a test
     /// pins it). Going through `serde_json::Value` cost a run of 2,000 tests 60 ms.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("a run report always serializes");
         s.push('\n');
         s
@@ -42,12 +42,12 @@ impl RunReport<'_> {
 }
 
 #[derive(Serialize)]
-pub struct SnapshotInfo {
-    pub commit: Option<String>,
-    pub rev: String,
+pub(crate) struct SnapshotInfo {
+    pub(crate) commit: Option<String>,
+    pub(crate) rev: String,
 }
 
-pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(
@@ -138,7 +138,10 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
 
 /// Reads an order file: one node id per line, blank lines and `#` comments ignored; every id
 /// must be one the suite collects.
-pub fn read_order_file(file: &std::path::Path, items: &[CollectedItem]) -> Result<Vec<String>> {
+pub(crate) fn read_order_file(
+    file: &std::path::Path,
+    items: &[CollectedItem],
+) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(file).map_err(|e| Error::io("read", file, e))?;
     let known: std::collections::HashSet<&str> = items.iter().map(|i| i.nodeid.as_str()).collect();
     let mut order = Vec::new();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fixgate_cache::{MacKey, RemoteConfig};
 
-use crate::cli::{ContainmentArg, FormatArg, GlobalArgs, RemoteArgs, SandboxArgs};
+use crate::cli::{ContainmentArg, FormatArg, GlobalArgs, RemoteArgs, RemoteExecArgs, SandboxArgs};
 use crate::context::{SandboxSettings, Settings};
 use crate::engine::store::RemoteSettings;
 use crate::error::{Error, Result};
@@ -94,8 +94,27 @@ pub(crate) fn remote(
     }))
 }
 
+/// The remote executor the command line names (what it leaves unset comes from the base's
+/// `[tool.fixgate]`, read later), with the request headers of `FIXGATE_REMOTE_HEADER`.
+pub(crate) fn remote_exec(
+    args: &RemoteExecArgs,
+    env: &crate::environment::Environment,
+) -> Result<crate::remote_exec::client::Asked> {
+    Ok(crate::remote_exec::client::Asked {
+        flags: crate::config::RemoteExecConfig {
+            executor: args.remote_executor.clone(),
+            instance: args.remote_instance.clone(),
+            platform: args.remote_platform.clone(),
+        },
+        headers: match &env.remote_header {
+            Some(text) => parse_headers(text)?,
+            None => Vec::new(),
+        },
+    })
+}
+
 /// `Name: value` lines; errors name the line, never its value.
-fn parse_headers(text: &str) -> Result<Vec<(String, String)>> {
+pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())

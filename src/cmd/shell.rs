@@ -9,14 +9,14 @@ use crate::error::{Error, Result};
 use crate::exit;
 
 /// Prints the completion script for `shell`.
-pub fn completions(shell: clap_complete::Shell) -> Result<i32> {
+pub(crate) fn completions(shell: clap_complete::Shell) -> Result<i32> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "fixgate", &mut buf);
     write_stdout(&buf)
 }
 
 /// Prints the man page in roff, for `fixgate man > fixgate.1`.
-pub fn man() -> Result<i32> {
+pub(crate) fn man() -> Result<i32> {
     let mut buf = Vec::new();
     clap_mangen::Man::new(Cli::command())
         .render(&mut buf)

@@ -43,7 +43,7 @@ struct Report<'a> {
     violations: usize,
 }
 
-pub fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
     let snapshot = ctx.repo.snapshot(args.rev.as_deref())?;
     let config = ctx.config(&snapshot)?;
     let runner = ctx.runner(

@@ -7,8 +7,8 @@ use crate::error::Result;
 use crate::watch::session::{self, Settings};
 
 /// Runs the session; the context is the session's (each audit's thread takes it in turn).
-pub fn run(ctx: Ctx, args: WatchArgs) -> Result<i32> {
-    let options = crate::cmd::audit::options(&args.base, &args.options, None, None)?;
+pub(crate) fn run(ctx: Ctx, args: WatchArgs) -> Result<i32> {
+    let options = crate::cmd::audit::options(&args.base, &args.options, None, None, &ctx.env)?;
     let today = args.options.today.is_some().then_some(options.today);
     let failure = ctx.remote_failure.clone();
     let code = session::run(

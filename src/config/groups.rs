@@ -17,7 +17,7 @@ pub(super) const NAME_RULE: &str = "use only letters, digits, '_', '.' and '-'";
 
 /// The fixture groups of a snapshot with their globs compiled. Cloning is cheap (shared).
 #[derive(Clone, Debug)]
-pub struct FixtureGroups {
+pub(crate) struct FixtureGroups {
     inner: Arc<GroupsInner>,
 }
 
@@ -62,7 +62,7 @@ impl FixtureGroups {
     }
 
     /// The groups, sorted by name; each group's globs in declaration order.
-    pub fn groups(&self) -> &[Group] {
+    pub(crate) fn groups(&self) -> &[Group] {
         &self.inner.groups
     }
 
@@ -78,7 +78,8 @@ impl FixtureGroups {
     }
 
     /// The group called `name`, if there is one.
-    pub fn get(&self, name: &str) -> Option<&Group> {
+    #[cfg(test)]
+    pub(crate) fn get(&self, name: &str) -> Option<&Group> {
         let groups = &self.inner.groups;
         groups
             .binary_search_by(|g| g.name.as_str().cmp(name))
@@ -86,17 +87,18 @@ impl FixtureGroups {
             .and_then(|i| groups.get(i))
     }
 
-    pub fn source(&self) -> ConfigSource {
+    pub(crate) fn source(&self) -> ConfigSource {
         self.inner.source
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.inner.groups.is_empty()
     }
 
     /// The first group, by name, with a glob that matches `path`. Matching is on the raw bytes,
     /// so a non-UTF-8 file name belongs to a group like any other.
-    pub fn group_of(&self, path: &RepoPath) -> Option<&str> {
+    pub(crate) fn group_of(&self, path: &RepoPath) -> Option<&str> {
         let candidate = Candidate::new(Path::new(OsStr::from_bytes(path.as_bytes())));
         let inner = &*self.inner;
         // Globs were added in group order, so the smallest owner is the first group by name.
@@ -114,7 +116,7 @@ impl FixtureGroups {
     /// its leading components without glob metacharacters (the last component is a file name,
     /// so it never counts). Sorted, deduplicated, and without roots nested inside another root;
     /// `""` is the repository root.
-    pub fn watch_roots(&self) -> Vec<String> {
+    pub(crate) fn watch_roots(&self) -> Vec<String> {
         let all: BTreeSet<String> = self
             .inner
             .groups

@@ -9,45 +9,49 @@ use crate::config::defaults::default_groups;
 use crate::config::groups::FixtureGroups;
 use crate::config::manifest::parse_manifest;
 use crate::config::model::{
-    BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig,
+    BudgetConfig, ConfigError, ConfigSource, DepsMode, Group, LimitsConfig, RemoteExecConfig,
 };
 use crate::config::pyproject::{parse_pyproject, Pyproject};
 use crate::repo_path::RepoPath;
 
 /// What [`load`] reads: the snapshot's copies of the configuration files and its file list.
 #[derive(Clone, Copy, Debug)]
-pub struct ConfigInputs<'a> {
+pub(crate) struct ConfigInputs<'a> {
     /// Content of `fixtures.manifest`, if the snapshot has it.
-    pub manifest_file: Option<&'a [u8]>,
+    pub(crate) manifest_file: Option<&'a [u8]>,
     /// Content of `pyproject.toml`, if the snapshot has it.
-    pub pyproject: Option<&'a [u8]>,
+    pub(crate) pyproject: Option<&'a [u8]>,
     /// Every file path of the snapshot, sorted; only used to derive default groups.
-    pub paths: &'a [RepoPath],
+    pub(crate) paths: &'a [RepoPath],
 }
 
 /// The resolved configuration of one snapshot.
 #[derive(Clone, Debug, Serialize)]
-pub struct Config {
-    pub groups: FixtureGroups,
-    pub deps: DepsMode,
-    pub budget: BudgetConfig,
+pub(crate) struct Config {
+    pub(crate) groups: FixtureGroups,
+    pub(crate) deps: DepsMode,
+    pub(crate) budget: BudgetConfig,
     /// `[tool.fixgate.limits]`: each run's bounds.
-    pub limits: LimitsConfig,
+    pub(crate) limits: LimitsConfig,
     /// `[tool.fixgate] lock`: the lock file's repo-relative path, when set.
-    pub lock: Option<String>,
+    pub(crate) lock: Option<String>,
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
     /// `--nio` does.
-    pub nio: bool,
+    pub(crate) nio: bool,
+    /// `[tool.fixgate] remote-executor`, `remote-instance` and `remote-platform`: where an
+    /// audit's runs execute (read from the base, which is trusted: a patch cannot send its
+    /// code to a service of its choosing).
+    pub(crate) remote_exec: RemoteExecConfig,
     /// Problems that do not stop the run (unknown keys, directories without a default group),
     /// each a full message that names the file and says what to do.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Reads the fixture groups and `[tool.fixgate]` settings of one snapshot.
 ///
 /// Groups from both files are unioned; when neither declares any, default groups are derived
 /// from `paths`: one per directory under `tests/fixtures/` and `tests/data/`.
-pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
+pub(crate) fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
     let manifest = match inputs.manifest_file {
         Some(bytes) => parse_manifest(bytes)?,
         None => BTreeMap::new(),
@@ -97,6 +101,7 @@ pub fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         limits: py.limits,
         lock: py.lock,
         nio: py.nio,
+        remote_exec: py.remote_exec,
         warnings,
     })
 }
@@ -480,6 +485,30 @@ mod tests {
     }
 
     #[test]
+    fn remote_execution_is_read_from_tool_fixgate() {
+        let c = pyproject(
+            "[tool.fixgate]\nremote-executor = \"grpc://re.example:8980\"\nremote-instance = \
+             \"main\"\nremote-platform = { pool = \"small\", container-image = \"docker://p\" }\n",
+        );
+        assert_eq!(
+            c.remote_exec.executor.as_deref(),
+            Some("grpc://re.example:8980")
+        );
+        assert_eq!(c.remote_exec.instance.as_deref(), Some("main"));
+        assert_eq!(
+            c.remote_exec.platform,
+            [
+                ("container-image".to_string(), "docker://p".to_string()),
+                ("pool".to_string(), "small".to_string())
+            ]
+        );
+        let err = pyproject_err("[tool.fixgate]\nremote-platform = { pool = 3 }\n");
+        assert!(err.contains("tool.fixgate.remote-platform"), "{err}");
+        let err = pyproject_err("[tool.fixgate]\nremote-executor = 1\n");
+        assert!(err.contains("expected a string, found an integer"), "{err}");
+    }
+
+    #[test]
     fn pyproject_unknown_keys_warn() {
         let config = pyproject(
             "[tool.fixgate]\n\
@@ -494,8 +523,8 @@ mod tests {
             config.warnings,
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
-                 keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\" \
-                 and \"nio\"",
+                 keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
+                 \"nio\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -6,7 +6,7 @@ use crate::config::groups::{check_glob, check_name, Declared};
 use crate::config::model::ConfigError;
 
 /// The manifest file at the repository root.
-pub const MANIFEST_FILE: &str = "fixtures.manifest";
+pub(crate) const MANIFEST_FILE: &str = "fixtures.manifest";
 
 const EXAMPLE_LINE: &str = "\"db: tests/fixtures/db/*.sqlite\"";
 

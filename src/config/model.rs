@@ -6,7 +6,7 @@ use serde::Serialize;
 /// How a test's dependencies are determined (`[tool.fixgate] deps`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
-pub enum DepsMode {
+pub(crate) enum DepsMode {
     /// From the read trace recorded while the tests run.
     #[default]
     Traced,
@@ -14,38 +14,47 @@ pub enum DepsMode {
     Conservative,
 }
 
+/// The remote executor settings of `[tool.fixgate]` (and, the same three, of the command line).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct RemoteExecConfig {
+    pub(crate) executor: Option<String>,
+    pub(crate) instance: Option<String>,
+    /// `remote-platform = { container-image = "docker://…" }`, sorted by key.
+    pub(crate) platform: Vec<(String, String)>,
+}
+
 /// Bounds from `[tool.fixgate.limits]` (`u64::MAX`: unlimited); `None` means the key is not set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct LimitsConfig {
+pub(crate) struct LimitsConfig {
     /// Bytes of address space of each process of a run.
-    pub memory: Option<u64>,
+    pub(crate) memory: Option<u64>,
     /// Processes (and threads) of a run at once.
-    pub processes: Option<u64>,
+    pub(crate) processes: Option<u64>,
     /// Bytes a run may write: to any one file, its sandbox, `/tmp`, `/dev/shm`.
-    pub disk: Option<u64>,
+    pub(crate) disk: Option<u64>,
 }
 
 /// Limits from `[tool.fixgate.budget]`; `None` means the key is not set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct BudgetConfig {
-    pub max_seconds: Option<u64>,
-    pub max_tests: Option<u64>,
-    pub max_frozen: Option<u64>,
-    pub max_new_skips: Option<u64>,
+pub(crate) struct BudgetConfig {
+    pub(crate) max_seconds: Option<u64>,
+    pub(crate) max_tests: Option<u64>,
+    pub(crate) max_frozen: Option<u64>,
+    pub(crate) max_new_skips: Option<u64>,
 }
 
 /// One fixture group: a name and its globs, relative to the repository root.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Group {
-    pub name: String,
+pub(crate) struct Group {
+    pub(crate) name: String,
     /// In declaration order (manifest lines first, then pyproject entries), without duplicates.
-    pub globs: Vec<String>,
+    pub(crate) globs: Vec<String>,
 }
 
 /// Where the fixture groups came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ConfigSource {
+pub(crate) enum ConfigSource {
     Manifest,
     Pyproject,
     Both,
@@ -55,7 +64,7 @@ pub enum ConfigSource {
 /// A configuration file that cannot be used. `Display` is the full message: where, what, and
 /// what to do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// A line of `fixtures.manifest` is malformed.
     #[error("fixtures.manifest line {line}: {message}")]
     Manifest { line: usize, message: String },

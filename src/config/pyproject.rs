@@ -8,10 +8,10 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use crate::config::groups::{check_glob, check_name, Declared};
-use crate::config::model::{BudgetConfig, ConfigError, DepsMode, LimitsConfig};
+use crate::config::model::{BudgetConfig, ConfigError, DepsMode, LimitsConfig, RemoteExecConfig};
 
 /// The Python project file at the repository root; fixgate reads `[tool.fixgate]` from it.
-pub const PYPROJECT_FILE: &str = "pyproject.toml";
+pub(crate) const PYPROJECT_FILE: &str = "pyproject.toml";
 
 const EXAMPLE_TOML: &str = "db = [\"tests/fixtures/db/*.sqlite\"]";
 
@@ -29,6 +29,8 @@ pub(super) struct Pyproject {
     pub(super) fork: Option<bool>,
     /// `nio = true`: the nio order in every audit.
     pub(super) nio: bool,
+    /// `remote-executor`, `remote-instance`, `remote-platform`.
+    pub(super) remote_exec: RemoteExecConfig,
     /// Each with its line, for sorting.
     pub(super) warnings: Vec<(usize, String)>,
 }
@@ -168,11 +170,19 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                     "write nio = true to run every test twice in a row in one more order",
                 )?
             }
+            "remote-executor" => {
+                out.remote_exec.executor =
+                    Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
+            }
+            "remote-instance" => {
+                out.remote_exec.instance = Some(parse_string(&doc, (key, value), "main")?)
+            }
+            "remote-platform" => out.remote_exec.platform = parse_platform(&doc, (key, value))?,
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
-                "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \
-                 \"fork\" and \"nio\"",
+                "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
+                 \"nio\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
             )),
         }
     }
@@ -252,6 +262,49 @@ fn parse_groups(doc: &Doc, (key, value): Entry) -> Result<BTreeMap<String, Decla
         groups.insert(name.to_owned(), declared);
     }
     Ok(groups)
+}
+
+/// A string setting, e.g. `remote-executor = "grpc://host:8980"`.
+fn parse_string(doc: &Doc, (key, value): Entry, example: &str) -> Result<String, ConfigError> {
+    let name = format!("tool.fixgate.{}", key.get_ref());
+    match value.get_ref() {
+        DeValue::String(text) => Ok(text.to_string()),
+        other => Err(doc.err(
+            key.span(),
+            &name,
+            format!(
+                "expected a string, found {}; write {} = \"{example}\"",
+                a_type(other),
+                key.get_ref()
+            ),
+        )),
+    }
+}
+
+/// `remote-platform = { KEY = "VALUE", ... }`.
+fn parse_platform(doc: &Doc, (key, value): Entry) -> Result<Vec<(String, String)>, ConfigError> {
+    let wrong = |found: &str| {
+        doc.err(
+            key.span(),
+            "tool.fixgate.remote-platform",
+            format!(
+                "expected a table of strings, found {found}; write remote-platform = \
+                 {{ container-image = \"docker://python:3.12\" }}"
+            ),
+        )
+    };
+    let DeValue::Table(table) = value.get_ref() else {
+        return Err(wrong(&a_type(value.get_ref())));
+    };
+    let mut out = Vec::new();
+    for (k, v) in table.iter() {
+        match v.get_ref() {
+            DeValue::String(text) => out.push((k.get_ref().to_string(), text.to_string())),
+            other => return Err(wrong(&a_type(other))),
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// A boolean setting (`fork`, `nio`); the error says what writing it does.

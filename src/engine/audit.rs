@@ -34,45 +34,49 @@ use crate::engine::runs::Engine;
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
-    base_check, check, confirm, impact, matrix, nio, pairs, replay, shard, source_replay, steps,
+    base_check, base_suite, check, confirm, impact, matrix, nio, pairs, replay, shard,
+    source_replay, source_tamper, steps,
 };
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
+use crate::remote_exec::client as remote_exec;
 use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
 #[derive(Clone)]
-pub struct Options {
-    pub base: String,
+pub(crate) struct Options {
+    pub(crate) base: String,
     /// `None`: the working tree.
-    pub head: Option<String>,
+    pub(crate) head: Option<String>,
     /// The shuffled orders, after file order and reversed order.
-    pub seeds: Vec<u64>,
-    pub strict: bool,
+    pub(crate) seeds: Vec<u64>,
+    pub(crate) strict: bool,
     /// `--nio`: add the nio order (each test twice in a row); `[tool.fixgate] nio` of the base
     /// turns it on too.
-    pub nio: bool,
-    pub cache: bool,
+    pub(crate) nio: bool,
+    pub(crate) cache: bool,
     /// Re-execute the cached seed runs and compare (the graph's check mode).
-    pub check: bool,
-    pub deps: Option<DepsMode>,
-    pub budget: Overrides,
-    pub today: Date,
-    pub sandbox: SandboxSettings,
+    pub(crate) check: bool,
+    pub(crate) deps: Option<DepsMode>,
+    pub(crate) budget: Overrides,
+    pub(crate) today: Date,
+    pub(crate) sandbox: SandboxSettings,
     /// Only this share of the matrix, and nothing after it.
-    pub shard: Option<shard::Shard>,
+    pub(crate) shard: Option<shard::Shard>,
+    /// Where the runs execute (`--remote-executor`), as the command line asks.
+    pub(crate) remote_exec: remote_exec::Asked,
     /// A runner to use instead of making one: `fixgate watch` keeps one (and its warm
     /// interpreters) between audits, with a cancellation flag of each audit's own.
-    pub runner: Option<Arc<crate::pytest::driver::Runner>>,
+    pub(crate) runner: Option<Arc<crate::pytest::driver::Runner>>,
     /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
     /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
-    pub frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
+    pub(crate) frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
     /// `--full`: every shuffled order over the whole selection.
-    pub full: bool,
+    pub(crate) full: bool,
 }
 
 /// Runs the whole audit and writes its report.
-pub fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
+pub(crate) fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
     run(ctx, opts).map(|outcome| crate::report::assemble::assemble(&outcome))
 }
 
@@ -92,12 +96,30 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         Some(r) => r.clone(),
         None => Arc::new(ctx.runner(&opts.sandbox, &sides.base_config.limits)?),
     };
-    let (store, warning) = ctx.open_store(opts.cache);
+    let remote = remote_exec::resolve(&opts.remote_exec, &sides.base_config.remote_exec)?;
+    let executor = match &remote {
+        Some(settings) => Some(Arc::new(remote_exec::Executor::connect(
+            settings.clone(),
+            &runner,
+            opts.check || !opts.cache,
+        )?)),
+        None => None,
+    };
+    // Without a remote cache of its own, the executor's ActionCache holds the node results.
+    let store_remote = ctx
+        .remote
+        .clone()
+        .or_else(|| remote.as_ref().map(|s| s.as_cache()));
+    let (store, warning) = ctx.open_store(opts.cache, store_remote.as_ref());
     if let Some(w) = warning {
         ctx.warn(&w);
     }
     let run_options = RunOptions {
-        jobs: ctx.jobs,
+        // Remote actions in flight, not local cores, unless --jobs says otherwise.
+        jobs: match (&executor, ctx.jobs_given) {
+            (Some(_), false) => remote_exec::DEFAULT_JOBS,
+            _ => ctx.jobs,
+        },
         mode: if opts.check {
             Mode::Check {
                 kinds: [NodeKind::SeedRun.as_str().to_string()].into(),
@@ -124,6 +146,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 progress: (!ctx.quiet).then(indicatif::MultiProgress::new),
                 processes: AtomicU32::new(0),
                 warnings: Mutex::new(Vec::new()),
+                remote: executor.clone(),
             };
             let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)
@@ -150,6 +173,21 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         decision: phased.decision,
         run: RunFacts {
             pytest_processes: processes.into_inner(),
+            remote: executor.as_ref().map(|exec| {
+                let mut summary = exec.summary();
+                // What ran here: the collections the orders come from.
+                summary.local_runs = run
+                    .report
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.kind == NodeKind::Collect.as_str()
+                            && matches!(n.status, fixgate_graph::Status::Executed { .. })
+                    })
+                    .map(|n| n.label.clone())
+                    .collect();
+                summary
+            }),
             // The warm interpreters' counters are this fixgate process's: with several heads,
             // each report counts the heads before it too.
             forkserver: ctx.fork_stats.summary(),
@@ -321,27 +359,25 @@ fn judged(
         orders.push(OrderLabel::Twice);
     }
 
-    // Replay starts as soon as the file-order run and the delta are known; test-source replay
-    // as soon as the file-order run says which edited tests pass.
+    // Replay starts as soon as the file-order run and the delta are known (coupling follows the
+    // trace: the files in no group that the tests read count too); the base-suite replay as
+    // soon as the file-order run gives the head's order, and the test-source replay reads the
+    // edited tests that pass from its runs.
     let file_run = started_matrix.wait(engine, OrderLabel::File)?;
     let file_node = started_matrix.nodes[&OrderLabel::File];
-    let coupled = coupled_tests(&file_run, &fixtures.delta);
+    let delta = replay::with_traced(engine, &fixtures.delta, &file_run);
+    let coupled = coupled_tests(&file_run, &delta);
     let replay_node = match coupled.is_empty() {
         true => None,
         false => Some(replay::start(
             engine,
             base_snapshot,
-            &fixtures.delta,
+            &delta,
             &coupled,
             &[file_node, fixtures.delta_node],
         )?),
     };
-    let edited = edited_tests(
-        base_snapshot,
-        head_snapshot,
-        &nodeids,
-        base_ids.iter().chain(&head_ids).copied(),
-    );
+    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
     let source_tests = source_replay::candidates(
         &edited,
         &base_ids,
@@ -350,17 +386,25 @@ fn judged(
         base_snapshot,
         head_snapshot,
     );
-    let source_node = match source_tests.is_empty() {
-        true => None,
-        false => Some(source_replay::start(
+    let frozen: HashSet<&str> = gates.active.iter().map(|(n, _)| n.as_str()).collect();
+    let spec_plan = base_suite::plan(
+        engine,
+        base_snapshot,
+        head_snapshot,
+        &base_collected.collection,
+        &head_collected.collection,
+        &delta,
+        &frozen,
+    )?;
+    let session_changed = spec_plan.as_ref().is_some_and(|p| p.session_changed());
+    let spec_started = match spec_plan {
+        Some(plan) => Some(base_suite::start(
             engine,
-            base_snapshot,
-            head_snapshot,
-            &source_tests,
+            plan,
             &file_run.order,
-            &base_ids,
             &[file_node],
         )?),
+        None => None,
     };
     // The scope of the shuffled orders, once the reversed run is in too.
     let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
@@ -401,27 +445,26 @@ fn judged(
     let (pairs, pair_nodes): (Vec<Pair>, Vec<_>) =
         pair_runs.into_iter().map(|p| (p.pair, p.last)).unzip();
     let replayed = match replay_node {
-        Some(node) => replay::read(
-            engine,
-            node,
-            &fixtures.delta,
-            &coupled,
-            matrix.file_run(),
-            &base_ids,
-        )?,
+        Some(node) => replay::read(engine, node, &delta, &coupled, matrix.file_run(), &base_ids)?,
         None => Vec::new(),
     };
-    let source_replayed = match source_node {
-        Some(node) => source_replay::read(
-            engine,
-            node,
-            &source_tests,
-            matrix.file_run(),
-            (base_snapshot, head_snapshot),
-            base_ids.iter().chain(&head_ids).copied(),
-        )?,
-        None => Vec::new(),
+    let (base_suite, source_replayed) = match spec_started {
+        Some(started) => {
+            let cx = base_suite::Context {
+                base: base_snapshot,
+                head: head_snapshot,
+                head_collection: &head_collected.collection,
+                head_run: matrix.file_run(),
+                candidates: &source_tests,
+                edited: &edited,
+                delta: &delta,
+            };
+            let (read, sources) = base_suite::read(engine, started, &cx)?;
+            (Some(read), sources)
+        }
+        None => (None, Vec::new()),
     };
+    let altered = base_suite::hook_altered(matrix.file_run());
 
     // Triage, then each finding checked on the base with the same evidence.
     let mut evidence_nodes = matrix.node_ids();
@@ -456,6 +499,12 @@ fn judged(
                 .and_then(|t| t.skip_reason.clone())
         },
     );
+    let source_tamper = source_tamper::read(
+        base_snapshot,
+        head_snapshot,
+        &base_collected.collection,
+        &head_collected.collection,
+    );
     let findings = findings::findings(&Facts {
         triaged: &triaged,
         pre_existing: &pre_existing,
@@ -464,9 +513,13 @@ fn judged(
         session_code_changed: conftests_differ(base_snapshot, head_snapshot),
         source_replay: &source_replayed,
         replay: &replayed,
+        base_suite: base_suite.as_ref(),
+        altered: &altered,
+        spec_session_changed: session_changed,
         new_skips: &new_skips,
         freeze_added: &gates.added_by_patch,
         lock_changed: &gates.lock.changed_pins,
+        source_tamper: &source_tamper,
     });
     let limits = Limits::merge(&opts.budget, &sides.base_config.budget);
     let usage = Usage {
@@ -520,7 +573,16 @@ fn judged(
         coupled,
         replay: replayed,
         source_replay: source_replayed,
+        base_suite,
+        altered,
+        traced: delta
+            .changed
+            .iter()
+            .filter(|c| c.group.is_empty())
+            .cloned()
+            .collect(),
         new_skips,
+        source_tamper,
         nondeterministic,
         findings,
         budget: BudgetFacts {

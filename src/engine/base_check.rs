@@ -22,7 +22,7 @@ use crate::pytest::result::Outcome;
 /// Checks each head finding on the base snapshot with the same evidence; returns the
 /// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the
 /// triage that named the findings).
-pub fn run(
+pub(crate) fn run(
     engine: &Engine,
     triaged: &BTreeMap<String, triage::Triage>,
     pairs: &[Pair],

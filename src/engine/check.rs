@@ -8,7 +8,7 @@ use crate::engine::matrix::Matrix;
 use crate::engine::runs::Engine;
 
 /// The outcomes the fresh runs of the matrix's cached orders did not repeat.
-pub fn run(engine: &Engine, matrix: &Matrix) -> Vec<Nondeterminism> {
+pub(crate) fn run(engine: &Engine, matrix: &Matrix) -> Vec<Nondeterminism> {
     let mut out = Vec::new();
     for (label, &node) in &matrix.nodes {
         let Some(fresh) = engine.live.fresh_output(node) else {

@@ -15,22 +15,22 @@ use crate::error::Result;
 use crate::pytest::result::Outcome;
 
 /// Reruns of matrix orders (fresh processes, separate cache entries) and runs of single tests.
-pub struct Confirmation {
+pub(crate) struct Confirmation {
     /// Each rerun order's runs, in the order they were made: the outcomes of the disagreeing
     /// tests they ran (nothing else is asked of them).
-    pub reruns: BTreeMap<OrderLabel, Vec<BTreeMap<String, Outcome>>>,
-    pub alone: BTreeMap<String, Outcome>,
+    pub(crate) reruns: BTreeMap<OrderLabel, Vec<BTreeMap<String, Outcome>>>,
+    pub(crate) alone: BTreeMap<String, Outcome>,
     /// The nodes of every confirmation run.
-    pub nodes: Vec<NodeId>,
+    pub(crate) nodes: Vec<NodeId>,
     /// The nodes of each order's reruns.
-    pub rerun_nodes: BTreeMap<OrderLabel, Vec<NodeId>>,
+    pub(crate) rerun_nodes: BTreeMap<OrderLabel, Vec<NodeId>>,
     /// The node that ran each test alone (in a batch of red tests, or by itself).
-    pub alone_nodes: BTreeMap<String, NodeId>,
+    pub(crate) alone_nodes: BTreeMap<String, NodeId>,
 }
 
 impl Confirmation {
     /// A test's outcomes in the reruns of `label` that ran it.
-    pub fn outcomes(&self, label: OrderLabel, nodeid: &str) -> Vec<Outcome> {
+    pub(crate) fn outcomes(&self, label: OrderLabel, nodeid: &str) -> Vec<Outcome> {
         self.reruns
             .get(&label)
             .into_iter()
@@ -43,13 +43,13 @@ impl Confirmation {
 /// Above this many tests red in every order, they first run together in one process and only
 /// those that pass there run alone: a change that breaks the whole suite must not start a
 /// process per test. A test red in that run too is taken as red alone.
-pub const MANY_RED: usize = 8;
+pub(crate) const MANY_RED: usize = 8;
 
 /// Reruns the failing and the passing order of every disagreeing test, round after round, up to
 /// [`PROOF_RERUNS`] times, each only up to the last test still in question (what runs after a
 /// test cannot change its outcome); a test leaves the rounds as soon as a rerun disagrees with
 /// the order (it is flaky, whatever more reruns would say). Runs red-everywhere tests alone.
-pub fn confirm(
+pub(crate) fn confirm(
     engine: &Engine,
     matrix: &Matrix,
     disagreeing: &[String],
@@ -160,7 +160,7 @@ pub fn confirm(
 
 /// Every test's evidence from the matrix and the confirmation runs (`disagreeing`: the tests
 /// whose orders disagreed, which the confirmation reran).
-pub fn evidence(
+pub(crate) fn evidence(
     matrix: &Matrix,
     confirmation: &Confirmation,
     nodeids: &[String],

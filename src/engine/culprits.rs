@@ -16,7 +16,7 @@ fn key(base_tree: &Digest, victim: &str) -> Digest {
 
 /// The culprit sets found for `victim` in earlier audits of the base `base_tree`, newest
 /// first. A missing or unreadable record is no sets: it only costs a bisection.
-pub fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec<Vec<String>> {
+pub(crate) fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec<Vec<String>> {
     let Some(record) = store.get_action(&key(base_tree, victim)) else {
         return Vec::new();
     };
@@ -27,7 +27,7 @@ pub fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec<Vec<St
 }
 
 /// Remembers a culprit set found for `victim` against the base `base_tree`.
-pub fn remember(store: &dyn Store, base_tree: &Digest, victim: &str, set: &[String]) {
+pub(crate) fn remember(store: &dyn Store, base_tree: &Digest, victim: &str, set: &[String]) {
     let mut sets = recall(store, base_tree, victim);
     sets.retain(|s| s != set);
     sets.insert(0, set.to_vec());

@@ -12,7 +12,7 @@ use crate::snapshot::{EntryKind, Snapshot};
 
 /// Files whose content pytest reads before the plugin can trace anything (configuration and
 /// the conftest files loaded at startup): static dependencies of every run.
-pub fn is_startup_file(path: &RepoPath) -> bool {
+pub(crate) fn is_startup_file(path: &RepoPath) -> bool {
     matches!(
         path.file_name(),
         b"conftest.py"
@@ -24,14 +24,14 @@ pub fn is_startup_file(path: &RepoPath) -> bool {
     )
 }
 
-pub struct TreeDigests {
-    pub snapshot: Arc<Snapshot>,
+pub(crate) struct TreeDigests {
+    pub(crate) snapshot: Arc<Snapshot>,
     memo: Mutex<HashMap<Vec<u8>, Option<Digest>>>,
     git: Mutex<Option<Option<git2::Repository>>>,
 }
 
 impl TreeDigests {
-    pub fn new(snapshot: Arc<Snapshot>) -> TreeDigests {
+    pub(crate) fn new(snapshot: Arc<Snapshot>) -> TreeDigests {
         TreeDigests {
             snapshot,
             memo: Mutex::new(HashMap::new()),
@@ -40,7 +40,7 @@ impl TreeDigests {
     }
 
     /// Seeds the memo with digests already computed (a manifest's, say).
-    pub fn prime(&self, known: impl IntoIterator<Item = (RepoPath, Digest)>) {
+    pub(crate) fn prime(&self, known: impl IntoIterator<Item = (RepoPath, Digest)>) {
         let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
         for (p, d) in known {
             memo.insert(p.as_bytes().to_vec(), Some(d));
@@ -49,7 +49,7 @@ impl TreeDigests {
 
     /// The digest of a repo-relative path in this snapshot; `None` when it has no such file.
     /// A symlink's digest is its target string's, tagged so it cannot equal a file's.
-    pub fn digest(&self, path: &str) -> Option<Digest> {
+    pub(crate) fn digest(&self, path: &str) -> Option<Digest> {
         let key = RepoPath::parse_lossless(path);
         if let Some(d) = self
             .memo
@@ -83,7 +83,7 @@ impl TreeDigests {
 
     /// The digest of the set of paths (not contents): adding or removing any file changes it.
     /// Audit hooks cannot see `stat`-type reads, so every run depends on it.
-    pub fn paths_digest(&self) -> Digest {
+    pub(crate) fn paths_digest(&self) -> Digest {
         let mut w = KeyWriter::new("paths");
         w.list(&self.snapshot.entries, |w, e| {
             w.bytes(e.path.as_bytes()).u64(e.kind as u64);
@@ -92,7 +92,7 @@ impl TreeDigests {
     }
 
     /// The digests of the startup files (see [`is_startup_file`]).
-    pub fn startup_files(&self) -> Vec<(String, Digest)> {
+    pub(crate) fn startup_files(&self) -> Vec<(String, Digest)> {
         self.snapshot
             .entries
             .iter()
@@ -105,7 +105,7 @@ impl TreeDigests {
     }
 }
 
-pub fn content_digest(kind: EntryKind, bytes: &[u8]) -> Digest {
+pub(crate) fn content_digest(kind: EntryKind, bytes: &[u8]) -> Digest {
     match kind {
         EntryKind::Symlink => {
             let mut w = KeyWriter::new("symlink");
@@ -118,7 +118,7 @@ pub fn content_digest(kind: EntryKind, bytes: &[u8]) -> Digest {
 
 /// The digest that identifies a snapshot's content: the tree id for a commit, a hash over every
 /// file's content (through the stat cache) for the working tree.
-pub fn tree_digest(
+pub(crate) fn tree_digest(
     snapshot: &Snapshot,
     stat_cache: Option<&mut crate::statcache::StatCache>,
 ) -> Result<Digest> {

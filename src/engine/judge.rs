@@ -83,7 +83,7 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
 }
 
 /// The triage node: every test's bucket and signals from its evidence.
-pub fn triage(
+pub(crate) fn triage(
     engine: &Engine,
     evidence: BTreeMap<String, Evidence>,
     after: &[NodeId],
@@ -103,7 +103,7 @@ pub fn triage(
 }
 
 /// The budget node: the breach lines of `usage` against `limits`.
-pub fn budget(
+pub(crate) fn budget(
     engine: &Engine,
     limits: Limits,
     mut usage: Usage,
@@ -154,15 +154,15 @@ pub fn budget(
 }
 
 /// What the verdict weighs besides the budget's breaches, which it reads from the budget node.
-pub struct Weighed {
-    pub findings: Vec<Finding>,
-    pub drift: Vec<String>,
-    pub expired: Vec<String>,
-    pub strict: bool,
+pub(crate) struct Weighed {
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) drift: Vec<String>,
+    pub(crate) expired: Vec<String>,
+    pub(crate) strict: bool,
 }
 
 /// The verdict node: computed from the budget node's output and the findings.
-pub fn verdict(
+pub(crate) fn verdict(
     engine: &Engine,
     weighed: Weighed,
     budget: Option<NodeId>,

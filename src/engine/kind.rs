@@ -40,8 +40,10 @@ pub(crate) enum NodeKind {
     Pair,
     /// The coupled tests on the base's fixture bytes.
     ReplayRun,
-    /// The edited tests with the base's test code.
-    SourceReplayRun,
+    /// The base's tests with the base's test code on the head's code (the base-suite replay).
+    BaseSuiteRun,
+    /// The base-suite replay's order on the base: its control.
+    BaseSuiteControl,
     /// A test twice in a row by itself on the head.
     NioRun,
     /// A head finding checked on the base.
@@ -73,7 +75,8 @@ impl NodeKind {
             NodeKind::VerifyRun => "verify-run",
             NodeKind::Pair => "pair",
             NodeKind::ReplayRun => "replay-run",
-            NodeKind::SourceReplayRun => "source-replay-run",
+            NodeKind::BaseSuiteRun => "base-suite-run",
+            NodeKind::BaseSuiteControl => "base-suite-control",
             NodeKind::NioRun => "nio-run",
             NodeKind::BaseCheck => "base-check",
             NodeKind::Triage => "triage",

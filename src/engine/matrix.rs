@@ -20,7 +20,7 @@ use crate::pytest::result::RunResult;
 /// What the run of an order records: the file-order run the code each test ran and the state it
 /// left changed, the reversed run the state (each test after other neighbours), the others
 /// nothing (see `crate::audit::scope`).
-pub fn record(label: OrderLabel) -> Record {
+pub(crate) fn record(label: OrderLabel) -> Record {
     match label {
         OrderLabel::File => Record::ALL,
         OrderLabel::Reversed => Record {
@@ -34,25 +34,25 @@ pub fn record(label: OrderLabel) -> Record {
 /// The seed runs of the matrix, one per order label, with their nodes. Each run is kept
 /// compact once read (see [`crate::engine::compact`]), except the file-order run, whose traces
 /// and skip reasons later steps read.
-pub struct Matrix {
-    pub labels: Vec<OrderLabel>,
+pub(crate) struct Matrix {
+    pub(crate) labels: Vec<OrderLabel>,
     ids: TestIds,
     runs: BTreeMap<OrderLabel, CompactRun>,
     file: RunResult,
-    pub nodes: BTreeMap<OrderLabel, NodeId>,
+    pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
 }
 
 /// The matrix's runs added to the graph and not yet waited for.
-pub struct Started {
+pub(crate) struct Started {
     labels: Vec<OrderLabel>,
-    pub nodes: BTreeMap<OrderLabel, NodeId>,
+    pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
     /// The orders whose runs the caller waited for, their processes counted then.
     waited: std::sync::Mutex<BTreeSet<OrderLabel>>,
 }
 
 /// Adds one seed run per label over the whole selection, each computed from the collection it
 /// orders (the file-order and reversed runs; the nio order; a share's orders).
-pub fn start(
+pub(crate) fn start(
     engine: &Engine,
     labels: &[OrderLabel],
     items: &[CollectedItem],
@@ -70,7 +70,7 @@ pub fn start(
 impl Started {
     /// Adds the runs of the shuffled orders once the scope is known: each runs only the tests
     /// of `scope`, in its own sequence.
-    pub fn add_scoped(
+    pub(crate) fn add_scoped(
         &mut self,
         engine: &Engine,
         labels: &[OrderLabel],
@@ -107,7 +107,7 @@ impl Started {
     }
 
     /// Waits for the run of one order.
-    pub fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
+    pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
         let id = self.nodes[&label];
         self.waited
             .lock()
@@ -120,7 +120,7 @@ impl Started {
 
     /// Waits for every run, keeping nothing of them (a shard's share: the runs are in the
     /// cache for the audit that reads them).
-    pub fn settle(&self, engine: &Engine) -> Result<()> {
+    pub(crate) fn settle(&self, engine: &Engine) -> Result<()> {
         for &l in &self.labels {
             self.wait(engine, l)?;
             engine.live.release(self.nodes[&l]);
@@ -132,7 +132,7 @@ impl Started {
     /// each kept compact (see [`crate::engine::compact`]). A warm audit finds the node in the
     /// cache and decodes no run but the file-order one, which the caller waited for already and
     /// hands over. The runs' bytes are released from the graph.
-    pub fn finish(self, engine: &Engine, file: RunResult) -> Result<Matrix> {
+    pub(crate) fn finish(self, engine: &Engine, file: RunResult) -> Result<Matrix> {
         let inputs: Vec<NodeId> = self.labels.iter().map(|l| self.nodes[l]).collect();
         for (l, &id) in self.labels.iter().zip(&inputs) {
             if let Err(e) = engine.live.wait(id).into_result() {
@@ -182,9 +182,7 @@ impl Started {
                 .report(*node)
                 .is_some_and(|r| matches!(r.status, fixgate_graph::Status::Executed { .. }));
             if executed && !waited.contains(l) {
-                engine
-                    .processes
-                    .fetch_add(run.processes, std::sync::atomic::Ordering::Relaxed);
+                engine.count_processes(run.processes);
             }
             engine.live.release(*node);
             runs.insert(*l, run);
@@ -201,7 +199,7 @@ impl Started {
 
 impl Matrix {
     /// The outcomes of one test, in label order.
-    pub fn outcomes(&self, nodeid: &str) -> Vec<(OrderLabel, Outcome)> {
+    pub(crate) fn outcomes(&self, nodeid: &str) -> Vec<(OrderLabel, Outcome)> {
         let Some(i) = self.ids.get(nodeid) else {
             return Vec::new();
         };
@@ -212,12 +210,12 @@ impl Matrix {
     }
 
     /// The outcome of one test in the run of `label`.
-    pub fn outcome(&self, label: OrderLabel, nodeid: &str) -> Option<Outcome> {
+    pub(crate) fn outcome(&self, label: OrderLabel, nodeid: &str) -> Option<Outcome> {
         self.runs.get(&label)?.outcome(self.ids.get(nodeid)?)
     }
 
     /// The order the run of `label` was asked to run.
-    pub fn order(&self, label: OrderLabel) -> Vec<String> {
+    pub(crate) fn order(&self, label: OrderLabel) -> Vec<String> {
         self.runs
             .get(&label)
             .map(|r| r.order(&self.ids))
@@ -225,18 +223,18 @@ impl Matrix {
     }
 
     /// Where the test stands in the order of `label`.
-    pub fn position(&self, label: OrderLabel, nodeid: &str) -> Option<usize> {
+    pub(crate) fn position(&self, label: OrderLabel, nodeid: &str) -> Option<usize> {
         self.runs.get(&label)?.position(self.ids.get(nodeid)?)
     }
 
     /// The test's message in the first order (in label order) where it was not green.
-    pub fn red_message(&self, nodeid: &str) -> Option<&str> {
+    pub(crate) fn red_message(&self, nodeid: &str) -> Option<&str> {
         let i = self.ids.get(nodeid)?;
         self.labels.iter().find_map(|l| self.runs[l].message(i))
     }
 
     /// The fixture groups the test changed without their lease, in any order.
-    pub fn violations(&self, nodeid: &str) -> BTreeSet<String> {
+    pub(crate) fn violations(&self, nodeid: &str) -> BTreeSet<String> {
         let Some(i) = self.ids.get(nodeid) else {
             return BTreeSet::new();
         };
@@ -248,7 +246,7 @@ impl Matrix {
 
     /// The shared state the test left changed in the runs that recorded it (file order and
     /// reversed), each change once.
-    pub fn state(&self, nodeid: &str) -> BTreeSet<StateChange> {
+    pub(crate) fn state(&self, nodeid: &str) -> BTreeSet<StateChange> {
         let Some(i) = self.ids.get(nodeid) else {
             return BTreeSet::new();
         };
@@ -260,7 +258,7 @@ impl Matrix {
 
     /// Whether the test left shared state changed or wrote a file of the tree in the runs that
     /// recorded it: it may change what a later test sees.
-    pub fn writes(&self, nodeid: &str) -> bool {
+    pub(crate) fn writes(&self, nodeid: &str) -> bool {
         !self.state(nodeid).is_empty()
             || self.file.test(nodeid).is_some_and(|t| {
                 let tr = &t.trace;
@@ -273,7 +271,7 @@ impl Matrix {
     }
 
     /// The most reruns the suite itself gave the test in one order.
-    pub fn reruns(&self, nodeid: &str) -> u32 {
+    pub(crate) fn reruns(&self, nodeid: &str) -> u32 {
         self.ids.get(nodeid).map_or(0, |i| {
             self.runs.values().map(|r| r.reruns(i)).max().unwrap_or(0)
         })
@@ -281,7 +279,7 @@ impl Matrix {
 
     /// The orders as [`crate::engine::search::order_check`] reads them: label, the order up to
     /// and with the test, its outcome there.
-    pub fn seed_orders(&self, nodeid: &str) -> Vec<(OrderLabel, Vec<String>, Outcome)> {
+    pub(crate) fn seed_orders(&self, nodeid: &str) -> Vec<(OrderLabel, Vec<String>, Outcome)> {
         let Some(i) = self.ids.get(nodeid) else {
             return Vec::new();
         };
@@ -298,7 +296,7 @@ impl Matrix {
     }
 
     /// Every run's warnings, each once, sorted.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let all: BTreeSet<String> = self
             .runs
             .values()
@@ -308,12 +306,12 @@ impl Matrix {
     }
 
     /// What the runs wrote outside their sandboxes.
-    pub fn outside_writes(&self) -> impl Iterator<Item = &OutsideWrite> {
+    pub(crate) fn outside_writes(&self) -> impl Iterator<Item = &OutsideWrite> {
         self.runs.values().flat_map(|r| r.outside.iter())
     }
 
     /// Tests green in some order and red in another.
-    pub fn disagreeing(&self, nodeids: &[String]) -> Vec<String> {
+    pub(crate) fn disagreeing(&self, nodeids: &[String]) -> Vec<String> {
         nodeids
             .iter()
             .filter(|id| {
@@ -325,7 +323,7 @@ impl Matrix {
     }
 
     /// Tests red in every order.
-    pub fn always_red(&self, nodeids: &[String]) -> Vec<String> {
+    pub(crate) fn always_red(&self, nodeids: &[String]) -> Vec<String> {
         nodeids
             .iter()
             .filter(|id| {
@@ -337,7 +335,7 @@ impl Matrix {
     }
 
     /// The first order in which the test was green (or red).
-    pub fn first(&self, nodeid: &str, green: bool) -> Option<OrderLabel> {
+    pub(crate) fn first(&self, nodeid: &str, green: bool) -> Option<OrderLabel> {
         self.outcomes(nodeid)
             .into_iter()
             .find(|(_, o)| o.is_green() == green)
@@ -345,12 +343,12 @@ impl Matrix {
     }
 
     /// The file-order run, whole.
-    pub fn file_run(&self) -> &RunResult {
+    pub(crate) fn file_run(&self) -> &RunResult {
         &self.file
     }
 
     /// Every seed-run node.
-    pub fn node_ids(&self) -> Vec<NodeId> {
+    pub(crate) fn node_ids(&self) -> Vec<NodeId> {
         self.nodes.values().copied().collect()
     }
 }

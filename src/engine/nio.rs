@@ -20,7 +20,7 @@ use crate::pytest::result::Outcome;
 use crate::pytest::result::RunResult;
 
 /// Adds the nio order's run beside the matrix.
-pub fn start(
+pub(crate) fn start(
     engine: &Engine,
     selection: &[CollectedItem],
     collection: NodeId,
@@ -29,21 +29,25 @@ pub fn start(
 }
 
 /// What the nio order and its confirmation runs showed.
-pub struct NioRead {
+pub(crate) struct NioRead {
     /// Every test's two runs in the nio order, for the report.
-    pub twice: BTreeMap<String, Twice>,
+    pub(crate) twice: BTreeMap<String, Twice>,
     /// Each test that passed and then failed in the nio order, read.
-    pub readings: BTreeMap<String, Idempotence>,
+    pub(crate) readings: BTreeMap<String, Idempotence>,
     /// The nio run's node and its confirmation runs' nodes.
-    pub nodes: Vec<NodeId>,
+    pub(crate) nodes: Vec<NodeId>,
     /// How many confirmation runs were made.
-    pub reruns: u64,
+    pub(crate) reruns: u64,
 }
 
 /// Waits for the nio run; each test that passed and then failed there runs twice in a row by
 /// itself, up to [`PROOF_RERUNS`](crate::audit::triage::PROOF_RERUNS) times, stopping at the
 /// first run that does not show it.
-pub fn read(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> Result<NioRead> {
+pub(crate) fn read(
+    engine: &Engine,
+    started: &matrix::Started,
+    nodeids: &[String],
+) -> Result<NioRead> {
     let run = started.wait(engine, OrderLabel::Twice)?;
     let node = started.nodes[&OrderLabel::Twice];
     engine.live.release(node);
@@ -87,7 +91,7 @@ pub fn read(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> R
 
 /// The base's runs of each non-idempotent test twice in a row: a finding the base shows on any
 /// of up to [`PROOF_RERUNS`](crate::audit::triage::PROOF_RERUNS) runs is pre-existing.
-pub fn base_check(
+pub(crate) fn base_check(
     engine: &Engine,
     triaged: &BTreeMap<String, Triage>,
     base_ids: &HashSet<&str>,
@@ -118,7 +122,7 @@ pub fn base_check(
 }
 
 /// A test's two runs in a run that listed it twice in a row; `None` when it did not run.
-pub fn twice_of(run: &RunResult, nodeid: &str) -> Option<Twice> {
+pub(crate) fn twice_of(run: &RunResult, nodeid: &str) -> Option<Twice> {
     Some(Twice {
         first: run.outcome_of(nodeid)?,
         second: run.again(nodeid).map(|t| t.outcome),
@@ -126,17 +130,17 @@ pub fn twice_of(run: &RunResult, nodeid: &str) -> Option<Twice> {
 }
 
 /// The runs of tests twice in a row by themselves.
-pub struct TwiceRuns {
+pub(crate) struct TwiceRuns {
     /// Each test's runs, in the order they were made.
-    pub runs: BTreeMap<String, Vec<Twice>>,
+    pub(crate) runs: BTreeMap<String, Vec<Twice>>,
     /// The node of every run.
-    pub nodes: Vec<NodeId>,
+    pub(crate) nodes: Vec<NodeId>,
 }
 
 /// Runs each of `ids` twice in a row by itself (a process of its own per run), round after
 /// round, up to [`PROOF_RERUNS`] times, until `settled` says its runs so far decide it. The
 /// `kind` names the nodes (`nio-run` on the head, `base-check` on the base).
-pub fn run_twice(
+pub(crate) fn run_twice(
     engine: &Engine,
     role: Role,
     kind: NodeKind,

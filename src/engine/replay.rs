@@ -5,16 +5,18 @@ use std::collections::HashSet;
 
 use fixgate_graph::NodeId;
 
+use crate::audit::edited::traced_reads;
 use crate::audit::replay::{Reading, ReplayRead};
-use crate::delta::{Change, Delta};
+use crate::delta::{Change, ChangedFile, Delta};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::result::{Outcome, RunResult};
+use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 
 /// Adds the replay run of `coupled`, after the runs and the delta it was derived from.
-pub fn start(
+pub(crate) fn start(
     engine: &Engine,
     base: &Snapshot,
     delta: &Delta,
@@ -47,7 +49,7 @@ pub fn start(
 }
 
 /// Waits for the replay and reads each coupled test per the decision table.
-pub fn read(
+pub(crate) fn read(
     engine: &Engine,
     node: NodeId,
     delta: &Delta,
@@ -91,7 +93,35 @@ pub fn read(
             head,
             base: on_base,
             reading,
+            files: reads.iter().map(|p| p.to_string()).collect(),
         });
     }
     Ok(out)
+}
+
+/// The fixture delta with what coupling follows beyond the declared groups: each file a test
+/// of the file-order run read that the patch changed (see [`traced_reads`]), as a change of no
+/// group (`group` empty). Only files tests read are compared, each by its digest on both sides.
+pub(crate) fn with_traced(engine: &Engine, delta: &Delta, file_run: &RunResult) -> Delta {
+    let mut out = delta.clone();
+    for path in traced_reads(file_run, delta) {
+        let (b, h) = (engine.base.digest(&path), engine.head.digest(&path));
+        let change = match (b, h) {
+            (Some(b), Some(h)) if b == h => continue,
+            (None, None) => continue,
+            (Some(_), Some(_)) => Change::Modified,
+            (None, Some(_)) => Change::Added,
+            (Some(_), None) => Change::Removed,
+        };
+        out.changed.push(ChangedFile {
+            path: RepoPath::parse_lossless(&path),
+            group: String::new(),
+            change,
+            base_blake3: b.map(|d| d.to_string()),
+            head_blake3: h.map(|d| d.to_string()),
+            renamed_from: None,
+        });
+    }
+    out.changed.sort_by(|a, b| a.path.cmp(&b.path));
+    out
 }

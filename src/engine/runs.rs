@@ -17,17 +17,18 @@ use crate::error::{Error, Result};
 use crate::pytest::driver::{Record, Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
 use crate::pytest::result::RunResult;
+use crate::remote_exec::client::{Executor, RemoteRun};
 use crate::sandbox::Overlay;
 
 /// Which snapshot a run executes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Base,
     Head,
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Base => "base",
             Role::Head => "head",
@@ -37,29 +38,29 @@ impl Role {
 
 /// One pytest run to make (or find in the cache).
 #[derive(Clone, Debug)]
-pub struct RunRequest {
+pub(crate) struct RunRequest {
     /// Unique in its batch and stable across audits, e.g. `seed-run(3)`.
-    pub label: String,
-    pub kind: NodeKind,
-    pub role: Role,
-    pub order: Vec<String>,
+    pub(crate) label: String,
+    pub(crate) kind: NodeKind,
+    pub(crate) role: Role,
+    pub(crate) order: Vec<String>,
     /// Bytes put over the snapshot's (replay: the base's fixture bytes on head code).
-    pub overlay: Overlay,
+    pub(crate) overlay: Overlay,
     /// Nodes whose outputs the run is computed from (the collection its order came from).
-    pub inputs: Vec<NodeId>,
+    pub(crate) inputs: Vec<NodeId>,
     /// Nodes whose results made this run necessary: it starts after them.
-    pub after: Vec<NodeId>,
+    pub(crate) after: Vec<NodeId>,
     /// Which repetition of the same run this is: repetitions are separate processes and separate
     /// cache entries (0 is the first, keyed as a run that is never repeated).
-    pub repeat: u32,
+    pub(crate) repeat: u32,
     /// What the run records besides outcomes and file traces (the file-order and reversed
     /// runs of the matrix, see `crate::audit::scope`).
-    pub record: Record,
+    pub(crate) record: Record,
 }
 
 impl RunRequest {
     /// A run with no edges yet.
-    pub fn new(label: String, kind: NodeKind, role: Role, order: Vec<String>) -> RunRequest {
+    pub(crate) fn new(label: String, kind: NodeKind, role: Role, order: Vec<String>) -> RunRequest {
         RunRequest {
             label,
             kind,
@@ -74,44 +75,46 @@ impl RunRequest {
     }
 
     /// The run records `record` too.
-    pub fn record(mut self, record: Record) -> RunRequest {
+    pub(crate) fn record(mut self, record: Record) -> RunRequest {
         self.record = record;
         self
     }
 
     /// The `k`-th repetition of this run.
-    pub fn repeat(mut self, k: u32) -> RunRequest {
+    pub(crate) fn repeat(mut self, k: u32) -> RunRequest {
         self.repeat = k;
         self
     }
 
-    pub fn inputs(mut self, inputs: &[NodeId]) -> RunRequest {
+    pub(crate) fn inputs(mut self, inputs: &[NodeId]) -> RunRequest {
         self.inputs = inputs.to_vec();
         self
     }
 
-    pub fn after(mut self, after: &[NodeId]) -> RunRequest {
+    pub(crate) fn after(mut self, after: &[NodeId]) -> RunRequest {
         self.after = after.to_vec();
         self
     }
 }
 
 /// Everything runs share within one audit: the audit's one live graph among them.
-pub struct Engine<'l, 'a> {
-    pub live: &'l Live<'a>,
+pub(crate) struct Engine<'l, 'a> {
+    pub(crate) live: &'l Live<'a>,
     /// The store behind the graph, for what is remembered beside node results (culprit sets).
-    pub store: &'a dyn fixgate_cache::Store,
+    pub(crate) store: &'a dyn fixgate_cache::Store,
     /// The base's tree digest: what remembered culprit sets are keyed by.
-    pub base_tree: Digest,
-    pub runner: Arc<Runner>,
-    pub groups: FixtureGroups,
-    pub deps_mode: DepsMode,
-    pub base: Arc<TreeDigests>,
-    pub head: Arc<TreeDigests>,
-    pub progress: Option<MultiProgress>,
+    pub(crate) base_tree: Digest,
+    pub(crate) runner: Arc<Runner>,
+    pub(crate) groups: FixtureGroups,
+    pub(crate) deps_mode: DepsMode,
+    pub(crate) base: Arc<TreeDigests>,
+    pub(crate) head: Arc<TreeDigests>,
+    pub(crate) progress: Option<MultiProgress>,
     /// pytest processes started (cached runs start none).
-    pub processes: AtomicU32,
-    pub warnings: Mutex<Vec<String>>,
+    pub(crate) processes: AtomicU32,
+    pub(crate) warnings: Mutex<Vec<String>>,
+    /// Where runs execute when not here (`--remote-executor`).
+    pub(crate) remote: Option<Arc<Executor>>,
 }
 
 impl Engine<'_, '_> {
@@ -158,8 +161,16 @@ impl Engine<'_, '_> {
         ]
     }
 
+    /// Counts the pytest processes of an executed run: only this machine's (a remote run's
+    /// result says how many it took there, the same number as here, for the same bytes).
+    pub(crate) fn count_processes(&self, n: u32) {
+        if self.remote.is_none() {
+            self.processes.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// Adds a run to the audit's graph; it starts as soon as its edges allow.
-    pub fn add_run(&self, req: &RunRequest) -> Result<NodeId> {
+    pub(crate) fn add_run(&self, req: &RunRequest) -> Result<NodeId> {
         let side = self.side(req.role).clone();
         let overlay: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
             req.overlay
@@ -204,10 +215,14 @@ impl Engine<'_, '_> {
     }
 
     /// Waits for a run added with [`Engine::add_run`]; a run that failed gives its error.
-    pub fn wait_run(&self, id: NodeId) -> Result<Result<RunResult, String>> {
+    pub(crate) fn wait_run(&self, id: NodeId) -> Result<Result<RunResult, String>> {
         let outcome = self.live.wait(id);
         if self.runner.interrupted.load(Ordering::SeqCst) {
             return Err(Error::Interrupted);
+        }
+        // A run the service could not run ends the audit: judging without it could be wrong.
+        if let Some(failure) = self.remote.as_ref().and_then(|r| r.failure()) {
+            return Err(Error::Infra(failure));
         }
         let label = self.live.label(id);
         let result = outcome.into_result().and_then(|bytes| {
@@ -221,7 +236,7 @@ impl Engine<'_, '_> {
                 .report(id)
                 .is_some_and(|rep| matches!(rep.status, Status::Executed { .. }))
             {
-                self.processes.fetch_add(r.processes, Ordering::Relaxed);
+                self.count_processes(r.processes);
             }
         }
         Ok(result)
@@ -229,7 +244,10 @@ impl Engine<'_, '_> {
 
     /// Adds every request, then waits for each: independent runs execute side by side. Returns
     /// one result per request, in order.
-    pub fn run_batch(&self, requests: &[RunRequest]) -> Result<Vec<Result<RunResult, String>>> {
+    pub(crate) fn run_batch(
+        &self,
+        requests: &[RunRequest],
+    ) -> Result<Vec<Result<RunResult, String>>> {
         let ids = requests
             .iter()
             .map(|r| self.add_run(r))
@@ -238,14 +256,14 @@ impl Engine<'_, '_> {
     }
 
     /// Runs one request and gives its result, its failure an infrastructure error.
-    pub fn run_one(&self, req: &RunRequest) -> Result<(NodeId, RunResult)> {
+    pub(crate) fn run_one(&self, req: &RunRequest) -> Result<(NodeId, RunResult)> {
         let id = self.add_run(req)?;
         Ok((id, self.wait_ok(id)?))
     }
 
     /// Waits for a run added with [`Engine::add_run`]; a run that failed is an infrastructure
     /// error naming it.
-    pub fn wait_ok(&self, id: NodeId) -> Result<RunResult> {
+    pub(crate) fn wait_ok(&self, id: NodeId) -> Result<RunResult> {
         self.wait_run(id)?
             .map_err(|e| Error::Infra(format!("{} failed: {e}", self.live.label(id))))
     }
@@ -266,6 +284,8 @@ impl Engine<'_, '_> {
         let overlay_bytes = req.overlay.clone();
         let label = req.label.clone();
         let progress = self.progress.clone();
+        let remote = self.remote.clone();
+        let repeat = req.repeat;
         move |_inputs| {
             let pb = progress.as_ref().map(|mp| {
                 let pb = mp.add(ProgressBar::new(order.len() as u64));
@@ -277,14 +297,28 @@ impl Engine<'_, '_> {
                 pb.set_prefix(label.clone());
                 pb
             });
-            let result = runner.run(
-                &side.snapshot,
-                &overlay_bytes,
-                &order,
-                &groups,
-                record,
-                pb.as_ref(),
-            );
+            let result = match &remote {
+                Some(exec) => {
+                    let run = RemoteRun {
+                        label: &label,
+                        snapshot: &side.snapshot,
+                        overlay: &overlay_bytes,
+                        order: Some(&order),
+                        groups: &groups,
+                        repeat,
+                        record,
+                    };
+                    exec.run(&runner, &run, pb.as_ref())
+                }
+                None => runner.run(
+                    &side.snapshot,
+                    &overlay_bytes,
+                    &order,
+                    &groups,
+                    record,
+                    pb.as_ref(),
+                ),
+            };
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }
@@ -324,7 +358,7 @@ pub(crate) fn decode_run(bytes: &[u8]) -> std::result::Result<RunResult, postcar
 }
 
 /// Wall-clock fields vary between identical runs; they would defeat early cutoff.
-pub fn strip_timing(r: &mut RunResult) {
+pub(crate) fn strip_timing(r: &mut RunResult) {
     for t in &mut r.tests {
         t.start = 0.0;
         t.end = 0.0;

@@ -16,36 +16,36 @@ use crate::pytest::result::Outcome;
 
 /// What a pair node records: the answer to "who makes this victim misbehave in this run".
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct Answer {
-    pub kind: PairKind,
-    pub culprits: Vec<String>,
-    pub search: Search,
-    pub found: Found,
+pub(crate) struct Answer {
+    pub(crate) kind: PairKind,
+    pub(crate) culprits: Vec<String>,
+    pub(crate) search: Search,
+    pub(crate) found: Found,
     /// Runs that checked the pair holds (culprits then victim, and the victim alone).
-    pub verify_runs: u32,
+    pub(crate) verify_runs: u32,
     /// The victim showed its anomaly alone: flaky, and order-dependent too when the pair holds.
     #[serde(default)]
-    pub victim_flaky: bool,
+    pub(crate) victim_flaky: bool,
 }
 
 /// What [`verify`] established.
-pub struct Verified {
+pub(crate) struct Verified {
     /// The outcome to record: the search's, or [`bisect::SearchOutcome::Unstable`].
-    pub outcome: bisect::SearchOutcome,
-    pub runs: u32,
+    pub(crate) outcome: bisect::SearchOutcome,
+    pub(crate) runs: u32,
     /// The last run's node.
-    pub last: NodeId,
+    pub(crate) last: NodeId,
     /// The victim showed the anomaly alone on some run: it is flaky, whether or not the pair
     /// also holds.
-    pub victim_flaky: bool,
+    pub(crate) victim_flaky: bool,
 }
 
 /// Runs "the culprits then the victim" made of a flaky victim (one that showed the anomaly
 /// alone): every one must show the anomaly.
-pub const FLAKY_PAIR_RUNS: u32 = 12;
+pub(crate) const FLAKY_PAIR_RUNS: u32 = 12;
 /// Runs of a flaky victim alone, of which at least [`FLAKY_ALONE_NORMAL`] must be normal.
-pub const FLAKY_ALONE_RUNS: u32 = 12;
-pub const FLAKY_ALONE_NORMAL: u32 = 7;
+pub(crate) const FLAKY_ALONE_RUNS: u32 = 12;
+pub(crate) const FLAKY_ALONE_NORMAL: u32 = 7;
 
 /// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
 /// the victim alone does not (`alone`: whether each alone run made so far was green, see
@@ -59,9 +59,9 @@ pub const FLAKY_ALONE_NORMAL: u32 = 7;
 /// the victim alone must be normal on at least [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
 /// A test that flakes with probability `p` whatever ran before it passes that (with the three
 /// reruns of its failing order that made it a candidate) with probability at most
-/// `p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ at its worst `p` (README, "How sure a reject
+/// `p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ at its worst `p` (docs/verdicts.md, "How sure a reject
 /// is").
-pub fn verify(
+pub(crate) fn verify(
     engine: &Engine,
     victim: &str,
     kind: PairKind,
@@ -195,7 +195,7 @@ impl Check<'_, '_, '_> {
 /// the victim needs a state-setter. Green on some: it has a polluter, and the red ones say it is
 /// flaky too (a test that fails now and then alone would otherwise be searched for a
 /// state-setter on one unlucky run). Returns each run's outcome and the nodes it added.
-pub fn settle_alone(
+pub(crate) fn settle_alone(
     engine: &Engine,
     victim: &str,
     first: Option<Outcome>,
@@ -228,7 +228,7 @@ pub fn settle_alone(
 /// runs once more. Another outcome in the same order is flakiness; the same one is not (another
 /// polluter, or a test that cleans up between, explains it). Returns the answer and the last
 /// node.
-pub fn order_check(
+pub(crate) fn order_check(
     engine: &Engine,
     victim: &str,
     kind: PairKind,
@@ -261,22 +261,22 @@ pub fn order_check(
 
 /// A found (or unexplained) pair, and the last node of the runs that found it (each step of a
 /// search starts after the one before it; what comes next starts after the last).
-pub struct PairRun {
-    pub pair: Pair,
-    pub last: NodeId,
+pub(crate) struct PairRun {
+    pub(crate) pair: Pair,
+    pub(crate) last: NodeId,
 }
 
 /// A known culprit set to try before searching, and where it is known from.
-pub struct Known {
-    pub culprits: Vec<String>,
-    pub from: Found,
+pub(crate) struct Known {
+    pub(crate) culprits: Vec<String>,
+    pub(crate) from: Found,
 }
 
 /// Tries each known set that ran before the victim in `prefix`: one run of "the set, then the
 /// victim". A set reproduces when that run shows the anomaly and the victim alone (`alone`, known
 /// from confirmation) does not. Returns the first set that reproduces, `None` when none does
 /// (then the caller searches). Each try starts after the one before it.
-pub fn reuse(
+pub(crate) fn reuse(
     engine: &Engine,
     victim: &str,
     prefix: &[String],
@@ -352,7 +352,7 @@ pub fn reuse(
     clippy::too_many_arguments,
     reason = "one search's question, each part named"
 )]
-pub fn find(
+pub(crate) fn find(
     engine: &Engine,
     role: Role,
     victim: &str,
@@ -430,13 +430,13 @@ fn outcome(result: &crate::pytest::result::RunResult, victim: &str) -> Outcome {
 }
 
 /// What [`verify_batch`] established for each victim of a batch.
-pub struct BatchProof {
+pub(crate) struct BatchProof {
     /// The victims the set is proven for, each with its culprits' places in its own prefix.
-    pub proven: Vec<String>,
+    pub(crate) proven: Vec<String>,
     /// Runs the batch made (each one process, shared by every victim of the batch).
-    pub runs: u32,
+    pub(crate) runs: u32,
     /// The last run's node.
-    pub last: NodeId,
+    pub(crate) last: NodeId,
 }
 
 /// Proves one culprit set for many victims at once: [`PROOF_RERUNS`] runs of "the culprits,
@@ -449,7 +449,7 @@ pub struct BatchProof {
 /// runs (`crate::audit::scope`), so that the other victims before one are no more than
 /// neighbours. A victim a run does not bear out leaves the batch (the caller proves it alone);
 /// the runs go on with the others, stopping when none is left.
-pub fn verify_batch(
+pub(crate) fn verify_batch(
     engine: &Engine,
     kind: PairKind,
     culprits: &[String],

@@ -11,15 +11,15 @@ use crate::pytest::events::CollectedItem;
 
 /// `--shard K/N`: the K-th (1-based) of N shares of the matrix's orders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shard {
-    pub k: u32,
-    pub n: u32,
+pub(crate) struct Shard {
+    pub(crate) k: u32,
+    pub(crate) n: u32,
 }
 
 /// The orders whose place in the matrix is K-1 modulo N, run (or found) and nothing else. Every
 /// share computes the same labels and orders from the same collection, so the shares' runs have
 /// exactly the keys the final audit's will.
-pub fn run(
+pub(crate) fn run(
     engine: &Engine,
     shard: Shard,
     labels: &[OrderLabel],

@@ -11,32 +11,30 @@ use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::snapshot::Snapshot;
 
-pub const FREEZE_LEDGER: &str = ".fixgate/freeze.json";
-
 /// One side of the audit.
-pub struct Side {
-    pub snapshot: Arc<Snapshot>,
-    pub ledger: Ledger,
-    pub lock: Option<Vec<u8>>,
-    pub tree: Digest,
+pub(crate) struct Side {
+    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) ledger: Ledger,
+    pub(crate) lock: Option<Vec<u8>>,
+    pub(crate) tree: Digest,
 }
 
 /// Both sides, and the configuration the audit runs under.
-pub struct Sides {
-    pub base: Side,
-    pub head: Side,
+pub(crate) struct Sides {
+    pub(crate) base: Side,
+    pub(crate) head: Side,
     /// The base's configuration: budget, dependency tracking (a patch cannot loosen them).
-    pub base_config: Config,
+    pub(crate) base_config: Config,
     /// The fixture groups both sides are judged with (the base's explicit groups win).
-    pub config: Config,
+    pub(crate) config: Config,
     /// Where the lock is: found in the base (by its configuration, so a patch cannot move it),
     /// and read at the same path in the head.
-    pub lock_path: Option<String>,
+    pub(crate) lock_path: Option<String>,
 }
 
 impl Sides {
     /// Loads `base` and `head` (`None`: the working tree, or `frozen`, a copy of it).
-    pub fn load(
+    pub(crate) fn load(
         ctx: &Ctx,
         base: &str,
         head: Option<&str>,
@@ -83,9 +81,12 @@ impl Side {
 }
 
 fn read_ledger(s: &Snapshot) -> Result<Ledger> {
-    match s.read_path(FREEZE_LEDGER)? {
+    match s.read_path(freeze::FILE_NAME)? {
         None => Ok(Ledger::default()),
-        Some(bytes) => freeze::parse(&bytes, &format!("{FREEZE_LEDGER} of {}", s.rev_label()))
-            .map_err(|e| Error::Usage(e.to_string())),
+        Some(bytes) => freeze::parse(
+            &bytes,
+            &format!("{} of {}", freeze::FILE_NAME, s.rev_label()),
+        )
+        .map_err(|e| Error::Usage(e.to_string())),
     }
 }

@@ -16,13 +16,13 @@ use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::events::Collection;
 
 /// What the fixture steps found.
-pub struct Fixtures {
+pub(crate) struct Fixtures {
     /// The delta's node: what coupling and replay are computed from.
-    pub delta_node: NodeId,
+    pub(crate) delta_node: NodeId,
     /// The lock check's node: the gates come after it.
-    pub lock_node: NodeId,
-    pub lock: LockCheck,
-    pub delta: Delta,
+    pub(crate) lock_node: NodeId,
+    pub(crate) lock: LockCheck,
+    pub(crate) delta: Delta,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> std::result::Result<Output, NodeError> {
@@ -44,7 +44,7 @@ fn add(engine: &Engine, node: Node, inputs: &[NodeId]) -> Result<NodeId> {
 
 /// Waits for each of `want` in the audit's graph and returns its output (an error names a node
 /// that failed).
-fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>> {
+pub(crate) fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>> {
     want.iter()
         .map(|&id| {
             let out = engine.live.wait(id);
@@ -62,7 +62,7 @@ fn outputs(engine: &Engine, want: &[NodeId]) -> Result<Vec<std::sync::Arc<[u8]>>
 }
 
 /// Snapshots, manifests, the lock check and the delta.
-pub fn prepare_fixtures(
+pub(crate) fn prepare_fixtures(
     engine: &Engine,
     base_tree: Digest,
     head_tree: Digest,
@@ -179,28 +179,28 @@ pub fn prepare_fixtures(
 }
 
 /// A side's collection and its node (what the orders of its runs are computed from).
-pub struct Collected {
-    pub node: NodeId,
-    pub collection: Collection,
+pub(crate) struct Collected {
+    pub(crate) node: NodeId,
+    pub(crate) collection: Collection,
 }
 
 impl Collected {
     /// The node ids collected.
-    pub fn ids(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &str> {
         self.collection.items.iter().map(|i| i.nodeid.as_str())
     }
 }
 
 /// A head whose suite did not collect: its collection's node, and pytest's error text.
-pub struct Failed {
-    pub node: NodeId,
-    pub why: String,
+pub(crate) struct Failed {
+    pub(crate) node: NodeId,
+    pub(crate) why: String,
 }
 
 /// Adds the collections of the base and the head, after `gate` (the lock check: no test runs
 /// before the gates held), and waits for both. The base must collect (else nothing can be
 /// judged); a head that does not is the patch's doing, and comes back as its error text.
-pub fn collect_both(
+pub(crate) fn collect_both(
     engine: &Engine,
     gate: NodeId,
 ) -> Result<(Collected, std::result::Result<Collected, Failed>)> {
@@ -269,31 +269,7 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
                     Error::NotCollected(m) => NodeError::Data(m),
                     e => crate::engine::runs::node_error(e),
                 })?;
-        let mut paths: Vec<String> = trace
-            .read
-            .iter()
-            .chain(&trace.import)
-            .chain(&trace.list)
-            .cloned()
-            .collect();
-        if !trace.unknown.is_empty() {
-            paths.extend(
-                compute_side
-                    .snapshot
-                    .entries
-                    .iter()
-                    .map(|e| e.path.to_string()),
-            );
-        }
-        paths.sort();
-        paths.dedup();
-        let deps = paths
-            .into_iter()
-            .map(|p| match compute_side.digest(&p) {
-                Some(d) => Dep::file(p, d),
-                None => Dep::absent(p),
-            })
-            .collect();
+        let deps = collection_deps(&trace, &compute_side.snapshot, |p| compute_side.digest(p));
         Ok(json(&items)?.with_reads(deps))
     })
     .param("role", role)
@@ -309,4 +285,32 @@ fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> 
     }
     let probe = side.clone();
     node.traced(move |p| probe.digest(p))
+}
+
+/// What a collection depended on: every file it read, imported or listed (every file of the
+/// tree when it ran something untraced), by its digest now (`probe`).
+pub(crate) fn collection_deps(
+    trace: &crate::pytest::events::Trace,
+    snapshot: &crate::snapshot::Snapshot,
+    probe: impl Fn(&str) -> Option<Digest>,
+) -> Vec<Dep> {
+    let mut paths: Vec<String> = trace
+        .read
+        .iter()
+        .chain(&trace.import)
+        .chain(&trace.list)
+        .cloned()
+        .collect();
+    if !trace.unknown.is_empty() {
+        paths.extend(snapshot.entries.iter().map(|e| e.path.to_string()));
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .map(|p| match probe(&p) {
+            Some(d) => Dep::file(p, d),
+            None => Dep::absent(p),
+        })
+        .collect()
 }

@@ -13,22 +13,22 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// The file under the cache directory that holds the last audit's [`LastTransfer`].
-pub const LAST_TRANSFER: &str = "last-transfer.json";
+pub(crate) const LAST_TRANSFER: &str = "last-transfer.json";
 
 /// The resolved remote cache settings.
 #[derive(Clone, Debug)]
-pub struct RemoteSettings {
-    pub config: RemoteConfig,
+pub(crate) struct RemoteSettings {
+    pub(crate) config: RemoteConfig,
     /// `--remote-required`: a remote failure fails the command.
-    pub required: bool,
+    pub(crate) required: bool,
 }
 
 /// What the last audit's store did: the counters for `cache stats`, the keys for `cache push`.
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub struct LastTransfer {
-    pub schema: u32,
-    pub stats: TransferStats,
-    pub touched: Touched,
+pub(crate) struct LastTransfer {
+    pub(crate) schema: u32,
+    pub(crate) stats: TransferStats,
+    pub(crate) touched: Touched,
 }
 
 const LAST_TRANSFER_SCHEMA: u32 = 1;
@@ -36,7 +36,7 @@ const LAST_TRANSFER_SCHEMA: u32 = 1;
 /// Where a store records that a required remote failed (`--remote-required`), for the command
 /// to fail at its end: the store writes it down when the audit is done with it (dropped).
 #[derive(Clone, Debug, Default)]
-pub struct RemoteFailure(Arc<Mutex<Option<String>>>);
+pub(crate) struct RemoteFailure(Arc<Mutex<Option<String>>>);
 
 impl RemoteFailure {
     fn set(&self, why: String) {
@@ -44,7 +44,7 @@ impl RemoteFailure {
     }
 
     /// Fails when the remote was required and a store found it unusable.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match lock(&self.0).take() {
             Some(why) => Err(Error::Infra(format!(
                 "the remote cache failed and --remote-required is set: {why}"
@@ -59,7 +59,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// What to say about a remote used without a signing key (the context says it once).
-pub fn unauthenticated(settings: &RemoteSettings) -> Option<String> {
+pub(crate) fn unauthenticated(settings: &RemoteSettings) -> Option<String> {
     if settings.config.mac_key.is_some() {
         return None;
     }
@@ -74,7 +74,7 @@ pub fn unauthenticated(settings: &RemoteSettings) -> Option<String> {
 /// The store for `cache_dir` with `remote` behind it, or `NoStore` (with the warning to print)
 /// when the cache is disabled or cannot be opened: the audit still runs, uncached. A required
 /// remote that fails is recorded in `failure`.
-pub fn open(
+pub(crate) fn open(
     cache_dir: &Path,
     enabled: bool,
     remote: Option<&RemoteSettings>,
@@ -113,7 +113,7 @@ pub fn open(
 }
 
 /// Reads the last audit's record, `None` when no audit has written one.
-pub fn last_transfer(cache_dir: &Path) -> Result<Option<LastTransfer>> {
+pub(crate) fn last_transfer(cache_dir: &Path) -> Result<Option<LastTransfer>> {
     let path = cache_dir.join(LAST_TRANSFER);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,

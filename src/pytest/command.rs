@@ -32,6 +32,8 @@ pub(crate) struct PreparedCommand {
     pub(crate) origin_root: PathBuf,
     /// What the interpreter needs, its executable as named and as resolved: readable.
     pub(crate) interpreter: Vec<PathBuf>,
+    /// The interpreter's `sys.path` folders: readable where no hidden folder is concerned.
+    pub(crate) libraries: Vec<PathBuf>,
     /// Leave the network alone (`--allow-network`).
     pub(crate) allow_network: bool,
     /// The run's bounds.
@@ -42,7 +44,7 @@ impl PreparedCommand {
     /// The process to spawn, contained, with stdin closed. The caller sets stdout and stderr;
     /// `pre_exec` steps it adds run after containment's.
     pub(crate) fn command(&self, host: &crate::contain::Host) -> Command {
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = Command::new(resolved_dir(&self.program));
         cmd.args(&self.args)
             .current_dir(&self.cwd)
             .env_clear()
@@ -63,10 +65,43 @@ impl PreparedCommand {
                 rewrite_cache: &self.rewrite_cache,
                 origin_root: &self.origin_root,
                 interpreter: &interpreter,
+                libraries: &self.libraries,
                 allow_network: self.allow_network,
                 limits: &self.limits,
             },
         );
         cmd
+    }
+}
+
+/// `program` with its folder made canonical and its file name kept: a run sees only the kept
+/// folders of a private `/tmp`, so a path through one it does not see (`target/tmp/../venv/bin/
+/// python`) would not resolve there, while a virtualenv's `bin/python` link must stay the
+/// virtualenv's (Python finds its `pyvenv.cfg` from it).
+fn resolved_dir(program: &Path) -> PathBuf {
+    match (program.parent(), program.file_name()) {
+        (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| program.to_path_buf()),
+        _ => program.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_an_interpreter_path_through_a_hidden_folder_is_resolved_before_the_run() {
+        let root = tempfile::tempdir().unwrap();
+        let venv_bin = root.path().join("venv").join("bin");
+        std::fs::create_dir_all(&venv_bin).unwrap();
+        std::fs::create_dir_all(root.path().join("tmp")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/python3", venv_bin.join("python")).unwrap();
+        let through = root.path().join("tmp").join("..").join("venv/bin/python");
+        let real_root = std::fs::canonicalize(root.path()).unwrap();
+        // The folder is canonical, the link itself is not followed.
+        assert_eq!(resolved_dir(&through), real_root.join("venv/bin/python"));
+        assert_eq!(resolved_dir(Path::new("python3")), Path::new("python3"));
     }
 }

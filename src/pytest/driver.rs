@@ -47,58 +47,58 @@ pub(crate) const ENV_ALLOWLIST: &[&str] = &[
 
 /// How runs are made: shared by every run of one fixgate invocation.
 #[derive(Clone)]
-pub struct Runner {
-    pub interpreter: Interpreter,
+pub(crate) struct Runner {
+    pub(crate) interpreter: Interpreter,
     /// The plugin, compiled (read-only to runs).
-    pub plugin: Arc<crate::pytest::plugin::Installed>,
+    pub(crate) plugin: Arc<crate::pytest::plugin::Installed>,
     /// pytest's rewritten test modules, made by fixgate before the runs that import them (see
     /// src/pytest/rewrites.rs): sandboxes are fresh and write no bytecode, so without them
     /// every run would rewrite and compile every test module again.
-    pub rewrites: Arc<crate::pytest::rewrites::Rewrites>,
+    pub(crate) rewrites: Arc<crate::pytest::rewrites::Rewrites>,
     /// The cache directory, hidden from runs (but for the plugin and the rewrites).
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
     /// Every run's bounds.
-    pub limits: crate::limits::Limits,
+    pub(crate) limits: crate::limits::Limits,
     /// Extra variable names passed through (`--pass-env`).
-    pub pass_env: Vec<String>,
-    pub test_timeout: Duration,
+    pub(crate) pass_env: Vec<String>,
+    pub(crate) test_timeout: Duration,
     /// The user's repository root, to spot imports of project code from outside the sandbox.
-    pub origin_root: PathBuf,
+    pub(crate) origin_root: PathBuf,
     /// Set by Ctrl-C: stop, kill the child, clean up.
-    pub interrupted: Arc<AtomicBool>,
+    pub(crate) interrupted: Arc<AtomicBool>,
     /// Leave the network alone (`--allow-network`); by default runs get a network namespace
     /// of their own with only loopback, where the platform permits it.
-    pub allow_network: bool,
+    pub(crate) allow_network: bool,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
-    pub forkserver: Arc<Pool>,
+    pub(crate) forkserver: Arc<Pool>,
     /// How runs are contained on this machine.
     pub(crate) host: Arc<crate::contain::Host>,
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
-    pub env: Arc<crate::environment::Environment>,
+    pub(crate) env: Arc<crate::environment::Environment>,
 }
 
 /// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
 /// `record.py`): the repository's code each test ran, and the shared state it left changed.
 /// The audit asks it of its file-order run (both) and its reversed run (state).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Record {
-    pub code: bool,
-    pub state: bool,
+pub(crate) struct Record {
+    pub(crate) code: bool,
+    pub(crate) state: bool,
 }
 
 impl Record {
-    pub const NONE: Record = Record {
+    pub(crate) const NONE: Record = Record {
         code: false,
         state: false,
     };
-    pub const ALL: Record = Record {
+    pub(crate) const ALL: Record = Record {
         code: true,
         state: true,
     };
 
     /// The option's value: what the plugin records per test.
-    pub fn arg(self) -> String {
+    pub(crate) fn arg(self) -> String {
         let mut parts = Vec::new();
         if self.code {
             parts.push("code");
@@ -116,11 +116,24 @@ struct Process<'z> {
     log: PathBuf,
 }
 
+/// Where a run's environment points: its import path, home, temporary directory and the
+/// rewrite cache (host paths for a local run, input-root-relative ones for a remote run).
+pub(crate) struct RunEnvPaths {
+    pub(crate) pythonpath: OsString,
+    pub(crate) home: OsString,
+    pub(crate) tmp: OsString,
+}
+
 /// A pytest process of fixgate's own, or a child forked by a warm interpreter (whose exit the
 /// zygote reports).
 enum Proc<'z> {
     Fresh(Child, ExitWatch),
     Forked(&'z mut Zygote),
+    /// A process that ran elsewhere and has ended: its stream is complete.
+    Recorded {
+        status: std::process::ExitStatus,
+        timed_out: bool,
+    },
 }
 
 impl Process<'_> {
@@ -130,6 +143,7 @@ impl Process<'_> {
                 .try_wait()
                 .map_err(|e| Error::Infra(format!("failed to wait for pytest: {e}"))),
             Proc::Forked(z) => Ok(z.try_wait()),
+            Proc::Recorded { status, .. } => Ok(Some(*status)),
         }
     }
 
@@ -137,6 +151,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(_, exit) => exit.pause(),
             Proc::Forked(z) => z.pause(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -145,6 +160,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_child(),
+            Proc::Recorded { .. } => {}
         }
     }
 
@@ -153,6 +169,7 @@ impl Process<'_> {
         match &mut self.proc {
             Proc::Fresh(child, _) => kill_group(child),
             Proc::Forked(z) => z.kill_and_reap(),
+            Proc::Recorded { .. } => {}
         }
     }
 }
@@ -162,42 +179,16 @@ impl Runner {
     /// environment (the allowlist, then the sandbox's own settings) and what containment needs.
     fn prepare(&self, sandbox: &Sandbox, args: &[String]) -> PreparedCommand {
         let tree = sandbox.tree();
-        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
-        for name in ENV_ALLOWLIST
-            .iter()
-            .copied()
-            .chain(self.pass_env.iter().map(String::as_str))
-        {
-            if let Some(v) = self.env.var(name) {
-                env.insert(name.to_owned(), v.to_owned());
-            }
-        }
         let mut pythonpath = vec![tree.clone()];
         if is_src_layout(&tree) {
             pythonpath.push(tree.join("src"));
         }
         pythonpath.push(self.plugin.dir.clone());
-        let mut set = |name: &str, value: OsString| {
-            env.insert(name.to_owned(), value);
-        };
-        set(
-            "PYTHONPATH",
-            std::env::join_paths(pythonpath).unwrap_or_default(),
-        );
-        set("HOME", sandbox.home().into());
-        set("TMPDIR", sandbox.tmp().into());
-        set("TEMP", sandbox.tmp().into());
-        set("TMP", sandbox.tmp().into());
-        set("PYTHONHASHSEED", HASH_SEED.into());
-        set("PYTHONDONTWRITEBYTECODE", "1".into());
-        set("PYTHONUNBUFFERED", "1".into());
-        set("TZ", "UTC".into());
-        set("NO_COLOR", "1".into());
-        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
-        // unless the caller passes the variable on purpose.
-        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
-            set("PYTHONNOUSERSITE", "1".into());
-        }
+        let env = self.run_env(&RunEnvPaths {
+            pythonpath: std::env::join_paths(pythonpath).unwrap_or_default(),
+            home: sandbox.home().into(),
+            tmp: sandbox.tmp().into(),
+        });
         let mut all_args = vec!["-m".to_owned(), "pytest".to_owned()];
         all_args.extend_from_slice(args);
         PreparedCommand {
@@ -214,9 +205,44 @@ impl Runner {
                 self.interpreter.path.clone(),
                 PathBuf::from(&self.interpreter.fingerprint.executable),
             ],
+            libraries: self.interpreter.sys_path.clone(),
             allow_network: self.allow_network,
             limits: self.limits,
         }
+    }
+
+    /// Every variable a run sees, given where its paths are: the allowlist and `--pass-env`
+    /// names from the caller's environment, then the run's own settings (which win).
+    pub(crate) fn run_env(&self, paths: &RunEnvPaths) -> BTreeMap<String, OsString> {
+        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
+        for name in ENV_ALLOWLIST
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+        {
+            if let Some(v) = self.env.var(name) {
+                env.insert(name.to_owned(), v.to_owned());
+            }
+        }
+        let mut set = |name: &str, value: OsString| {
+            env.insert(name.to_owned(), value);
+        };
+        set("PYTHONPATH", paths.pythonpath.clone());
+        set("HOME", paths.home.clone());
+        set("TMPDIR", paths.tmp.clone());
+        set("TEMP", paths.tmp.clone());
+        set("TMP", paths.tmp.clone());
+        set("PYTHONHASHSEED", HASH_SEED.into());
+        set("PYTHONDONTWRITEBYTECODE", "1".into());
+        set("PYTHONUNBUFFERED", "1".into());
+        set("TZ", "UTC".into());
+        set("NO_COLOR", "1".into());
+        // The user's site directory (`~/.local`) is the caller's, not the snapshot's: off,
+        // unless the caller passes the variable on purpose.
+        if !self.pass_env.iter().any(|n| n == "PYTHONNOUSERSITE") {
+            set("PYTHONNOUSERSITE", "1".into());
+        }
+        env
     }
 
     /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
@@ -225,28 +251,11 @@ impl Runner {
         Sandbox::create(snapshot, overlay, &self.env.temp_dir)
     }
 
-    /// The arguments of every pytest process of a run. pytest-randomly and pytest-random-order
-    /// are disabled (fixgate owns the order); the suite's own options that claim the order, the
-    /// selection or one run per test are neutralised by the plugin (plugin/options.py), which
-    /// keeps the plugins that own them loaded, so the suite's `addopts` still parse. pytest's
-    /// cache works as usual, in a directory of the run's own under the sandbox's `tmp/`: it is
-    /// empty when the run starts (a fresh sandbox, or a warm one restored), so nothing of it
-    /// reaches another run.
     pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "-p",
-            crate::pytest::plugin::MODULE,
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:random_order",
-            "--maxfail=2147483647",
-            "-q",
-            "-rN",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args = self.pytest_options();
+        // pytest's cache works as usual, in a directory of the run's own under the sandbox's
+        // `tmp/`: it is empty when the run starts (a fresh sandbox, or a warm one restored), so
+        // nothing of it reaches another run.
         args.push("-o".into());
         args.push(format!(
             "cache_dir={}",
@@ -259,6 +268,28 @@ impl Runner {
         ));
         args.push(format!("--fixgate-root={}", sandbox.tree().display()));
         args
+    }
+
+    /// The options of every pytest process of a run, without the paths of its sandbox.
+    /// pytest-randomly and pytest-random-order are disabled (fixgate owns the order); the
+    /// suite's own options that claim the order, the selection or one run per test are
+    /// neutralised by the plugin (plugin/options.py), which keeps the plugins that own them
+    /// loaded, so the suite's `addopts` still parse.
+    pub(crate) fn pytest_options(&self) -> Vec<String> {
+        [
+            "-p",
+            crate::pytest::plugin::MODULE,
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:random_order",
+            "--maxfail=2147483647",
+            "-q",
+            "-rN",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     }
 
     /// A cancelled audit (Ctrl-C, or a save under `fixgate watch`) starts nothing more: its
@@ -303,14 +334,29 @@ impl Runner {
     }
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
-    pub fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
+    pub(crate) fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
         self.collect_traced(snapshot).map(|(c, _)| c.items)
     }
 
     /// Collects, and returns what collection read and imported (its dependencies).
-    pub fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+    pub(crate) fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+        let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
+        if !errors.is_empty() {
+            return Err(collect_error(snapshot, &errors));
+        }
+        Ok((collection, trace))
+    }
+
+    /// Collects `snapshot` with `overlay` over it: what collected, what collection read and
+    /// imported, and the files that did not collect with pytest's message for each (the
+    /// base's test files on the head's code may import what the head removed).
+    pub(crate) fn collect_overlaid(
+        &self,
+        snapshot: &Snapshot,
+        overlay: &Overlay,
+    ) -> Result<(Collection, Trace, Vec<CollectFailure>)> {
         self.check_interrupted()?;
-        let sandbox = self.sandbox(snapshot, &Overlay::new())?;
+        let sandbox = self.sandbox(snapshot, overlay)?;
         let mut p = self.spawn(
             &sandbox,
             0,
@@ -318,13 +364,20 @@ impl Runner {
         )?;
         let status = wait_interruptibly(&mut p, &self.interrupted)?;
         let mut items = None;
+        let mut deselected = Vec::new();
         let mut skipped_collectors = Vec::new();
         let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
         for ev in read_events(&p.events)? {
             match ev {
-                Event::Collected { items: i } => items = Some(i),
+                Event::Collected {
+                    items: i,
+                    deselected: d,
+                } => {
+                    items = Some(i);
+                    deselected = d;
+                }
                 Event::SessionTrace { trace: t } => trace.merge(t),
                 Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
                     file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
@@ -347,50 +400,48 @@ impl Runner {
                 _ => {}
             }
         }
-        if !errors.is_empty() {
-            return Err(collect_error(snapshot, &errors));
+        // Every file failed: nothing was collected, which is data too.
+        if items.is_none() && !errors.is_empty() {
+            items = Some(Vec::new());
         }
-        match items {
-            Some(items) => {
-                self.forkserver
-                    .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
-                Ok((
-                    Collection {
-                        items,
-                        skipped_collectors,
-                    },
-                    trace,
-                ))
-            }
-            None => {
-                let problems = if problems.is_empty() {
-                    String::new()
-                } else {
-                    format!("\n  {}", problems.join("\n  "))
-                };
-                let log = log_tail(&p.log);
-                match status.code() {
-                    // pytest ran and stopped with its own error (its usage, a conftest): the
-                    // suite's doing, in pytest's words first.
-                    Some(code) => Err(Error::NotCollected(format!(
-                        "{} (pytest stopped before collecting {}, exit status {code}){problems}\n{log}",
-                        pytest_said(&log, Some(&sandbox.tree()))
-                            .unwrap_or_else(|| "pytest stopped before collecting".to_owned()),
-                        snapshot.rev_label(),
-                    ))),
-                    None => Err(Error::Infra(format!(
-                        "pytest collection failed in a sandbox of {} ({}){problems}\n{log}",
-                        snapshot.rev_label(),
-                        describe_exit(&status),
-                    ))),
-                }
-            }
+        let Some(items) = items else {
+            let problems = if problems.is_empty() {
+                String::new()
+            } else {
+                format!("\n  {}", problems.join("\n  "))
+            };
+            let log = log_tail(&p.log);
+            return Err(match status.code() {
+                // pytest ran and stopped with its own error (its usage, a conftest): the
+                // suite's doing, in pytest's words first.
+                Some(code) => Error::NotCollected(format!(
+                    "{} (pytest stopped before collecting {}, exit status {code}){problems}\n{log}",
+                    pytest_said(&log, Some(&sandbox.tree()))
+                        .unwrap_or_else(|| "pytest stopped before collecting".to_owned()),
+                    snapshot.rev_label(),
+                )),
+                None => Error::Infra(format!(
+                    "pytest collection failed in a sandbox of {} ({}){problems}\n{log}",
+                    snapshot.rev_label(),
+                    describe_exit(&status),
+                )),
+            });
+        };
+        if overlay.is_empty() && errors.is_empty() {
+            self.forkserver
+                .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
         }
+        let collection = Collection {
+            items,
+            skipped_collectors,
+            deselected,
+        };
+        Ok((collection, trace, errors))
     }
 
     /// Runs `order` in a fresh sandbox of `snapshot` (with `overlay`), continuing in a new
     /// process after a crash or a timeout.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         snapshot: &Snapshot,
         overlay: &Overlay,
@@ -404,7 +455,7 @@ impl Runner {
 
     /// Runs every test in collection order, collecting in the same process (no separate
     /// collection run): seed 0 costs one pytest start, like plain pytest.
-    pub fn run_collection_order(
+    pub(crate) fn run_collection_order(
         &self,
         snapshot: &Snapshot,
         groups: &FixtureGroups,
@@ -415,7 +466,7 @@ impl Runner {
     }
 
     /// Runs the order of `seed` (0: collection order, in one process).
-    pub fn run_seed(
+    pub(crate) fn run_seed(
         &self,
         snapshot: &Snapshot,
         seed: u64,
@@ -454,14 +505,50 @@ impl Runner {
             prepare: &prepare,
             host: &self.host,
         };
-        let mut place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
+        let place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
-        let sandbox_dir = place.sandbox().dir().to_path_buf();
+        self.drive(place, snapshot, order, groups, record, progress)
+    }
+
+    /// The run of `order` (`None`: collection order) that executed elsewhere, one pytest
+    /// process after another (remote execution), built from the streams its processes left by
+    /// the same code that follows a local run.
+    pub(crate) fn replay(
+        &self,
+        snapshot: &Snapshot,
+        recorded: Recorded,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        record: Record,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let place = Place::Recorded {
+            root: recorded.root,
+            processes: recorded.processes.into_iter(),
+        };
+        self.drive(place, snapshot, order, groups, record, progress)
+    }
+
+    /// Runs (or reads back) the processes of one run until every test of the order has a
+    /// result, then puts the results in the order's shape.
+    fn drive(
+        &self,
+        mut place: Place,
+        snapshot: &Snapshot,
+        order: Option<&[String]>,
+        groups: &FixtureGroups,
+        record: Record,
+        progress: Option<&ProgressBar>,
+    ) -> Result<RunResult> {
+        let sandbox_dir = place.dir().to_path_buf();
+        let recorded = matches!(place, Place::Recorded { .. });
         let watch = sandbox_dir.join("watch.json");
-        let roots = serde_json::json!({ "roots": groups.watch_roots() });
-        std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        if !recorded {
+            let roots = serde_json::json!({ "roots": groups.watch_roots() });
+            std::fs::write(&watch, roots.to_string()).map_err(|e| Error::io("write", &watch, e))?;
+        }
         let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
@@ -484,6 +571,7 @@ impl Runner {
                 extra.push(format!("--fixgate-record={}", record.arg()));
             }
             match &remaining {
+                Some(_) if recorded => {}
                 Some(ids) => {
                     let mut text = ids.join("\n");
                     text.push('\n');
@@ -500,6 +588,24 @@ impl Runner {
             result.processes += 1;
             let before = result.tests.len();
             let p = match &mut place {
+                Place::Recorded { processes, .. } => {
+                    let left = remaining.as_ref().map_or(0, Vec::len);
+                    let Some(r) = processes.next() else {
+                        return Err(Error::Infra(format!(
+                            "the remote run of {} ended after {k} pytest process(es) with {left} \
+                             test(s) not run",
+                            snapshot.rev_label()
+                        )));
+                    };
+                    Process {
+                        proc: Proc::Recorded {
+                            status: r.status,
+                            timed_out: r.timed_out,
+                        },
+                        events: r.events,
+                        log: r.log,
+                    }
+                }
                 // The first process of a run forks. One that continues after a crash or a
                 // timeout forks only when a fresh pytest would collect exactly what the zygote
                 // did (see `may_continue_forked`): a fresh one imports and collects again in the
@@ -524,7 +630,8 @@ impl Runner {
                         }
                     }
                 }
-                place => self.spawn(place.sandbox(), k, &extra)?,
+                Place::Warm(lease) => self.spawn(&lease.zygote().sandbox, k, &extra)?,
+                Place::Own(sandbox) => self.spawn(sandbox, k, &extra)?,
             };
             if k > 0 {
                 if let Some(d) = disk.as_mut() {
@@ -559,8 +666,26 @@ impl Runner {
             }
             let left = remaining.as_mut().expect("set above");
             if result.tests.len() == before && !left.is_empty() {
-                let what = format!("ran none of the {} requested tests", left.len());
-                return Err(outcome.failure(&what, snapshot));
+                // A session that ended by its own doing (a hook returned early, `pytest.exit`
+                // between tests, `sys.exit` at session start) before running what it was given:
+                // those tests did not pass, they did not run. A process that was killed or that
+                // refused its arguments is no judgment of the tests.
+                let Some(why) = not_run(outcome.status) else {
+                    let what = format!("ran none of the {} requested tests", left.len());
+                    return Err(outcome.failure(&what, snapshot));
+                };
+                let now = now_secs();
+                for id in left.drain(..) {
+                    result.executed.push(id.clone());
+                    result.tests.push(TestResult::missing(
+                        &id,
+                        Outcome::Error,
+                        why.clone(),
+                        now,
+                        now,
+                    ));
+                }
+                break;
             }
             // Counted, not a set: a test listed twice (the nio order) leaves one place per run.
             let mut done: HashMap<&str, usize> = HashMap::new();
@@ -628,7 +753,14 @@ impl Runner {
         let mut problems = Vec::new();
         let mut collected = None;
         let mut collect_errors = Vec::new();
-        let mut timed_out = false;
+        // A process that ran elsewhere was killed there for the timeout, or not.
+        let mut timed_out = matches!(
+            p.proc,
+            Proc::Recorded {
+                timed_out: true,
+                ..
+            }
+        );
         let mut filled = None;
         let status = loop {
             let exited = p.try_wait()?;
@@ -682,7 +814,7 @@ impl Runner {
                             _ => (id, Instant::now(), now_secs()),
                         });
                     }
-                    Event::Collected { items } => {
+                    Event::Collected { items, .. } => {
                         if announced.is_none() {
                             let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
                             announced = Some(Announced::new(&ids));
@@ -802,19 +934,43 @@ impl Runner {
     }
 }
 
-/// Where a run happens: a sandbox of its own, or a warm interpreter's.
+/// Where a run happens: a sandbox of its own, a warm interpreter's, or elsewhere (remote
+/// execution: its processes are read back one after another).
 enum Place<'p> {
     Own(Sandbox),
     Warm(Box<Lease<'p>>),
+    Recorded {
+        /// The input root the run had on its worker (what paths in messages start with).
+        root: PathBuf,
+        processes: std::vec::IntoIter<RecordedProcess>,
+    },
 }
 
 impl Place<'_> {
-    fn sandbox(&mut self) -> &Sandbox {
+    /// The sandbox folder, whose paths the results lose.
+    fn dir(&mut self) -> &Path {
         match self {
-            Place::Own(s) => s,
-            Place::Warm(lease) => &lease.zygote().sandbox,
+            Place::Own(s) => s.dir(),
+            Place::Warm(lease) => lease.zygote().sandbox.dir(),
+            Place::Recorded { root, .. } => root,
         }
     }
+}
+
+/// A run that executed elsewhere: where its sandbox was, and each of its pytest processes.
+pub(crate) struct Recorded {
+    pub(crate) root: PathBuf,
+    pub(crate) processes: Vec<RecordedProcess>,
+}
+
+/// One pytest process of a [`Recorded`] run: its event stream and output, copied here, and
+/// how it ended.
+pub(crate) struct RecordedProcess {
+    pub(crate) events: PathBuf,
+    pub(crate) log: PathBuf,
+    pub(crate) status: std::process::ExitStatus,
+    /// Killed for running a test past the timeout.
+    pub(crate) timed_out: bool,
 }
 
 /// The order a process runs its tests in, to tell which test follows a finished one.
@@ -841,6 +997,9 @@ impl Announced {
         self.ids.get(i + 1).map(String::as_str)
     }
 }
+
+/// A file pytest could not collect: its node id and pytest's message with where it broke.
+pub(crate) type CollectFailure = (String, String);
 
 /// The error for test files pytest could not collect, with pytest's own messages.
 /// A collection error's message, with the lines of pytest's report that say where it broke
@@ -944,6 +1103,20 @@ fn scrub_sandbox_paths(result: &mut RunResult, sandbox_dir: &Path) {
         .retain(|o| !under_sandbox(&o.path));
 }
 
+/// Why the tests a pytest process was given and did not run count as errors, from its exit
+/// status (`None`: killed by a signal); `None` when the process says nothing of them: killed
+/// (by us, the kernel), an internal error (3) or a usage error (4, unknown node ids), which
+/// are fixgate's to report.
+fn not_run(status: Option<i32>) -> Option<String> {
+    let code = status?;
+    (code != 3 && code != 4).then(|| {
+        format!(
+            "not run: the pytest session ended (exit status {code}) before running this test; \
+             a hook, plugin or `pytest.exit`/`sys.exit` stopped it"
+        )
+    })
+}
+
 fn describe_exit(status: &std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -1045,9 +1218,24 @@ fn log_tail(log: &Path) -> String {
     }
     format!("pytest said:\n{}", tail.join("\n"))
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tests_a_session_ended_without_running_are_errors_unless_it_was_killed_or_refused() {
+        for code in [0, 1, 2, 5, 77] {
+            let why = not_run(Some(code)).expect("a session that ended by itself");
+            assert!(
+                why.starts_with("not run:") && why.contains(&code.to_string()),
+                "{why}"
+            );
+        }
+        for status in [None, Some(3), Some(4)] {
+            assert_eq!(not_run(status), None, "{status:?}");
+        }
+    }
 
     #[test]
     fn a_collection_that_stops_early_is_told_in_pytests_own_words() {

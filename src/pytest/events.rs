@@ -7,16 +7,18 @@ use serde::{Deserialize, Serialize};
 /// What one line of the stream says. Unknown events are ignored, so the plugin may grow.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
+pub(crate) enum Event {
     Start {
-        #[serde(default)]
-        pytest: String,
         /// The suite's options that fixgate neutralised in this process.
         #[serde(default)]
         neutralised: Vec<Neutralised>,
     },
     Collected {
         items: Vec<CollectedItem>,
+        /// Collected, then taken out of the session (`-k`, `-m`, `--deselect`, a
+        /// `pytest_collection_modifyitems` hook); written with `--collect-only` only.
+        #[serde(default)]
+        deselected: Vec<String>,
     },
     CollectError {
         #[serde(default)]
@@ -50,8 +52,6 @@ pub enum Event {
         unknown: Option<String>,
     },
     Finish {
-        #[serde(default)]
-        exitstatus: i32,
         /// The test the session ended in (pytest.exit, KeyboardInterrupt); `None` when it
         /// ended between tests.
         #[serde(default)]
@@ -72,7 +72,7 @@ impl Event {
     /// writes per test and per collected test are read straight into their types: serde reads
     /// an internally tagged enum through a buffered copy of the whole object first, a dozen
     /// allocations per test. The plugin writes `event` as the first key (docs/plugin-protocol.md).
-    pub fn parse(line: &str) -> Option<Event> {
+    pub(crate) fn parse(line: &str) -> Option<Event> {
         if line.starts_with(r#"{"event":"test","#) {
             if let Ok(t) = serde_json::from_str::<TestEvent>(line) {
                 return Some(Event::Test(Box::new(t)));
@@ -81,9 +81,14 @@ impl Event {
             #[derive(Deserialize)]
             struct Collected {
                 items: Vec<CollectedItem>,
+                #[serde(default)]
+                deselected: Vec<String>,
             }
             if let Ok(c) = serde_json::from_str::<Collected>(line) {
-                return Some(Event::Collected { items: c.items });
+                return Some(Event::Collected {
+                    items: c.items,
+                    deselected: c.deselected,
+                });
             }
         }
         serde_json::from_str::<Event>(line).ok()
@@ -93,18 +98,18 @@ impl Event {
 /// One of the suite's own options that fixgate must own (the order, the selection, one run per
 /// test in this process), and what the plugin did with it (src/pytest/plugin/options.py).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct Neutralised {
+pub(crate) struct Neutralised {
     /// As the suite wrote it, value included: `-n 2`, `--reruns=2`.
-    pub option: String,
-    pub plugin: String,
+    pub(crate) option: String,
+    pub(crate) plugin: String,
     /// `removed` or `overridden`.
-    pub treatment: String,
-    pub why: String,
+    pub(crate) treatment: String,
+    pub(crate) why: String,
 }
 
 impl Neutralised {
     /// The run's warning about it.
-    pub fn warning(&self) -> String {
+    pub(crate) fn warning(&self) -> String {
         format!(
             "the suite's `{}` ({}) is {} in fixgate's runs: {}",
             self.option, self.plugin, self.treatment, self.why
@@ -113,54 +118,58 @@ impl Neutralised {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-pub struct CollectedItem {
-    pub nodeid: String,
+pub(crate) struct CollectedItem {
+    pub(crate) nodeid: String,
     #[serde(default)]
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
     #[serde(default)]
-    pub line: Option<u64>,
+    pub(crate) line: Option<u64>,
     #[serde(default)]
-    pub markers: Vec<Marker>,
+    pub(crate) markers: Vec<Marker>,
 }
 
 /// What collecting a snapshot found: its tests, and the collectors skipped as a whole (as
 /// pseudo-items carrying a `skip` marker, so that a new module-level skip counts as a new skip).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-pub struct Collection {
-    pub items: Vec<CollectedItem>,
-    pub skipped_collectors: Vec<CollectedItem>,
+pub(crate) struct Collection {
+    pub(crate) items: Vec<CollectedItem>,
+    pub(crate) skipped_collectors: Vec<CollectedItem>,
+    /// Node ids collected and then taken out of the session by a plugin, a conftest's hook or
+    /// an option (`-k`, `-m`, `--deselect`).
+    #[serde(default)]
+    pub(crate) deselected: Vec<String>,
 }
 
 impl CollectedItem {
-    pub fn has_marker(&self, name: &str) -> bool {
+    pub(crate) fn has_marker(&self, name: &str) -> bool {
         self.markers.iter().any(|m| m.name == name)
     }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-pub struct Marker {
-    pub name: String,
+pub(crate) struct Marker {
+    pub(crate) name: String,
     #[serde(default)]
-    pub args: Vec<serde_json::Value>,
+    pub(crate) args: Vec<serde_json::Value>,
     #[serde(default)]
-    pub kwargs: BTreeMap<String, serde_json::Value>,
+    pub(crate) kwargs: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default)]
-pub struct Trace {
-    pub import: Vec<String>,
-    pub list: Vec<String>,
-    pub mkdir: Vec<String>,
+pub(crate) struct Trace {
+    pub(crate) import: Vec<String>,
+    pub(crate) list: Vec<String>,
+    pub(crate) mkdir: Vec<String>,
     /// Addresses connected or sent to (the network, loopback included).
-    pub network: Vec<String>,
-    pub outside: Vec<OutsideAccess>,
-    pub read: Vec<String>,
-    pub remove: Vec<String>,
-    pub rename: Vec<(String, String)>,
-    pub sqlite: Vec<String>,
-    pub unknown: Vec<String>,
-    pub write: Vec<String>,
+    pub(crate) network: Vec<String>,
+    pub(crate) outside: Vec<OutsideAccess>,
+    pub(crate) read: Vec<String>,
+    pub(crate) remove: Vec<String>,
+    pub(crate) rename: Vec<(String, String)>,
+    pub(crate) sqlite: Vec<String>,
+    pub(crate) unknown: Vec<String>,
+    pub(crate) write: Vec<String>,
 }
 
 impl Trace {
@@ -169,6 +178,7 @@ impl Trace {
         self.import.extend(from.import);
         self.list.extend(from.list);
         self.mkdir.extend(from.mkdir);
+        self.network.extend(from.network);
         self.outside.extend(from.outside);
         self.read.extend(from.read);
         self.remove.extend(from.remove);
@@ -180,9 +190,9 @@ impl Trace {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-pub struct OutsideAccess {
-    pub op: String,
-    pub path: String,
+pub(crate) struct OutsideAccess {
+    pub(crate) op: String,
+    pub(crate) path: String,
 }
 
 /// By path, then operation (the fields are declared in key order for the JSON, not this).
@@ -199,61 +209,65 @@ impl PartialOrd for OutsideAccess {
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-pub struct Phase {
+pub(crate) struct Phase {
     #[serde(default)]
-    pub duration: f64,
+    pub(crate) duration: f64,
     #[serde(default)]
-    pub message: Option<String>,
-    pub outcome: String,
+    pub(crate) message: Option<String>,
+    pub(crate) outcome: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-pub struct ChangedPath {
-    pub change: String,
-    pub path: String,
+pub(crate) struct ChangedPath {
+    pub(crate) change: String,
+    pub(crate) path: String,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct TestEvent {
-    pub nodeid: String,
-    pub outcome: String,
+pub(crate) struct TestEvent {
+    pub(crate) nodeid: String,
+    pub(crate) outcome: String,
     #[serde(default)]
-    pub phases: BTreeMap<String, Phase>,
+    pub(crate) phases: BTreeMap<String, Phase>,
     #[serde(default)]
-    pub skip_reason: Option<String>,
+    pub(crate) skip_reason: Option<String>,
     #[serde(default)]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
+    /// What pytest's reports claimed, when a hook made them greener than what the test raised
+    /// (`outcome` is then what it raised).
     #[serde(default)]
-    pub reruns: u32,
+    pub(crate) reported: Option<String>,
     #[serde(default)]
-    pub writes_marker: Vec<String>,
+    pub(crate) reruns: u32,
     #[serde(default)]
-    pub start: f64,
+    pub(crate) writes_marker: Vec<String>,
     #[serde(default)]
-    pub end: f64,
+    pub(crate) start: f64,
     #[serde(default)]
-    pub trace: Trace,
+    pub(crate) end: f64,
     #[serde(default)]
-    pub changed: Vec<ChangedPath>,
+    pub(crate) trace: Trace,
+    #[serde(default)]
+    pub(crate) changed: Vec<ChangedPath>,
     /// The repository's code the test ran (`--fixgate-record` with `code`).
     #[serde(default)]
-    pub code: Option<CodeRan>,
+    pub(crate) code: Option<CodeRan>,
     /// Code was to be recorded and is not known (something replaced the trace function).
     #[serde(default)]
-    pub code_unknown: bool,
+    pub(crate) code_unknown: bool,
     /// Shared state the test left changed (`--fixgate-record` with `state`).
     #[serde(default)]
-    pub state: Vec<StateChange>,
+    pub(crate) state: Vec<StateChange>,
 }
 
 /// The repository's code objects that ran: repo-relative file, then the first line of each code
 /// object (its first decorator's line, as CPython numbers it; 0 for the module's body), sorted.
-pub type CodeRan = BTreeMap<String, Vec<u32>>;
+pub(crate) type CodeRan = BTreeMap<String, Vec<u32>>;
 
 /// Shared state a test left changed behind it, as the plugin's `state` list spells it
 /// (`kind:detail`, docs/plugin-protocol.md). Serialised in that spelling, in JSON and postcard.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum StateChange {
+pub(crate) enum StateChange {
     /// An environment variable set, changed or removed.
     Env(String),
     /// The working directory.
@@ -276,7 +290,7 @@ pub enum StateChange {
 }
 
 impl StateChange {
-    pub fn parse(text: &str) -> StateChange {
+    pub(crate) fn parse(text: &str) -> StateChange {
         let (kind, detail) = text.split_once(':').unwrap_or((text, ""));
         match kind {
             "env" => StateChange::Env(detail.to_string()),
@@ -299,7 +313,7 @@ impl StateChange {
     /// Whether any test at all may read it (the environment, the working directory, the
     /// import system, a thread that keeps running), as against a module's values or a file,
     /// whose readers the recording tells.
-    pub fn read_by_anyone(&self) -> bool {
+    pub(crate) fn read_by_anyone(&self) -> bool {
         !matches!(self, StateChange::Global { .. })
     }
 }

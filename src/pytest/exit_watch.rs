@@ -14,14 +14,14 @@ const CHECK_MS: u64 = 40;
 const FALLBACK_MS: u64 = 5;
 
 /// A pidfd of one child process, which becomes readable when the process exits.
-pub struct ExitWatch {
+pub(crate) struct ExitWatch {
     pidfd: Option<OwnedFd>,
     /// The pidfd said the process had exited: a wait that did not reap it must not spin.
     signalled: bool,
 }
 
 impl ExitWatch {
-    pub fn new(child: &Child) -> ExitWatch {
+    pub(crate) fn new(child: &Child) -> ExitWatch {
         let pid = child.id() as libc::pid_t;
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -36,7 +36,7 @@ impl ExitWatch {
     }
 
     /// Sleeps until the process exits or the next check is due.
-    pub fn pause(&mut self) {
+    pub(crate) fn pause(&mut self) {
         if let (Some(fd), false) = (&self.pidfd, self.signalled) {
             let mut p = libc::pollfd {
                 fd: fd.as_raw_fd(),

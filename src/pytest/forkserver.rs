@@ -38,23 +38,23 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 /// How the runs of this fixgate process were made: warm (forked from a zygote) or fresh, and why
 /// not warm. Counts are of pytest processes started, so benchmarks can tell the modes apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ForkSummary {
+pub(crate) struct ForkSummary {
     /// Why runs fell back to fresh processes (sorted, each once).
-    pub fallbacks: Vec<String>,
+    pub(crate) fallbacks: Vec<String>,
     /// Runs' processes forked from a zygote.
-    pub forks: u32,
+    pub(crate) forks: u32,
     /// pytest processes started fresh (collections, runs that did not fork).
-    pub fresh_processes: u32,
+    pub(crate) fresh_processes: u32,
     /// `fork` when any run forked, else `fresh`.
-    pub mode: String,
+    pub(crate) mode: String,
     /// Zygotes started (one per snapshot and job slot at most).
-    pub zygotes: u32,
+    pub(crate) zygotes: u32,
 }
 
 /// The counts behind a [`ForkSummary`]: kept by the context of one fixgate invocation and
 /// shared by every pool it makes, so that a report counts the runs of the heads before it too.
 #[derive(Debug, Default)]
-pub struct ForkStats {
+pub(crate) struct ForkStats {
     forks: AtomicU32,
     fresh: AtomicU32,
     zygotes: AtomicU32,
@@ -63,7 +63,7 @@ pub struct ForkStats {
 
 impl ForkStats {
     /// What the runs did so far (for the report).
-    pub fn summary(&self) -> ForkSummary {
+    pub(crate) fn summary(&self) -> ForkSummary {
         let forks = self.forks.load(Ordering::Relaxed);
         ForkSummary {
             fallbacks: self
@@ -123,7 +123,7 @@ pub(crate) struct Launch<'a> {
 /// between the base and the head; with one per slot, every switch would kill a zygote and
 /// collect again), idle ones kept for the next run of their snapshot. Dropping the pool kills
 /// them.
-pub struct Pool {
+pub(crate) struct Pool {
     /// `Some(reason)`: never fork (`FIXGATE_FORK=0`).
     disabled: Option<String>,
     /// How many zygotes may be alive at once.
@@ -451,7 +451,7 @@ impl Zygote {
         let mut collection = None;
         for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
-                Event::Collected { items } => {
+                Event::Collected { items, .. } => {
                     zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
                 }
                 Event::SessionTrace { trace } => collection = Some(trace),

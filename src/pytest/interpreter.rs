@@ -10,17 +10,17 @@ use crate::environment::Environment;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     /// Sorted `(name, version)` of every installed distribution.
-    pub distributions: Vec<(String, String)>,
-    pub executable: String,
-    pub pytest: String,
-    pub version: String,
+    pub(crate) distributions: Vec<(String, String)>,
+    pub(crate) executable: String,
+    pub(crate) pytest: String,
+    pub(crate) version: String,
 }
 
 impl Fingerprint {
     /// One hash for keys: changes when any field changes.
-    pub fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         let mut h = blake3::Hasher::new_derive_key("fixgate interpreter v1");
         for part in [&self.executable, &self.version, &self.pytest] {
             h.update(&(part.len() as u64).to_le_bytes());
@@ -37,17 +37,20 @@ impl Fingerprint {
 }
 
 #[derive(Clone, Debug)]
-pub struct Interpreter {
+pub(crate) struct Interpreter {
     /// What to execute: the path the user named or the one found.
-    pub path: PathBuf,
-    pub fingerprint: Fingerprint,
+    pub(crate) path: PathBuf,
+    pub(crate) fingerprint: Fingerprint,
     /// `site.getuserbase()` under the caller's HOME, kept for runs whose HOME moves.
-    pub user_base: Option<String>,
+    pub(crate) user_base: Option<String>,
+    /// The folders of its `sys.path`, canonical (site-packages, what `.pth` files add): a run
+    /// must be able to read them wherever they are, a private `/tmp` included.
+    pub(crate) sys_path: Vec<PathBuf>,
 }
 
 /// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
 /// `python3` on PATH.
-pub fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -> PathBuf {
+pub(crate) fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -> PathBuf {
     if let Some(p) = flag {
         // Runs start in a sandbox, so a relative path must be made absolute here, against the
         // directory the user typed it in. Not canonicalized: resolving a venv's symlinked
@@ -129,10 +132,11 @@ struct Remembered {
     version: u32,
     fingerprint: Fingerprint,
     user_base: Option<String>,
+    sys_path: Vec<PathBuf>,
     stamps: Vec<(String, i128, i128)>,
 }
 
-const REMEMBERED_VERSION: u32 = 1;
+const REMEMBERED_VERSION: u32 = 2;
 
 fn stamp(path: &Path) -> Option<(i128, i128)> {
     use std::os::unix::fs::MetadataExt;
@@ -164,7 +168,7 @@ static PREFETCHED: std::sync::Mutex<Option<Prefetched>> = std::sync::Mutex::new(
 /// Starts [`probe_cached`] on another thread: on a machine that has not remembered the
 /// interpreter, Python's start-up then overlaps the snapshots instead of preceding them. The
 /// next [`probe_cached`] for the same arguments takes the result.
-pub fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environment>) {
+pub(crate) fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environment>) {
     let (p, c) = (path.clone(), cache_dir.clone());
     let handle = std::thread::spawn(move || probe_cached_now(&p, &c, &env));
     *PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some((path, cache_dir, handle));
@@ -172,7 +176,11 @@ pub fn prefetch(path: PathBuf, cache_dir: PathBuf, env: std::sync::Arc<Environme
 
 /// [`probe`], reusing the fingerprint remembered under `cache_dir` while the interpreter's
 /// executable and `sys.path` directories are unchanged.
-pub fn probe_cached(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
+pub(crate) fn probe_cached(
+    path: &Path,
+    cache_dir: &Path,
+    env: &Environment,
+) -> Result<Interpreter> {
     let prefetched = PREFETCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some((p, c, handle)) = prefetched {
         // A prefetch thread that panicked is a bug there; probing again here still answers.
@@ -202,13 +210,14 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
                 path: path.to_path_buf(),
                 fingerprint: r.fingerprint,
                 user_base: r.user_base,
+                sys_path: r.sys_path,
             });
         }
     }
-    let (interpreter, paths) = probe_with_paths(path)?;
+    let interpreter = probe(path)?;
     let mut stamps = Vec::new();
     let exe = PathBuf::from(&interpreter.fingerprint.executable);
-    for p in std::iter::once(exe).chain(paths.iter().map(PathBuf::from)) {
+    for p in std::iter::once(exe).chain(interpreter.sys_path.iter().cloned()) {
         if let Some((m, c)) = stamp(&p) {
             stamps.push((p.display().to_string(), m, c));
         }
@@ -217,6 +226,7 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
         version: REMEMBERED_VERSION,
         fingerprint: interpreter.fingerprint.clone(),
         user_base: interpreter.user_base.clone(),
+        sys_path: interpreter.sys_path.clone(),
         stamps,
     };
     // Remembering only saves time: a failure to write is not worth a warning.
@@ -234,11 +244,7 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
 }
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
-pub fn probe(path: &Path) -> Result<Interpreter> {
-    probe_with_paths(path).map(|(i, _)| i)
-}
-
-fn probe_with_paths(path: &Path) -> Result<(Interpreter, Vec<String>)> {
+pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
     let out = Command::new(path)
         .args(["-c", PROBE])
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -267,17 +273,15 @@ fn probe_with_paths(path: &Path) -> Result<(Interpreter, Vec<String>)> {
             path.display()
         )));
     };
-    Ok((
-        Interpreter {
-            path: path.to_path_buf(),
-            fingerprint: Fingerprint {
-                executable: probe.executable,
-                version: probe.version,
-                pytest,
-                distributions: probe.distributions,
-            },
-            user_base: probe.user_base,
+    Ok(Interpreter {
+        path: path.to_path_buf(),
+        fingerprint: Fingerprint {
+            executable: probe.executable,
+            version: probe.version,
+            pytest,
+            distributions: probe.distributions,
         },
-        probe.paths,
-    ))
+        user_base: probe.user_base,
+        sys_path: probe.paths.into_iter().map(PathBuf::from).collect(),
+    })
 }

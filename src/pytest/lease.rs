@@ -9,9 +9,9 @@ use crate::repo_path::RepoPath;
 
 /// A fixture group changed by a test that does not hold its lease.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Violation {
-    pub files: Vec<ChangedPath>,
-    pub group: String,
+pub(crate) struct Violation {
+    pub(crate) files: Vec<ChangedPath>,
+    pub(crate) group: String,
 }
 
 /// A group changed by a test that does not hold its lease.

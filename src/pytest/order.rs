@@ -8,7 +8,7 @@ use crate::pytest::events::CollectedItem;
 
 /// The order of seed `seed`: 0 is collection order; any other seed is a Fisher–Yates shuffle of
 /// the non-serial tests. Serial tests keep their collection positions.
-pub fn seeded(items: &[CollectedItem], seed: u64) -> Vec<String> {
+pub(crate) fn seeded(items: &[CollectedItem], seed: u64) -> Vec<String> {
     let mut movable: Vec<&str> = items
         .iter()
         .filter(|i| !i.has_marker("serial"))
@@ -22,7 +22,7 @@ pub fn seeded(items: &[CollectedItem], seed: u64) -> Vec<String> {
 
 /// Collection order reversed, serial tests kept in place: with file order, it puts every pair
 /// of tests in both relative orders.
-pub fn reversed(items: &[CollectedItem]) -> Vec<String> {
+pub(crate) fn reversed(items: &[CollectedItem]) -> Vec<String> {
     let movable: Vec<&str> = items
         .iter()
         .filter(|i| !i.has_marker("serial"))
@@ -35,7 +35,7 @@ pub fn reversed(items: &[CollectedItem]) -> Vec<String> {
 /// Collection order with every test listed twice in a row (the nio order): each test runs
 /// again in the process where it just ran, so a test that breaks its own state fails the
 /// second time.
-pub fn twice(items: &[CollectedItem]) -> Vec<String> {
+pub(crate) fn twice(items: &[CollectedItem]) -> Vec<String> {
     items
         .iter()
         .flat_map(|i| [i.nodeid.clone(), i.nodeid.clone()])
@@ -78,7 +78,7 @@ fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
 }
 
 /// Fisher–Yates, ours: `SliceRandom::shuffle` has changed its output between rand releases.
-pub fn shuffle<T>(v: &mut [T], seed: u64) {
+pub(crate) fn shuffle<T>(v: &mut [T], seed: u64) {
     let mut rng = rng(seed);
     for i in (1..v.len()).rev() {
         let j = below(&mut rng, i as u64 + 1) as usize;

@@ -2,8 +2,8 @@
 //! before any run, loaded with `-p`.
 //!
 //! `fixgate_plugin`, the module `-p` names, is a short loader of the plugin's modules, split by
-//! concern (`fixgate_plugin_events`, `_trace`, `_classify`, `_lease`, `_rewrite`, `_deps`,
-//! `_state`, `_record`, `_forkserver`, `_options`, `_hooks`).
+//! concern (`fixgate_plugin_events`, `_outcome`, `_trace`, `_classify`, `_lease`, `_rewrite`,
+//! `_deps`, `_state`, `_record`, `_forkserver`, `_options`, `_hooks`).
 //! pytest rewrites the asserts of every module named with `-p`, from source, and runs write no
 //! bytecode, so naming the plugin itself would have every pytest process parse, rewrite and
 //! compile its 2,000 lines again (about 0.1 s). The loader runs each module from the bytecode
@@ -15,13 +15,14 @@ use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
 
-pub const MODULE: &str = "fixgate_plugin";
+pub(crate) const MODULE: &str = "fixgate_plugin";
 const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
 /// this order (keep its list in step).
-const MODULES: [(&str, &str); 11] = [
+const MODULES: [(&str, &str); 12] = [
     ("fixgate_plugin_events", include_str!("plugin/events.py")),
+    ("fixgate_plugin_outcome", include_str!("plugin/outcome.py")),
     ("fixgate_plugin_trace", include_str!("plugin/trace.py")),
     (
         "fixgate_plugin_classify",
@@ -41,7 +42,7 @@ const MODULES: [(&str, &str); 11] = [
 ];
 
 /// The files the plugin directory holds, by name: the shim, then every module.
-fn files() -> Vec<(String, &'static str)> {
+pub(crate) fn files() -> Vec<(String, &'static str)> {
     let mut out = vec![(format!("{MODULE}.py"), SHIM)];
     out.extend(
         MODULES
@@ -52,7 +53,7 @@ fn files() -> Vec<(String, &'static str)> {
 }
 
 /// The plugin's content hash: part of every run's key, since a new plugin may observe more.
-pub fn digest() -> String {
+pub(crate) fn digest() -> String {
     digest_of(&files())
 }
 
@@ -70,8 +71,8 @@ fn digest_of(files: &[(String, &str)]) -> String {
 /// The plugin on disk: the folder to put on `PYTHONPATH`, and the private folder that holds it
 /// when the cache directory is not writable (removed when the last run is done).
 #[derive(Debug)]
-pub struct Installed {
-    pub dir: PathBuf,
+pub(crate) struct Installed {
+    pub(crate) dir: PathBuf,
     _private: Option<tempfile::TempDir>,
 }
 
@@ -100,7 +101,7 @@ for name in sys.argv[2:]:
 /// (once per interpreter: `fingerprint` names it). When the cache directory is not writable, a
 /// private temporary folder of this process takes its place, never a folder other users
 /// share: whoever can write the plugin decides every run's outcome.
-pub fn install(
+pub(crate) fn install(
     cache_dir: &Path,
     temp_dir: &Path,
     python: &Path,

@@ -1,6 +1,6 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
-modules beside this file (events, trace, classify, lease, rewrite, deps, state, record,
-forkserver, options, hooks).
+modules beside this file (events, outcome, trace, classify, lease, rewrite, deps, state,
+record, forkserver, options, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. fixgate compiles each
@@ -22,6 +22,7 @@ _MAGIC = importlib.util.MAGIC_NUMBER
 # In dependency order: a module imports only modules listed before it.
 _MODULES = (
     "fixgate_plugin_events",
+    "fixgate_plugin_outcome",
     "fixgate_plugin_trace",
     "fixgate_plugin_classify",
     "fixgate_plugin_lease",

@@ -11,32 +11,32 @@ use crate::pytest::lease::Violation;
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
 /// differ by whether one was looked into.)
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunResult {
+pub(crate) struct RunResult {
     /// The order that executed, as the plugin recorded it.
-    pub executed: Vec<String>,
+    pub(crate) executed: Vec<String>,
     /// The plugin hit an internal error while tracing: some accesses may be missing, so the
     /// run must be treated as depending on the whole tree.
     #[serde(default)]
-    pub incomplete_trace: bool,
+    pub(crate) incomplete_trace: bool,
     /// Node id → position in `tests`, built on first use (audits look tests up thousands of
     /// times).
     #[serde(skip)]
     index: std::sync::OnceLock<HashMap<String, usize>>,
     /// The requested order.
-    pub order: Vec<String>,
+    pub(crate) order: Vec<String>,
     /// How many pytest processes the run took (more than one after a crash or a timeout).
-    pub processes: u32,
+    pub(crate) processes: u32,
     /// Why the code the run was to record is not known, when it is not.
     #[serde(default)]
-    pub recording_error: Option<String>,
+    pub(crate) recording_error: Option<String>,
     /// The repository's code that ran outside any test, in a run that recorded code (`None`:
     /// not recorded, or not known).
     #[serde(default)]
-    pub session_code: Option<CodeRan>,
+    pub(crate) session_code: Option<CodeRan>,
     /// File accesses outside any test (collection, session fixtures).
-    pub session_trace: Trace,
-    pub tests: Vec<TestResult>,
-    pub warnings: Vec<String>,
+    pub(crate) session_trace: Trace,
+    pub(crate) tests: Vec<TestResult>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl RunResult {
@@ -56,17 +56,17 @@ impl RunResult {
         }
     }
 
-    pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
+    pub(crate) fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
         self.test(nodeid).map(|t| t.outcome)
     }
 
     /// The result of one test. Call only once `tests` is final.
-    pub fn test(&self, nodeid: &str) -> Option<&TestResult> {
+    pub(crate) fn test(&self, nodeid: &str) -> Option<&TestResult> {
         self.position(nodeid).map(|i| &self.tests[i])
     }
 
     /// The second run of a test the order listed twice in a row (the nio order).
-    pub fn again(&self, nodeid: &str) -> Option<&TestResult> {
+    pub(crate) fn again(&self, nodeid: &str) -> Option<&TestResult> {
         let first = self.position(nodeid)?;
         self.tests
             .get(first + 1)
@@ -91,7 +91,7 @@ impl RunResult {
 /// The outcome of one test in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Passed,
     Failed,
     /// Setup or teardown failed.
@@ -109,7 +109,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn parse(s: &str) -> Outcome {
+    pub(crate) fn parse(s: &str) -> Outcome {
         match s {
             "passed" => Outcome::Passed,
             "failed" => Outcome::Failed,
@@ -120,7 +120,7 @@ impl Outcome {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Passed => "passed",
             Outcome::Failed => "failed",
@@ -152,7 +152,7 @@ impl Outcome {
 
     /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
     /// search and every base check.
-    pub fn is_green(self) -> bool {
+    pub(crate) fn is_green(self) -> bool {
         matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
     }
 }
@@ -162,38 +162,43 @@ impl Outcome {
 /// The fields of the types in a run report are declared in sorted order, so that serializing
 /// them directly gives sorted keys (see `cmd::run`, where a test pins it).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TestResult {
-    pub changed: Vec<ChangedPath>,
+pub(crate) struct TestResult {
+    pub(crate) changed: Vec<ChangedPath>,
     /// The repository's code the test ran, in a run that recorded it (`None`: not recorded, or
     /// not known).
     #[serde(default)]
-    pub code: Option<CodeRan>,
+    pub(crate) code: Option<CodeRan>,
     /// Wall-clock seconds since the epoch, like `start`.
-    pub end: f64,
-    pub message: Option<String>,
-    pub nodeid: String,
+    pub(crate) end: f64,
+    pub(crate) message: Option<String>,
+    pub(crate) nodeid: String,
     /// Which run of the test this is in a run that lists it twice in a row (the nio order): 0
     /// the first, 1 the second. Always written: run outputs are also kept in postcard, which
     /// has no field names and cannot skip one.
     #[serde(default)]
-    pub occurrence: u32,
-    pub outcome: Outcome,
-    pub phases: BTreeMap<String, Phase>,
-    pub reruns: u32,
-    pub skip_reason: Option<String>,
+    pub(crate) occurrence: u32,
+    pub(crate) outcome: Outcome,
+    pub(crate) phases: BTreeMap<String, Phase>,
+    /// What pytest's reports claimed when a hook (a conftest's `pytest_runtest_makereport`, a
+    /// `pytest_runtest_call` wrapper) made them greener than what the test raised; `outcome` is
+    /// what it raised.
+    #[serde(default)]
+    pub(crate) reported: Option<Outcome>,
+    pub(crate) reruns: u32,
+    pub(crate) skip_reason: Option<String>,
     /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
-    pub start: f64,
+    pub(crate) start: f64,
     /// Shared state it left changed, in a run that recorded it.
     #[serde(default)]
-    pub state: Vec<StateChange>,
-    pub trace: Trace,
-    pub violations: Vec<Violation>,
-    pub writes_marker: Vec<String>,
+    pub(crate) state: Vec<StateChange>,
+    pub(crate) trace: Trace,
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) writes_marker: Vec<String>,
 }
 
 impl TestResult {
     /// A result for a test whose process died or was killed before it reported.
-    pub fn missing(
+    pub(crate) fn missing(
         nodeid: &str,
         outcome: Outcome,
         message: String,
@@ -205,6 +210,7 @@ impl TestResult {
             occurrence: 0,
             outcome,
             phases: BTreeMap::new(),
+            reported: None,
             message: Some(message),
             skip_reason: None,
             reruns: 0,
@@ -226,6 +232,7 @@ impl TestResult {
             nodeid: t.nodeid,
             occurrence: 0,
             phases: t.phases,
+            reported: t.reported.as_deref().map(Outcome::parse),
             message: t.message,
             skip_reason: t.skip_reason,
             reruns: t.reruns,

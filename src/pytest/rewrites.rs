@@ -55,7 +55,7 @@ for line in sys.stdin.read().splitlines():
 "#;
 
 /// The rewrites of one interpreter, and what this process already made sure of.
-pub struct Rewrites {
+pub(crate) struct Rewrites {
     dir: PathBuf,
     python: PathBuf,
     temp_dir: PathBuf,
@@ -82,7 +82,7 @@ fn key(source: &[u8]) -> String {
 
 impl Rewrites {
     /// The rewrites of `python` under `dir` (one folder per interpreter fingerprint).
-    pub fn new(dir: PathBuf, python: PathBuf, temp_dir: PathBuf) -> Rewrites {
+    pub(crate) fn new(dir: PathBuf, python: PathBuf, temp_dir: PathBuf) -> Rewrites {
         Rewrites {
             dir,
             python,
@@ -92,14 +92,14 @@ impl Rewrites {
     }
 
     /// The folder runs read the rewrites from.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Makes the rewrite of every test module of `snapshot` (with `overlay` over it) that the
     /// folder lacks. Only speed depends on it: whatever fails here is rewritten by pytest in
     /// the run.
-    pub fn prepare(&self, snapshot: &Snapshot, overlay: &Overlay) {
+    pub(crate) fn prepare(&self, snapshot: &Snapshot, overlay: &Overlay) {
         let mut ident = blake3::Hasher::new_derive_key("fixgate rewrite snapshot v1");
         let mut modules: Vec<(&crate::snapshot::Entry, Option<&[u8]>)> = Vec::new();
         for e in &snapshot.entries {

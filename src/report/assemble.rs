@@ -57,9 +57,13 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
             added_by_patch: o.gates.added_by_patch.clone(),
             ..report::Freeze::default()
         },
-        graph: graph_summary(&o.run.graph.nodes),
+        graph: report::GraphSummary {
+            remote_executed: o.run.remote.as_ref().map_or(0, |r| r.actions as usize),
+            ..graph_summary(&o.run.graph.nodes)
+        },
         graph_dot: o.run.graph.to_dot(),
         pytest_processes: o.run.pytest_processes,
+        remote_execution: o.run.remote.clone(),
         forkserver: o.run.forkserver.clone(),
         containment: Some(o.run.containment),
         duration_seconds: o.run.duration_seconds,
@@ -69,6 +73,13 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
             .iter()
             .cloned()
             .chain(o.run.graph.warnings.iter().map(|w| format!("cache: {w}")))
+            .chain(
+                o.run
+                    .remote
+                    .iter()
+                    .flat_map(|r| &r.retried)
+                    .map(|r| format!("remote execution: tried again: {r}")),
+            )
             .collect(),
         ..AuditReport::default()
     };
@@ -115,8 +126,36 @@ fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], 
             head: r.head,
             base: r.base,
             reading: r.reading,
+            files: r.files.clone(),
         })
         .collect();
+    report
+        .fixtures
+        .changed
+        .extend(j.traced.iter().map(|c| report::ChangedFixture {
+            path: c.path.to_string(),
+            group: c.group.clone(),
+            change: c.change,
+        }));
+    report.base_suite = j.base_suite.as_ref().map(|b| report::BaseSuiteReport {
+        whole: b.whole,
+        reasons: b.reasons.clone(),
+        ran: b.ran,
+        tests: b
+            .tests
+            .iter()
+            .map(|t| report::BaseSuiteTest {
+                nodeid: t.nodeid.clone(),
+                at_head: t.at_head.word(),
+                head_nodeid: t.at_head.where_now().map(str::to_string),
+                head: t.at_head.outcome(),
+                replay: t.replay,
+                base: t.control,
+                reading: t.reading,
+                message: t.failure.clone(),
+            })
+            .collect(),
+    });
     report.source_replay = j
         .source_replay
         .iter()
@@ -144,7 +183,7 @@ fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], 
     for (f, d) in j.findings.iter().zip(dispositions) {
         report
             .findings
-            .push(finding(f, *d, j, repro::finding(f, &j.pairs)));
+            .push(finding(f, *d, j, repro::finding(f, j)));
     }
     for (p, f) in findings::edited_assertions(&j.pairs, &j.edited, &j.base_ids) {
         let d = verdict::disposition(&f, strict);

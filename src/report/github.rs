@@ -11,7 +11,7 @@ use super::human::finding_counts;
 use super::{AuditReport, Finding, TestReport};
 
 /// Renders the workflow commands, one a line.
-pub fn render(r: &AuditReport) -> String {
+pub(crate) fn render(r: &AuditReport) -> String {
     let by_id: BTreeMap<&str, &TestReport> =
         r.tests.iter().map(|t| (t.nodeid.as_str(), t)).collect();
     let mut out = String::new();

@@ -17,7 +17,7 @@ const WIDTH: usize = 100;
 
 /// Renders the human summary; `color` adds ANSI colors (the caller decides from `NO_COLOR` and
 /// whether stdout is a terminal).
-pub fn render(r: &AuditReport, color: bool) -> String {
+pub(crate) fn render(r: &AuditReport, color: bool) -> String {
     let paint = Paint(color);
     let mut out = String::new();
 
@@ -858,6 +858,7 @@ pub(crate) mod tests {
                     head: Passed,
                     base: Failed,
                     reading: Reading::Redefined,
+                    files: Vec::new(),
                 }],
             },
             budget: Budget {

@@ -13,7 +13,7 @@ use super::{AuditReport, Finding, TestReport};
 use crate::audit::triage::Bucket;
 
 /// Renders the JUnit document.
-pub fn render(r: &AuditReport) -> String {
+pub(crate) fn render(r: &AuditReport) -> String {
     let tests: Vec<Case> = r.tests.iter().map(|t| test_case(r, t)).collect();
     let findings: Vec<Case> = r
         .findings

@@ -17,7 +17,7 @@ use crate::audit::replay::Reading;
 use crate::audit::triage::Bucket;
 
 /// Renders the PR comment.
-pub fn render(r: &AuditReport) -> String {
+pub(crate) fn render(r: &AuditReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

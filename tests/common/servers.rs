@@ -89,6 +89,24 @@ fn install_lock(name: &str) -> std::fs::File {
     lock
 }
 
+/// `apt-get install PACKAGE`, after `apt-get update` when the first try fails; what it did is
+/// checked by the caller.
+fn apt_install(package: &str) {
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !apt(&["install", "-y", "-qq", package]) {
+        apt(&["update", "-qq"]);
+        apt(&["install", "-y", "-qq", package]);
+    }
+}
+
 fn installed_nginx() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
         .iter()
@@ -103,19 +121,7 @@ fn find_nginx() -> PathBuf {
     }
     let _lock = install_lock("nginx-install");
     if installed_nginx().is_none() {
-        let apt = |args: &[&str]| {
-            Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !apt(&["install", "-y", "-qq", "nginx"]) {
-            apt(&["update", "-qq"]);
-            apt(&["install", "-y", "-qq", "nginx"]);
-        }
+        apt_install("nginx");
     }
     installed_nginx().unwrap_or_else(|| {
         panic!(
@@ -257,6 +263,369 @@ pub fn buildgrid() -> Server {
     Server {
         url: format!("grpc://127.0.0.1:{port}"),
         data: dir.path().join("no-data-dir"),
+        child: Some(child),
+        log,
+        _dir: dir,
+    }
+}
+
+/// The `initdb` and `postgres` of Debian's PostgreSQL (installed with apt-get, as `.ci/run`
+/// does, when missing and this user may).
+fn find_postgres() -> (PathBuf, PathBuf) {
+    let installed = || {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|rd| rd.flatten().map(|e| e.path().join("bin")).collect())
+            .unwrap_or_default();
+        versions.sort();
+        versions
+            .into_iter()
+            .rev()
+            .find(|b| b.join("initdb").exists() && b.join("postgres").exists())
+            .map(|b| (b.join("initdb"), b.join("postgres")))
+    };
+    if let Some(found) = installed() {
+        return found;
+    }
+    let _lock = install_lock("postgresql-install");
+    if installed().is_none() {
+        apt_install("postgresql");
+    }
+    installed().unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL is not installed and `apt-get install postgresql` did not install it; \
+             the remote-execution tests need it for BuildGrid's scheduler: install Debian's \
+             postgresql (/usr/lib/postgresql/*/bin/initdb), or run .ci/run, which installs it"
+        )
+    })
+}
+
+/// A PostgreSQL server on a free loopback port, its data in a temporary directory, trusting
+/// local connections of the user `fixgate`. Dropping it stops it (immediate shutdown by PID).
+pub struct Postgres {
+    pub port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    /// What BuildGrid connects with (psycopg2: its notifier needs that driver).
+    pub fn url(&self) -> String {
+        format!(
+            "postgresql+psycopg2://fixgate@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGQUIT: the postmaster's immediate shutdown, which ends its backends too.
+            unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// As `postgres`: initdb and the server refuse to run as root, so as root they run as the
+/// `postgres` user (which the Debian package makes), else as the caller.
+fn as_postgres_user(program: &Path) -> Command {
+    if unsafe { libc::geteuid() } != 0 {
+        return Command::new(program);
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=postgres",
+        "--regid=postgres",
+        "--init-groups",
+        "--",
+    ])
+    .arg(program);
+    cmd
+}
+
+pub fn postgres() -> Postgres {
+    use std::os::unix::fs::PermissionsExt;
+    let (initdb, server) = find_postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let status = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&data)
+            .status()
+            .expect("chown runs");
+        assert!(status.success(), "chown postgres {}", data.display());
+    }
+    let log = dir.path().join("postgres.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let status = as_postgres_user(&initdb)
+        .arg("-D")
+        .arg(&data)
+        .args(["-A", "trust", "-U", "fixgate", "--no-sync", "-E", "UTF8"])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out.try_clone().unwrap())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", initdb.display()));
+    assert!(
+        status.success(),
+        "initdb failed:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let port = free_port();
+    let mut child = as_postgres_user(&server)
+        .arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string()])
+        // TCP on loopback only, no socket directory to share; durability is not the point.
+        .args([
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+        ])
+        .args([
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ])
+        .args(["-c", "max_connections=200"])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
+    wait_for_port(
+        port,
+        &mut child,
+        &log,
+        "PostgreSQL",
+        Duration::from_secs(60),
+    );
+    Postgres {
+        port,
+        child: Some(child),
+        log,
+        _dir: dir,
+    }
+}
+
+/// BuildGrid's interpreter can import its PostgreSQL driver (`buildgrid[database]`),
+/// installed into the venv when it cannot.
+fn ensure_psycopg(bgd: &Path) {
+    let python = bgd.with_file_name("python");
+    let has = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import psycopg2"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has(&python) {
+        return;
+    }
+    let _lock = install_lock("buildgrid-install");
+    if !has(&python) {
+        let _ = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("buildgrid[database]==0.4.4")
+            .status();
+    }
+    assert!(
+        has(&python),
+        "BuildGrid's PostgreSQL driver is missing and pip could not install it: run \
+         `target/buildgrid-venv/bin/python -m pip install 'buildgrid[database]==0.4.4'` (or \
+         .ci/run, which does)"
+    );
+}
+
+/// BuildGrid with its execution service (and Bots) on `pg`'s SQL scheduler, an in-memory CAS
+/// and ActionCache. A bot silent for `keepalive` seconds is lost, and BuildGrid queues its job
+/// again (0.4.4 parses `max-job-attempts` but never hands it to its scheduler): the client sees
+/// the job back in the queue, withdraws it and tries once more. Jobs may ask for `pool` (matched against workers) and carry
+/// fixgate's own properties and a container image (for the worker to honour or refuse).
+pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
+    let bgd = find_bgd();
+    ensure_psycopg(&bgd);
+    let python = bgd.with_file_name("python");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bgd.log");
+    let migrate = Command::new(&python)
+        .arg(&bgd)
+        .args(["migrate", "apply", &pg.url()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bgd.display()));
+    assert!(
+        migrate.status.success(),
+        "bgd migrate apply failed:\n{}\n{}\nPostgreSQL said:\n{}",
+        String::from_utf8_lossy(&migrate.stdout),
+        String::from_utf8_lossy(&migrate.stderr),
+        pg.log()
+    );
+    let port = free_port();
+    let conf = format!(
+        "server:\n  - !channel\n    address: \"127.0.0.1:{port}\"\n    insecure-mode: true\n\
+         authorization:\n  method: none\n\
+         connections:\n  - !sql-connection &sql\n    connection-string: {url}\n\
+         \x20   pool-size: 10\n    max-overflow: 20\n\
+         storages:\n  - !lru-storage &cas\n    size: 512MB\n\
+         caches:\n  - !lru-action-cache &ac\n    storage: *cas\n    max-cached-refs: 100000\n\
+         \x20   allow-updates: true\n    cache-failed-actions: true\n\
+         schedulers:\n  - !sql-scheduler &sched\n    sql: *sql\n    storage: *cas\n\
+         \x20   action-cache: *ac\n\
+         \x20   property-set: !dynamic-property-set\n\
+         \x20     match-property-keys: [pool]\n\
+         \x20     wildcard-property-keys: [fixgate-interpreter, fixgate-network, container-image]\n\
+         \x20   bot-session-keepalive-timeout: {keepalive}\n\
+         \x20   session-expiry-timer-interval: 0.5\n\
+         \x20   poll-interval: 0.05\n    bot-poll-interval: 0.05\n\
+         instances:\n  - name: \"\"\n    services:\n      - !action-cache\n        cache: *ac\n\
+         \x20     - !execution\n        scheduler: *sched\n\
+         \x20     - !cas\n        storage: *cas\n      - !bytestream\n        storage: *cas\n",
+        url = pg.url(),
+    );
+    let conf_path = dir.path().join("buildgrid.yml");
+    std::fs::write(&conf_path, conf).unwrap();
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(&python)
+        .arg(&bgd)
+        .args(["server", "start"])
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bgd.display()));
+    wait_for_port(
+        port,
+        &mut child,
+        &log,
+        "BuildGrid",
+        Duration::from_secs(120),
+    );
+    Server {
+        url: format!("grpc://127.0.0.1:{port}"),
+        data: dir.path().join("no-data-dir"),
+        child: Some(child),
+        log,
+        _dir: dir,
+    }
+}
+
+/// A `fixgate worker` serving `server`; dropping it stops it (SIGTERM, then SIGKILL, by PID).
+pub struct Worker {
+    pub bot_id: String,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    /// What it printed: one line per lease it ran.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The folder its actions are materialized in, one folder each.
+    pub fn work_dir(&self) -> PathBuf {
+        self._dir.path().join("work")
+    }
+
+    /// How many leases it started.
+    pub fn leases(&self) -> usize {
+        self.log().matches(": running lease ").count()
+    }
+
+    /// Kills it at once (SIGKILL, by PID), as a machine that dies mid-action.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `fixgate worker` for `server` with `properties`, and waits for its session.
+pub fn worker(server: &Server, bot_id: &str, properties: &[&str]) -> Worker {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("worker.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
+    cmd.args(["worker", "--server", &server.url, "--bot-id", bot_id])
+        .arg("--work-dir")
+        .arg(dir.path().join("work"))
+        .env("FIXGATE_CACHE_DIR", dir.path().join("cache"));
+    for p in properties {
+        cmd.args(["--property", p]);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("start fixgate worker");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains(": session ")
+    {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "fixgate worker exited ({status}) before its session:\n{}\nBuildGrid said:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default(),
+                server.log()
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "fixgate worker made no session within 60 s:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Worker {
+        bot_id: bot_id.to_owned(),
         child: Some(child),
         log,
         _dir: dir,

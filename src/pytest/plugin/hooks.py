@@ -11,6 +11,7 @@ import traceback
 import pytest
 
 import fixgate_plugin_forkserver as _forkserver
+import fixgate_plugin_outcome as _outcome
 import fixgate_plugin_options as _options
 import fixgate_plugin_trace as _trace
 from fixgate_plugin_record import Recording
@@ -20,6 +21,7 @@ from fixgate_plugin_events import (
     _JSON_STRING,
     PROTOCOL_VERSION,
     _error_line,
+    _first_line,
     _is_subtest_report,
     _jsonable,
     _longrepr_text,
@@ -119,7 +121,6 @@ def pytest_configure(config):
     config.pluginmanager.register(plugin, "fixgate-session")
 
 
-
 class _TwiceInARow(object):
     """What running an item a second time in a row (the nio order) needs, so that the second run
     starts from what the first one started from, as it would in a fresh slot."""
@@ -150,23 +151,26 @@ class _TwiceInARow(object):
             item.dtest.globs.update(saved)
 
 
-class _FixgatePlugin(object):
-    def __init__(self, config):
+class _Run(object):
+    """One ordered run: its events file, its order and watch files, its lease and classifier, and
+    what it has done so far. A fresh process makes one at configure time; a child of the fork
+    server (fixgate_plugin_forkserver) closes the zygote's and makes its own after the fork, so
+    nothing of one run is reset by hand into the next."""
+
+    def __init__(self, config, root, absolute, events, order, watch):
         self.config = config
+        self.root = root
         self.pid = os.getpid()
         self.fd = None
         self.lock = threading.Lock()
         self.order = None
-        self.executed = []
+        self.executed = []  # node ids, as each test's protocol starts
         self.index = 0
-        self.current = None  # per-test state while a test's protocol runs
-        self.session_trace = set()
+        self.current = None  # the _Test whose protocol runs now
         self.lease = None
         self.classifier = None
-        self.collect_event = bool(config.getoption("fixgate_collect", False))
         self.internal_errors = 0
         self.finished = False
-        self.order_state = None  # None: not applied yet, "ok", "failed"
         # The order the reader knows (the order file, or the collected event), and the last
         # test reported: test_start is written only when the reader cannot tell which test
         # runs next (the first test, or one out of the announced order).
@@ -174,57 +178,17 @@ class _FixgatePlugin(object):
         self.announced_pos = None
         self.last_reported = None
         self.interrupted_in = None  # the test a clean session end interrupted, if any
-        self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
-
-        try:
-            invocation = str(config.invocation_params.dir)
-        except AttributeError:
-            invocation = os.getcwd()
-
-        def absolute(p):
-            return os.path.normpath(os.path.join(invocation, os.path.expanduser(p)))
-
-        self._absolute = absolute
-
-        root = config.getoption("fixgate_root", None)
-        if root is None:
-            root = str(config.rootpath)
-        self.root = absolute(root)
-
-        self.forkserver_fd = config.getoption("fixgate_forkserver", None)
-        self._open_run(
-            config.getoption("fixgate_events", None),
-            config.getoption("fixgate_order", None),
-            config.getoption("fixgate_watch", None),
-        )
-        if self.fd is None:
-            return  # ordering only: no trace, no lease
-
-        # What was loaded before the hook could see it (conftest.py files, plugins, the
-        # configuration file) belongs to the session too.
-        self.preloaded = list(sys.modules)
-        for name in self.preloaded:
-            self.session_trace.add(("modname", name))
-        inipath = getattr(config, "inipath", None)
-        if inipath is not None:
-            self.session_trace.add(("read", os.path.abspath(str(inipath))))
-        _trace._TRACE = self.session_trace
-        what = config.getoption("fixgate_record", None)
-        if what is not None:
-            self.recording = Recording(self.classifier, what)
-        if not _trace._HOOK_INSTALLED:
-            sys.addaudithook(_trace._audit_hook)
-            _trace._HOOK_INSTALLED = True
-
-    def _open_run(self, events, order, watch):
-        """The part of the set-up that belongs to one ordered run: the events file, the order,
-        the lease and the classifier. A fresh process does it at configure time; a child of the
-        fork server (fixgate_plugin_forkserver) does it again after the fork."""
-        absolute = self._absolute
         self.events_path = absolute(events) if events is not None else None
         self.order_path = absolute(order) if order is not None else None
         self.watch_path = absolute(watch) if watch is not None else None
+        self._open(absolute)
 
+    @property
+    def streaming(self):
+        """Whether this run writes events (with `--fixgate-order` alone it only orders)."""
+        return self.fd is not None
+
+    def _open(self, absolute):
         if self.events_path is not None:
             try:
                 self.fd = os.open(
@@ -255,13 +219,13 @@ class _FixgatePlugin(object):
         try:
             if self.order_path is not None:
                 self.order = self._read_order(self.order_path)
-                self._announce(self.order)
+                self.announce(self.order)
             if self.watch_path is not None:
                 watch_roots = self._read_watch(self.watch_path)
         except pytest.UsageError:
             # pytest stops before the session starts: end the stream here
             self.emit({"event": "finish", "exitstatus": int(pytest.ExitCode.USAGE_ERROR)})
-            self._close()
+            self.close()
             raise
 
         if self.fd is None:
@@ -269,89 +233,41 @@ class _FixgatePlugin(object):
 
         ignored = [self.events_path, self.order_path, self.watch_path]
         self.classifier = _Classifier(self.root, [p for p in ignored if p])
-
         if watch_roots is not None:
-            root_real = os.path.realpath(self.root)
+            self._open_lease(absolute, watch_roots, ignored)
 
-            def spellings(p):
-                # the lease compares paths spelled from the root: add that spelling too
-                out = set([p, os.path.realpath(p)])
-                real = os.path.realpath(p)
-                if real.startswith(root_real + os.sep):
-                    out.add(os.path.join(self.root, real[len(root_real) + 1 :]))
-                return out
+    def _open_lease(self, absolute, watch_roots, ignored):
+        root_real = os.path.realpath(self.root)
 
-            excl_dirs = set()
-            tmp = os.environ.get("TMPDIR")
-            if tmp:
-                excl_dirs.update(spellings(absolute(tmp)))
-            excl_files = set()
-            for p in ignored:
-                if p:
-                    excl_files.update(spellings(p))
-            mode = os.environ.get("FIXGATE_LEASE_MODE", "auto")
-            if mode not in ("auto", "scan", "inotify"):
-                mode = "auto"
-            try:
-                self.lease = _Lease(self.root, watch_roots, excl_files, excl_dirs, mode)
-            except ValueError as e:
-                self.emit({"event": "finish", "exitstatus": int(pytest.ExitCode.USAGE_ERROR)})
-                self._close()
-                raise pytest.UsageError("fixgate: --fixgate-watch %s: %s" % (self.watch_path, e))
-            # roots that hold temporary files of the run are excluded unless named directly
-            self.lease.exclude_dirs = set(
-                d for d in excl_dirs if not any(d == a for a, _ in self.lease.roots)
-            )
+        def spellings(p):
+            # the lease compares paths spelled from the root: add that spelling too
+            out = set([p, os.path.realpath(p)])
+            real = os.path.realpath(p)
+            if real.startswith(root_real + os.sep):
+                out.add(os.path.join(self.root, real[len(root_real) + 1 :]))
+            return out
 
-    def _emit_collection_trace(self):
-        """The zygote's session trace so far (its collection), for fixgate to tell whether a run
-        may continue after a crash in a forked child: only when nothing collection read has
-        changed since. Rendered with tracing off; the recorded set stays as it is. Not sent
-        when modules of the tree were imported before the hook could see them (conftest.py
-        files pytest loads before configuring plugins): what they read is unknown."""
-        roots = tuple(r + os.sep for r in (self.root, os.path.realpath(self.root)))
-        for name in self.preloaded:
-            path = getattr(sys.modules.get(name), "__file__", None)
-            if isinstance(path, str) and os.path.abspath(path).startswith(roots):
-                return
-        saved = _trace._TRACE
-        _trace._TRACE = None
+        excl_dirs = set()
+        tmp = os.environ.get("TMPDIR")
+        if tmp:
+            excl_dirs.update(spellings(absolute(tmp)))
+        excl_files = set()
+        for p in ignored:
+            if p:
+                excl_files.update(spellings(p))
+        mode = os.environ.get("FIXGATE_LEASE_MODE", "auto")
+        if mode not in ("auto", "scan", "inotify"):
+            mode = "auto"
         try:
-            trace = self.classifier.render(set(self.session_trace))
-        except Exception:
-            trace = None
-            self.internal("collection trace")
-        finally:
-            _trace._TRACE = saved
-        if trace is not None:
-            self.emit({"event": "session_trace", "trace": trace})
-
-    def _begin_forked_run(self, session, command):
-        """In a child of the fork server: become the process a fresh `pytest --fixgate-order`
-        would be right after collection. The collection trace (inherited) stays the session's,
-        as a fresh process records its own collection there; everything of one run is new."""
-        self._close()
-        self.pid = os.getpid()
-        self.forkserver_fd = None
-        self.order = None
-        self.executed = []
-        self.index = 0
-        self.current = None
-        self.lease = None
-        self.collect_event = False
-        self.internal_errors = 0
-        self.finished = False
-        self.announced = None
-        self.announced_pos = None
-        self.last_reported = None
-        self.interrupted_in = None
-        self._open_run(command.get("events"), command.get("order"), command.get("watch"))
-        if self.recording is not None:
-            self.recording.forked(command.get("record"))
-        self.order_state = "failed"
-        self._apply_order(self.config, session.items)
-        self.order_state = "ok"
-        _trace._TRACE = self.session_trace
+            self.lease = _Lease(self.root, watch_roots, excl_files, excl_dirs, mode)
+        except ValueError as e:
+            self.emit({"event": "finish", "exitstatus": int(pytest.ExitCode.USAGE_ERROR)})
+            self.close()
+            raise pytest.UsageError("fixgate: --fixgate-watch %s: %s" % (self.watch_path, e))
+        # roots that hold temporary files of the run are excluded unless named directly
+        self.lease.exclude_dirs = set(
+            d for d in excl_dirs if not any(d == a for a, _ in self.lease.roots)
+        )
 
     # ---- configuration files ----------------------------------------------------------------
 
@@ -408,6 +324,20 @@ class _FixgatePlugin(object):
                 )
         return roots
 
+    # ---- the announced order ------------------------------------------------------------------
+
+    def announce(self, nodeids):
+        self.announced = nodeids
+        self.announced_pos = dict((n, i) for i, n in enumerate(nodeids))
+
+    def announced_next(self, nodeid):
+        """Whether the reader, having seen the result of the last reported test, expects
+        `nodeid` to run now."""
+        if self.last_reported is None or self.announced is None:
+            return False
+        i = self.announced_pos.get(self.last_reported)
+        return i is not None and i + 1 < len(self.announced) and self.announced[i + 1] == nodeid
+
     # ---- events -------------------------------------------------------------------------------
 
     def emit(self, obj):
@@ -452,28 +382,234 @@ class _FixgatePlugin(object):
             }
         )
 
-    def _drain_hook_errors(self):
-        while _trace._HOOK_ERRORS:
-            msg = _trace._HOOK_ERRORS.pop(0)
+    def drain_hook_errors(self):
+        for msg in _trace.drain_errors():
             self.emit({"event": "error", "kind": "internal", "message": "fixgate plugin: " + msg})
+
+    def close(self):
+        with self.lock:
+            if self.fd is not None:
+                try:
+                    os.close(self.fd)
+                except OSError:
+                    pass
+                self.fd = None
+
+
+class _Test(object):
+    """One test's record while its protocol runs: the phase reports pytest logged, and what each
+    phase's call raised as the plugin saw it first (see `pytest_runtest_makereport`)."""
+
+    __slots__ = (
+        "nodeid",
+        "index",
+        "reports",
+        "raised",
+        "reruns",
+        "rerun_messages",
+        "start",
+        "end",
+        "trace",
+        "subtest_failure",
+        "wrapped",
+    )
+
+    def __init__(self, nodeid, index):
+        self.nodeid = nodeid
+        self.index = index
+        self.reports = {}
+        self.raised = {}  # when -> Phase, from the call's own exception
+        self.reruns = 0
+        self.rerun_messages = []
+        self.start = time.time()
+        self.end = None
+        self.trace = set()
+        self.subtest_failure = None
+        self.wrapped = []  # (name, the item's own attribute or None) the plugin stands in for
+
+
+_SKIP_EXCEPTION = pytest.skip.Exception
+_XFAIL_EXCEPTION = pytest.xfail.Exception
+
+
+def _exception_kind(exc):
+    """What an exception raised by a phase means, as `fixgate_plugin_outcome.raised` takes it."""
+    if isinstance(exc, _XFAIL_EXCEPTION):
+        return "xfail"
+    if isinstance(exc, _SKIP_EXCEPTION):
+        return "skip"
+    unittest = sys.modules.get("unittest")
+    if unittest is not None and isinstance(exc, unittest.SkipTest):
+        return "skip"
+    return "fail"
+
+
+def _raised_phase(exc):
+    """The phase an exception (None: nothing raised) says."""
+    if exc is None:
+        return _outcome.PASSED
+    try:
+        text = "%s: %s" % (type(exc).__name__, exc) if not isinstance(
+            exc, (_SKIP_EXCEPTION, _XFAIL_EXCEPTION)
+        ) else str(getattr(exc, "msg", exc))
+    except Exception:
+        text = type(exc).__name__
+    return _outcome.raised(_exception_kind(exc), _first_line(text))
+
+
+def _watching(inner, item, raised, key):
+    """`inner` (an item's bound setup or runtest), noting in `raised[key]` what it raised."""
+
+    def call():
+        try:
+            inner()
+        except BaseException as e:
+            raised[key] = _raised_phase(e)
+            raise
+        pending = getattr(item, "_excinfo", None)
+        if pending:
+            raised[key] = _raised_phase(pending[0].value)
+
+    return call
+
+
+def _redder(a, b):
+    """Of two phases, the one that says less green (a failure over a skip over a pass)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if _outcome.altered(b, a, False) else a
+
+
+def _reported_phase(report):
+    xfail = getattr(report, "wasxfail", None)
+    return _outcome.Phase(
+        report.outcome,
+        None if xfail is None else str(xfail),
+        _skip_reason(report) if report.skipped else None,
+        _report_message(report),
+    )
+
+
+class _FixgatePlugin(object):
+    """The hooks of a session: collection, ordering, each test's record and the session's end.
+    What belongs to one ordered run is on `self.run`."""
+
+    def __init__(self, config):
+        self.config = config
+        self.session_trace = set()
+        self.collect_event = bool(config.getoption("fixgate_collect", False))
+        self.order_state = None  # None: not applied yet, "ok", "failed"
+        # With --collect-only: the node ids of every item collection produced, before any
+        # plugin deselected or dropped some (pytest_itemcollected sees each item as it is made).
+        self.collected_ids = [] if self.collect_event and config.option.collectonly else None
+        self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
+
+        try:
+            invocation = str(config.invocation_params.dir)
+        except AttributeError:
+            invocation = os.getcwd()
+
+        def absolute(p):
+            return os.path.normpath(os.path.join(invocation, os.path.expanduser(p)))
+
+        self._absolute = absolute
+
+        root = config.getoption("fixgate_root", None)
+        if root is None:
+            root = str(config.rootpath)
+        self.root = absolute(root)
+
+        self.forkserver_fd = config.getoption("fixgate_forkserver", None)
+        self.run = _Run(
+            config,
+            self.root,
+            absolute,
+            config.getoption("fixgate_events", None),
+            config.getoption("fixgate_order", None),
+            config.getoption("fixgate_watch", None),
+        )
+        self.preloaded = []
+        if not self.run.streaming:
+            return  # ordering only: no trace, no lease
+
+        # What was loaded before the hook could see it (conftest.py files, plugins, the
+        # configuration file) belongs to the session too.
+        self.preloaded = list(sys.modules)
+        for name in self.preloaded:
+            self.session_trace.add(("modname", name))
+        inipath = getattr(config, "inipath", None)
+        if inipath is not None:
+            self.session_trace.add(("read", os.path.abspath(str(inipath))))
+        _trace.record_into(self.session_trace)
+        what = config.getoption("fixgate_record", None)
+        if what is not None:
+            self.recording = Recording(self.run.classifier, what)
+        _trace.install()
+
+    def _emit_collection_trace(self):
+        """The zygote's session trace so far (its collection), for fixgate to tell whether a run
+        may continue after a crash in a forked child: only when nothing collection read has
+        changed since. Rendered with tracing off; the recorded set stays as it is. Not sent
+        when modules of the tree were imported before the hook could see them (conftest.py
+        files pytest loads before configuring plugins): what they read is unknown."""
+        roots = tuple(r + os.sep for r in (self.root, os.path.realpath(self.root)))
+        for name in self.preloaded:
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(path, str) and os.path.abspath(path).startswith(roots):
+                return
+        saved = _trace.record_into(None)
+        try:
+            trace = self.run.classifier.render(set(self.session_trace))
+        except Exception:
+            trace = None
+            self.run.internal("collection trace")
+        finally:
+            _trace.record_into(saved)
+        if trace is not None:
+            self.run.emit({"event": "session_trace", "trace": trace})
+
+    def _begin_forked_run(self, session, command):
+        """In a child of the fork server: become the process a fresh `pytest --fixgate-order`
+        would be right after collection. The collection trace (inherited) stays the session's,
+        as a fresh process records its own collection there; everything of one run is new."""
+        self.run.close()
+        self.forkserver_fd = None
+        self.collect_event = False
+        self.run = _Run(
+            self.config,
+            self.root,
+            self._absolute,
+            command.get("events"),
+            command.get("order"),
+            command.get("watch"),
+        )
+        if self.recording is not None:
+            self.recording.forked(command.get("record"))
+        self.order_state = "failed"
+        self._apply_order(self.config, session.items)
+        self.order_state = "ok"
+        _trace.record_into(self.session_trace)
 
     # ---- collection -----------------------------------------------------------------------------
 
     def _apply_order(self, config, items):
+        order = self.run.order
         by_id = {}
         for it in items:
             by_id.setdefault(it.nodeid, it)
-        missing = [n for n in self.order if n not in by_id]
+        missing = [n for n in order if n not in by_id]
         if missing:
             msg = "fixgate: --fixgate-order lists %d node id(s) that were not collected: %s" % (
                 len(missing),
                 ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""),
             )
-            self.emit(
+            self.run.emit(
                 {"event": "error", "kind": "unknown-nodeid", "message": msg, "nodeids": missing}
             )
             raise pytest.UsageError(msg)
-        new = [by_id[n] for n in self.order]
+        new = [by_id[n] for n in order]
         keep = set(id(it) for it in new)
         deselected = [it for it in items if id(it) not in keep]
         items[:] = new
@@ -484,10 +620,14 @@ class _FixgatePlugin(object):
             # path of every other run.
             config.pluginmanager.register(_TwiceInARow(), "fixgate-twice")
 
+    def pytest_itemcollected(self, item):
+        if self.collected_ids is not None:
+            self.collected_ids.append(item.nodeid)
+
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_collection_modifyitems(self, session, config, items):
         outcome = yield
-        if self.order is None or outcome.excinfo is not None:
+        if self.run.order is None or outcome.excinfo is not None:
             self.order_state = "failed"
             return
         self.order_state = "failed"
@@ -496,44 +636,40 @@ class _FixgatePlugin(object):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session):
+        run = self.run
         # A wrapper registered after ours sits outside it and could still have reordered the
         # items: check, and apply the order once more.
-        if self.order is not None and self.order_state == "ok":
-            if [it.nodeid for it in session.items] != self.order:
+        if run.order is not None and self.order_state == "ok":
+            if [it.nodeid for it in session.items] != run.order:
                 self.order_state = "failed"
                 self._apply_order(self.config, session.items)
                 self.order_state = "ok"
-        if self.order is not None and self.order_state != "ok":
+        if run.order is not None and self.order_state != "ok":
             return
-        if self.collect_event and self.fd is not None:
+        if self.collect_event and run.streaming:
             try:
                 nodeids = [it.nodeid for it in session.items]
                 if self.config.getoption("collectonly", False):
                     items = [self._item_info(it) for it in session.items]
-                    self.emit({"event": "collected", "items": items})
+                    event = {"event": "collected", "items": items}
+                    # Items collected and then taken out of the session: by -k, -m, --deselect
+                    # or a pytest_collection_modifyitems hook, whether or not it said so.
+                    kept = set(nodeids)
+                    dropped = [n for n in self.collected_ids or () if n not in kept]
+                    if dropped:
+                        event["deselected"] = dropped
+                    run.emit(event)
                 else:
                     # A run that collects for itself needs only the order: files, lines and
                     # markers cost a tenth of a millisecond per test.
-                    self.write_line(
+                    run.write_line(
                         '{"event":"collected","items":[%s]}'
                         % ",".join('{"nodeid":%s}' % _JSON_STRING(_path_text(n)) for n in nodeids)
                     )
-                if self.announced is None and self.fd is not None:
-                    self._announce(nodeids)
+                if run.announced is None and run.streaming:
+                    run.announce(nodeids)
             except Exception:
-                self.internal("collected event")
-
-    def _announce(self, nodeids):
-        self.announced = nodeids
-        self.announced_pos = dict((n, i) for i, n in enumerate(nodeids))
-
-    def _announced_next(self, nodeid):
-        """Whether the reader, having seen the result of the last reported test, expects
-        `nodeid` to run now."""
-        if self.last_reported is None or self.announced is None:
-            return False
-        i = self.announced_pos.get(self.last_reported)
-        return i is not None and i + 1 < len(self.announced) and self.announced[i + 1] == nodeid
+                run.internal("collected event")
 
     def _item_info(self, item):
         path = getattr(item, "path", None)
@@ -541,7 +677,7 @@ class _FixgatePlugin(object):
             path = getattr(item, "fspath", None)
         file = None
         if path is not None:
-            kind, text, _ = self.classifier.classify(os.path.abspath(str(path)))
+            kind, text, _ = self.run.classifier.classify(os.path.abspath(str(path)))
             file = text if kind is not None else _path_text(os.path.abspath(str(path)))
         line = None
         try:
@@ -574,11 +710,12 @@ class _FixgatePlugin(object):
         return {"nodeid": _path_text(item.nodeid), "file": file, "line": line, "markers": markers}
 
     def pytest_collectreport(self, report):
+        run = self.run
         if report.skipped:
             # a module skipped at collection (pytest.skip(allow_module_level=True) or a
             # skip marker on a collector): its tests never appear as items
             try:
-                self.emit(
+                run.emit(
                     {
                         "event": "collect_skip",
                         "nodeid": _path_text(report.nodeid),
@@ -586,13 +723,13 @@ class _FixgatePlugin(object):
                     }
                 )
             except Exception:
-                self.internal("collect_skip event")
+                run.internal("collect_skip event")
             return
         if not report.failed:
             return
         try:
             text = _longrepr_text(report.longrepr)
-            self.emit(
+            run.emit(
                 {
                     "event": "collect_error",
                     "nodeid": _path_text(report.nodeid),
@@ -601,7 +738,7 @@ class _FixgatePlugin(object):
                 }
             )
         except Exception:
-            self.internal("collect_error event")
+            run.internal("collect_error event")
 
     # ---- running ----------------------------------------------------------------------------------
 
@@ -617,27 +754,28 @@ class _FixgatePlugin(object):
                 self._begin_forked_run(session, command)
             else:
                 _forkserver.refuse(self.forkserver_fd, "collection failed")
-        if self.lease is None or self.lease.started:
+        lease = self.run.lease
+        if lease is None or lease.started:
             return None
         if session.config.option.collectonly:
             return None
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
             return None  # pytest stops on collection errors: nothing will run
         try:
-            self.lease.start()
-            self.emit(
+            lease.start()
+            self.run.emit(
                 {
                     "event": "lease",
-                    "mode": self.lease.mode,
-                    "files": len(self.lease.state),
-                    "hashed": len(self.lease.hashes),
-                    "roots": [r for _a, r in self.lease.roots],
-                    "seconds": round(self.lease.initial_seconds, 6),
+                    "mode": lease.mode,
+                    "files": len(lease.state),
+                    "hashed": len(lease.hashes),
+                    "roots": [r for _a, r in lease.roots],
+                    "seconds": round(lease.initial_seconds, 6),
                 }
             )
         except Exception:
-            self.lease = None
-            self.internal("lease start")
+            self.run.lease = None
+            self.run.internal("lease start")
         return None
 
     # pluggy 1.2+ runs new-style wrappers without the Result object and the extra frames of an
@@ -655,6 +793,11 @@ class _FixgatePlugin(object):
             self._test_end(item, cur, False)
             return result
 
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_makereport(self, item, call):
+            self._note_raised(item, call)
+            return (yield)
+
     else:
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -663,144 +806,181 @@ class _FixgatePlugin(object):
             outcome = yield
             self._test_end(item, cur, outcome.excinfo is not None)
 
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_runtest_makereport(self, item, call):
+            self._note_raised(item, call)
+            yield
+
+    def _note_raised(self, item, call):
+        """Before any other implementation can change the report (this wrapper is called
+        first), what the phase's call raised: the plugin's own copy of the phase's outcome."""
+        cur = self.run.current
+        if cur is None or cur.nodeid != item.nodeid:
+            return
+        try:
+            excinfo = call.excinfo
+            phase = _raised_phase(None if excinfo is None else excinfo.value)
+            if call.when == "call":
+                # unittest's failures are kept on the item until pytest's own makereport puts
+                # them on the call; the wrapper around runtest saw the test's own exception.
+                pending = getattr(item, "_excinfo", None)
+                if pending:
+                    phase = _redder(phase, _raised_phase(pending[0].value))
+                phase = _redder(phase, cur.raised.get("runruntest"))
+            elif call.when == "setup":
+                phase = _redder(phase, cur.raised.get("runsetup"))
+            cur.raised[call.when] = phase
+        except Exception:
+            self.run.internal("raised outcome")
+
+    def _wrap_item(self, item, cur):
+        """Stands in for the item's `setup` and `runtest`, so that what the test's fixtures and
+        the test itself raised is seen before any `pytest_runtest_setup` or `pytest_runtest_call`
+        hook could catch it. Undone by `_unwrap_item`."""
+        for name in ("setup", "runtest"):
+            inner = getattr(item, name, None)
+            if inner is None:
+                continue
+            cur.wrapped.append((name, item.__dict__.get(name)))
+            setattr(item, name, _watching(inner, item, cur.raised, "run" + name))
+
+    def _unwrap_item(self, item, cur):
+        """The item's own `setup` and `runtest` again (the nio order runs an item twice)."""
+        for name, own in cur.wrapped:
+            try:
+                if own is not None:
+                    setattr(item, name, own)
+                else:
+                    delattr(item, name)
+            except AttributeError:
+                pass
+        cur.wrapped = []
+
     def _test_start(self, item):
         """Before the test's protocol: its record, started (None only when even that failed)."""
+        run = self.run
         cur = None
         try:
-            self.executed.append(item.nodeid)
-            cur = {
-                "nodeid": item.nodeid,
-                "index": self.index,
-                "reports": {},
-                "reruns": 0,
-                "rerun_messages": [],
-                "start": time.time(),
-                "trace": set(),
-            }
-            self.index += 1
-            self.current = cur
-            if not self._announced_next(item.nodeid):
-                self.emit(
-                    {"event": "test_start", "nodeid": _path_text(item.nodeid), "index": cur["index"]}
+            run.executed.append(item.nodeid)
+            cur = _Test(item.nodeid, run.index)
+            run.index += 1
+            run.current = cur
+            if not run.announced_next(item.nodeid):
+                run.emit(
+                    {"event": "test_start", "nodeid": _path_text(item.nodeid), "index": cur.index}
                 )
-            if self.lease is not None and not self.lease.started:
-                self.lease.start()
-            if self.fd is not None:
-                _trace._TRACE = cur["trace"]
+            if run.lease is not None and not run.lease.started:
+                run.lease.start()
+            if run.streaming:
+                self._wrap_item(item, cur)
+                _trace.record_into(cur.trace)
             if self.recording is not None:
                 self.recording.test_start()
             return cur
         except Exception:
-            self.internal("test start")
+            run.internal("test start")
             return cur  # the reports still come, and the test still gets its event
 
     def _test_end(self, item, cur, interrupted):
-        _trace._TRACE = self.session_trace if self.fd is not None else None
-        self.current = None
+        run = self.run
+        _trace.record_into(self.session_trace if run.streaming else None)
+        run.current = None
         if cur is None:
             return
+        self._unwrap_item(item, cur)
         try:
-            cur["end"] = time.time()
+            cur.end = time.time()
             if interrupted:
                 # interrupted (KeyboardInterrupt, pytest.exit): no result for this test, which
                 # the finish event names; the lease pass still runs so the next process starts
                 # from the right state
-                self.interrupted_in = cur["nodeid"]
-                if self.lease is not None:
-                    self.lease.after_test()
+                run.interrupted_in = cur.nodeid
+                if run.lease is not None:
+                    run.lease.after_test()
                 return
             self._finish_test(item, cur)
         except Exception:
-            self.internal("test result")
+            run.internal("test result")
 
     def pytest_runtest_logreport(self, report):
-        cur = self.current
-        if cur is None or report.nodeid != cur["nodeid"]:
+        cur = self.run.current
+        if cur is None or report.nodeid != cur.nodeid:
             return
         try:
             if report.outcome == "rerun":
-                cur["reruns"] += 1
-                cur["rerun_messages"].append(
+                cur.reruns += 1
+                cur.rerun_messages.append(
                     "%s: %s" % (report.when, _report_message(report) or "failed")
                 )
-                cur["reports"] = {}
+                cur.reports = {}
+                cur.raised.clear()
                 return
             if _is_subtest_report(report):
                 # Subtest reports (unittest's subTest under pytest 9, pytest-subtests) come
                 # with when="call" before the test's own report: a failed subtest must not be
                 # overwritten by the test's passing call report.
-                if report.failed and cur.get("subtest_failure") is None:
-                    cur["subtest_failure"] = report
+                if report.failed and cur.subtest_failure is None:
+                    cur.subtest_failure = report
                 return
-            cur["reports"][report.when] = report
+            cur.reports[report.when] = report
         except Exception:
-            self.internal("logreport")
+            self.run.internal("logreport")
+
+    def _phases(self, item, cur):
+        """Each reported phase, and the same phase as its call raised it where a hook made the
+        report greener than that."""
+        reported = {}
+        true = {}
+        xfail_marked = None
+        for when, rep in cur.reports.items():
+            phase = _reported_phase(rep)
+            reported[when] = phase
+            raised = cur.raised.get(when)
+            if raised is not None and raised != phase:
+                if xfail_marked is None:
+                    xfail_marked = item.get_closest_marker("xfail") is not None
+                if _outcome.altered(raised, phase, xfail_marked):
+                    phase = raised
+            true[when] = phase
+        return reported, true
 
     def _finish_test(self, item, cur):
+        run = self.run
         changed = []
-        if self.lease is not None:
+        if run.lease is not None:
             try:
-                changed = self.lease.after_test()
+                changed = run.lease.after_test()
             except Exception:
-                self.lease.force_full = True  # resynchronise on the next test
-                self.internal("lease check")
-        if self.fd is None:
+                run.lease.force_full = True  # resynchronise on the next test
+                run.internal("lease check")
+        if not run.streaming:
             return
-        reports = cur["reports"]
+        reported, true = self._phases(item, cur)
+        subtest = cur.subtest_failure is not None
+        outcome, failing, skip_reason, xfail_reason = _outcome.test_outcome(
+            true.get("setup"), true.get("call"), true.get("teardown"), subtest
+        )
+        claimed = None
+        if true != reported:
+            claimed = _outcome.test_outcome(
+                reported.get("setup"), reported.get("call"), reported.get("teardown"), subtest
+            )[0]
+            if claimed == outcome:
+                claimed = None
         phases = []
         for when in ("setup", "call", "teardown"):
-            rep = reports.get(when)
+            rep = cur.reports.get(when)
             if rep is not None:
                 duration = getattr(rep, "duration", 0.0) or 0.0
-                phases.append(_phase_json(when, rep.outcome, duration, _report_message(rep)))
-        setup = reports.get("setup")
-        call = reports.get("call")
-        teardown = reports.get("teardown")
-        outcome = "error"
-        skip_reason = None
-        xfail_reason = None
-        failing = None
-        if setup is not None and setup.failed:
-            outcome = "error"
-            failing = setup
-        elif setup is not None and setup.skipped:
-            if hasattr(setup, "wasxfail"):
-                outcome = "xfailed"
-                xfail_reason = setup.wasxfail
-            else:
-                outcome = "skipped"
-                skip_reason = _skip_reason(setup)
-        elif call is not None:
-            if call.failed:
-                outcome = "failed"
-                failing = call
-            elif call.skipped:
-                if hasattr(call, "wasxfail"):
-                    outcome = "xfailed"
-                    xfail_reason = call.wasxfail
-                else:
-                    outcome = "skipped"
-                    skip_reason = _skip_reason(call)
-            elif hasattr(call, "wasxfail"):
-                outcome = "xpassed"
-                xfail_reason = call.wasxfail
-            else:
-                outcome = "passed"
-        elif setup is not None and setup.passed:
-            outcome = "passed"  # no call report: a plugin ran only setup/teardown
-        subfailed = cur.get("subtest_failure")
-        if subfailed is not None and outcome in ("passed", "skipped", "xpassed"):
-            outcome = "failed"
-            failing = subfailed
-            skip_reason = None
-        if teardown is not None and teardown.failed:
-            outcome = "error"
-            if failing is None:
-                failing = teardown
+                p = true[when]
+                phases.append(_phase_json(when, p.outcome, duration, p.message))
         message = None
         if outcome in ("failed", "error"):
-            message = _report_message(failing) if failing is not None else None
-            if message is None and not reports:
+            if failing == "subtest":
+                message = _report_message(cur.subtest_failure)
+            elif failing is not None:
+                message = true[failing].message
+            if message is None and not cur.reports:
                 message = "no test reports were produced"
         writes = []
         try:
@@ -810,13 +990,13 @@ class _FixgatePlugin(object):
                     if a not in writes:
                         writes.append(a)
         except Exception:
-            self.internal("writes marker")
+            run.internal("writes marker")
         try:
-            trace = self.classifier.render(cur["trace"])
+            trace = run.classifier.render(cur.trace)
         except Exception:
             trace = {}
-            self.internal("trace rendering")
-        self._drain_hook_errors()
+            run.internal("trace rendering")
+        run.drain_hook_errors()
         # Optional fields are written only when they say something: most tests pass, read
         # nothing, change nothing, and the event is on the path of every test.
         event = {}
@@ -826,9 +1006,11 @@ class _FixgatePlugin(object):
             event["xfail_reason"] = str(xfail_reason)
         if message is not None:
             event["message"] = message
-        if cur["reruns"]:
-            event["reruns"] = cur["reruns"]
-            event["rerun_messages"] = cur["rerun_messages"]
+        if claimed is not None:
+            event["reported"] = claimed
+        if cur.reruns:
+            event["reruns"] = cur.reruns
+            event["rerun_messages"] = cur.rerun_messages
         if writes:
             event["writes_marker"] = writes
         if trace:
@@ -840,95 +1022,87 @@ class _FixgatePlugin(object):
                 event.update(self.recording.test_end())
             except Exception:
                 event["code_unknown"] = True
-                self.internal("recording")
+                run.internal("recording")
         try:
-            line = _test_line(
-                cur["nodeid"], cur["index"], outcome, phases, cur["start"], cur["end"], event
-            )
+            line = _test_line(cur.nodeid, cur.index, outcome, phases, cur.start, cur.end, event)
         except (TypeError, ValueError):  # an optional field the encoder refuses
-            line = _test_line(
-                cur["nodeid"], cur["index"], outcome, phases, cur["start"], cur["end"], {}
-            )
+            line = _test_line(cur.nodeid, cur.index, outcome, phases, cur.start, cur.end, {})
             line = line[:-1] + "," + _ENCODE(_jsonable(event))[1:]
-        self.write_line(line)
-        if self.fd is not None:
-            self.last_reported = cur["nodeid"]
+        run.write_line(line)
+        run.last_reported = cur.nodeid
 
     # ---- the end ----------------------------------------------------------------------------------
 
+    def _check_order(self, session):
+        run = self.run
+        requested = run.order[: len(run.executed)]
+        if run.executed == requested:
+            return
+        diverge = 0
+        while diverge < len(requested) and run.executed[diverge] == requested[diverge]:
+            diverge += 1
+        msg = (
+            "fixgate: the executed order differs from the requested order at position "
+            "%d: ran %r, expected %r"
+            % (
+                diverge,
+                run.executed[diverge] if diverge < len(run.executed) else None,
+                requested[diverge] if diverge < len(requested) else None,
+            )
+        )
+        run.emit(
+            {
+                "event": "error",
+                "kind": "order-mismatch",
+                "message": msg,
+                "executed": run.executed,
+            }
+        )
+        if not run.streaming:
+            sys.stderr.write(msg + "\n")
+        if int(session.exitstatus) in (0, 1, 5):
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus):
+        run = self.run
         try:
-            if self.order is not None:
-                requested = self.order[: len(self.executed)]
-                if self.executed != requested:
-                    diverge = 0
-                    while diverge < len(requested) and self.executed[diverge] == requested[diverge]:
-                        diverge += 1
-                    msg = (
-                        "fixgate: the executed order differs from the requested order at position "
-                        "%d: ran %r, expected %r"
-                        % (
-                            diverge,
-                            self.executed[diverge] if diverge < len(self.executed) else None,
-                            requested[diverge] if diverge < len(requested) else None,
-                        )
-                    )
-                    self.emit(
-                        {
-                            "event": "error",
-                            "kind": "order-mismatch",
-                            "message": msg,
-                            "executed": self.executed,
-                        }
-                    )
-                    if self.fd is None:
-                        sys.stderr.write(msg + "\n")
-                    if int(session.exitstatus) in (0, 1, 5):
-                        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            if run.order is not None:
+                self._check_order(session)
         except Exception:
-            self.internal("order check")
-        if self.lease is not None:
-            self.lease.close(wait=False)  # no test runs after this
+            run.internal("order check")
+        if run.lease is not None:
+            run.lease.close(wait=False)  # no test runs after this
         yield
         try:
-            if self.fd is not None and not self.finished:
-                self.finished = True
-                _trace._TRACE = None
+            if run.streaming and not run.finished:
+                run.finished = True
+                _trace.record_into(None)
                 try:
-                    trace = self.classifier.render(self.session_trace)
+                    trace = run.classifier.render(self.session_trace)
                 except Exception:
                     trace = {}
-                    self.internal("session trace")
-                self._drain_hook_errors()
-                self.emit({"event": "session_trace", "trace": trace})
+                    run.internal("session trace")
+                run.drain_hook_errors()
+                run.emit({"event": "session_trace", "trace": trace})
                 if self.recording is not None:
                     code = self.recording.session_event()
                     if code is not None:
-                        self.emit(code)
-                self.emit(
+                        run.emit(code)
+                run.emit(
                     {
                         "event": "finish",
                         "exitstatus": int(session.exitstatus),
                         "running": None
-                        if self.interrupted_in is None
-                        else _path_text(self.interrupted_in),
+                        if run.interrupted_in is None
+                        else _path_text(run.interrupted_in),
                     }
                 )
         except Exception:
-            self.internal("finish")
+            run.internal("finish")
 
     def pytest_unconfigure(self, config):
-        _trace._TRACE = None
-        if self.lease is not None:
-            self.lease.close()
-        self._close()
-
-    def _close(self):
-        with self.lock:
-            if self.fd is not None:
-                try:
-                    os.close(self.fd)
-                except OSError:
-                    pass
-                self.fd = None
+        _trace.record_into(None)
+        if self.run.lease is not None:
+            self.run.lease.close()
+        self.run.close()

@@ -339,6 +339,33 @@ def _audit_hook(event, args, _events=_EVENTS):
         tls.busy = False
 
 
+def install():
+    """Installs the audit hook, once per interpreter (an audit hook cannot be removed: it stays
+    and returns at once while no trace is active)."""
+    global _HOOK_INSTALLED
+    if not _HOOK_INSTALLED:
+        sys.addaudithook(_audit_hook)
+        _HOOK_INSTALLED = True
+
+
+def record_into(target):
+    """Makes `target` (a set) the trace the hook adds to, or stops recording with None; returns
+    the trace that was active, so a caller can put it back."""
+    global _TRACE
+    previous = _TRACE
+    _TRACE = target
+    return previous
+
+
+def drain_errors():
+    """The hook's own failures since the last call, as messages (the hook cannot report them
+    itself: it runs inside whatever call it audits)."""
+    out = []
+    while _HOOK_ERRORS:
+        out.append(_HOOK_ERRORS.pop(0))
+    return out
+
+
 def _source_from_cache(p):
     """The source file of a bytecode file in __pycache__ (including pytest's rewritten
     'name.cpython-311-pytest-8.4.2.pyc'); None when p is not one."""

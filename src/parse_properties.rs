@@ -1,13 +1,13 @@
 //! Property tests for every parser of input fixgate does not control: fixtures.manifest,
 //! `[tool.fixgate]` in pyproject.toml, fixtures.lock, the freeze ledger and the plugin's event
 //! stream. Each must answer every input with a value or an error, never a panic. Cases run
-//! through the library's public API; `PROPTEST_CASES` raises the count for a longer hunt.
+//! through the parsers' own entry points; `PROPTEST_CASES` raises the count for a longer hunt.
 
-use fixgate::audit::freeze::{self, Date};
-use fixgate::config::{self, ConfigInputs};
-use fixgate::lock::Lock;
-use fixgate::pytest::events::Event;
-use fixgate::repo_path::RepoPath;
+use crate::audit::freeze::{self, Date};
+use crate::config::{self, ConfigInputs};
+use crate::lock::Lock;
+use crate::pytest::events::Event;
+use crate::repo_path::RepoPath;
 use proptest::prelude::*;
 
 /// Text made mostly of the characters the parsers treat specially, so that random cases reach

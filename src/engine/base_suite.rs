@@ -1,0 +1,796 @@
+//! Base-suite replay: the base's suite is the spec. Whenever the patch touches what the base's
+//! tests are made of (a test file, a helper of the tests, a conftest, the pytest configuration
+//! or plugin list, a `pytest_*` hook) or removes a base test, the base tests it reaches run
+//! with the base's test files, conftests, configuration and test data on the head's code, in
+//! the head's file order; the whole base suite when what every test runs under changed. A test
+//! red there runs again in a control, the same order on the base, and one red on the head's
+//! code and green on the base that the head's suite does not show is a hidden failure, read by
+//! `audit::hidden`. The test-source replay's readings (`redefined-test`, `test-refactor`) come
+//! from the same runs.
+//!
+//! Every run is a node of the audit's graph, cached like the others: the control depends on
+//! nothing of the head but the order, so heads against one base share it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use fixgate_cache::{Digest, KeyWriter};
+use fixgate_graph::{Node, NodeError, NodeId, Output};
+
+use crate::audit::hidden::{
+    self, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed,
+};
+use crate::audit::renamed::{likeness, Likeness};
+use crate::audit::source_replay::{self, SourceRead};
+use crate::audit::spec_scope::{self, Changed, Role, Scope};
+use crate::delta::Delta;
+use crate::engine::kind::NodeKind;
+use crate::engine::runs::{node_bug, Engine, Role as Side, RunRequest};
+use crate::engine::source_replay::Candidate;
+use crate::error::{Error, Result};
+use crate::pytest::events::Collection;
+use crate::pytest::ini::{self, PytestIni};
+use crate::pytest::result::{Outcome, RunResult};
+use crate::repo_path::RepoPath;
+use crate::sandbox::Overlay;
+use crate::snapshot::Snapshot;
+use crate::testsrc::{self, SourceFile};
+
+/// What the replay runs and over what tree, derived from the diff and the two collections.
+pub(crate) struct Plan {
+    scope: Scope,
+    /// The base's test code over the head's tree: base bytes, or `None` for what the head added.
+    overlay: Overlay,
+    /// What the patch changed that the suite is made of.
+    changed: Vec<Changed>,
+    /// The non-test Python modules the patch changed (removed, added): where a deleted test's
+    /// code may have gone.
+    sources: Vec<String>,
+    /// Each base test's file, by node id.
+    files: BTreeMap<String, String>,
+}
+
+/// Directory names that hold tests: a `.py` below one is test code, anything else test data.
+const TEST_DIRS: [&str; 3] = ["tests", "test", "testing"];
+
+pub(crate) fn in_test_dir(path: &str) -> bool {
+    let mut parts: Vec<&str> = path.split('/').collect();
+    parts.pop();
+    parts.iter().any(|p| TEST_DIRS.contains(p))
+}
+
+pub(crate) fn text(s: &Snapshot, path: &str) -> Option<String> {
+    s.read_path(path)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The replay's plan: `None` when the patch touched nothing the base's tests are made of and
+/// removed none (a patch touching no tests pays nothing). `delta` is the fixture delta with the
+/// traced files: their base bytes are the base tests' data.
+pub(crate) fn plan(
+    engine: &Engine,
+    base: &Snapshot,
+    head: &Snapshot,
+    base_collection: &Collection,
+    head_collection: &Collection,
+    delta: &Delta,
+    frozen: &HashSet<&str>,
+) -> Result<Option<Plan>> {
+    let base_ini = PytestIni::find(|f| text(base, f));
+    let config_changed = base_ini != PytestIni::find(|f| text(head, f));
+    let test_files: HashSet<&str> = base_collection
+        .items
+        .iter()
+        .chain(&head_collection.items)
+        .filter_map(|i| i.file.as_deref())
+        .collect();
+    let mut paths: BTreeSet<String> = BTreeSet::new();
+    for s in [base, head] {
+        paths.extend(s.entries.iter().map(|e| e.path.to_string()));
+    }
+    let differs =
+        |p: &str| !base.same_blob(head, p) && engine.base.digest(p) != engine.head.digest(p);
+    let base_bytes = |p: &str| base.read_path(p);
+    let mut changed = Vec::new();
+    let mut sources = Vec::new();
+    let mut overlay: Overlay = Vec::new();
+    for p in &paths {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        let py = p.ends_with(".py");
+        let role = if name == "conftest.py" {
+            Some(Role::Conftest)
+        } else if !p.contains('/') && ini::FILES.contains(&name) {
+            if !config_changed {
+                continue;
+            }
+            Some(Role::Config)
+        } else if test_files.contains(p.as_str()) || (py && base_ini.is_test_file(p)) {
+            Some(Role::TestFile)
+        } else if py && in_test_dir(p) {
+            Some(Role::TestCode)
+        } else if py || in_test_dir(p) {
+            None // a module of the code under test, or test data: looked at below
+        } else {
+            continue;
+        };
+        if !differs(p) {
+            continue;
+        }
+        match role {
+            Some(role) => {
+                // A test module that patches what it imports reaches every test.
+                let patches = |s: &Snapshot| {
+                    SourceFile::parse(&text(s, p).unwrap_or_default()).import_time_patches()
+                };
+                if role == Role::TestFile && py && !patches(head).is_subset(&patches(base)) {
+                    changed.push(Changed {
+                        path: p.clone(),
+                        role: Role::ImportPatch,
+                    });
+                }
+                changed.push(Changed {
+                    path: p.clone(),
+                    role,
+                });
+                overlay.push((RepoPath::parse_lossless(p), base_bytes(p)?));
+            }
+            None if py => {
+                sources.push(p.clone());
+                let hooks = |s: &Snapshot| testsrc::pytest_hooks(&text(s, p).unwrap_or_default());
+                if !hooks(head).is_subset(&hooks(base)) {
+                    changed.push(Changed {
+                        path: p.clone(),
+                        role: Role::Hook,
+                    });
+                }
+            }
+            // Test data the base's tests read as the base has it.
+            None => overlay.push((RepoPath::parse_lossless(p), base_bytes(p)?)),
+        }
+    }
+    // The data files the tests read, wherever they are (coupling follows the trace).
+    for c in &delta.changed {
+        if !overlay.iter().any(|(p, _)| p == &c.path) {
+            overlay.push((c.path.clone(), base_bytes(&c.path.to_string())?));
+        }
+    }
+    overlay.sort_by(|a, b| a.0.cmp(&b.0));
+    let base_tests: Vec<(String, String)> = base_collection
+        .items
+        .iter()
+        .filter(|i| !frozen.contains(i.nodeid.as_str()))
+        .map(|i| {
+            let file = i
+                .file
+                .clone()
+                .unwrap_or_else(|| testsrc::split_nodeid(&i.nodeid).0.to_string());
+            (i.nodeid.clone(), file)
+        })
+        .collect();
+    let head_ids: HashSet<&str> = head_collection
+        .items
+        .iter()
+        .map(|i| i.nodeid.as_str())
+        .collect();
+    let Some(scope) = spec_scope::scope(&changed, &base_tests, &head_ids) else {
+        return Ok(None);
+    };
+    Ok(Some(Plan {
+        scope,
+        overlay,
+        changed,
+        sources,
+        files: base_tests.into_iter().collect(),
+    }))
+}
+
+impl Plan {
+    /// Whether the patch changed what every test runs under: a conftest, the configuration or
+    /// plugin list, a `pytest_*` hook.
+    pub(crate) fn session_changed(&self) -> bool {
+        self.changed.iter().any(|c| {
+            matches!(
+                c.role,
+                Role::Conftest | Role::Config | Role::Hook | Role::ImportPatch
+            )
+        })
+    }
+}
+
+/// The replay under way: its collection is known, its run added.
+pub(crate) struct Started {
+    plan: Plan,
+    /// The order the replay and the control run.
+    order: Vec<String>,
+    /// The run's overlay: the plan's, less the test files that do not collect on the head's
+    /// code (pytest would stop at them).
+    run_overlay: Overlay,
+    node: Option<NodeId>,
+    /// Base tests of the scope the replay's collection did not give, with why: their file's
+    /// collection error, or that the id was not collected.
+    not_collected: BTreeMap<String, String>,
+}
+
+/// Collects the replay's tree (waiting for it), then adds the replay run in the head's file
+/// order, after `after`.
+pub(crate) fn start(
+    engine: &Engine,
+    plan: Plan,
+    head_order: &[String],
+    after: &[NodeId],
+) -> Result<Started> {
+    let (collection, errors) = collect(engine, &plan.overlay, after)?;
+    let collected: HashSet<&str> = collection.items.iter().map(|i| i.nodeid.as_str()).collect();
+    let broken: BTreeMap<&str, &str> = errors
+        .iter()
+        .map(|(f, m)| (f.as_str(), m.as_str()))
+        .collect();
+    let order = spec_scope::in_head_order(&plan.scope.tests, head_order);
+    let mut not_collected = BTreeMap::new();
+    for id in &order {
+        if collected.contains(id.as_str()) {
+            continue;
+        }
+        let file = plan.files.get(id).map(String::as_str).unwrap_or_default();
+        let why = match broken.get(file) {
+            Some(m) => format!("its file does not collect on the head's code: {m}"),
+            None => "not collected on the head's code with the base's test files".to_string(),
+        };
+        not_collected.insert(id.clone(), why);
+    }
+    let mut run_overlay = plan.overlay.clone();
+    for (file, _) in &errors {
+        let path = RepoPath::parse_lossless(file);
+        run_overlay.retain(|(p, _)| p != &path);
+        run_overlay.push((path, None));
+    }
+    run_overlay.sort_by(|a, b| a.0.cmp(&b.0));
+    let runnable: Vec<String> = order
+        .iter()
+        .filter(|id| !not_collected.contains_key(*id))
+        .cloned()
+        .collect();
+    let node = match runnable.is_empty() {
+        true => None,
+        false => Some(engine.add_run(&replay_request(runnable, &run_overlay, 0).after(after))?),
+    };
+    Ok(Started {
+        plan,
+        order,
+        run_overlay,
+        node,
+        not_collected,
+    })
+}
+
+fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequest {
+    let label = crate::engine::kind::repeat(NodeKind::BaseSuiteRun.label(), repeat);
+    let mut req = RunRequest::new(label, NodeKind::BaseSuiteRun, Side::Head, order).repeat(repeat);
+    req.overlay = overlay.clone();
+    req
+}
+
+fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
+    let label = crate::engine::kind::repeat(NodeKind::BaseSuiteControl.label(), repeat);
+    RunRequest::new(label, NodeKind::BaseSuiteControl, Side::Base, order).repeat(repeat)
+}
+
+/// The replay's tree collected as a traced node (kind `collect`), its collection errors data.
+fn collect(
+    engine: &Engine,
+    overlay: &Overlay,
+    after: &[NodeId],
+) -> Result<(Collection, Vec<crate::pytest::driver::CollectFailure>)> {
+    let side = engine.head.clone();
+    let digests: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
+        overlay
+            .iter()
+            .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
+            .collect(),
+    );
+    let mut key = KeyWriter::new("overlay");
+    key.list(&digests.iter().collect::<Vec<_>>(), |w, (p, d)| {
+        w.str(p).opt_digest(d.as_ref());
+    });
+    let runner = engine.runner.clone();
+    let (compute_side, compute_overlay, compute_digests) =
+        (side.clone(), overlay.clone(), digests.clone());
+    let kind = NodeKind::Collect;
+    let mut node = Node::new(kind.of("base-suite"), kind.as_str(), move |_| {
+        let (collection, trace, errors) = runner
+            .collect_overlaid(&compute_side.snapshot, &compute_overlay)
+            .map_err(|e| NodeError::Infra(e.to_string()))?;
+        let probe = |p: &str| match compute_digests.get(p) {
+            Some(d) => *d,
+            None => compute_side.digest(p),
+        };
+        let deps = crate::engine::steps::collection_deps(&trace, &compute_side.snapshot, probe);
+        serde_json::to_vec(&(collection, errors))
+            .map(|b| Output::new(b).with_reads(deps))
+            .map_err(|e| node_bug(format!("an output does not encode: {e}")))
+    })
+    .param("role", "base-suite")
+    .param("overlay", key.finish().to_string())
+    .param("paths", side.paths_digest().to_string())
+    .param(
+        "interpreter",
+        engine.runner.interpreter.fingerprint.digest(),
+    )
+    .param("plugin", crate::pytest::plugin::digest());
+    for (path, digest) in side.startup_files() {
+        let digest = match digests.get(&path) {
+            Some(Some(d)) => *d,
+            Some(None) => continue,
+            None => digest,
+        };
+        node = node.file(path, digest);
+    }
+    node = node.traced(move |p| match digests.get(p) {
+        Some(d) => *d,
+        None => side.digest(p),
+    });
+    let id = engine
+        .live
+        .add_after(node, &[], after)
+        .map_err(|e| Error::bug(e.to_string()))?;
+    let bytes = crate::engine::steps::outputs(engine, &[id])?.remove(0);
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::bug(format!("a step's output does not decode: {e}")))
+}
+
+/// What the audit knows when it reads the replay.
+pub(crate) struct Context<'a> {
+    pub(crate) base: &'a Snapshot,
+    pub(crate) head: &'a Snapshot,
+    pub(crate) head_collection: &'a Collection,
+    pub(crate) head_run: &'a RunResult,
+    /// The edited tests to read as the test-source replay did.
+    pub(crate) candidates: &'a [Candidate],
+    /// The tests the patch edited (head node ids).
+    pub(crate) edited: &'a BTreeSet<String>,
+    /// The delta with the traced files: what each test read that changed.
+    pub(crate) delta: &'a Delta,
+}
+
+/// Waits for the replay, runs the control (and a confirmation of each) when the replay has red
+/// tests, and reads every test; with the test-source replay's readings of the edited tests.
+pub(crate) fn read(
+    engine: &Engine,
+    started: Started,
+    cx: &Context,
+) -> Result<(BaseSuiteRead, Vec<SourceRead>)> {
+    let Started {
+        plan,
+        order,
+        run_overlay,
+        node,
+        not_collected,
+    } = started;
+    let replay = match node {
+        Some(n) => Some(wait(engine, n, "the base-suite replay")?),
+        None => None,
+    };
+    let replay_outcome = |id: &str| -> Outcome {
+        match (not_collected.contains_key(id), &replay) {
+            (true, _) | (false, None) => Outcome::Error,
+            (false, Some(r)) => r.outcome_of(id).unwrap_or(Outcome::Error),
+        }
+    };
+    let red: Vec<&String> = order
+        .iter()
+        .filter(|id| !replay_outcome(id).is_green())
+        .collect();
+    // The control: the same order on the base, when anything is red.
+    let control = match red.is_empty() {
+        true => None,
+        false => {
+            let (_, r) = engine.run_one(&control_request(order.clone(), 0))?;
+            Some(r)
+        }
+    };
+    let control_outcome = |id: &str| control.as_ref().and_then(|c| c.outcome_of(id));
+    let session_changed = plan.session_changed();
+    let test_code_changed = plan.changed.iter().any(|c| c.role == Role::TestCode);
+    let changed_files: HashSet<&str> = plan.changed.iter().map(|c| c.path.as_str()).collect();
+    let changed_data: HashSet<String> = cx
+        .delta
+        .changed
+        .iter()
+        .map(|c| c.path.to_string())
+        .collect();
+    let head_ids: HashSet<&str> = cx
+        .head_collection
+        .items
+        .iter()
+        .map(|i| i.nodeid.as_str())
+        .collect();
+    let deselected: HashSet<&str> = cx
+        .head_collection
+        .deselected
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let skipped_modules: HashSet<&str> = cx
+        .head_collection
+        .skipped_collectors
+        .iter()
+        .filter_map(|c| c.file.as_deref())
+        .collect();
+    let mut sources = Sources::new(cx.base, cx.head);
+    // Where a gone test may be: the Python files the patch changed.
+    let python: Vec<String> = plan
+        .changed
+        .iter()
+        .map(|c| c.path.clone())
+        .filter(|p| p.ends_with(".py"))
+        .chain(plan.sources.iter().cloned())
+        .collect();
+    let source_bases: HashSet<&str> = cx
+        .candidates
+        .iter()
+        .map(|c| c.base_nodeid.as_str())
+        .collect();
+
+    let mut readings: Vec<(String, AtHead, Outcome, Option<Outcome>, Reading)> = Vec::new();
+    for id in &order {
+        let replayed = replay_outcome(id);
+        let file = plan.files.get(id).map(String::as_str).unwrap_or_default();
+        let present = match head_ids.contains(id.as_str()) {
+            true => Some(cx.head_run.outcome_of(id).unwrap_or(Outcome::Error)),
+            // A module skipped at collection has no items: its tests are skipped.
+            false => skipped_modules.contains(file).then_some(Outcome::Skipped),
+        };
+        let at_head = if present.is_some() {
+            AtHead::of(present, None, false, None)
+        } else {
+            // A parametrization row the head removed, its function kept: a deleted test.
+            let row_removed = id.split_once('[').is_some_and(|(function, _)| {
+                let prefix = format!("{function}[");
+                head_ids.iter().any(|h| h.starts_with(&prefix))
+            });
+            let found = match row_removed {
+                true => None,
+                false => sources.find(id, file, &python),
+            };
+            let renamed = found
+                .as_ref()
+                .filter(|h| head_ids.contains(h.as_str()))
+                .map(|h| {
+                    (
+                        h.clone(),
+                        cx.head_run.outcome_of(h).unwrap_or(Outcome::Error),
+                    )
+                });
+            let at = found.map(|h| h.split('[').next().unwrap_or(&h).to_string());
+            AtHead::of(None, renamed, deselected.contains(id.as_str()), at)
+        };
+        let head_id = match &at_head {
+            AtHead::Renamed { nodeid, .. } => nodeid.clone(),
+            _ => id.clone(),
+        };
+        let reads_changed = cx.head_run.test(&head_id).is_some_and(|t| {
+            t.trace
+                .read
+                .iter()
+                .chain(&t.trace.sqlite)
+                .any(|p| changed_data.contains(p))
+        });
+        let around = Around {
+            edited: cx.edited.contains(&head_id) || test_code_changed || reads_changed,
+            file_changed: changed_files.contains(file),
+            session_changed,
+        };
+        let control = (!replayed.is_green())
+            .then(|| control_outcome(id))
+            .flatten();
+        let failure = not_collected.get(id).cloned().or_else(|| {
+            replay
+                .as_ref()
+                .and_then(|r| r.test(id))
+                .and_then(|t| t.message.clone())
+        });
+        let code_removed = !replayed.is_green()
+            && failure
+                .as_deref()
+                .and_then(hidden::missing)
+                .is_some_and(|m| sources.removed(&m, &plan.sources));
+        let reading = Reading::of(&at_head, around, replayed, control, code_removed);
+        readings.push((id.clone(), at_head, replayed, control, reading));
+    }
+
+    // A hidden failure is confirmed by a second replay and control of the same order, so that
+    // a flaky test is never called hidden on one run.
+    let suspects: Vec<&String> = readings
+        .iter()
+        .filter(|r| matches!(r.4, Reading::Hidden(_)) && !not_collected.contains_key(&r.0))
+        .map(|r| &r.0)
+        .collect();
+    let mut unconfirmed: HashSet<String> = HashSet::new();
+    if !suspects.is_empty() {
+        let runnable: Vec<String> = order
+            .iter()
+            .filter(|id| !not_collected.contains_key(*id))
+            .cloned()
+            .collect();
+        let again = engine.run_batch(&[
+            replay_request(runnable, &run_overlay, 1),
+            control_request(order.clone(), 1),
+        ])?;
+        let (r2, c2) = (&again[0], &again[1]);
+        for id in suspects {
+            let red = r2
+                .as_ref()
+                .ok()
+                .and_then(|r| r.outcome_of(id))
+                .is_some_and(|o| !o.is_green());
+            let green = c2
+                .as_ref()
+                .ok()
+                .and_then(|r| r.outcome_of(id))
+                .is_some_and(Outcome::is_green);
+            if !(red && green) {
+                unconfirmed.insert(id.clone());
+            }
+        }
+    }
+
+    let head_ini = PytestIni::find(|f| text(cx.head, f));
+    // What a repro checks out from the base besides the test's own file.
+    let repro_files: Vec<String> = plan
+        .changed
+        .iter()
+        .filter(|c| c.role != Role::TestFile && c.role != Role::Hook)
+        .map(|c| c.path.clone())
+        .collect();
+    let mut out = BaseSuiteRead {
+        whole: plan.scope.whole,
+        reasons: plan.scope.reasons.clone(),
+        ran: order.len(),
+        tests: Vec::new(),
+        base_commit: cx.base.commit().map(|c| c.to_string()),
+        head_commit: cx.head.commit().map(|c| c.to_string()),
+    };
+    for (id, at_head, replayed, control, reading) in readings {
+        let reading = match unconfirmed.contains(&id) {
+            true => Reading::Unconfirmed,
+            false => reading,
+        };
+        if reading == Reading::Holds && matches!(at_head, AtHead::Present(_)) {
+            continue;
+        }
+        let file = plan.files.get(&id).cloned().unwrap_or_default();
+        let failure = not_collected.get(&id).cloned().or_else(|| {
+            replay
+                .as_ref()
+                .and_then(|r| r.test(&id))
+                .and_then(|t| t.message.clone())
+        });
+        let missed_rule = match &at_head {
+            AtHead::Uncollected { at } => missed_rule(&head_ini, at),
+            _ => None,
+        };
+        let mut files = vec![file.clone()];
+        files.extend(repro_files.iter().cloned());
+        out.tests.push(Replayed {
+            base_lines: base_lines(cx.base, &file, &id),
+            edited_candidate: source_bases.contains(id.as_str()),
+            nodeid: id,
+            at_head,
+            replay: replayed,
+            control,
+            reading,
+            failure,
+            missed_rule,
+            repro_files: files,
+        });
+    }
+
+    // The test-source replay's readings, from the same runs.
+    let mut sources = Vec::new();
+    for c in cx.candidates {
+        let head_outcome = cx.head_run.outcome_of(&c.nodeid).unwrap_or(Outcome::Error);
+        let on_base = order
+            .contains(&c.base_nodeid)
+            .then(|| replay_outcome(&c.base_nodeid));
+        let confirmed_red = on_base.is_some_and(|o| !o.is_green())
+            && control_outcome(&c.base_nodeid).is_some_and(Outcome::is_green)
+            && !unconfirmed.contains(&c.base_nodeid);
+        let reading = source_replay::Reading::of(head_outcome, on_base, confirmed_red);
+        sources.push(crate::engine::source_replay::report_of(
+            c,
+            head_outcome,
+            on_base,
+            reading,
+            cx.base,
+            cx.head,
+        ));
+    }
+    Ok((out, sources))
+}
+
+/// The tests of the head's run that a hook made look green: the plugin's own record says they
+/// failed (see `docs/plugin-protocol.md`).
+pub(crate) fn hook_altered(head_run: &RunResult) -> Vec<Altered> {
+    head_run
+        .tests
+        .iter()
+        .filter(|t| hidden::hook_altered(t.outcome, t.reported))
+        .map(|t| Altered {
+            nodeid: t.nodeid.clone(),
+            outcome: t.outcome,
+            reported: t.reported.unwrap_or(Outcome::Passed),
+            message: t.message.clone(),
+        })
+        .collect()
+}
+
+fn wait(engine: &Engine, node: NodeId, what: &str) -> Result<RunResult> {
+    engine
+        .wait_run(node)?
+        .map_err(|e| Error::Infra(format!("{what} failed: {e}")))
+}
+
+/// Which of the head's collection rules the test at `at` (`file::Class::name`) misses, with
+/// that option's value; `None` when its place matches them all (`__test__ = False`,
+/// `norecursedirs`).
+fn missed_rule(ini: &PytestIni, at: &str) -> Option<(&'static str, Vec<String>)> {
+    let (file, func) = testsrc::split_nodeid(at);
+    let mut classes: Vec<&str> = at.split("::").skip(1).collect();
+    classes.pop();
+    let testpaths = ini.testpaths();
+    let under = |t: &String| {
+        let t = t.trim_end_matches('/');
+        file == t || file.starts_with(&format!("{t}/"))
+    };
+    if !ini.is_test_file(file) {
+        Some(("python_files", ini.python_files()))
+    } else if !testpaths.is_empty() && !testpaths.iter().any(under) {
+        Some(("testpaths", testpaths))
+    } else if !ini.is_test_function(func) {
+        Some(("python_functions", ini.python_functions()))
+    } else if classes.iter().any(|c| !ini.is_test_class(c)) {
+        Some(("python_classes", ini.python_classes()))
+    } else {
+        None
+    }
+}
+
+/// The base's lines of a test (its function), for the message.
+fn base_lines(base: &Snapshot, file: &str, id: &str) -> Vec<String> {
+    let (_, func) = testsrc::split_nodeid(id);
+    text(base, file)
+        .and_then(|t| testsrc::function_source(&t, func))
+        .map(|s| {
+            s.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .take(6)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The two sides' Python sources, parsed on demand: where a gone test's function went, and
+/// whether what a failure says is missing was removed by the head.
+struct Sources<'a> {
+    base: &'a Snapshot,
+    head: &'a Snapshot,
+    parsed: HashMap<(bool, String), Option<(String, SourceFile)>>,
+}
+
+impl<'a> Sources<'a> {
+    fn new(base: &'a Snapshot, head: &'a Snapshot) -> Sources<'a> {
+        Sources {
+            base,
+            head,
+            parsed: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, head: bool, path: &str) -> Option<&(String, SourceFile)> {
+        let snapshot = if head { self.head } else { self.base };
+        self.parsed
+            .entry((head, path.to_string()))
+            .or_insert_with(|| {
+                let t = text(snapshot, path)?;
+                let f = SourceFile::parse(&t);
+                Some((t, f))
+            })
+            .as_ref()
+    }
+
+    /// Where the base test `id` (of `file`) is in the head's tree, as the node id it would have
+    /// there: its own file and name, or the function with its body (the same tokens, or the
+    /// same but for expected values) in its file or in a changed module.
+    fn find(&mut self, id: &str, file: &str, changed: &[String]) -> Option<String> {
+        let (_, func) = testsrc::split_nodeid(id);
+        let base_source = {
+            let (t, _) = self.get(false, file)?;
+            testsrc::function_source(t, func)?
+        };
+        if self
+            .get(true, file)
+            .is_some_and(|(_, f)| f.definition(id).is_some())
+        {
+            return Some(id.to_string());
+        }
+        let mut files: Vec<String> = vec![file.to_string()];
+        files.extend(changed.iter().filter(|p| p.as_str() != file).cloned());
+        for f in files {
+            let Some((t, outline)) = self.get(true, &f) else {
+                continue;
+            };
+            for name in outline.functions() {
+                let Some(source) = testsrc::function_source(t, &name) else {
+                    continue;
+                };
+                if likeness(&base_source, &source).is_some_and(|l| l <= Likeness::AssertLiterals) {
+                    let suffix = id.split_once("::").map_or("", |(_, s)| s);
+                    let renamed = suffix.replacen(func, &name, 1);
+                    return Some(format!("{f}::{renamed}"));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether the head removed what `missing` names: a module the base has and the head does
+    /// not, or a name a changed base module binds that no head module among `changed` binds,
+    /// nor holds under another name.
+    fn removed(&mut self, missing: &Missing, changed: &[String]) -> bool {
+        match missing {
+            Missing::Module(m) => {
+                let tail = m.replace('.', "/");
+                let is_module = |p: &str| {
+                    p.ends_with(&format!("{tail}.py"))
+                        || p.ends_with(&format!("{tail}/__init__.py"))
+                };
+                let had = self
+                    .base
+                    .entries
+                    .iter()
+                    .any(|e| is_module(&e.path.to_string()));
+                let has = self
+                    .head
+                    .entries
+                    .iter()
+                    .any(|e| is_module(&e.path.to_string()));
+                had && !has
+            }
+            Missing::Name(n) => {
+                let mut base_source = None;
+                for p in changed {
+                    if let Some((t, f)) = self.get(false, p) {
+                        if f.binds(n) {
+                            base_source = Some(testsrc::function_source(t, n).unwrap_or_default());
+                            break;
+                        }
+                    }
+                }
+                let Some(base_source) = base_source else {
+                    return false;
+                };
+                for p in changed {
+                    let Some((t, f)) = self.get(true, p) else {
+                        continue;
+                    };
+                    if f.binds(n) {
+                        return false;
+                    }
+                    let moved = !base_source.is_empty()
+                        && f.functions().iter().any(|g| {
+                            testsrc::function_source(t, g)
+                                .is_some_and(|s| likeness(&base_source, &s) == Some(Likeness::Same))
+                        });
+                    if moved {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Remote execution against a real BuildGrid 0.4.4 (execution service, PostgreSQL scheduler)
+//! with `fixgate worker` bots, all on loopback: remote audits judge as local ones do, a head
+//! uploads only its changed files, platform properties reach the workers, and an action the
+//! service cannot run is tried once more, then ends the audit with exit 2.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::servers::{self, Server, Worker};
+use common::{git, Run, TestRepo};
+
+/// What a verdict rests on: the verdict, every test's bucket, every pair.
+fn essence(v: &serde_json::Value) -> (String, Vec<(String, String)>, Vec<String>) {
+    let mut buckets: Vec<(String, String)> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["nodeid"].as_str().unwrap().to_owned(),
+                t["bucket"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    buckets.sort();
+    let mut pairs: Vec<String> = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{} <- {}", p["victim"], p["culprits"]))
+        .collect();
+    pairs.sort();
+    (v["verdict"].as_str().unwrap().to_owned(), buckets, pairs)
+}
+
+fn audit(dir: &Path, cache: &Path, extra: &[&str]) -> Run {
+    let py = common::python();
+    let mut args = vec![
+        "--format",
+        "json",
+        "--quiet",
+        "--python",
+        py.to_str().unwrap(),
+        "audit",
+        "--base",
+        "HEAD~1",
+        "--head",
+        "HEAD",
+        "--seeds",
+        "2",
+        "--test-timeout",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    common::fixgate_at(dir, cache, &[], &args)
+}
+
+/// A local audit and a remote one of the repository in `dir` agree; the remote one ran its
+/// runs on the workers and started no pytest process here. Returns the remote report.
+fn assert_same_as_local(dir: &Path, service: &Server, workers: &[&Worker]) -> serde_json::Value {
+    let local = audit(dir, tempfile::tempdir().unwrap().path(), &[]);
+    let remote = audit(
+        dir,
+        tempfile::tempdir().unwrap().path(),
+        &["--remote-executor", &service.url],
+    );
+    assert_eq!(remote.code, local.code, "{remote:?}\n--- local:\n{local:?}");
+    let (l, r) = (local.json(), remote.json());
+    assert_eq!(essence(&r), essence(&l), "{remote:?}");
+    assert!(
+        r["graph"]["remote_executed"].as_u64().unwrap() > 0,
+        "{remote:?}"
+    );
+    assert_eq!(r["pytest_processes"], 0, "{remote:?}");
+    assert!(l["pytest_processes"].as_u64().unwrap() > 0);
+    let runs = r["remote_execution"]["runs"].as_object().unwrap();
+    let names: Vec<&str> = workers.iter().map(|w| w.bot_id.as_str()).collect();
+    assert!(
+        runs.values()
+            .all(|p| names.contains(&p["worker"].as_str().unwrap())),
+        "every run names the worker it ran on: {runs:?}"
+    );
+    // Only collections stay local: the base's and the head's, and the base-suite replay's
+    // collection (the base's tests over the head's code) when the head changed the tests.
+    let local: Vec<&str> = r["remote_execution"]["local_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        local.starts_with(&["collect(base)", "collect(head)"])
+            && local[2..].iter().all(|l| *l == "collect(base-suite)"),
+        "only collections run locally: {local:?}"
+    );
+    r
+}
+
+/// The demo's shared cart, a generated polluter suite, then a head changing one file (only
+/// that file is uploaded), then platform properties (a pool only one worker has; an image no
+/// worker can provide).
+#[test]
+fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
+    let pg = servers::postgres();
+    let service = servers::buildgrid_execution(&pg, 5);
+    let blue = servers::worker(&service, "blue", &["pool=blue"]);
+    let green = servers::worker(&service, "green", &["pool=green"]);
+
+    // The demo repository (an agent's patch matching the polluted total).
+    let demo = tempfile::tempdir().unwrap();
+    let made = common::fixgate_at(
+        demo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &[],
+        &[
+            "--quiet",
+            "--python",
+            common::python().to_str().unwrap(),
+            "demo",
+            "--keep",
+            demo.path().join("repo").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(made.code, 0, "the demo ran: {made:?}");
+    let r = assert_same_as_local(&demo.path().join("repo"), &service, &[&blue, &green]);
+    assert_eq!(r["verdict"], "reject");
+
+    // A polluter suite: one polluter, three victims in other files.
+    let suite = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gen_pollution.py"))
+        .arg(suite.path())
+        .args([
+            "--tests",
+            "40",
+            "--modules",
+            "2",
+            "--polluters",
+            "1",
+            "--victims",
+            "3",
+        ])
+        .args(["--heads", "1"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    git(suite.path(), &["checkout", "-q", "head-0"]);
+    let r = assert_same_as_local(suite.path(), &service, &[&blue, &green]);
+    assert_eq!(r["pairs"].as_array().unwrap().len(), 3, "{r}");
+
+    // A head that changes one file uploads that file and no other of the snapshot's. Its
+    // test_escape tries to write beside its action's folder on the worker, where the other
+    // actions live (the tree is root/tree/ in the action's folder).
+    let escape = "def test_escape():\n    for p in ['../../../escaped', '../../../../escaped']:\n\
+                  \x20       try:\n            open(p, 'w').write('x')\n        except OSError:\n\
+                  \x20           pass\n";
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_a.py",
+        "import json, pathlib\n\ndef test_a():\n    assert json.loads(pathlib.Path('tests/data/a.json').read_text())['v'] >= 1\n",
+    )
+    .write("tests/data/a.json", "{\"v\": 1, \"of\": \"the upload count\"}\n")
+    .write("tests/test_b.py", "def test_b():\n    assert 'the upload count'\n")
+    .write("tests/test_escape.py", escape)
+    .write("src/pkg/__init__.py", "# the upload count\n")
+    .write("README.md", "The upload count.\n");
+    repo.commit("base");
+    repo.write(
+        "tests/data/a.json",
+        "{\"v\": 2, \"of\": \"the upload count\"}\n",
+    );
+    repo.commit("head");
+    let first = audit(
+        repo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &["--remote-executor", &service.url],
+    );
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(
+        first.json()["containment"],
+        "namespaces",
+        "the workers contain their actions with namespaces (as root, or with unprivileged \
+         user namespaces enabled)"
+    );
+    for w in [&blue, &green] {
+        for dir in [w.work_dir(), w.work_dir().join("..")] {
+            assert!(
+                !dir.join("escaped").exists(),
+                "a run wrote outside its action's folder on {}: {}",
+                w.bot_id,
+                dir.display()
+            );
+        }
+    }
+    let first = first.json();
+    // Six files, one of them in two versions (none of them in the service's CAS before: the
+    // audits above uploaded other bytes).
+    assert_eq!(
+        first["remote_execution"]["uploaded_snapshot_files"], 7,
+        "{first}"
+    );
+    repo.write(
+        "tests/test_b.py",
+        "def test_b():\n    assert 'the upload count, again'\n",
+    );
+    repo.commit("next head");
+    let second = audit(
+        repo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &["--remote-executor", &service.url],
+    );
+    assert_eq!(second.code, 0, "{second:?}");
+    let second = second.json();
+    let exec = &second["remote_execution"];
+    assert_eq!(
+        exec["uploaded_snapshot_files"], 1,
+        "only test_b.py is new: {exec}"
+    );
+    assert!(
+        exec["uploaded_blobs"].as_u64() < first["remote_execution"]["uploaded_blobs"].as_u64(),
+        "{exec}"
+    );
+
+    // Platform properties reach the scheduler and the workers: a pool only green has.
+    let before = blue.leases();
+    let pooled = audit(
+        repo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &[
+            "--remote-executor",
+            &service.url,
+            "--remote-platform",
+            "pool=green",
+            "--no-cache",
+        ],
+    );
+    assert_eq!(pooled.code, 0, "{pooled:?}");
+    let pooled = pooled.json();
+    let runs = pooled["remote_execution"]["runs"].as_object().unwrap();
+    assert!(!runs.is_empty());
+    assert!(
+        runs.values().all(|p| p["worker"] == "green"),
+        "pool=green runs only on green: {runs:?}"
+    );
+    assert_eq!(blue.leases(), before, "blue took no lease:\n{}", blue.log());
+    // An image no worker here can provide: the worker refuses, the audit ends with exit 2.
+    let imaged = audit(
+        repo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &[
+            "--remote-executor",
+            &service.url,
+            "--remote-platform",
+            "container-image=docker://python:3.12",
+            "--no-cache",
+        ],
+    );
+    assert_eq!(imaged.code, 2, "{imaged:?}");
+    assert!(
+        imaged.stderr.contains("container-image") && imaged.stderr.contains("tried twice"),
+        "{imaged:?}"
+    );
+}
+
+/// Waits until `worker` starts a lease, then kills it.
+fn kill_at_first_lease(worker: &mut Worker, limit: Duration) {
+    let start = Instant::now();
+    while worker.leases() == 0 {
+        assert!(
+            start.elapsed() < limit,
+            "no lease within {limit:?}:\n{}",
+            worker.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.kill();
+}
+
+/// One victim of one polluter: small, so that a lost worker costs little.
+fn small_polluter() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_state.py",
+        "STATE = {}\n\ndef test_reader():\n    assert 'x' not in STATE\n\ndef test_plain():\n    assert True\n",
+    );
+    repo.commit("base");
+    // The patch adds the polluter: its finding is the patch's.
+    repo.write(
+        "tests/test_state.py",
+        "STATE = {}\n\ndef test_setter():\n    STATE['x'] = 1\n\ndef test_reader():\n    assert 'x' not in STATE\n\ndef test_plain():\n    assert True\n",
+    );
+    repo.commit("head");
+    repo
+}
+
+/// A remote audit with one action in flight, on its own thread (the test kills workers).
+fn audit_in_background(
+    repo: &TestRepo,
+    service: &Server,
+    extra: &'static [&'static str],
+) -> std::thread::JoinHandle<Run> {
+    let dir = repo.path().to_path_buf();
+    let url = service.url.clone();
+    std::thread::spawn(move || {
+        let cache = tempfile::tempdir().unwrap();
+        let mut args = vec!["--remote-executor", url.as_str(), "--jobs", "1"];
+        args.extend_from_slice(extra);
+        audit(&dir, cache.path(), &args)
+    })
+}
+
+#[test]
+fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
+    let pg = servers::postgres();
+    // BuildGrid long-polls only when 80% of the keepalive is at least its 3 s network timeout.
+    let service = servers::buildgrid_execution(&pg, 4);
+    let repo = small_polluter();
+
+    // The first worker dies with the first action; the second runs it again and the rest.
+    let mut doomed = servers::worker(&service, "doomed", &[]);
+    let running = audit_in_background(&repo, &service, &[]);
+    kill_at_first_lease(&mut doomed, Duration::from_secs(120));
+    let survivor = servers::worker(&service, "survivor", &[]);
+    let recovered = running.join().unwrap();
+    assert_eq!(recovered.code, 1, "the polluter rejects: {recovered:?}");
+    let r = recovered.json();
+    let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]);
+    assert_eq!(essence(&r), essence(&local.json()));
+    let retried = r["remote_execution"]["retried"].as_array().unwrap();
+    assert_eq!(
+        retried.len(),
+        1,
+        "{}\n--- doomed:\n{}\n--- survivor:\n{}\n--- BuildGrid:\n{}",
+        r["remote_execution"],
+        doomed.log(),
+        survivor.log(),
+        service
+            .log()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("etr"))
+            .take(40)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(survivor.leases() > 0);
+    drop(survivor);
+
+    // Both tries lost: exit 2, with what the service said, and no verdict.
+    let mut first = servers::worker(&service, "first", &[]);
+    let running = audit_in_background(&repo, &service, &["--no-cache"]);
+    kill_at_first_lease(&mut first, Duration::from_secs(120));
+    let mut second = servers::worker(&service, "second", &[]);
+    kill_at_first_lease(&mut second, Duration::from_secs(120));
+    let failed = running.join().unwrap();
+    assert_eq!(failed.code, 2, "{failed:?}");
+    assert!(
+        failed.stderr.contains("could not run") && failed.stderr.contains("tried twice"),
+        "{failed:?}"
+    );
+    assert!(
+        failed.stdout.is_empty(),
+        "no report is a verdict: {failed:?}"
+    );
+}
