@@ -38,7 +38,7 @@ fn run_test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
 #[test]
 fn the_file_order_run_records_the_code_each_test_ran_and_the_state_it_left_changed() {
     let repo = recording_repo();
-    let run = repo.fixgate_py(&["run", "--seed", "0", "--format", "json"]);
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
     let put = run_test(&v, "tests/test_a.py::test_put");
@@ -80,10 +80,19 @@ fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets
     let repo = recording_repo();
     repo.write("README.md", "docs\n");
     repo.commit("head: docs only");
-    let (run, v) = audit(
-        &repo,
-        &["--base", "HEAD~1", "--head", "HEAD", "--seeds", "1"],
+    let args = ["--base", "HEAD~1", "--head", "HEAD", "--seeds", "1"];
+    // Not scoped (the default): nothing is recorded, and the report says so.
+    let (run, v) = audit(&repo, &args);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(findings(&v, "leaks-state").is_empty(), "{v}");
+    assert_eq!(v["scope"]["mode"], "full", "{v}");
+    assert!(
+        v["scope"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("not scoped")),
+        "{v}"
     );
+    let (run, v) = audit(&repo, &[&args[..], &["--scoped"]].concat());
     assert_eq!(run.code, 0, "{run:?}");
     let leaks = findings(&v, "leaks-state");
     let message = |id: &str| -> String {
@@ -142,13 +151,13 @@ fn registry_repo() -> TestRepo {
 fn scoped_audit(repo: &TestRepo, extra: &[&str]) -> Value {
     let mut args = vec![
         "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
-        "2",
+        "2", "--scoped",
     ];
     args.extend_from_slice(extra);
     let run = repo.fixgate_py(&args);
     let v: Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
-    common::assert_same_as_full(repo, &args, &v);
+    common::assert_same_scoped_and_full(repo, &args, &v);
     v
 }
 

@@ -35,6 +35,8 @@ use crate::pytest::result::{RunResult, TestResult};
 pub(crate) enum Full {
     /// `--full`.
     Asked,
+    /// Neither `--scoped` nor `[tool.fixgate] scoped = true`: the default.
+    NotAsked,
     Footprint(String),
     /// A changed function ran outside any test.
     RanAtCollection {
@@ -57,6 +59,9 @@ impl fmt::Display for Full {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Full::Asked => f.write_str("--full"),
+            Full::NotAsked => f.write_str(
+                "not scoped (--scoped or [tool.fixgate] scoped = true scopes the shuffled orders)",
+            ),
             Full::Footprint(why) => f.write_str(why),
             Full::RanAtCollection { path, line } => write!(
                 f,

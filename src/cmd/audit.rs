@@ -180,6 +180,7 @@ pub(crate) fn options(
         frozen_head: None,
         remote_exec: crate::cmd::settings::remote_exec(&args.remote_exec, env)?,
         full: args.full,
+        scoped: args.scoped,
     })
 }
 

@@ -95,6 +95,7 @@ pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         strict: false,
         nio: false,
         full: false,
+        scoped: false,
         no_cache: false,
         check: false,
         deps: None,

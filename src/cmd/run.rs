@@ -54,6 +54,10 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
         &crate::cmd::settings::sandbox(&args.sandbox),
         &config.limits,
     )?;
+    let record = match args.record {
+        true => Record::ALL,
+        false => Record::NONE,
+    };
     let pb = ctx.progress(0, "run");
     let (result, seed) = match &args.order {
         Some(file) => {
@@ -68,20 +72,14 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
                     &overlay,
                     &order,
                     &config.groups,
-                    Record::ALL,
+                    record,
                     pb.as_ref(),
                 ),
                 None,
             )
         }
         None => (
-            runner.run_seed(
-                &snapshot,
-                args.seed,
-                &config.groups,
-                Record::ALL,
-                pb.as_ref(),
-            ),
+            runner.run_seed(&snapshot, args.seed, &config.groups, record, pb.as_ref()),
             Some(args.seed),
         ),
     };

@@ -71,8 +71,18 @@ pub(crate) struct Options {
     /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
     /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
     pub(crate) frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
-    /// `--full`: every shuffled order over the whole selection.
+    /// `--full`: every shuffled order over the whole selection, whatever the base's
+    /// `[tool.fixgate] scoped` says.
     pub(crate) full: bool,
+    /// `--scoped`: an impact-scoped audit (`[tool.fixgate] scoped = true` of the base asks for
+    /// it too).
+    pub(crate) scoped: bool,
+}
+
+/// Whether the audit is impact-scoped: `--scoped` or the base's `[tool.fixgate] scoped`, unless
+/// `--full`.
+fn scoped(opts: &Options, sides: &Sides) -> bool {
+    !opts.full && (opts.scoped || sides.base_config.scoped)
 }
 
 /// Runs the whole audit and writes its report.
@@ -293,6 +303,7 @@ fn phases(
             &selection,
             head_collected.node,
             uploads,
+            scoped(opts, sides),
         )?;
         return Ok(Phased {
             gates,
@@ -344,13 +355,17 @@ fn judged(
     let base_ids: HashSet<&str> = base_collected.ids().collect();
     let head_ids: HashSet<&str> = head_collected.ids().collect();
 
-    // The matrix, and the nio order beside it (read apart from it, see `audit::nio`).
-    // The file-order and reversed runs first, over the whole selection: what they record
-    // decides what the shuffled orders run (`crate::audit::scope`).
+    // The matrix, and the nio order beside it (read apart from it, see `audit::nio`). In a
+    // scoped audit the file-order and reversed runs come first, over the whole selection: what
+    // they record decides what the shuffled orders run (`crate::audit::scope`).
+    let scoped = scoped(opts, sides);
     let mut orders = order::labels(&opts.seeds);
-    let (whole, shuffled) = orders.split_at(2);
+    let (whole, shuffled) = match scoped {
+        true => orders.split_at(2),
+        false => (orders.as_slice(), &[][..]),
+    };
     let shuffled = shuffled.to_vec();
-    let mut started_matrix = matrix::start(engine, whole, &selection, head_collected.node)?;
+    let mut started_matrix = matrix::start(engine, whole, &selection, head_collected.node, scoped)?;
     let started_nio = match opts.nio || sides.base_config.nio {
         true => Some(nio::start(engine, &selection, head_collected.node)?),
         false => None,
@@ -407,16 +422,22 @@ fn judged(
         None => None,
     };
     // The scope of the shuffled orders, once the reversed run is in too.
-    let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
-    let impact = impact::impact(engine, opts.full, &file_run, &reversed_run, &edited);
-    drop(reversed_run);
-    started_matrix.add_scoped(
-        engine,
-        &shuffled,
-        &selection,
-        head_collected.node,
-        &impact.scope,
-    )?;
+    let impact = match scoped {
+        true => {
+            let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
+            let impact = impact::impact(engine, &file_run, &reversed_run, &edited);
+            drop(reversed_run);
+            started_matrix.add_scoped(
+                engine,
+                &shuffled,
+                &selection,
+                head_collected.node,
+                &impact.scope,
+            )?;
+            impact
+        }
+        false => impact::not_scoped(opts.full),
+    };
     let matrix = started_matrix.finish(engine, file_run)?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),

@@ -67,21 +67,24 @@ fn imports(engine: &Engine) -> Imports {
     Imports::build(&files)
 }
 
-/// What the patch affects and the scope of the shuffled orders (`full`: `--full`, which keeps
-/// the affected tests and runs the orders whole).
+/// What the patch affects and the scope of the shuffled orders of a scoped audit.
 pub(crate) fn impact(
     engine: &Engine,
-    full: bool,
     file: &RunResult,
     reversed: &RunResult,
     edited: &BTreeSet<String>,
 ) -> Impact {
-    let impact = scope::impact(file, reversed, &footprint(engine), edited, &imports(engine));
-    match full {
-        true => Impact {
-            scope: Scope::Full(Full::Asked),
-            ..impact
-        },
-        false => impact,
+    scope::impact(file, reversed, &footprint(engine), edited, &imports(engine))
+}
+
+/// The impact of an audit that is not scoped: nothing was recorded, every order runs whole
+/// (`full`: `--full` said so, else scoping was not asked for).
+pub(crate) fn not_scoped(full: bool) -> Impact {
+    Impact {
+        affected: None,
+        scope: Scope::Full(match full {
+            true => Full::Asked,
+            false => Full::NotAsked,
+        }),
     }
 }

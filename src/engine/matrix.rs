@@ -17,11 +17,13 @@ use crate::pytest::outside::OutsideWrite;
 use crate::pytest::result::Outcome;
 use crate::pytest::result::RunResult;
 
-/// What the run of an order records: the file-order run the code each test ran and the state it
-/// left changed, the reversed run the state (each test after other neighbours), the others
-/// nothing (see `crate::audit::scope`).
-pub(crate) fn record(label: OrderLabel) -> Record {
+/// What the run of an order records in a scoped audit: the file-order run the code each test
+/// ran and the state it left changed, the reversed run the state (each test after other
+/// neighbours), the others nothing (see `crate::audit::scope`). An audit that is not scoped
+/// records nothing: the recording costs more than the target allows (docs/performance.md).
+pub(crate) fn record(label: OrderLabel, scoped: bool) -> Record {
     match label {
+        _ if !scoped => Record::NONE,
         OrderLabel::File => Record::ALL,
         OrderLabel::Reversed => Record {
             code: false,
@@ -48,20 +50,25 @@ pub(crate) struct Started {
     pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
     /// The orders whose runs the caller waited for, their processes counted then.
     waited: std::sync::Mutex<BTreeSet<OrderLabel>>,
+    /// Whether the runs record what a scoped audit needs (see [`record`]).
+    scoped: bool,
 }
 
 /// Adds one seed run per label over the whole selection, each computed from the collection it
-/// orders (the file-order and reversed runs; the nio order; a share's orders).
+/// orders (every order of an audit that is not scoped; a scoped audit's file-order and reversed
+/// runs; the nio order; a share's orders).
 pub(crate) fn start(
     engine: &Engine,
     labels: &[OrderLabel],
     items: &[CollectedItem],
     collection: NodeId,
+    scoped: bool,
 ) -> Result<Started> {
     let mut started = Started {
         labels: Vec::new(),
         nodes: BTreeMap::new(),
         waited: Default::default(),
+        scoped,
     };
     started.add(engine, labels, items, collection, |_| true)?;
     Ok(started)
@@ -99,7 +106,7 @@ impl Started {
                 order,
             )
             .inputs(&[collection])
-            .record(record(l));
+            .record(record(l, self.scoped));
             self.nodes.insert(l, engine.add_run(&req)?);
             self.labels.push(l);
         }

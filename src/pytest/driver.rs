@@ -504,6 +504,7 @@ impl Runner {
             interrupted: &self.interrupted,
             prepare: &prepare,
             host: &self.host,
+            record_code: record.code,
         };
         let place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),

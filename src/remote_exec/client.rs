@@ -809,7 +809,14 @@ impl Executor {
             processes,
         };
         runner
-            .replay(run.snapshot, recorded, run.order, run.groups, run.record, None)
+            .replay(
+                run.snapshot,
+                recorded,
+                run.order,
+                run.groups,
+                run.record,
+                None,
+            )
             .map_err(ReadBack::Run)
     }
 

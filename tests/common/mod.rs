@@ -357,18 +357,26 @@ pub fn judgment(v: &serde_json::Value) -> serde_json::Value {
     serde_json::json!({"verdict": v["verdict"], "exit_code": v["exit_code"], "buckets": buckets, "pairs": pairs})
 }
 
-/// Runs the same audit again with `--full` (the shuffled orders over the whole selection) and
-/// asserts that it judges as `scoped` did: the verdict, every bucket, every pair.
-pub fn assert_same_as_full(repo: &TestRepo, args: &[&str], scoped: &serde_json::Value) {
-    let mut full_args = args.to_vec();
-    full_args.push("--full");
-    let full = repo.fixgate_py(&full_args);
-    let full: serde_json::Value = serde_json::from_str(&full.stdout)
-        .unwrap_or_else(|e| panic!("the --full report is not JSON ({e}): {full:?}"));
+/// Runs the same audit the other way (scoped when `args` did not ask for `--scoped`, whole
+/// orders when they did) and asserts that both judge alike: the verdict, every bucket, every
+/// pair (issue 21: a scoped audit is sound wherever the traces are complete).
+pub fn assert_same_scoped_and_full(repo: &TestRepo, args: &[&str], first: &serde_json::Value) {
+    let scoped = args.contains(&"--scoped");
+    let mut other: Vec<&str> = args.iter().copied().filter(|a| *a != "--scoped").collect();
+    if !scoped {
+        other.push("--scoped");
+    }
+    let run = repo.fixgate_py(&other);
+    let second: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report of {other:?} is not JSON ({e}): {run:?}"));
+    let (scoped_v, full_v) = match scoped {
+        true => (first, &second),
+        false => (&second, first),
+    };
     assert_eq!(
-        judgment(scoped),
-        judgment(&full),
-        "the scoped audit (scope {}) and --full disagree",
-        scoped["scope"]
+        judgment(scoped_v),
+        judgment(full_v),
+        "the scoped audit (scope {}) and the whole orders disagree",
+        scoped_v["scope"]
     );
 }

@@ -585,8 +585,12 @@ class _FixgatePlugin(object):
             command.get("order"),
             command.get("watch"),
         )
+        what = command.get("record")
         if self.recording is not None:
-            self.recording.forked(command.get("record"))
+            self.recording.forked(what)
+        elif what:
+            # A fork server that records nothing forks a run that records state.
+            self.recording = Recording(self.run.classifier, what, collected=True)
         self.order_state = "failed"
         self._apply_order(self.config, session.items)
         self.order_state = "ok"

@@ -12,13 +12,20 @@ class Recording(object):
     "code" and "state" (empty: only what runs outside tests, as a fork server records for the
     runs it will fork)."""
 
-    def __init__(self, classifier, what):
+    def __init__(self, classifier, what, collected=False):
         self.deps = Deps(classifier)
         self.state = State(classifier)
         self.code = False
         self.states = False
         self._want(what)
-        self.deps.start()
+        if collected:
+            # Made after collection (a child of a fork server that recorded nothing): what
+            # ran outside tests is not known, so no code either.
+            self.deps.error = "the collection was not recorded"
+        elif self.code or not what:
+            # Code objects are traced only when they are asked for, or by a fork server for
+            # the runs it forks (an empty list): tracing is what recording costs.
+            self.deps.start()
 
     def _want(self, what):
         parts = set(p.strip() for p in (what or "").split(",") if p.strip())

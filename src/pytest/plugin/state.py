@@ -1,18 +1,26 @@
 """fixgate plugin: whether a test left shared state changed behind it. After every test the
-process's shared state is fingerprinted and compared with the fingerprint after the test
-before: the environment, the working directory, sys.path, the modules in sys.modules (removed or
-replaced, not added: a first import is no leak), threads left running, and the module-level
-values of the repository's own modules (test modules included).
+process's shared state is compared with what it was after the test before: the environment, the
+working directory, sys.path, the modules in sys.modules (removed or replaced, not added: a first
+import is no leak), threads left running, and the module-level values of the repository's own
+modules (test modules included).
 
-A module's fingerprint is cheap on purpose: for every global, the value's identity, and for a
-container, an instance or a class also its size and the identities of what it holds, one level
-down the sizes of containers it holds, and the fill of an lru_cache. An assignment, an insert,
-a removal, a replaced item or a grown inner list show; a change deeper down, or inside an
-object whose state lives in C, does not (docs/impact.md says so)."""
+The module values are compared in one pass at C speed: the list of every global of every
+repository module (compared by identity first, then ==, so a value rebound to an equal one is no
+change), and for the globals that can change in place (containers, instances, classes, an
+lru_cache) their shallow contents (a dict's keys and values, a list's items, a class's or an
+instance's attributes, a set's size and the sum of its items' identities), the sizes of the
+containers those hold, and an lru_cache's fill. Only when that pass differs is each module looked
+at by name, to say which global changed. A change deeper down, or inside an object whose state
+lives in C, is not seen (docs/impact.md says so). The pass costs a few microseconds per hundred
+globals; the per-global fingerprints before it cost a Python call per global and module after
+every test (docs/performance.md).
+"""
 
 import os
 import sys
 import threading
+from itertools import chain, compress
+from operator import methodcaller
 
 # Globals every module has, or that Python and pytest write on their own (warnings'
 # __warningregistry__, the assertion rewriter's @py_builtins): never a test's state.
@@ -34,106 +42,128 @@ _SKIP = frozenset(
     ]
 )
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
-# Above this many items, only the size and the first items' identities are compared.
+_IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
+# Above this many items a container is compared by its size only.
 _MAX_ITEMS = 4096
-_FIRST = 64
+_VALUES = methodcaller("values")
+_KEYS = methodcaller("keys")
+_MODULE = type(sys)
 
 
-def _items(v):
-    """The identities a container holds (keys and values of a dict), bounded."""
-    if isinstance(v, dict):
-        if len(v) > _MAX_ITEMS:
-            return tuple(map(id, list(v.values())[:_FIRST]))
-        return tuple(map(id, v)) + tuple(map(id, v.values()))
-    if isinstance(v, (set, frozenset)):
-        if len(v) > _MAX_ITEMS:
-            return ()
-        return tuple(sorted(map(id, v)))
-    if len(v) > _MAX_ITEMS:
-        return tuple(map(id, v[:_FIRST]))
-    return tuple(map(id, v))
-
-
-def _inner(v):
-    """One level down: the sizes of the containers a container holds."""
-    values = v.values() if isinstance(v, dict) else v
-    if len(v) > _MAX_ITEMS:
-        return ()
-    return tuple(len(x) if isinstance(x, _CONTAINERS) else -1 for x in values)
-
-
-def _fingerprint(v, _containers=_CONTAINERS, _type=type):
-    t = _type(v)
-    if t is int or t is str or t is float or t is bool or v is None:
-        return id(v)
-    if isinstance(v, _containers):
-        if isinstance(v, bytearray):
-            return (id(v), len(v), hash(bytes(v[:_MAX_ITEMS])))
-        return (id(v), len(v), hash(_items(v)), hash(_inner(v)))
-    info = getattr(v, "cache_info", None)
-    if info is not None and t.__name__ == "_lru_cache_wrapper":
-        try:
-            return (id(v), info().currsize)
-        except Exception:
-            return id(v)
-    if isinstance(v, type(sys)):
-        return id(v)  # another module: fingerprinted as itself when it is the repository's
-    if callable(v) and not isinstance(v, type):
-        return id(v)
-    d = getattr(v, "__dict__", None)
-    if d is not None:
-        try:
-            d = dict(d)
-        except Exception:
-            return id(v)
-        return (id(v), len(d), hash(_items(d)), hash(_inner(d)))
-    return id(v)
-
-
-def _deep(v, _containers=_CONTAINERS):
-    """Whether a value can change without being replaced (its identity says nothing then)."""
+def _kind(v):
+    """How a global that can change in place is compared: "dict", "seq", "set", "bytes",
+    "attrs" (a class's or an instance's __dict__), "lru"; None for one that cannot (an int, a
+    str, a function, another module) or that is too large to copy."""
     t = type(v)
     if t is int or t is str or t is float or t is bool or v is None:
-        return False
-    if isinstance(v, _containers) or isinstance(v, type):
-        return True
-    if isinstance(v, type(sys)):
-        return False
-    if callable(v):
-        return t.__name__ == "_lru_cache_wrapper"
-    return getattr(v, "__dict__", None) is not None
+        return None
+    if isinstance(v, dict):
+        return "dict" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, (list, tuple)):
+        return "seq" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, (set, frozenset)):
+        return "set" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, bytearray):
+        return "bytes" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, _MODULE):
+        return None  # another module: compared as itself when it is the repository's
+    if t.__name__ == "_lru_cache_wrapper" and getattr(v, "cache_info", None) is not None:
+        return "lru"
+    if callable(v) and not isinstance(v, type):
+        return None
+    d = getattr(v, "__dict__", None)
+    if d is None:
+        return None
+    try:
+        n = len(d)
+    except Exception:
+        return None
+    return "attrs" if n <= _MAX_ITEMS else None
 
 
-class _ModulePrint(object):
-    """One module's fingerprint: the identities of its globals (compared first, at C speed),
-    and the fingerprints of the values that can change in place."""
+def _lru_fill(v):
+    try:
+        return v.cache_info().currsize
+    except Exception:
+        return -1
 
-    __slots__ = ("names", "ids", "deep")
 
-    def __init__(self, d):
-        self.names = tuple(d)
-        self.ids = tuple(map(id, d.values()))
-        self.deep = {}
-        for name, value in d.items():
-            if name not in _SKIP and _deep(value):
-                try:
-                    self.deep[name] = _fingerprint(value)
-                except Exception:
-                    self.deep[name] = id(value)
+class _Deep(object):
+    """The globals that can change in place, grouped by how they are compared, and their
+    names (module name, global) in the same order."""
 
-    def changed(self, d, old):
-        """The globals that differ between `old` (this print's module before) and `d` now."""
+    __slots__ = ("groups", "names")
+
+    def __init__(self, prints):
+        self.groups = {}
+        self.names = {}
+        for module, d in prints:
+            for name, value in list(d.items()):
+                if name in _SKIP:
+                    continue
+                kind = _kind(value)
+                if kind is None:
+                    continue
+                self.groups.setdefault(kind, []).append(value)
+                self.names.setdefault(kind, []).append((module, name))
+
+    def take(self):
+        """The contents of every in-place value, as flat lists compared with ==."""
+        g = self.groups
         out = []
-        if self.names != old.names or self.ids != old.ids:
-            before = dict(zip(old.names, old.ids))
-            now = dict(zip(self.names, self.ids))
-            for name in set(before) | set(now):
-                if name not in _SKIP and before.get(name) != now.get(name):
-                    out.append(name)
-        for name, fp in self.deep.items():
-            if old.deep.get(name, fp) != fp and name not in out:
-                out.append(name)
+        dicts = g.get("dict", ())
+        if dicts:
+            keys = list(chain.from_iterable(map(_KEYS, dicts)))
+            values = list(chain.from_iterable(map(_VALUES, dicts)))
+            out.append(list(map(len, dicts)))
+            out.append(keys)
+            out.append(values)
+            out.append(list(map(len, compress(values, map(_IS_CONTAINER, map(type, values))))))
+        seqs = g.get("seq", ())
+        if seqs:
+            items = list(chain.from_iterable(seqs))
+            out.append(list(map(len, seqs)))
+            out.append(items)
+            out.append(list(map(len, compress(items, map(_IS_CONTAINER, map(type, items))))))
+        sets = g.get("set", ())
+        if sets:
+            out.append(list(map(len, sets)))
+            out.append([sum(map(id, s)) for s in sets])
+        blobs = g.get("bytes", ())
+        if blobs:
+            out.append(list(map(bytes, blobs)))
+        sizes = g.get("size", ())
+        if sizes:
+            out.append(list(map(len, sizes)))
+        attrs = g.get("attrs", ())
+        if attrs:
+            ds = list(map(_attrs, attrs))
+            out.append(list(map(len, ds)))
+            out.append(list(chain.from_iterable(map(_KEYS, ds))))
+            out.append(list(chain.from_iterable(map(_VALUES, ds))))
+        lrus = g.get("lru", ())
+        if lrus:
+            out.append(list(map(_lru_fill, lrus)))
         return out
+
+    def per_global(self):
+        """The same contents, global by global: {(module, name): what take() holds of it}."""
+        out = {}
+        for kind, values in self.groups.items():
+            for key, v in zip(self.names[kind], values):
+                one = _Deep.__new__(_Deep)
+                one.groups = {kind: [v]}
+                one.names = {kind: [key]}
+                try:
+                    out[key] = one.take()
+                except Exception:
+                    out[key] = None
+        return out
+
+
+def _attrs(v):
+    d = getattr(v, "__dict__", None)
+    return d if d is not None and hasattr(d, "keys") else {}
 
 
 def _module_dict(m):
@@ -141,20 +171,38 @@ def _module_dict(m):
     return d if isinstance(d, dict) else {}
 
 
+def _same(a, b):
+    """Whether two snapshots are equal (identity first, then ==); an __eq__ that raises is a
+    difference."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
 class State(object):
-    """The fingerprint after the last test, and what each test changed of it."""
+    """The shared state after the last test, and what each test changed of it."""
 
     def __init__(self, classifier):
         self.classifier = classifier
         self.repo_modules = {}  # module name -> (repo-relative file, module)
         self.known = 0  # len(sys.modules) when repo_modules was last brought up to date
-        self.prints = {}  # module name -> {global: fingerprint}
         self.extensions = set()  # repo-relative files of C extension modules
         self.env = None
         self.cwd = None
         self.path = None
         self.modules = None
         self.threads = 0
+        # The module values: the modules' dicts in a fixed order, every global's value and
+        # name in that order, the in-place values and their contents.
+        self.dicts = []
+        self.names = []
+        self.values = []
+        self.deep = None
+        self.contents = None
+        self.per_global = {}  # (module, global) -> its contents, as of the last snapshot
 
     def _environ(self):
         data = getattr(os.environ, "_data", None)
@@ -167,11 +215,13 @@ class State(object):
             return None
 
     def _refresh_modules(self):
-        """Adds the repository's modules imported since the last look."""
+        """Adds the repository's modules imported since the last look; True when there are
+        new ones."""
         mods = sys.modules
         if len(mods) == self.known:
-            return
+            return False
         self.known = len(mods)
+        added = False
         for name, m in list(mods.items()):
             if name in self.repo_modules or m is None:
                 continue
@@ -188,7 +238,18 @@ class State(object):
                 self.extensions.add(text)
                 continue
             self.repo_modules[name] = (text, m)
-            self.prints[name] = _ModulePrint(_module_dict(m))
+            added = True
+        return added
+
+    def _take_modules(self):
+        """Snapshots the repository modules' values (after a new import or a change)."""
+        order = sorted(self.repo_modules)
+        self.dicts = [_module_dict(self.repo_modules[n][1]) for n in order]
+        self.names = [(n, list(d)) for n, d in zip(order, self.dicts)]
+        self.values = list(chain.from_iterable(map(_VALUES, self.dicts)))
+        self.deep = _Deep(zip(order, self.dicts))
+        self.contents = self.deep.take()
+        self.per_global = self.deep.per_global()
 
     def baseline(self):
         """Before the first test: the state collection left."""
@@ -198,10 +259,10 @@ class State(object):
         self.path = list(sys.path)
         self.modules = dict(sys.modules)
         self.threads = threading.active_count()
+        self._take_modules()
 
     def after_test(self):
-        """What the test changed, as sorted strings `kind:detail` (docs/plugin-protocol.md),
-        and the new fingerprint."""
+        """What the test changed, as sorted strings `kind:detail` (docs/plugin-protocol.md)."""
         if self.env is None:
             self.baseline()
             return []
@@ -231,34 +292,55 @@ class State(object):
         if threads > self.threads:
             changed.append("threads:%d" % (threads - self.threads))
         self.threads = threads
-        before = set(self.repo_modules)
-        self._refresh_modules()
-        for name, (path, m) in self.repo_modules.items():
-            if name not in before:
-                continue  # imported by this test: its globals are new, not changed
-            d = _module_dict(m)
-            old = self.prints[name]
-            if len(d) == len(old.names) and tuple(map(id, d.values())) == old.ids:
-                # The fast path: no global was rebound; only values that change in place
-                # are looked into.
-                moved = []
-                for g, fp in old.deep.items():
-                    v = d.get(g)
-                    try:
-                        now = _fingerprint(v)
-                    except Exception:
-                        now = id(v)
-                    if now != fp:
-                        moved.append(g)
-                        old.deep[g] = now
-            else:
-                now = _ModulePrint(d)
-                moved = now.changed(d, old)
-                self.prints[name] = now
-            for g in moved:
-                changed.append("global:%s:%s" % (path, g))
+        changed.extend(self._globals())
         for e in sorted(self.extensions):
             changed.append("extension:" + e)
         self.extensions.clear()
         changed.sort()
         return changed
+
+    def _globals(self):
+        """The repository's module globals the test changed: one comparison of everything, and
+        a look at each module only when it differs. A module the test imported first is new,
+        not changed."""
+        dicts = self.dicts
+        values = list(chain.from_iterable(map(_VALUES, dicts)))
+        same = _same(values, self.values)
+        if same:
+            try:
+                contents = self.deep.take()
+            except Exception:
+                contents = None
+            same = contents is not None and _same(contents, self.contents)
+        if same:
+            if self._refresh_modules():
+                self._take_modules()
+            return []
+        return self._which()
+
+    def _which(self):
+        """Names what changed, global by global, and takes the new snapshot."""
+        before_names = self.names
+        before_values = self.values
+        before_deep = self.per_global
+        out = []
+        i = 0
+        for (module, names), d in zip(before_names, self.dicts):
+            old = dict(zip(names, before_values[i : i + len(names)]))
+            i += len(names)
+            path = self.repo_modules[module][0]
+            now = dict(d)
+            for name in set(old) | set(now):
+                if name in _SKIP:
+                    continue
+                if name not in old or name not in now or not _same(old[name], now[name]):
+                    out.append("global:%s:%s" % (path, name))
+        self._refresh_modules()
+        self._take_modules()
+        after_deep = self.per_global
+        for key, contents in after_deep.items():
+            if key in before_deep and not _same(before_deep[key], contents):
+                line = "global:%s:%s" % (self.repo_modules[key[0]][0], key[1])
+                if line not in out:
+                    out.append(line)
+        return out
