@@ -316,9 +316,12 @@ pub(crate) struct ScopeReport {
 pub(crate) enum ScopeMode {
     /// The shuffled orders ran what the patch can affect.
     Scoped,
-    /// The whole selection.
-    #[default]
+    /// A scoped audit whose shuffled orders ran the whole selection (`reason` says why).
     Full,
+    /// Not a scoped audit (neither `--scoped` nor `[tool.fixgate] scoped`): nothing was
+    /// recorded, every order ran the whole selection.
+    #[default]
+    Off,
 }
 
 /// A test the shuffled orders carried: its outcome cannot follow the order, and these are its

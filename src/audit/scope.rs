@@ -60,7 +60,7 @@ impl fmt::Display for Full {
         match self {
             Full::Asked => f.write_str("--full"),
             Full::NotAsked => f.write_str(
-                "not scoped (--scoped or [tool.fixgate] scoped = true scopes the shuffled orders)",
+                "not scoped: --scoped or [tool.fixgate] scoped = true scopes the shuffled orders",
             ),
             Full::Footprint(why) => f.write_str(why),
             Full::RanAtCollection { path, line } => write!(

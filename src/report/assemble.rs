@@ -7,7 +7,7 @@ use crate::audit::message;
 use crate::audit::order::OrderLabel;
 use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Side};
 use crate::audit::repro;
-use crate::audit::scope::Scope;
+use crate::audit::scope::{Full, Scope};
 use crate::audit::verdict::{self, Disposition, FindingKind, Verdict};
 use crate::report::{self, AuditReport, Column};
 
@@ -390,7 +390,10 @@ fn scope(j: &Judgment) -> report::ScopeReport {
     let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
     match &j.impact.scope {
         Scope::Full(why) => report::ScopeReport {
-            mode: report::ScopeMode::Full,
+            mode: match why {
+                Full::NotAsked => report::ScopeMode::Off,
+                _ => report::ScopeMode::Full,
+            },
             reason: Some(why.to_string()),
             tests,
             affected,

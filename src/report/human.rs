@@ -99,9 +99,9 @@ fn verdict_parts(r: &AuditReport) -> (String, String) {
     )
 }
 
-/// What the shuffled orders ran: `scope: the shuffled orders ran 60 of 2000 tests (50 affected
-/// by the patch, 1 state writer), 1940 carried`, or `scope: full orders, 2000 tests, all affected
-/// by the patch (REASON)`.
+/// What the shuffled orders of a scoped audit ran: `scope: the shuffled orders ran 60 of 2000
+/// tests (50 affected by the patch, 1 state writer), 1940 carried`, or `scope: full orders, 2000
+/// tests, all affected by the patch (REASON)`; nothing for an audit that is not scoped.
 pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
     let s = r.scope.as_ref()?;
     if r.seeds.len() < 2 {
@@ -112,6 +112,7 @@ pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
         None => "all affected by the patch".to_string(),
     };
     Some(match s.mode {
+        ScopeMode::Off => return None,
         ScopeMode::Full => format!(
             "scope: full orders, {}, {affected} ({})",
             plural(s.tests, "test", "tests"),
