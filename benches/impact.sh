@@ -4,12 +4,12 @@
 #
 #   bash benches/impact.sh
 #
-#   cold      a cold 8-seed audit of the base (--base main --head main, empty cache)
+#   cold      a cold 8-seed --scoped audit of the base (--base main --head main, empty cache)
 #   rewrite   then the head that rewrites module 7 equivalently. Target: <= 0.10x cold, pass.
 #   registry  then the head that makes module 7 read the registry. Target: <= 0.35x cold,
 #             reject (order-dependent, introduced).
-#   full      the same two heads with --full (each after a cold base audit of its own cache):
-#             the verdict must be the same.
+#   whole     the same three audits not scoped (the default: whole orders, nothing recorded)
+#             in a cache of their own: the verdicts must be the same.
 #   scale     the rewrite on 400 modules (after that suite's cold base audit). Target: <= 2x
 #             the 40-module rewrite.
 # Every case prints wall seconds, the verdict, pytest processes and the scope, with the load.
@@ -69,10 +69,10 @@ round() { # DIR TAG EXTRA...: one cold base audit, then each head, in one cache
 if [[ $CASES == *" small "* ]]; then
     SMALL=$(suite small 40)
     for r in $(seq "$RUNS"); do
-        echo "== round $r, 40 modules (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-        round "$SMALL" small
-        echo "== round $r, 40 modules, --full (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-        round "$SMALL" small-full --full
+        echo "== round $r, 40 modules, --scoped (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        round "$SMALL" small --scoped
+        echo "== round $r, 40 modules, whole orders (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        round "$SMALL" small-full
     done
 fi
 if [[ $CASES == *" scale "* ]]; then
@@ -81,7 +81,7 @@ if [[ $CASES == *" scale "* ]]; then
         echo "== round $r, 400 modules (load: $(cut -d' ' -f1-3 /proc/loadavg))"
         cache=$DATA/cache-large
         rm -rf "$cache"
-        echo "cold $(audit "$LARGE" "$cache" main main)"
-        echo "rewrite $(audit "$LARGE" "$cache" main rewrite)"
+        echo "cold $(audit "$LARGE" "$cache" main main --scoped)"
+        echo "rewrite $(audit "$LARGE" "$cache" main rewrite --scoped)"
     done
 fi

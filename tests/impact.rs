@@ -281,3 +281,56 @@ fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_
     );
     assert_eq!(bucket(&v, "tests/test_m0.py::test_add"), "stable");
 }
+
+/// The state fingerprint (`plugin/state.py`) by itself, run by the interpreter the tests use: one
+/// pass over every global sees a rebinding, a new global, and an in-place change of a dict, a
+/// list, a nested list, a set, a class attribute and an lru_cache, each named by its global;
+/// a module first imported by the test is new, not changed; a test that changes nothing, or
+/// rebinds a NaN to itself, changes nothing.
+#[test]
+fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
+    let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/state.py");
+    let script = format!(
+        "import importlib.util, os, sys, types\n\
+         spec = importlib.util.spec_from_file_location('state', {module:?})\n\
+         st = importlib.util.module_from_spec(spec); spec.loader.exec_module(st)\n\
+         class Repo:\n    \
+             def classify(self, p):\n        \
+                 return ('rel', p[len('/repo/'):], False) if p.startswith('/repo/') else ('outside', p, False)\n\
+         def module(name, src):\n    \
+             m = types.ModuleType(name); m.__file__ = '/repo/%s.py' % name\n    \
+             exec(src, m.__dict__); sys.modules[name] = m; return m\n\
+         a = module('fx_a', 'import functools\\nREG = {{}}\\nL = []\\nN = 1\\nD = {{\"k\": []}}\\nS = set()\\nNAN = float(\"nan\")\\n\
+class K:\\n    x = 1\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
+         s = st.State(Repo()); s.baseline()\n\
+         def step(change, want):\n    \
+             change(); got = s.after_test()\n    \
+             assert got == want, (got, want)\n\
+         step(lambda: None, [])\n\
+         step(lambda: a.REG.__setitem__('x', 1), ['global:fx_a.py:REG'])\n\
+         step(lambda: a.L.append(1), ['global:fx_a.py:L'])\n\
+         step(lambda: setattr(a, 'N', 2), ['global:fx_a.py:N'])\n\
+         step(lambda: a.D['k'].append(1), ['global:fx_a.py:D'])\n\
+         step(lambda: a.S.add(3), ['global:fx_a.py:S'])\n\
+         step(lambda: setattr(a.K, 'x', 2), ['global:fx_a.py:K'])\n\
+         step(lambda: a.f(3), ['global:fx_a.py:f'])\n\
+         step(lambda: setattr(a, 'NEW', 1), ['global:fx_a.py:NEW'])\n\
+         step(lambda: setattr(a, 'NAN', a.NAN), [])\n\
+         step(lambda: module('fx_b', 'X = []\\n'), [])\n\
+         b = sys.modules['fx_b']\n\
+         step(lambda: (a.L.append(2), b.X.append(1)), ['global:fx_a.py:L', 'global:fx_b.py:X'])\n\
+         step(lambda: os.environ.__setitem__('FIXGATE_STATE_T', '1'), ['env:FIXGATE_STATE_T'])\n\
+         step(lambda: None, [])\n\
+         print('ok')\n"
+    );
+    let out = std::process::Command::new(common::python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
