@@ -323,14 +323,5 @@ class K:\\n    x = 1\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
          step(lambda: None, [])\n\
          print('ok')\n"
     );
-    let out = std::process::Command::new(common::python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_python_prints_ok(&script);
 }

@@ -862,14 +862,5 @@ fn the_plugins_outcome_rules_are_a_pure_table() {
          assert not o.altered(P, F, False) and not o.altered(F, F, False)\n\
          print('ok')\n"
     );
-    let out = std::process::Command::new(common::python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_python_prints_ok(&script);
 }
