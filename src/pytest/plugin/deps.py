@@ -11,8 +11,12 @@ repository's code costs one C call and no Python frame.
 
 Python 3.9-3.11 has no per-code-object events: sys.settrace (and threading.settrace for threads
 the test starts) while the suite is collected and while each test runs, returning None so that no
-line is traced. Every Python call then costs one callback: recording about doubles pytest's own
-time on those versions (benches/README.md, "Recording").
+line is traced. Every Python call then costs one callback, pytest's own included: a run that
+records takes about 3x plain pytest on 3.11 (docs/performance.md), which is why scoped audits,
+the only runs that record, are opt-in.
+
+Nothing is traced unless code is asked for (or, by a fork server, for the runs it forks that
+ask): see fixgate_plugin_record.
 """
 
 import os
