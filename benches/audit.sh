@@ -62,6 +62,7 @@ if [[ $CASES == *" run "* ]]; then
 echo "== run: fixgate run --seed 0 vs plain pytest (file order), interleaved rounds"
 python3 "$REPO/benches/interleave.py" --runs "$RUNS" --json "$RESULTS/run.json" \
     "fixgate-run=$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --quiet --format json --output /dev/null" \
+    "fixgate-run-record=$FIXGATE --python $PYTHON --cache-dir $DATA/cache-run run --seed 0 --record --quiet --format json --output /dev/null" \
     "pytest=$PYTHON -m pytest -q -p no:cacheprovider -p no:randomly" \
     "pytest-bytecode=$BYTECODE $PYTHON -m pytest -q -p no:cacheprovider -p no:randomly"
 fi

@@ -306,6 +306,15 @@ pub(crate) struct AuditOptionArgs {
     /// flaky [default: `[tool.fixgate] nio` of the base, else off]
     #[arg(long)]
     pub(crate) nio: bool,
+    /// Impact-scoped audit: the file-order and reversed runs record what each test ran and left
+    /// changed, and the shuffled orders run only what the patch can affect, the rest carried
+    /// (see docs/impact.md) [default: `[tool.fixgate] scoped` of the base, else off]
+    #[arg(long, conflicts_with = "full")]
+    pub(crate) scoped: bool,
+    /// Run every shuffled order over the whole selection, even where `[tool.fixgate] scoped`
+    /// asks for impact-scoped audits
+    #[arg(long)]
+    pub(crate) full: bool,
     /// Ignore the cache: run every step
     #[arg(long)]
     pub(crate) no_cache: bool,
@@ -497,6 +506,10 @@ pub(crate) struct RunArgs {
     /// Run the tests of this revision [default: the working tree]
     #[arg(long, value_name = "REV")]
     pub(crate) rev: Option<String>,
+    /// Record per test the repository's code it ran and the shared state it left changed, as a
+    /// scoped audit's file-order run does (see docs/impact.md)
+    #[arg(long)]
+    pub(crate) record: bool,
     #[command(flatten)]
     pub(crate) sandbox: SandboxArgs,
 }

@@ -8,6 +8,7 @@ mod compact;
 mod confirm;
 mod culprits;
 pub(crate) mod digests;
+mod impact;
 mod judge;
 pub(crate) mod kind;
 pub(crate) mod matrix;

@@ -291,6 +291,47 @@ pub(crate) struct Finding {
     pub(crate) blocking: bool,
 }
 
+/// What the shuffled orders ran (`crate::audit::scope`, docs/impact.md).
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct ScopeReport {
+    pub(crate) mode: ScopeMode,
+    /// Why the orders ran in full.
+    pub(crate) reason: Option<String>,
+    /// The tests of the selection.
+    pub(crate) tests: u64,
+    /// How many tests the patch affected (new or edited, or reached by its footprint); `None`:
+    /// every test (the footprint is everything).
+    pub(crate) affected: Option<u64>,
+    /// The tests that left shared state changed (run in every order with their readers).
+    pub(crate) writers: Vec<String>,
+    /// How many tests each order ran.
+    pub(crate) runs: BTreeMap<OrderLabel, u64>,
+    /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
+    pub(crate) carried: Vec<Carried>,
+}
+
+/// Whether the shuffled orders ran a scope of the selection or all of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ScopeMode {
+    /// The shuffled orders ran what the patch can affect.
+    Scoped,
+    /// A scoped audit whose shuffled orders ran the whole selection (`reason` says why).
+    Full,
+    /// Not a scoped audit (neither `--scoped` nor `[tool.fixgate] scoped`): nothing was
+    /// recorded, every order ran the whole selection.
+    #[default]
+    Off,
+}
+
+/// A test the shuffled orders carried: its outcome cannot follow the order, and these are its
+/// outcomes in the orders that ran it (file order and reversed, on the head).
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Carried {
+    pub(crate) nodeid: String,
+    pub(crate) evidence: BTreeMap<OrderLabel, Outcome>,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct AuditReport {
     pub(crate) schema: u32,
@@ -302,6 +343,8 @@ pub(crate) struct AuditReport {
     pub(crate) seeds: Vec<u64>,
     /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
     pub(crate) orders: Vec<OrderLabel>,
+    /// What the shuffled orders ran; `None` when the audit stopped before them.
+    pub(crate) scope: Option<ScopeReport>,
     pub(crate) tests: Vec<TestReport>,
     pub(crate) pairs: Vec<PairReport>,
     pub(crate) findings: Vec<Finding>,

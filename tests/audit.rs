@@ -20,6 +20,9 @@ fn audit(repo: &TestRepo, base: &str, head: &str, extra: &[&str]) -> (Run, Value
     args.extend_from_slice(extra);
     let run = repo.fixgate_py(&args);
     let json = run.json();
+    // Every audit here judges the same scoped (`--scoped`: the shuffled orders over what the
+    // patch can affect) as with whole orders (issue 21: sound wherever the traces are complete).
+    common::assert_same_scoped_and_full(repo, &args, &json);
     (run, json)
 }
 

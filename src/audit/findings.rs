@@ -5,7 +5,7 @@
 //! To add a kind of finding, see `audit::verdict`'s module documentation: its variant there,
 //! and its rule here (or beside the phase whose evidence it reads, called from here).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::audit::budget::NewSkip;
 use crate::audit::collection::Broken;
@@ -14,6 +14,7 @@ use crate::audit::hidden::{self, Altered, BaseSuiteRead};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
+use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
@@ -189,6 +190,26 @@ pub(crate) fn edited_assertions<'a>(
                 },
             )
         })
+}
+
+/// The `leaks-state` findings the base has too: of a test the base has and the patch does not
+/// affect, whose code, files and every module it sees are the base's, so that it leaves the
+/// same state behind it there (the base's file-order run is not recorded; this is what stands
+/// for checking it).
+pub(crate) fn base_leaks(
+    triaged: &BTreeMap<String, Triage>,
+    base_ids: &HashSet<&str>,
+    impact: &Impact,
+) -> PreExisting {
+    triaged
+        .iter()
+        .filter(|(id, t)| {
+            t.finding_kinds().contains(&FindingKind::LeaksState)
+                && base_ids.contains(id.as_str())
+                && impact.affected.as_ref().is_some_and(|a| !a.contains(*id))
+        })
+        .map(|(id, _)| (FindingKind::LeaksState, id.clone()))
+        .collect()
 }
 
 /// Whether a test's findings are the patch's: one of its kinds the base does not show. A test

@@ -10,6 +10,7 @@ use crate::audit::pair::Pair;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Signal;
 use crate::audit::verdict::{self, FindingKind};
+use crate::pytest::events::StateChange;
 
 /// The message of a finding the verdict weighed (or of an `edited-assertion`).
 pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
@@ -126,6 +127,22 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             "{id} passes, then fails when run again in the same process (every time): it leaves \
              behind state that breaks its own next run"
         ),
+        FindingKind::LeaksState => {
+            let what: Vec<String> = triaged
+                .get(id)
+                .into_iter()
+                .flat_map(|t| &t.signals)
+                .filter_map(|s| match s {
+                    Signal::LeaksState(change) => Some(describe_leak(change)),
+                    _ => None,
+                })
+                .collect();
+            format!(
+                "{id} leaves shared state changed behind it: {}; a later test that reads it \
+                 depends on the order (no victim seen)",
+                what.join(", ")
+            )
+        }
         FindingKind::FreezeAdded => format!(
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
@@ -263,6 +280,25 @@ fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String 
              {lines}; every equality assertion on it passes, which the base's tests cannot see: \
              review it"
         ),
+    }
+}
+
+/// One change of shared state, as a finding names it.
+pub(crate) fn describe_leak(change: &StateChange) -> String {
+    match change {
+        StateChange::Env(name) => format!("the environment variable {name}"),
+        StateChange::Cwd => "the working directory".into(),
+        StateChange::SysPath => "sys.path".into(),
+        StateChange::SysModules(name) => format!("the module {name} in sys.modules"),
+        StateChange::Global { path, name } => format!("the module global {name} of {path}"),
+        StateChange::Threads(n) => match n {
+            1 => "a thread left running".into(),
+            n => format!("{n} threads left running"),
+        },
+        StateChange::Extension(path) => {
+            format!("the C extension {path}, whose state fixgate cannot see")
+        }
+        StateChange::Other(text) => text.clone(),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::audit::order::OrderLabel;
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::ReplayRead;
+use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
 use crate::audit::source_tamper::Suspect;
 use crate::audit::triage::{Evidence, Triage};
@@ -94,6 +95,9 @@ pub(crate) struct Judgment {
     pub(crate) orders: Vec<OrderLabel>,
     /// The tests the matrix ran (the head's, less the frozen ones), in collection order.
     pub(crate) selection: Vec<CollectedItem>,
+    /// What the patch affects, and what the shuffled orders ran of the selection (or why they
+    /// ran all of it).
+    pub(crate) impact: Impact,
     pub(crate) evidence: BTreeMap<String, Evidence>,
     pub(crate) triaged: BTreeMap<String, Triage>,
     /// Each test's message in the first order where it was not green.

@@ -8,7 +8,8 @@ use crate::audit::verdict::{Finding, FindingKind};
 
 /// The command that reproduces a finding, when there is one: a non-idempotent test's run twice
 /// in a row; a hidden failure's base test file on the head's code; a test a hook made look green
-/// run alone; else the first pair the finding's test is in.
+/// run alone; else the first pair the finding's test is in (a test leaking state without a
+/// victim has no pair to show it).
 pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
     let replayed = j.base_suite.as_ref().and_then(|b| {
         Some((
@@ -20,6 +21,7 @@ pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
     });
     match f.kind {
         FindingKind::NonIdempotent => Some(nio(&f.subject)),
+        FindingKind::LeaksState => None,
         FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| a.nodeid == f.subject) => {
             Some(format!(
                 "python -m pytest -p no:randomly -p no:cacheprovider {}",

@@ -43,6 +43,11 @@
 //!   did not do it every time gets nothing from the nio order: its prefix (every earlier test
 //!   twice) may be what broke it. The nio order's outcomes are never among the outcomes
 //!   compared across orders: a second run is not another order.
+//! - A test that left shared state changed behind it in the file-order or reversed run (a
+//!   module global of the repository, an environment variable, the working directory,
+//!   `sys.path` or `sys.modules`, a thread) gets the signal `leaks-state` naming what, and, unless
+//!   it is the culprit of a found pair, a finding of its own that does not block: a polluter
+//!   without a victim (yet).
 //! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
 //!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
 //!
@@ -67,6 +72,7 @@ use std::fmt;
 use crate::audit::nio::Idempotence;
 use crate::audit::order::OrderLabel;
 use crate::audit::verdict::FindingKind;
+use crate::pytest::events::StateChange;
 use crate::pytest::result::Outcome;
 
 /// What the audit knows about one test.
@@ -98,6 +104,8 @@ pub(crate) struct Evidence {
     /// without all its culprits before it (or not after them all). Flaky, as well as
     /// order-dependent when its pair held.
     pub(crate) flaky_too: bool,
+    /// The shared state it left changed behind it (the file-order and reversed runs).
+    pub(crate) leaks: Vec<StateChange>,
 }
 
 pub(crate) use crate::audit::proof::PROOF_RERUNS;
@@ -248,12 +256,15 @@ pub(crate) enum Signal {
     /// A plugin reran it.
     Rerun,
     EditedByPatch,
+    /// It left this shared state changed behind it (`leaks-state:env:HOME`, one per change).
+    LeaksState(StateChange),
 }
 
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
             Signal::LeaseViolation(group) => return write!(f, "lease-violation:{group}"),
+            Signal::LeaksState(change) => return write!(f, "leaks-state:{change}"),
             Signal::OrderDependent => "order-dependent",
             Signal::Victim => "victim",
             Signal::Brittle => "brittle",
@@ -287,6 +298,9 @@ impl<'de> Deserialize<'de> for Signal {
         let text = String::deserialize(deserializer)?;
         if let Some(group) = text.strip_prefix("lease-violation:") {
             return Ok(Signal::LeaseViolation(group.to_string()));
+        }
+        if let Some(change) = text.strip_prefix("leaks-state:") {
+            return Ok(Signal::LeaksState(StateChange::parse(change)));
         }
         [
             Signal::OrderDependent,
@@ -325,6 +339,13 @@ impl Triage {
         self.signals.contains(signal)
     }
 
+    /// Whether it is the polluter or the state-setter of a found pair.
+    fn is_culprit(&self) -> bool {
+        self.signals
+            .iter()
+            .any(|s| matches!(s, Signal::Polluter | Signal::StateSetter))
+    }
+
     /// The findings this test contributes to the verdict: its bucket's, plus every code defect
     /// and flakiness among the signals that the bucket outranked.
     pub(crate) fn finding_kinds(&self) -> Vec<FindingKind> {
@@ -353,6 +374,8 @@ impl Triage {
                 Signal::Error => add(FindingKind::ErrorBucket),
                 Signal::Flaky => add(FindingKind::Flaky),
                 Signal::NonIdempotent => add(FindingKind::NonIdempotent),
+                // A culprit of a found pair has its victim, which the pair's finding names.
+                Signal::LeaksState(_) if !self.is_culprit() => add(FindingKind::LeaksState),
                 _ => {}
             }
         }
@@ -493,6 +516,10 @@ pub(crate) fn triage(e: &Evidence) -> Triage {
     flag(outcomes.contains(&Outcome::Xpassed), Signal::Xpassed);
     flag(e.reruns > 0, Signal::Rerun);
     flag(e.edited_by_patch, Signal::EditedByPatch);
+    let mut leaks = e.leaks.clone();
+    leaks.sort();
+    leaks.dedup();
+    signals.extend(leaks.into_iter().map(Signal::LeaksState));
     Triage { bucket, signals }
 }
 
@@ -1074,5 +1101,54 @@ mod serde_tests {
             assert_eq!(serde_json::from_str::<Bucket>(&text).unwrap(), b);
         }
         assert!(serde_json::from_str::<Signal>("\"nonsense\"").is_err());
+    }
+
+    #[test]
+    fn a_test_that_leaks_state_keeps_its_bucket_and_gets_one_signal_per_change_and_a_finding() {
+        let mut e = Evidence {
+            outcomes: vec![
+                (OrderLabel::File, Outcome::Passed),
+                (OrderLabel::Reversed, Outcome::Passed),
+            ],
+            ..Evidence::default()
+        };
+        e.leaks = vec![
+            StateChange::Env("HOME".into()),
+            StateChange::Global {
+                path: "pkg/reg.py".into(),
+                name: "REG".into(),
+            },
+            StateChange::Env("HOME".into()),
+        ];
+        let t = triage(&e);
+        assert_eq!(t.bucket, Bucket::Stable);
+        let texts: Vec<String> = t.signals.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            texts,
+            ["leaks-state:env:HOME", "leaks-state:global:pkg/reg.py:REG"]
+        );
+        assert_eq!(t.finding_kinds(), [FindingKind::LeaksState]);
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Triage>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn the_state_setter_of_a_found_pair_that_leaks_state_has_the_signal_and_no_finding_of_it() {
+        let e = Evidence {
+            outcomes: vec![
+                (OrderLabel::File, Outcome::Passed),
+                (OrderLabel::Reversed, Outcome::Passed),
+            ],
+            state_setter_in_pair: true,
+            leaks: vec![StateChange::Global {
+                path: "pkg/reg.py".into(),
+                name: "REG".into(),
+            }],
+            ..Evidence::default()
+        };
+        let t = triage(&e);
+        assert!(t.has(&Signal::StateSetter));
+        assert!(t.signals.iter().any(|s| matches!(s, Signal::LeaksState(_))));
+        assert!(!t.finding_kinds().contains(&FindingKind::LeaksState));
     }
 }

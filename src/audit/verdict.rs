@@ -161,6 +161,9 @@ pub(crate) enum FindingKind {
     /// An `__eq__` or `__ne__` the patch added or changed that never reads what it compares
     /// with: every equality assertion on the class passes. A warning, like the above.
     EqIgnoresArgument,
+    /// A test that left shared state changed behind it (a module global, an environment
+    /// variable...): a polluter without a victim, reported, never blocking by itself.
+    LeaksState,
 }
 
 impl FindingKind {
@@ -196,6 +199,7 @@ impl FindingKind {
             FindingKind::EqIgnoresArgument => "eq-ignores-argument",
             FindingKind::EditedAssertion => "edited-assertion",
             FindingKind::Nondeterministic => "nondeterministic",
+            FindingKind::LeaksState => "leaks-state",
         }
     }
 
@@ -219,6 +223,7 @@ impl FindingKind {
             FindingKind::LockChanged => ("lock change", "lock changes"),
             FindingKind::EditedAssertion => ("edited assertion", "edited assertions"),
             FindingKind::NonIdempotent => ("non-idempotent test", "non-idempotent tests"),
+            FindingKind::LeaksState => ("test leaking state", "tests leaking state"),
             FindingKind::OutsideWrite => ("outside-write finding", "outside-write findings"),
             FindingKind::CollectionError => {
                 ("collection-error finding", "collection-error findings")

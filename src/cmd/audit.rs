@@ -179,6 +179,8 @@ pub(crate) fn options(
         runner: None,
         frozen_head: None,
         remote_exec: crate::cmd::settings::remote_exec(&args.remote_exec, env)?,
+        full: args.full,
+        scoped: args.scoped,
     })
 }
 

@@ -94,6 +94,8 @@ pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         seed_list: None,
         strict: false,
         nio: false,
+        full: false,
+        scoped: false,
         no_cache: false,
         check: false,
         deps: None,

@@ -55,7 +55,13 @@ pub(crate) fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32> {
         &config.limits,
     )?;
     let pb = ctx.progress(0, "init");
-    let result = runner.run_seed(&snapshot, 0, &config.groups, pb.as_ref());
+    let result = runner.run_seed(
+        &snapshot,
+        0,
+        &config.groups,
+        crate::pytest::driver::Record::NONE,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

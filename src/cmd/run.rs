@@ -8,7 +8,7 @@ use crate::cli::RunArgs;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
-use crate::pytest::driver::{ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Record, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::events::CollectedItem;
 use crate::pytest::interpreter::Fingerprint;
 use crate::pytest::result::{Outcome, RunResult};
@@ -54,6 +54,10 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
         &crate::cmd::settings::sandbox(&args.sandbox),
         &config.limits,
     )?;
+    let record = match args.record {
+        true => Record::ALL,
+        false => Record::NONE,
+    };
     let pb = ctx.progress(0, "run");
     let (result, seed) = match &args.order {
         Some(file) => {
@@ -63,12 +67,19 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
             }
             let overlay = Default::default();
             (
-                runner.run(&snapshot, &overlay, &order, &config.groups, pb.as_ref()),
+                runner.run(
+                    &snapshot,
+                    &overlay,
+                    &order,
+                    &config.groups,
+                    record,
+                    pb.as_ref(),
+                ),
                 None,
             )
         }
         None => (
-            runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref()),
+            runner.run_seed(&snapshot, args.seed, &config.groups, record, pb.as_ref()),
             Some(args.seed),
         ),
     };

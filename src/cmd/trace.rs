@@ -51,7 +51,13 @@ pub(crate) fn run(ctx: &Ctx, args: &TraceArgs) -> Result<i32> {
         &config.limits,
     )?;
     let pb = ctx.progress(0, "trace");
-    let result = runner.run_seed(&snapshot, args.seed, &config.groups, pb.as_ref());
+    let result = runner.run_seed(
+        &snapshot,
+        args.seed,
+        &config.groups,
+        crate::pytest::driver::Record::NONE,
+        pb.as_ref(),
+    );
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }

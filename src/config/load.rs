@@ -38,6 +38,9 @@ pub(crate) struct Config {
     /// `[tool.fixgate] nio = true`: audits add the nio order (each test twice in a row), as
     /// `--nio` does.
     pub(crate) nio: bool,
+    /// `[tool.fixgate] scoped = true`: audits are impact-scoped (the file-order and reversed
+    /// runs record, the shuffled orders run what the patch can affect), as `--scoped` asks.
+    pub(crate) scoped: bool,
     /// `[tool.fixgate] remote-executor`, `remote-instance` and `remote-platform`: where an
     /// audit's runs execute (read from the base, which is trusted: a patch cannot send its
     /// code to a service of its choosing).
@@ -101,6 +104,7 @@ pub(crate) fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         limits: py.limits,
         lock: py.lock,
         nio: py.nio,
+        scoped: py.scoped,
         remote_exec: py.remote_exec,
         warnings,
     })
@@ -485,6 +489,15 @@ mod tests {
     }
 
     #[test]
+    fn pyproject_scoped_is_a_boolean_and_off_by_default() {
+        assert!(!pyproject("[tool.fixgate]\n").scoped);
+        let config = pyproject("[tool.fixgate]\nscoped = true\n");
+        assert!(config.scoped && config.warnings.is_empty());
+        assert!(pyproject_err("[tool.fixgate]\nscoped = \"yes\"\n")
+            .contains("tool.fixgate.scoped: expected true or false, found a string"));
+    }
+
+    #[test]
     fn remote_execution_is_read_from_tool_fixgate() {
         let c = pyproject(
             "[tool.fixgate]\nremote-executor = \"grpc://re.example:8980\"\nremote-instance = \
@@ -524,7 +537,7 @@ mod tests {
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
                  keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
+                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -29,6 +29,8 @@ pub(super) struct Pyproject {
     pub(super) fork: Option<bool>,
     /// `nio = true`: the nio order in every audit.
     pub(super) nio: bool,
+    /// `scoped = true`: impact-scoped audits (docs/impact.md).
+    pub(super) scoped: bool,
     /// `remote-executor`, `remote-instance`, `remote-platform`.
     pub(super) remote_exec: RemoteExecConfig,
     /// Each with its line, for sorting.
@@ -170,6 +172,14 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                     "write nio = true to run every test twice in a row in one more order",
                 )?
             }
+            "scoped" => {
+                out.scoped = parse_bool(
+                    &doc,
+                    (key, value),
+                    "tool.fixgate.scoped",
+                    "write scoped = true to run the shuffled orders over what the patch can affect",
+                )?
+            }
             "remote-executor" => {
                 out.remote_exec.executor =
                     Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
@@ -182,7 +192,7 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
                 "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
+                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
             )),
         }
     }

@@ -34,8 +34,8 @@ use crate::engine::runs::Engine;
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
-    base_check, base_suite, check, confirm, matrix, nio, pairs, replay, shard, source_replay,
-    source_tamper, steps,
+    base_check, base_suite, check, confirm, impact, matrix, nio, pairs, replay, shard,
+    source_replay, source_tamper, steps,
 };
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
@@ -71,6 +71,18 @@ pub(crate) struct Options {
     /// The head to audit instead of the live working tree: `fixgate watch`'s frozen copy of
     /// it, which nothing writes while the audit runs (see src/watch/frozen.rs).
     pub(crate) frozen_head: Option<Arc<crate::snapshot::Snapshot>>,
+    /// `--full`: every shuffled order over the whole selection, whatever the base's
+    /// `[tool.fixgate] scoped` says.
+    pub(crate) full: bool,
+    /// `--scoped`: an impact-scoped audit (`[tool.fixgate] scoped = true` of the base asks for
+    /// it too).
+    pub(crate) scoped: bool,
+}
+
+/// Whether the audit is impact-scoped: `--scoped` or the base's `[tool.fixgate] scoped`, unless
+/// `--full`.
+fn scoped(opts: &Options, sides: &Sides) -> bool {
+    !opts.full && (opts.scoped || sides.base_config.scoped)
 }
 
 /// Runs the whole audit and writes its report.
@@ -300,6 +312,7 @@ fn phases(
             &selection,
             head_collected.node,
             uploads,
+            scoped(opts, sides),
         )?;
         return Ok(Phased {
             gates,
@@ -351,9 +364,17 @@ fn judged(
     let base_ids: HashSet<&str> = base_collected.ids().collect();
     let head_ids: HashSet<&str> = head_collected.ids().collect();
 
-    // The matrix, and the nio order beside it (read apart from it, see `audit::nio`).
+    // The matrix, and the nio order beside it (read apart from it, see `audit::nio`). In a
+    // scoped audit the file-order and reversed runs come first, over the whole selection: what
+    // they record decides what the shuffled orders run (`crate::audit::scope`).
+    let scoped = scoped(opts, sides);
     let mut orders = order::labels(&opts.seeds);
-    let started_matrix = matrix::start(engine, &orders, &selection, head_collected.node)?;
+    let (whole, shuffled) = match scoped {
+        true => orders.split_at(2),
+        false => (orders.as_slice(), &[][..]),
+    };
+    let shuffled = shuffled.to_vec();
+    let mut started_matrix = matrix::start(engine, whole, &selection, head_collected.node, scoped)?;
     let started_nio = match opts.nio || sides.base_config.nio {
         true => Some(nio::start(engine, &selection, head_collected.node)?),
         false => None,
@@ -409,6 +430,23 @@ fn judged(
         )?),
         None => None,
     };
+    // The scope of the shuffled orders, once the reversed run is in too.
+    let impact = match scoped {
+        true => {
+            let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
+            let impact = impact::impact(engine, &file_run, &reversed_run, &edited);
+            drop(reversed_run);
+            started_matrix.add_scoped(
+                engine,
+                &shuffled,
+                &selection,
+                head_collected.node,
+                &impact.scope,
+            )?;
+            impact
+        }
+        false => impact::not_scoped(opts.full),
+    };
     let matrix = started_matrix.finish(engine, file_run)?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),
@@ -419,7 +457,7 @@ fn judged(
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
-    let confirmation = confirm::confirm(engine, &matrix, &selection, &disagreeing, &always_red)?;
+    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
     let mut evidence = confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
     let nio_read = match &started_nio {
         Some(started) => Some(nio::read(engine, started, &nodeids)?),
@@ -475,6 +513,7 @@ fn judged(
         &[triage_node],
     )?;
     pre_existing.extend(nio::base_check(engine, &triaged, &base_ids, triage_node)?);
+    pre_existing.extend(findings::base_leaks(&triaged, &base_ids, &impact));
 
     // Findings, the budget and the verdict.
     let new_skips = budget::patch_skips(
@@ -584,6 +623,7 @@ fn judged(
         },
         today: opts.today,
         selection,
+        impact,
     };
     Ok((judgment, decision, matrix.warnings()))
 }

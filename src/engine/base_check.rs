@@ -32,7 +32,57 @@ pub(crate) fn run(
     after: &[NodeId],
 ) -> Result<PreExisting> {
     let mut requests: Vec<BaseCheck> = Vec::new();
+    // Victims of one culprit set that change nothing others see are checked together (the
+    // set, then every victim; every victim without it), as the head proved them.
+    let mut batches: BTreeMap<(&'static str, Vec<String>), Victims> = BTreeMap::new();
     for p in pairs {
+        if p.search.outcome.explains()
+            && base_ids.contains(p.victim.as_str())
+            && p.culprits.iter().all(|c| base_ids.contains(c.as_str()))
+            && !matrix.writes(&p.victim)
+        {
+            batches
+                .entry((p.kind.as_str(), p.culprits.clone()))
+                .or_insert_with(|| (p.kind, Vec::new()))
+                .1
+                .push(p.victim.clone());
+        }
+    }
+    batches.retain(|_, (_, victims)| victims.len() > 1);
+    for ((_, culprits), (kind, victims)) in &batches {
+        let tag = blake3::hash(culprits.join("\n").as_bytes()).to_hex()[..12].to_string();
+        let alone = format!("base-check(alone batch {tag})");
+        let mut order = culprits.clone();
+        order.extend(victims.iter().cloned());
+        let culprit_kind = if *kind == PairKind::Polluter {
+            FindingKind::Polluter
+        } else {
+            FindingKind::OrderDependent
+        };
+        requests.push(BaseCheck {
+            request: base_request(format!("base-check(pair batch {tag})"), order),
+            findings: culprits.iter().map(|c| (culprit_kind, c.clone())).collect(),
+            check: Check::PairBatch {
+                victims: victims.clone(),
+                kind: *kind,
+                alone: alone.clone(),
+            },
+        });
+        requests.push(BaseCheck {
+            request: base_request(alone, victims.clone()),
+            findings: Vec::new(),
+            check: Check::Nothing,
+        });
+    }
+    let batched = |p: &Pair| {
+        batches
+            .get(&(p.kind.as_str(), p.culprits.clone()))
+            .is_some_and(|(_, v)| v.contains(&p.victim))
+    };
+    for p in pairs {
+        if batched(p) {
+            continue;
+        }
         // A pair that did not hold on the head has nothing to show on the base.
         if !p.search.outcome.explains() {
             continue;
@@ -156,7 +206,7 @@ pub(crate) fn run(
         // This round's runs: the pending checks and the alone runs their pair checks read.
         let mut round: Vec<usize> = pending.clone();
         for &i in &pending {
-            if let Check::Pair { alone, .. } = &requests[i].check {
+            if let Check::Pair { alone, .. } | Check::PairBatch { alone, .. } = &requests[i].check {
                 round.extend(alone_of(alone));
             }
         }
@@ -195,6 +245,24 @@ pub(crate) fn run(
                         .map(Outcome::is_green);
                     pair_shows(*kind, after, alone)
                 }
+                Check::PairBatch {
+                    victims,
+                    kind,
+                    alone,
+                } => {
+                    let alone = alone_of(alone).and_then(result);
+                    let mut all = true;
+                    for v in victims {
+                        let after = r.outcome_of(v).map(Outcome::is_green);
+                        let by_itself = alone.and_then(|a| a.outcome_of(v)).map(Outcome::is_green);
+                        let holds = pair_shows(*kind, after, by_itself);
+                        if holds {
+                            pre.insert((FindingKind::OrderDependent, v.clone()));
+                        }
+                        all &= holds;
+                    }
+                    all
+                }
                 Check::Red { nodeid } => red_in_order(r, nodeid),
                 Check::Alone { nodeid, kind } => shows(r, nodeid, *kind),
                 Check::Batch(items) => {
@@ -221,9 +289,12 @@ pub(crate) fn run(
 /// whatever the patch did reaches the base check with probability `p^n` (`n` head runs); its
 /// failure is then called introduced with probability `p^n (1-p)^RED_BASE_RUNS`: at most
 /// 2.4 × 10⁻⁴ with three seeds (five orders and alone, `n` = 6) and 1.6 × 10⁻⁵ with the
-/// default eight (`n` = 11); see docs/verdicts.md. A test the patch really broke passes on the base every time;
-/// its runs are the base's, shared by every head through the cache.
+/// default eight (`n` = 11); see docs/verdicts.md. A test the patch really broke passes on the
+/// base every time; its runs are the base's, shared by every head through the cache.
 const RED_BASE_RUNS: u32 = 2 * PROOF_RERUNS as u32;
+
+/// The victims of one culprit set, with the set's kind.
+type Victims = (PairKind, Vec<String>);
 
 /// One run on the base, the findings it can show to be pre-existing, and how to read it.
 struct BaseCheck {
@@ -238,7 +309,10 @@ impl Check {
         match self {
             Check::Nothing | Check::Batch(_) => 1,
             Check::Alone { kind, .. } if is_red(*kind) => RED_BASE_RUNS,
-            Check::Pair { .. } | Check::Red { .. } | Check::Alone { .. } => PROOF_RERUNS as u32,
+            Check::Pair { .. }
+            | Check::PairBatch { .. }
+            | Check::Red { .. }
+            | Check::Alone { .. } => PROOF_RERUNS as u32,
         }
     }
 }
@@ -247,6 +321,14 @@ enum Check {
     Nothing,
     /// Many red tests at once, checked in one run on the base (see `matrix::MANY_RED`).
     Batch(Vec<(String, FindingKind)>),
+    /// Several victims of one set: the set then every victim, and (`alone`, a label of the
+    /// same batch) every victim without it. Each victim that shows it is pre-existing; the
+    /// culprits' findings when every one does.
+    PairBatch {
+        victims: Vec<String>,
+        kind: PairKind,
+        alone: String,
+    },
     /// `alone` is the label of the victim-alone run of the same batch.
     Pair {
         victim: String,

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::pytest::events::StateChange;
 use crate::pytest::outside::OutsideWrite;
 use crate::pytest::result::{Outcome, RunResult};
 
@@ -68,6 +69,8 @@ pub(crate) struct CompactRun {
     violations: BTreeMap<u32, Vec<String>>,
     /// The suite's own reruns of each test that had any (pytest-rerunfailures and the like).
     reruns: BTreeMap<u32, u32>,
+    /// The shared state each test left changed, in a run that recorded it.
+    state: BTreeMap<u32, Vec<StateChange>>,
     pub(crate) warnings: Vec<String>,
     /// pytest processes the run took.
     pub(crate) processes: u32,
@@ -108,6 +111,9 @@ impl CompactRun {
             if t.reruns > 0 {
                 out.reruns.insert(i, t.reruns);
             }
+            if !t.state.is_empty() {
+                out.state.insert(i, t.state.clone());
+            }
         }
         out
     }
@@ -137,6 +143,10 @@ impl CompactRun {
 
     pub(crate) fn reruns(&self, i: u32) -> u32 {
         self.reruns.get(&i).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn state(&self, i: u32) -> &[StateChange] {
+        self.state.get(&i).map_or(&[], Vec::as_slice)
     }
 }
 

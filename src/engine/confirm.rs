@@ -12,7 +12,6 @@ use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Result;
-use crate::pytest::events::CollectedItem;
 use crate::pytest::result::Outcome;
 
 /// Reruns of matrix orders (fresh processes, separate cache entries) and runs of single tests.
@@ -53,7 +52,6 @@ pub(crate) const MANY_RED: usize = 8;
 pub(crate) fn confirm(
     engine: &Engine,
     matrix: &Matrix,
-    items: &[CollectedItem],
     disagreeing: &[String],
     always_red: &[String],
 ) -> Result<Confirmation> {
@@ -117,7 +115,9 @@ pub(crate) fn confirm(
         }
         let mut round = Vec::new();
         for (l, end) in &needed {
-            let mut order = l.order(items);
+            // The order the run made (a shuffled order may have run only a scope of the
+            // selection).
+            let mut order = matrix.order(*l);
             order.truncate(*end);
             let after = match out.rerun_nodes.get(l).and_then(|n| n.last()) {
                 Some(previous) => vec![*previous],
@@ -192,6 +192,7 @@ pub(crate) fn evidence(
                 unexplained: false,
                 nio: None,
                 flaky_too: false,
+                leaks: matrix.state(id).into_iter().collect(),
             },
         );
     }

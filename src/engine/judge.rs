@@ -73,7 +73,11 @@ fn evidence_key(evidence: &BTreeMap<String, Evidence>) -> String {
             .u64(u64::from(e.edited_by_patch))
             .u64(u64::from(e.reruns))
             .u64(u64::from(e.unexplained))
-            .str(e.nio.map(|n| n.as_str()).unwrap_or("\0none"));
+            .str(e.nio.map(|n| n.as_str()).unwrap_or("\0none"))
+            .u64(u64::from(e.flaky_too));
+        w.list(&e.leaks, |w, change| {
+            w.str(&change.to_string());
+        });
     }
     w.finish().to_string()
 }

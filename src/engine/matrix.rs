@@ -6,14 +6,32 @@ use std::collections::{BTreeMap, BTreeSet};
 use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::order::OrderLabel;
+use crate::audit::scope::Scope;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
 use crate::error::{Error, Result};
-use crate::pytest::events::CollectedItem;
+use crate::pytest::driver::Record;
+use crate::pytest::events::{CollectedItem, StateChange};
 use crate::pytest::outside::OutsideWrite;
 use crate::pytest::result::Outcome;
 use crate::pytest::result::RunResult;
+
+/// What the run of an order records in a scoped audit: the file-order run the code each test
+/// ran and the state it left changed, the reversed run the state (each test after other
+/// neighbours), the others nothing (see `crate::audit::scope`). An audit that is not scoped
+/// records nothing: the recording costs more than the target allows (docs/performance.md).
+pub(crate) fn record(label: OrderLabel, scoped: bool) -> Record {
+    match label {
+        _ if !scoped => Record::NONE,
+        OrderLabel::File => Record::ALL,
+        OrderLabel::Reversed => Record {
+            code: false,
+            state: true,
+        },
+        OrderLabel::Seed(_) | OrderLabel::Twice => Record::NONE,
+    }
+}
 
 /// The seed runs of the matrix, one per order label, with their nodes. Each run is kept
 /// compact once read (see [`crate::engine::compact`]), except the file-order run, whose traces
@@ -30,36 +48,78 @@ pub(crate) struct Matrix {
 pub(crate) struct Started {
     labels: Vec<OrderLabel>,
     pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
+    /// The orders whose runs the caller waited for, their processes counted then.
+    waited: std::sync::Mutex<BTreeSet<OrderLabel>>,
+    /// Whether the runs record what a scoped audit needs (see [`record`]).
+    scoped: bool,
 }
 
-/// Adds one seed run per label, each computed from the collection it orders.
+/// Adds one seed run per label over the whole selection, each computed from the collection it
+/// orders (every order of an audit that is not scoped; a scoped audit's file-order and reversed
+/// runs; the nio order; a share's orders).
 pub(crate) fn start(
     engine: &Engine,
     labels: &[OrderLabel],
     items: &[CollectedItem],
     collection: NodeId,
+    scoped: bool,
 ) -> Result<Started> {
-    let mut nodes = BTreeMap::new();
-    for &l in labels {
-        let req = RunRequest::new(
-            NodeKind::SeedRun.of(l),
-            NodeKind::SeedRun,
-            Role::Head,
-            l.order(items),
-        )
-        .inputs(&[collection]);
-        nodes.insert(l, engine.add_run(&req)?);
-    }
-    Ok(Started {
-        labels: labels.to_vec(),
-        nodes,
-    })
+    let mut started = Started {
+        labels: Vec::new(),
+        nodes: BTreeMap::new(),
+        waited: Default::default(),
+        scoped,
+    };
+    started.add(engine, labels, items, collection, |_| true)?;
+    Ok(started)
 }
 
 impl Started {
+    /// Adds the runs of the shuffled orders once the scope is known: each runs only the tests
+    /// of `scope`, in its own sequence.
+    pub(crate) fn add_scoped(
+        &mut self,
+        engine: &Engine,
+        labels: &[OrderLabel],
+        items: &[CollectedItem],
+        collection: NodeId,
+        scope: &Scope,
+    ) -> Result<()> {
+        self.add(engine, labels, items, collection, |id| scope.runs(id))
+    }
+
+    fn add(
+        &mut self,
+        engine: &Engine,
+        labels: &[OrderLabel],
+        items: &[CollectedItem],
+        collection: NodeId,
+        runs: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        for &l in labels {
+            let mut order = l.order(items);
+            order.retain(|id| runs(id));
+            let req = RunRequest::new(
+                NodeKind::SeedRun.of(l),
+                NodeKind::SeedRun,
+                Role::Head,
+                order,
+            )
+            .inputs(&[collection])
+            .record(record(l, self.scoped));
+            self.nodes.insert(l, engine.add_run(&req)?);
+            self.labels.push(l);
+        }
+        Ok(())
+    }
+
     /// Waits for the run of one order.
     pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
         let id = self.nodes[&label];
+        self.waited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(label);
         engine
             .wait_run(id)?
             .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
@@ -99,7 +159,7 @@ impl Started {
                 .map(Output::new)
                 .map_err(|e| node_bug(format!("the matrix does not encode: {e}")))
         })
-        .param("encoding", "postcard-1");
+        .param("encoding", "postcard-2");
         let id = engine
             .live
             .add(node, &inputs)
@@ -120,13 +180,15 @@ impl Started {
             .map_err(|e| Error::bug(format!("a cached matrix does not decode: {e}")))?;
         engine.live.release(id);
         let mut runs = BTreeMap::new();
+        let waited = self.waited.into_inner().unwrap_or_else(|e| e.into_inner());
         for ((l, node), run) in self.labels.iter().zip(&inputs).zip(compact) {
-            // The file-order run's processes were counted when the caller waited for it.
+            // The processes of the runs the caller waited for (the file-order and reversed
+            // runs) were counted then.
             let executed = engine
                 .live
                 .report(*node)
                 .is_some_and(|r| matches!(r.status, fixgate_graph::Status::Executed { .. }));
-            if executed && *l != OrderLabel::File {
+            if executed && !waited.contains(l) {
                 engine.count_processes(run.processes);
             }
             engine.live.release(*node);
@@ -187,6 +249,32 @@ impl Matrix {
             .values()
             .flat_map(|r| r.violations(i).iter().cloned())
             .collect()
+    }
+
+    /// The shared state the test left changed in the runs that recorded it (file order and
+    /// reversed), each change once.
+    pub(crate) fn state(&self, nodeid: &str) -> BTreeSet<StateChange> {
+        let Some(i) = self.ids.get(nodeid) else {
+            return BTreeSet::new();
+        };
+        self.runs
+            .values()
+            .flat_map(|r| r.state(i).iter().cloned())
+            .collect()
+    }
+
+    /// Whether the test left shared state changed or wrote a file of the tree in the runs that
+    /// recorded it: it may change what a later test sees.
+    pub(crate) fn writes(&self, nodeid: &str) -> bool {
+        !self.state(nodeid).is_empty()
+            || self.file.test(nodeid).is_some_and(|t| {
+                let tr = &t.trace;
+                !(tr.write.is_empty()
+                    && tr.remove.is_empty()
+                    && tr.mkdir.is_empty()
+                    && tr.rename.is_empty()
+                    && t.changed.is_empty())
+            })
     }
 
     /// The most reruns the suite itself gave the test in one order.

@@ -25,7 +25,7 @@ pub(crate) fn start(
     selection: &[CollectedItem],
     collection: NodeId,
 ) -> Result<matrix::Started> {
-    matrix::start(engine, &[OrderLabel::Twice], selection, collection)
+    matrix::start(engine, &[OrderLabel::Twice], selection, collection, false)
 }
 
 /// What the nio order and its confirmation runs showed.

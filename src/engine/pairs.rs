@@ -118,6 +118,14 @@ pub(crate) fn search_pairs(
         }
         let known = &established[offered..];
         offered = established.len();
+        // A set many open victims share is proven for them together first.
+        for (kind, set) in known {
+            for (i, a) in batched(engine, matrix, &questions, &open, &answers, *kind, set)? {
+                tried[i].push(set.clone());
+                answers[i] = Some(a);
+            }
+        }
+        let open: Vec<usize> = open.into_iter().filter(|&i| answers[i].is_none()).collect();
         let quick = side_by_side(&open, |i| {
             known_answer(
                 engine,
@@ -221,6 +229,93 @@ fn side_by_side<T: Send>(
         for r in results {
             out.push(r?);
         }
+    }
+    Ok(out)
+}
+
+/// The fewest victims worth a batched proof: below it, the per-victim proof costs no more.
+const BATCH_FROM: usize = 2;
+
+/// Proves the set `culprits` for every open victim it may explain at once
+/// ([`search::verify_batch`]): victims of the same kind, normal on every run alone, not flaky,
+/// with the whole set before them in the order that showed the anomaly, and that left no shared
+/// state changed in the recorded runs (so that they cannot change each other's outcome). Returns
+/// the answers of the victims the batch proved; the others go on one by one.
+fn batched(
+    engine: &Engine,
+    matrix: &Matrix,
+    questions: &[Question],
+    open: &[usize],
+    answers: &[Option<Answered>],
+    kind: PairKind,
+    culprits: &[String],
+) -> Result<Vec<(usize, Answered)>> {
+    let normal_alone = |q: &Question| match kind {
+        PairKind::Polluter => q.alone == Some(true) && q.alone_greens.iter().all(|g| *g),
+        PairKind::StateSetter => q.alone == Some(false) && q.alone_greens.iter().all(|g| !*g),
+    };
+    let eligible: Vec<usize> = open
+        .iter()
+        .copied()
+        .filter(|&i| answers[i].is_none())
+        .filter(|&i| {
+            let q = &questions[i];
+            let order = matrix.order(q.label);
+            let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
+            q.kind == kind
+                && !q.known_flaky
+                && normal_alone(q)
+                && !matrix.writes(&q.id)
+                && !culprits.contains(&q.id)
+                && culprits.iter().all(|c| order[..pos].contains(c))
+        })
+        .collect();
+    if eligible.len() < BATCH_FROM {
+        return Ok(Vec::new());
+    }
+    let victims: Vec<String> = eligible.iter().map(|&i| questions[i].id.clone()).collect();
+    let first = &questions[eligible[0]];
+    let proof = search::verify_batch(engine, kind, culprits, &victims, matrix.nodes[&first.label])?;
+    let mut out = Vec::new();
+    let share = proof.runs.div_ceil(victims.len() as u32);
+    for &i in &eligible {
+        let q = &questions[i];
+        if !proof.proven.contains(&q.id) {
+            continue;
+        }
+        let order = matrix.order(q.label);
+        let mut indices: Vec<usize> = culprits
+            .iter()
+            .filter_map(|c| order.iter().position(|o| o == c))
+            .collect();
+        indices.sort_unstable();
+        let orders = matrix.seed_orders(&q.id);
+        let (victim_flaky, last) =
+            search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
+        culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
+        let answer = search::Answer {
+            kind,
+            culprits: culprits.to_vec(),
+            search: crate::audit::bisect::Search {
+                culprits: indices,
+                runs: 0,
+                method: crate::audit::bisect::Method::Reused,
+                outcome: crate::audit::bisect::SearchOutcome::Found,
+            },
+            found: Found::ReusedThisAudit,
+            verify_runs: share,
+            victim_flaky,
+        };
+        let bytes = serde_json::to_vec(&answer)
+            .map_err(|e| Error::bug(format!("a pair does not encode: {e}")))?;
+        out.push((
+            i,
+            Answered {
+                answer,
+                bytes,
+                after: vec![last],
+            },
+        ));
     }
     Ok(out)
 }

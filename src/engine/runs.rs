@@ -14,7 +14,7 @@ use crate::config::{DepsMode, FixtureGroups};
 use crate::engine::digests::TreeDigests;
 use crate::engine::kind::NodeKind;
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Runner, ENV_ALLOWLIST, HASH_SEED};
+use crate::pytest::driver::{Record, Runner, ENV_ALLOWLIST, HASH_SEED};
 use crate::pytest::plugin;
 use crate::pytest::result::RunResult;
 use crate::remote_exec::client::{Executor, RemoteRun};
@@ -53,6 +53,9 @@ pub(crate) struct RunRequest {
     /// Which repetition of the same run this is: repetitions are separate processes and separate
     /// cache entries (0 is the first, keyed as a run that is never repeated).
     pub(crate) repeat: u32,
+    /// What the run records besides outcomes and file traces (the file-order and reversed
+    /// runs of the matrix, see `crate::audit::scope`).
+    pub(crate) record: Record,
 }
 
 impl RunRequest {
@@ -67,7 +70,14 @@ impl RunRequest {
             inputs: Vec::new(),
             after: Vec::new(),
             repeat: 0,
+            record: Record::NONE,
         }
+    }
+
+    /// The run records `record` too.
+    pub(crate) fn record(mut self, record: Record) -> RunRequest {
+        self.record = record;
+        self
     }
 
     /// The `k`-th repetition of this run.
@@ -188,6 +198,9 @@ impl Engine<'_, '_> {
         if req.repeat > 0 {
             node = node.param("repeat", req.repeat.to_string());
         }
+        if req.record != Record::NONE {
+            node = node.param("record", req.record.arg());
+        }
         for (path, digest) in side.startup_files() {
             node = node.file(path, digest);
         }
@@ -267,6 +280,7 @@ impl Engine<'_, '_> {
         let groups = self.groups.clone();
         let deps_mode = self.deps_mode;
         let order = req.order.clone();
+        let record = req.record;
         let overlay_bytes = req.overlay.clone();
         let label = req.label.clone();
         let progress = self.progress.clone();
@@ -292,10 +306,18 @@ impl Engine<'_, '_> {
                         order: Some(&order),
                         groups: &groups,
                         repeat,
+                        record,
                     };
                     exec.run(&runner, &run, pb.as_ref())
                 }
-                None => runner.run(&side.snapshot, &overlay_bytes, &order, &groups, pb.as_ref()),
+                None => runner.run(
+                    &side.snapshot,
+                    &overlay_bytes,
+                    &order,
+                    &groups,
+                    record,
+                    pb.as_ref(),
+                ),
             };
             if let Some(pb) = pb {
                 pb.finish_and_clear();

@@ -428,3 +428,70 @@ pub(crate) fn find(
 fn outcome(result: &crate::pytest::result::RunResult, victim: &str) -> Outcome {
     result.outcome_of(victim).unwrap_or(Outcome::Error)
 }
+
+/// What [`verify_batch`] established for each victim of a batch.
+pub(crate) struct BatchProof {
+    /// The victims the set is proven for, each with its culprits' places in its own prefix.
+    pub(crate) proven: Vec<String>,
+    /// Runs the batch made (each one process, shared by every victim of the batch).
+    pub(crate) runs: u32,
+    /// The last run's node.
+    pub(crate) last: NodeId,
+}
+
+/// Proves one culprit set for many victims at once: [`PROOF_RERUNS`] runs of "the culprits,
+/// then every victim" must each show every victim's anomaly, and [`PROOF_RERUNS`] runs of "every
+/// victim, without the culprits" must each show every victim normal. Each victim gets the
+/// evidence [`verify`] asks of one (three runs each way), so a victim that flakes with
+/// probability `p` whatever ran before it passes with probability at most `(1-p)^3 p^3`, the
+/// per-victim bound (README, "How sure a reject is"). The victims must not change each other's
+/// outcome: the caller batches only victims that left no shared state changed in the recorded
+/// runs (`crate::audit::scope`), so that the other victims before one are no more than
+/// neighbours. A victim a run does not bear out leaves the batch (the caller proves it alone);
+/// the runs go on with the others, stopping when none is left.
+pub(crate) fn verify_batch(
+    engine: &Engine,
+    kind: PairKind,
+    culprits: &[String],
+    victims: &[String],
+    after: NodeId,
+) -> Result<BatchProof, Error> {
+    let anomaly = |o: Outcome| match kind {
+        PairKind::Polluter => !o.is_green(),
+        PairKind::StateSetter => o.is_green(),
+    };
+    let tag = blake3::hash(culprits.join("\n").as_bytes()).to_hex()[..12].to_string();
+    let mut open: Vec<String> = victims.to_vec();
+    let (mut runs, mut last) = (0u32, after);
+    for k in 0..PROOF_RERUNS as u32 {
+        for with_culprits in [true, false] {
+            if open.is_empty() {
+                break;
+            }
+            let mut order = if with_culprits {
+                culprits.to_vec()
+            } else {
+                Vec::new()
+            };
+            order.extend(open.iter().cloned());
+            let what = if with_culprits { "pair" } else { "alone" };
+            let set = blake3::hash(open.join("\n").as_bytes()).to_hex()[..12].to_string();
+            let req = RunRequest::new(
+                repeat(format!("batch-run({what} {tag})[{set}]"), k),
+                NodeKind::VerifyRun,
+                Role::Head,
+                order,
+            )
+            .after(&[last])
+            .repeat(k);
+            let (node, result) = engine.run_one(&req)?;
+            (runs, last) = (runs + 1, node);
+            open.retain(|v| anomaly(outcome(&result, v)) == with_culprits);
+        }
+    }
+    Ok(BatchProof {
+        proven: open,
+        runs,
+        last,
+    })
+}

@@ -26,6 +26,7 @@ pub(crate) fn run(
     selection: &[CollectedItem],
     collection: NodeId,
     uploaded: bool,
+    scoped: bool,
 ) -> Result<ShardRun> {
     let mine: Vec<OrderLabel> = labels
         .iter()
@@ -33,7 +34,8 @@ pub(crate) fn run(
         .filter(|(i, _)| *i as u32 % shard.n == shard.k - 1)
         .map(|(_, l)| *l)
         .collect();
-    let started = matrix::start(engine, &mine, selection, collection)?;
+    // What the runs record is part of their keys: a scoped audit's share records as it does.
+    let started = matrix::start(engine, &mine, selection, collection, scoped)?;
     let nodes: Vec<NodeId> = started.nodes.values().copied().collect();
     started.settle(engine)?;
     let executed = nodes

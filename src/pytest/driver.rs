@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use crate::config::FixtureGroups;
 use crate::error::{Error, Result};
 use crate::pytest::command::PreparedCommand;
-use crate::pytest::events::{CollectedItem, Collection, Event, Trace};
+use crate::pytest::events::{CodeRan, CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::forkserver::{Launch, Lease, Pool, Zygote};
 use crate::pytest::interpreter::Interpreter;
@@ -76,6 +76,38 @@ pub(crate) struct Runner {
     /// The process environment read at start: the variables a run may see, the temporary
     /// directory sandboxes go to.
     pub(crate) env: Arc<crate::environment::Environment>,
+}
+
+/// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
+/// `record.py`): the repository's code each test ran, and the shared state it left changed.
+/// The audit asks it of its file-order run (both) and its reversed run (state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) code: bool,
+    pub(crate) state: bool,
+}
+
+impl Record {
+    pub(crate) const NONE: Record = Record {
+        code: false,
+        state: false,
+    };
+    pub(crate) const ALL: Record = Record {
+        code: true,
+        state: true,
+    };
+
+    /// The option's value: what the plugin records per test.
+    pub(crate) fn arg(self) -> String {
+        let mut parts = Vec::new();
+        if self.code {
+            parts.push("code");
+        }
+        if self.state {
+            parts.push("state");
+        }
+        parts.join(",")
+    }
 }
 
 struct Process<'z> {
@@ -415,9 +447,10 @@ impl Runner {
         overlay: &Overlay,
         order: &[String],
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
-        self.run_order(snapshot, overlay, Some(order), groups, progress)
+        self.run_order(snapshot, overlay, Some(order), groups, record, progress)
     }
 
     /// Runs every test in collection order, collecting in the same process (no separate
@@ -426,9 +459,10 @@ impl Runner {
         &self,
         snapshot: &Snapshot,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
-        self.run_order(snapshot, &Overlay::new(), None, groups, progress)
+        self.run_order(snapshot, &Overlay::new(), None, groups, record, progress)
     }
 
     /// Runs the order of `seed` (0: collection order, in one process).
@@ -437,16 +471,17 @@ impl Runner {
         snapshot: &Snapshot,
         seed: u64,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         if seed == 0 {
-            return self.run_collection_order(snapshot, groups, progress);
+            return self.run_collection_order(snapshot, groups, record, progress);
         }
         let order = crate::pytest::order::seeded(&self.collect(snapshot)?, seed);
         if let Some(pb) = progress {
             pb.set_length(order.len() as u64);
         }
-        self.run(snapshot, &Overlay::new(), &order, groups, progress)
+        self.run(snapshot, &Overlay::new(), &order, groups, record, progress)
     }
 
     fn run_order(
@@ -455,6 +490,7 @@ impl Runner {
         overlay: &Overlay,
         order: Option<&[String]>,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         self.check_interrupted()?;
@@ -468,12 +504,13 @@ impl Runner {
             interrupted: &self.interrupted,
             prepare: &prepare,
             host: &self.host,
+            record_code: record.code,
         };
         let place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
-        self.drive(place, snapshot, order, groups, progress)
+        self.drive(place, snapshot, order, groups, record, progress)
     }
 
     /// The run of `order` (`None`: collection order) that executed elsewhere, one pytest
@@ -485,13 +522,14 @@ impl Runner {
         recorded: Recorded,
         order: Option<&[String]>,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         let place = Place::Recorded {
             root: recorded.root,
             processes: recorded.processes.into_iter(),
         };
-        self.drive(place, snapshot, order, groups, progress)
+        self.drive(place, snapshot, order, groups, record, progress)
     }
 
     /// Runs (or reads back) the processes of one run until every test of the order has a
@@ -502,6 +540,7 @@ impl Runner {
         snapshot: &Snapshot,
         order: Option<&[String]>,
         groups: &FixtureGroups,
+        record: Record,
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         let sandbox_dir = place.dir().to_path_buf();
@@ -514,6 +553,7 @@ impl Runner {
         let order_file = sandbox_dir.join("order.txt");
 
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
+        result.session_code = record.code.then(CodeRan::new);
         // The run's disk bound, counted from the sandbox as the run found it.
         let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
         // `None` until the first process has collected, when running in collection order.
@@ -528,6 +568,9 @@ impl Runner {
         }
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
+            if record != Record::NONE {
+                extra.push(format!("--fixgate-record={}", record.arg()));
+            }
             match &remaining {
                 Some(_) if recorded => {}
                 Some(ids) => {
@@ -575,7 +618,7 @@ impl Runner {
                     let z = lease.zygote();
                     let events = sandbox_dir.join(format!("events-{k}.jsonl"));
                     std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
-                    match z.fork(&events, &order_file, Some(&watch)) {
+                    match z.fork(&events, &order_file, Some(&watch), record) {
                         Ok(_) => Process {
                             log: z.log().to_path_buf(),
                             proc: Proc::Forked(z),
@@ -745,6 +788,24 @@ impl Runner {
                         }
                     }
                     Event::SessionTrace { trace } => result.session_trace.merge(trace),
+                    Event::SessionCode { code, unknown } => match (code, unknown) {
+                        (Some(code), None) => {
+                            if let Some(all) = &mut result.session_code {
+                                for (path, lines) in code {
+                                    let known = all.entry(path).or_default();
+                                    known.extend(lines);
+                                    known.sort_unstable();
+                                    known.dedup();
+                                }
+                            }
+                        }
+                        (_, why) => {
+                            result.session_code = None;
+                            result.recording_error.get_or_insert(
+                                why.unwrap_or_else(|| "the plugin did not say why".into()),
+                            );
+                        }
+                    },
                     // The session ended cleanly: the test it names was running, and a test
                     // inferred to follow the last result never started (a plugin or conftest
                     // stopped the session between tests).

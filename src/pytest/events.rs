@@ -43,6 +43,14 @@ pub(crate) enum Event {
         #[serde(default)]
         trace: Trace,
     },
+    /// The repository's code that ran outside any test (`--fixgate-record` with `code`).
+    SessionCode {
+        #[serde(default)]
+        code: Option<CodeRan>,
+        /// Why it is not known, when it is not.
+        #[serde(default)]
+        unknown: Option<String>,
+    },
     Finish {
         /// The test the session ended in (pytest.exit, KeyboardInterrupt); `None` when it
         /// ended between tests.
@@ -153,6 +161,8 @@ pub(crate) struct Trace {
     pub(crate) import: Vec<String>,
     pub(crate) list: Vec<String>,
     pub(crate) mkdir: Vec<String>,
+    /// Addresses connected or sent to (the network, loopback included).
+    pub(crate) network: Vec<String>,
     pub(crate) outside: Vec<OutsideAccess>,
     pub(crate) read: Vec<String>,
     pub(crate) remove: Vec<String>,
@@ -168,6 +178,7 @@ impl Trace {
         self.import.extend(from.import);
         self.list.extend(from.list);
         self.mkdir.extend(from.mkdir);
+        self.network.extend(from.network);
         self.outside.extend(from.outside);
         self.read.extend(from.read);
         self.remove.extend(from.remove);
@@ -238,6 +249,101 @@ pub(crate) struct TestEvent {
     pub(crate) trace: Trace,
     #[serde(default)]
     pub(crate) changed: Vec<ChangedPath>,
+    /// The repository's code the test ran (`--fixgate-record` with `code`).
+    #[serde(default)]
+    pub(crate) code: Option<CodeRan>,
+    /// Code was to be recorded and is not known (something replaced the trace function).
+    #[serde(default)]
+    pub(crate) code_unknown: bool,
+    /// Shared state the test left changed (`--fixgate-record` with `state`).
+    #[serde(default)]
+    pub(crate) state: Vec<StateChange>,
+}
+
+/// The repository's code objects that ran: repo-relative file, then the first line of each code
+/// object (its first decorator's line, as CPython numbers it; 0 for the module's body), sorted.
+pub(crate) type CodeRan = BTreeMap<String, Vec<u32>>;
+
+/// Shared state a test left changed behind it, as the plugin's `state` list spells it
+/// (`kind:detail`, docs/plugin-protocol.md). Serialised in that spelling, in JSON and postcard.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum StateChange {
+    /// An environment variable set, changed or removed.
+    Env(String),
+    /// The working directory.
+    Cwd,
+    SysPath,
+    /// A module removed from `sys.modules` or replaced there.
+    SysModules(String),
+    /// A module-level value of the repository's own module (its file) rebound or changed in
+    /// place.
+    Global {
+        path: String,
+        name: String,
+    },
+    /// Threads left running (how many more than before the test).
+    Threads(u32),
+    /// A C extension module of the repository, imported by the test: its state is not seen.
+    Extension(String),
+    /// A kind this fixgate does not know (a newer plugin's).
+    Other(String),
+}
+
+impl StateChange {
+    pub(crate) fn parse(text: &str) -> StateChange {
+        let (kind, detail) = text.split_once(':').unwrap_or((text, ""));
+        match kind {
+            "env" => StateChange::Env(detail.to_string()),
+            "cwd" => StateChange::Cwd,
+            "sys.path" => StateChange::SysPath,
+            "sys.modules" => StateChange::SysModules(detail.to_string()),
+            "global" => match detail.rsplit_once(':') {
+                Some((path, name)) => StateChange::Global {
+                    path: path.to_string(),
+                    name: name.to_string(),
+                },
+                None => StateChange::Other(text.to_string()),
+            },
+            "threads" => StateChange::Threads(detail.parse().unwrap_or(1)),
+            "extension" => StateChange::Extension(detail.to_string()),
+            _ => StateChange::Other(text.to_string()),
+        }
+    }
+
+    /// Whether any test at all may read it (the environment, the working directory, the
+    /// import system, a thread that keeps running), as against a module's values or a file,
+    /// whose readers the recording tells.
+    pub(crate) fn read_by_anyone(&self) -> bool {
+        !matches!(self, StateChange::Global { .. })
+    }
+}
+
+impl std::fmt::Display for StateChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateChange::Env(name) => write!(f, "env:{name}"),
+            StateChange::Cwd => f.write_str("cwd:"),
+            StateChange::SysPath => f.write_str("sys.path:"),
+            StateChange::SysModules(name) => write!(f, "sys.modules:{name}"),
+            StateChange::Global { path, name } => write!(f, "global:{path}:{name}"),
+            StateChange::Threads(n) => write!(f, "threads:{n}"),
+            StateChange::Extension(path) => write!(f, "extension:{path}"),
+            StateChange::Other(text) => f.write_str(text),
+        }
+    }
+}
+
+impl Serialize for StateChange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StateChange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StateChange, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(StateChange::parse(&text))
+    }
 }
 
 #[cfg(test)]

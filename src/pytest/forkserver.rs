@@ -105,6 +105,14 @@ fn identity(snapshot: &Snapshot) -> Key {
     *h.finalize().as_bytes()
 }
 
+/// The key of a zygote: its snapshot's identity, and whether it traced its collection.
+fn zygote_key(snapshot: &Key, record_code: bool) -> Key {
+    let mut h = blake3::Hasher::new_derive_key("fixgate zygote v1");
+    h.update(snapshot);
+    h.update(&[u8::from(record_code)]);
+    *h.finalize().as_bytes()
+}
+
 /// What starting a zygote takes from the runner; used only when a zygote is started.
 pub(crate) struct Launch<'a> {
     /// A new sandbox of a snapshot, made as the runner makes every run's (its test modules'
@@ -117,6 +125,10 @@ pub(crate) struct Launch<'a> {
     pub(crate) prepare: &'a dyn Fn(&Sandbox, &Path) -> PreparedCommand,
     /// What this machine permits: how the zygote is contained.
     pub(crate) host: &'a crate::contain::Host,
+    /// Whether the run records the code each test ran: only a zygote that traced its
+    /// collection can fork it (tracing the collection is most of what recording costs on
+    /// Python 3.9-3.11, so the other runs fork from a zygote that did not).
+    pub(crate) record_code: bool,
 }
 
 /// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
@@ -190,13 +202,14 @@ impl Pool {
                 .fall_back("runs with replaced fixture bytes (replay) start fresh".to_owned());
             return None;
         }
-        let key = identity(snapshot);
-        if self.refused.lock().ok()?.contains_key(&key) {
+        let snap = identity(snapshot);
+        if self.refused.lock().ok()?.contains_key(&snap) {
             return None;
         }
+        let key = zygote_key(&snap, launch.record_code);
         let pyproject = snapshot.read_path("pyproject.toml").ok().flatten();
         if pyproject.is_some_and(|b| crate::config::fork_setting(&b) == Some(false)) {
-            self.refuse(key, "[tool.fixgate] fork = false".to_owned());
+            self.refuse(snap, "[tool.fixgate] fork = false".to_owned());
             return None;
         }
         let mut zygote = match self.take_idle(key) {
@@ -212,20 +225,20 @@ impl Pool {
                         // A cancelled start says nothing about the snapshot: under `fixgate
                         // watch` the next audit may fork from it.
                         if !launch.interrupted.load(Ordering::SeqCst) {
-                            self.refuse(key, reason);
+                            self.refuse(snap, reason);
                         }
                         return None;
                     }
                 }
             }
         };
-        let fresh = self.collections.lock().ok()?.get(&key).cloned();
+        let fresh = self.collections.lock().ok()?.get(&snap).cloned();
         if let Some(fresh) = fresh {
             if fresh != zygote.collected {
                 drop(zygote);
                 self.live.fetch_sub(1, Ordering::SeqCst);
                 self.refuse(
-                    key,
+                    snap,
                     "collection is order-sensitive: the warm interpreter collected other tests, \
                      or another order, than a fresh collection"
                         .to_owned(),
@@ -245,7 +258,7 @@ impl Pool {
             drop(zygote);
             self.live.fetch_sub(1, Ordering::SeqCst);
             self.refuse(
-                key,
+                snap,
                 format!("the warm interpreter's sandbox could not be restored: {e}"),
             );
             return None;
@@ -380,6 +393,11 @@ impl Zygote {
         prepared
             .args
             .push(format!("--fixgate-forkserver={REPLY_FD}"));
+        // The code collection runs is recorded for the runs that will ask (an empty list: what
+        // each forked run records per test, it says itself).
+        if launch.record_code {
+            prepared.args.push("--fixgate-record=".into());
+        }
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
         let mut cmd = prepared.command(launch.host);
@@ -482,11 +500,13 @@ impl Zygote {
         events: &Path,
         order: &Path,
         watch: Option<&Path>,
+        record: crate::pytest::driver::Record,
     ) -> Result<i32, String> {
         let command = serde_json::json!({
             "events": events.display().to_string(),
             "order": order.display().to_string(),
             "watch": watch.map(|w| w.display().to_string()),
+            "record": record.arg(),
         });
         let sent = writeln!(self.commands, "{command}").and_then(|_| self.commands.flush());
         if let Err(e) = sent {

@@ -3,7 +3,7 @@
 //!
 //! `fixgate_plugin`, the module `-p` names, is a short loader of the plugin's modules, split by
 //! concern (`fixgate_plugin_events`, `_outcome`, `_trace`, `_classify`, `_lease`, `_rewrite`,
-//! `_forkserver`, `_options`, `_hooks`).
+//! `_deps`, `_state`, `_record`, `_forkserver`, `_options`, `_hooks`).
 //! pytest rewrites the asserts of every module named with `-p`, from source, and runs write no
 //! bytecode, so naming the plugin itself would have every pytest process parse, rewrite and
 //! compile its 2,000 lines again (about 0.1 s). The loader runs each module from the bytecode
@@ -20,7 +20,7 @@ const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
 /// this order (keep its list in step).
-const MODULES: [(&str, &str); 9] = [
+const MODULES: [(&str, &str); 12] = [
     ("fixgate_plugin_events", include_str!("plugin/events.py")),
     ("fixgate_plugin_outcome", include_str!("plugin/outcome.py")),
     ("fixgate_plugin_trace", include_str!("plugin/trace.py")),
@@ -30,6 +30,9 @@ const MODULES: [(&str, &str); 9] = [
     ),
     ("fixgate_plugin_lease", include_str!("plugin/lease.py")),
     ("fixgate_plugin_rewrite", include_str!("plugin/rewrite.py")),
+    ("fixgate_plugin_deps", include_str!("plugin/deps.py")),
+    ("fixgate_plugin_state", include_str!("plugin/state.py")),
+    ("fixgate_plugin_record", include_str!("plugin/record.py")),
     (
         "fixgate_plugin_forkserver",
         include_str!("plugin/forkserver.py"),

@@ -1,6 +1,6 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
-modules beside this file (events, outcome, trace, classify, lease, rewrite, forkserver,
-options, hooks).
+modules beside this file (events, outcome, trace, classify, lease, rewrite, deps, state,
+record, forkserver, options, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. fixgate compiles each
@@ -27,6 +27,9 @@ _MODULES = (
     "fixgate_plugin_classify",
     "fixgate_plugin_lease",
     "fixgate_plugin_rewrite",
+    "fixgate_plugin_deps",
+    "fixgate_plugin_state",
+    "fixgate_plugin_record",
     "fixgate_plugin_forkserver",
     "fixgate_plugin_options",
     "fixgate_plugin_hooks",

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pytest::events::{ChangedPath, Phase, TestEvent, Trace};
+use crate::pytest::events::{ChangedPath, CodeRan, Phase, StateChange, TestEvent, Trace};
 use crate::pytest::lease::Violation;
 
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
@@ -26,6 +26,13 @@ pub(crate) struct RunResult {
     pub(crate) order: Vec<String>,
     /// How many pytest processes the run took (more than one after a crash or a timeout).
     pub(crate) processes: u32,
+    /// Why the code the run was to record is not known, when it is not.
+    #[serde(default)]
+    pub(crate) recording_error: Option<String>,
+    /// The repository's code that ran outside any test, in a run that recorded code (`None`:
+    /// not recorded, or not known).
+    #[serde(default)]
+    pub(crate) session_code: Option<CodeRan>,
     /// File accesses outside any test (collection, session fixtures).
     pub(crate) session_trace: Trace,
     pub(crate) tests: Vec<TestResult>,
@@ -40,6 +47,8 @@ impl RunResult {
             executed: Vec::new(),
             tests: Vec::new(),
             processes: 0,
+            recording_error: None,
+            session_code: None,
             session_trace: Trace::default(),
             warnings: Vec::new(),
             incomplete_trace: false,
@@ -155,6 +164,10 @@ impl Outcome {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub(crate) struct TestResult {
     pub(crate) changed: Vec<ChangedPath>,
+    /// The repository's code the test ran, in a run that recorded it (`None`: not recorded, or
+    /// not known).
+    #[serde(default)]
+    pub(crate) code: Option<CodeRan>,
     /// Wall-clock seconds since the epoch, like `start`.
     pub(crate) end: f64,
     pub(crate) message: Option<String>,
@@ -175,6 +188,9 @@ pub(crate) struct TestResult {
     pub(crate) skip_reason: Option<String>,
     /// Wall-clock seconds since the epoch: timing fields, excluded from comparisons.
     pub(crate) start: f64,
+    /// Shared state it left changed, in a run that recorded it.
+    #[serde(default)]
+    pub(crate) state: Vec<StateChange>,
     pub(crate) trace: Trace,
     pub(crate) violations: Vec<Violation>,
     pub(crate) writes_marker: Vec<String>,
@@ -201,6 +217,8 @@ impl TestResult {
             writes_marker: Vec::new(),
             start,
             end,
+            code: None,
+            state: Vec::new(),
             trace: Trace::default(),
             changed: Vec::new(),
             violations: Vec::new(),
@@ -223,6 +241,8 @@ impl TestResult {
             end: t.end,
             trace: t.trace,
             changed: t.changed,
+            code: t.code.filter(|_| !t.code_unknown),
+            state: t.state,
             violations: Vec::new(),
         }
     }
@@ -239,6 +259,8 @@ mod tests {
             index: Default::default(),
             order: tests.iter().map(|(id, _, _)| id.to_string()).collect(),
             processes: 1,
+            recording_error: None,
+            session_code: None,
             session_trace: Trace::default(),
             tests: tests
                 .iter()

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{FixtureGroups, RemoteExecConfig};
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Recorded, RecordedProcess, RunEnvPaths, Runner};
+use crate::pytest::driver::{Record, Recorded, RecordedProcess, RunEnvPaths, Runner};
 use crate::pytest::interpreter::Fingerprint;
 use crate::pytest::result::RunResult;
 use crate::remote_exec::action::{self, RunSpec};
@@ -251,6 +251,9 @@ pub(crate) struct RemoteRun<'a> {
     pub(crate) groups: &'a FixtureGroups,
     /// Which repetition of the same run (see `action::salt`).
     pub(crate) repeat: u32,
+    /// What the run records besides outcomes and file traces: it comes back in the run's own
+    /// event streams, like everything else the run reports.
+    pub(crate) record: Record,
 }
 
 pub(crate) struct Executor {
@@ -523,7 +526,13 @@ impl Executor {
             .map_err(|e| Error::Infra(format!("bug: a run's input root: {e}")))?;
         let spec = RunSpec {
             interpreter: self.interpreter.clone(),
-            pytest_args: runner.pytest_options(),
+            pytest_args: {
+                let mut args = runner.pytest_options();
+                if run.record != Record::NONE {
+                    args.push(format!("--fixgate-record={}", run.record.arg()));
+                }
+                args
+            },
             env: self.env(runner, run.snapshot),
             test_timeout: runner.test_timeout,
             tests: run
@@ -865,7 +874,14 @@ impl Executor {
             processes,
         };
         runner
-            .replay(run.snapshot, recorded, run.order, run.groups, None)
+            .replay(
+                run.snapshot,
+                recorded,
+                run.order,
+                run.groups,
+                run.record,
+                None,
+            )
             .map_err(ReadBack::Run)
     }
 

@@ -7,6 +7,7 @@ use crate::audit::message;
 use crate::audit::order::OrderLabel;
 use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Side};
 use crate::audit::repro;
+use crate::audit::scope::{Full, Scope};
 use crate::audit::verdict::{self, Disposition, FindingKind, Verdict};
 use crate::report::{self, AuditReport, Column};
 
@@ -115,6 +116,7 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
 /// The parts of the report only an audit that judged the tests has.
 fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], strict: bool) {
     report.orders = j.orders.clone();
+    report.scope = Some(scope(j));
     report.fixtures.coupled = j.coupled.clone();
     report.fixtures.replay = j
         .replay
@@ -364,5 +366,57 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
         },
         containment: None,
         ..AuditReport::default()
+    }
+}
+
+/// The report's `scope` section: how many tests the patch affected, how many each order ran,
+/// the tests the shuffled orders carried (with the outcomes that carried them), or why the
+/// orders ran in full.
+fn scope(j: &Judgment) -> report::ScopeReport {
+    let tests = j.selection.len() as u64;
+    let ran = j
+        .selection
+        .iter()
+        .filter(|i| j.impact.scope.runs(&i.nodeid))
+        .count() as u64;
+    let runs = j
+        .orders
+        .iter()
+        .map(|l| match l {
+            OrderLabel::Seed(_) => (*l, ran),
+            OrderLabel::File | OrderLabel::Reversed | OrderLabel::Twice => (*l, tests),
+        })
+        .collect();
+    let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
+    match &j.impact.scope {
+        Scope::Full(why) => report::ScopeReport {
+            mode: match why {
+                Full::NotAsked => report::ScopeMode::Off,
+                _ => report::ScopeMode::Full,
+            },
+            reason: Some(why.to_string()),
+            tests,
+            affected,
+            writers: Vec::new(),
+            runs,
+            carried: Vec::new(),
+        },
+        Scope::Scoped { run, writers } => report::ScopeReport {
+            mode: report::ScopeMode::Scoped,
+            reason: None,
+            tests,
+            affected,
+            writers: writers.iter().cloned().collect(),
+            runs,
+            carried: j
+                .selection
+                .iter()
+                .filter(|i| !run.contains(&i.nodeid))
+                .map(|i| report::Carried {
+                    nodeid: i.nodeid.clone(),
+                    evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
+                })
+                .collect(),
+        },
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::{AuditReport, Column, Finding, TestReport};
+use super::{AuditReport, Column, Finding, ScopeMode, TestReport};
 use crate::audit::freeze::Entry;
 use crate::audit::triage::{Bucket, Signal};
 use crate::audit::verdict::{FindingKind, Verdict};
@@ -64,6 +64,10 @@ pub(crate) fn render(r: &AuditReport, color: bool) -> String {
     out.push('\n');
     freeze_into(&mut out, r);
     lock_into(&mut out, r);
+    if let Some(line) = scope_line(r) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     out.push_str(&graph_line(r));
     out.push('\n');
     trim_trailing(&out)
@@ -93,6 +97,35 @@ fn verdict_parts(r: &AuditReport) -> (String, String) {
         line,
         finding_counts(r.findings.iter().filter(|f| !f.blocking)),
     )
+}
+
+/// What the shuffled orders of a scoped audit ran: `scope: the shuffled orders ran 60 of 2000
+/// tests (50 affected by the patch, 1 state writer), 1940 carried`, or `scope: full orders, 2000
+/// tests, all affected by the patch (REASON)`; nothing for an audit that is not scoped.
+pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
+    let s = r.scope.as_ref()?;
+    if r.seeds.len() < 2 {
+        return None;
+    }
+    let affected = match s.affected {
+        Some(n) => format!("{n} affected by the patch"),
+        None => "all affected by the patch".to_string(),
+    };
+    Some(match s.mode {
+        ScopeMode::Off => return None,
+        ScopeMode::Full => format!(
+            "scope: full orders, {}, {affected} ({})",
+            plural(s.tests, "test", "tests"),
+            s.reason.as_deref().unwrap_or("--full")
+        ),
+        ScopeMode::Scoped => format!(
+            "scope: the shuffled orders ran {} of {} ({affected}, {}), {} carried",
+            s.tests - s.carried.len() as u64,
+            plural(s.tests, "test", "tests"),
+            plural(s.writers.len() as u64, "state writer", "state writers"),
+            s.carried.len()
+        ),
+    })
 }
 
 /// `graph: 23 nodes, 3 executed, 20 cached; 17 pytest processes`.

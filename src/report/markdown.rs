@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::human::{
-    clean, finding_counts, freeze_entry, graph_line, has_context, kinds_in_order, test_tags,
-    OUTCOME_LEGEND,
+    clean, finding_counts, freeze_entry, graph_line, has_context, kinds_in_order, scope_line,
+    test_tags, OUTCOME_LEGEND,
 };
 use super::{AuditReport, Column, Finding, TestReport};
 use crate::audit::replay::Reading;
@@ -69,6 +69,9 @@ pub(crate) fn render(r: &AuditReport) -> String {
     budget_into(&mut out, r);
     freeze_into(&mut out, r);
 
+    if let Some(line) = scope_line(r) {
+        let _ = writeln!(out, "<sub>{}</sub>\n", text(&line));
+    }
     let _ = writeln!(out, "<sub>{}</sub>", text(&graph_line(r)));
     out
 }

@@ -336,3 +336,72 @@ pub fn purelib(py: &Path) -> std::path::PathBuf {
         .unwrap();
     std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
+
+/// The verdict, every test's bucket and every pair of an audit report: what a scoped audit and
+/// `--full` must agree on (issue 21).
+pub fn judgment(v: &serde_json::Value) -> serde_json::Value {
+    let buckets: std::collections::BTreeMap<String, serde_json::Value> = v["tests"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| {
+                    (
+                        t["nodeid"].as_str().unwrap_or("").to_string(),
+                        t["bucket"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut pairs: Vec<serde_json::Value> = v["pairs"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|p| {
+                    serde_json::json!([p["kind"], p["victim"], p["culprits"], p["introduced"]])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pairs.sort_by_key(|p| p.to_string());
+    serde_json::json!({"verdict": v["verdict"], "exit_code": v["exit_code"], "buckets": buckets, "pairs": pairs})
+}
+
+/// Runs the same audit the other way (scoped when `args` did not ask for `--scoped`, whole
+/// orders when they did) and asserts that both judge alike: the verdict, every bucket, every
+/// pair (issue 21: a scoped audit is sound wherever the traces are complete).
+pub fn assert_same_scoped_and_full(repo: &TestRepo, args: &[&str], first: &serde_json::Value) {
+    let scoped = args.contains(&"--scoped");
+    let mut other: Vec<&str> = args.iter().copied().filter(|a| *a != "--scoped").collect();
+    if !scoped {
+        other.push("--scoped");
+    }
+    let run = repo.fixgate_py(&other);
+    let second: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report of {other:?} is not JSON ({e}): {run:?}"));
+    let (scoped_v, full_v) = match scoped {
+        true => (first, &second),
+        false => (&second, first),
+    };
+    assert_eq!(
+        judgment(scoped_v),
+        judgment(full_v),
+        "the scoped audit (scope {}) and the whole orders disagree",
+        scoped_v["scope"]
+    );
+}
+
+/// Runs `script` with the interpreter the tests use and asserts it printed `ok` (its asserts all
+/// held), showing its standard error when it did not.
+pub fn assert_python_prints_ok(script: &str) {
+    let out = Command::new(python())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

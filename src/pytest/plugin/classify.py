@@ -125,6 +125,7 @@ class _Classifier(object):
         }
         outside = set()
         unknown = set()
+        network = set()
         items = list(rec)
         # module names: resolve to their files now that the imports are done
         for op, val in items:
@@ -135,6 +136,9 @@ class _Classifier(object):
         for op, val in items:
             if op == "unknown":
                 unknown.add(val)
+                continue
+            if op == "network":
+                network.add(val)
                 continue
             if op == "modname":
                 continue
@@ -173,6 +177,8 @@ class _Classifier(object):
             res["outside"] = [{"path": p, "op": o} for p, o in sorted(outside)]
         if unknown:
             res["unknown"] = sorted(unknown)
+        if network:
+            res["network"] = sorted(network)
         return res
 
 

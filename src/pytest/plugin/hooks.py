@@ -14,6 +14,7 @@ import fixgate_plugin_forkserver as _forkserver
 import fixgate_plugin_outcome as _outcome
 import fixgate_plugin_options as _options
 import fixgate_plugin_trace as _trace
+from fixgate_plugin_record import Recording
 from fixgate_plugin_classify import _Classifier
 from fixgate_plugin_events import (
     _ENCODE,
@@ -85,6 +86,14 @@ def pytest_addoption(parser):
         default=None,
         metavar="PATH",
         help="fixgate: the sandbox root; recorded paths are relative to it (default: rootdir).",
+    )
+    group.addoption(
+        "--fixgate-record",
+        dest="fixgate_record",
+        default=None,
+        metavar="WHAT",
+        help="fixgate: record per test the repository's code that ran (code) and the shared "
+        "state left changed (state), a comma-separated list; empty: only outside tests.",
     )
     group.addoption(
         "--fixgate-collect",
@@ -495,6 +504,7 @@ class _FixgatePlugin(object):
         # With --collect-only: the node ids of every item collection produced, before any
         # plugin deselected or dropped some (pytest_itemcollected sees each item as it is made).
         self.collected_ids = [] if self.collect_event and config.option.collectonly else None
+        self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
 
         try:
             invocation = str(config.invocation_params.dir)
@@ -533,6 +543,9 @@ class _FixgatePlugin(object):
         if inipath is not None:
             self.session_trace.add(("read", os.path.abspath(str(inipath))))
         _trace.record_into(self.session_trace)
+        what = config.getoption("fixgate_record", None)
+        if what is not None:
+            self.recording = Recording(self.run.classifier, what)
         _trace.install()
 
     def _emit_collection_trace(self):
@@ -572,6 +585,12 @@ class _FixgatePlugin(object):
             command.get("order"),
             command.get("watch"),
         )
+        what = command.get("record")
+        if self.recording is not None:
+            self.recording.forked(what)
+        elif what:
+            # A fork server that records nothing forks a run that records state.
+            self.recording = Recording(self.run.classifier, what, collected=True)
         self.order_state = "failed"
         self._apply_order(self.config, session.items)
         self.order_state = "ok"
@@ -729,6 +748,8 @@ class _FixgatePlugin(object):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
+        if self.recording is not None:
+            self.recording.collection_done()
         if self.forkserver_fd is not None:
             if not session.config.option.collectonly and not session.testsfailed:
                 self._emit_collection_trace()
@@ -857,6 +878,8 @@ class _FixgatePlugin(object):
             if run.streaming:
                 self._wrap_item(item, cur)
                 _trace.record_into(cur.trace)
+            if self.recording is not None:
+                self.recording.test_start()
             return cur
         except Exception:
             run.internal("test start")
@@ -998,6 +1021,12 @@ class _FixgatePlugin(object):
             event["trace"] = trace
         if changed:
             event["changed"] = changed
+        if self.recording is not None:
+            try:
+                event.update(self.recording.test_end())
+            except Exception:
+                event["code_unknown"] = True
+                run.internal("recording")
         try:
             line = _test_line(cur.nodeid, cur.index, outcome, phases, cur.start, cur.end, event)
         except (TypeError, ValueError):  # an optional field the encoder refuses
@@ -1060,6 +1089,10 @@ class _FixgatePlugin(object):
                     run.internal("session trace")
                 run.drain_hook_errors()
                 run.emit({"event": "session_trace", "trace": trace})
+                if self.recording is not None:
+                    code = self.recording.session_event()
+                    if code is not None:
+                        run.emit(code)
                 run.emit(
                     {
                         "event": "finish",

@@ -67,6 +67,10 @@ _EVENTS = frozenset(
         "shutil.copystat",
         "sqlite3.connect",
         "import",
+        # The network, whatever the address (loopback included: a server another test
+        # started is shared state the fingerprint cannot see).
+        "socket.connect",
+        "socket.sendto",
     ]
     + list(_UNKNOWN_EVENTS)
 )
@@ -280,6 +284,11 @@ def _handle(event, args, rec):
         p = _sqlite_path(args[0]) if args else None
         if p is not None:
             rec.add(("sqlite", p))
+    elif event == "socket.connect" or event == "socket.sendto":
+        address = args[1] if len(args) > 1 else None
+        if isinstance(address, tuple):
+            address = ":".join(str(a) for a in address[:2])
+        rec.add(("network", str(address)))
     elif event == "import":
         filename = args[1] if len(args) > 1 else None
         if filename:

@@ -1,0 +1,526 @@
+//! Python source as the footprint reads it: tokens without comments and layout, the spans of
+//! functions and methods (from the first decorator to the end of the body, as CPython numbers a
+//! code object's first line), the module-level tokens, and the imports.
+//!
+//! A tokenizer, not a parser: strings (with their prefixes, triple quotes and escapes),
+//! comments, brackets, backslash continuations and indentation are enough to find logical
+//! lines and blocks. What it cannot read (an unterminated string) it reads to the end of the
+//! file, which only makes a span larger.
+
+/// One function or method: where it is and a digest of its tokens (decorators, signature and
+/// body, nested definitions included).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Def {
+    /// Dotted names of the enclosing classes and functions, then its own, then `#n` for the
+    /// n-th definition of the same name in the same scope.
+    pub(crate) key: String,
+    /// 1-based, first decorator to last line of the body.
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    pub(crate) digest: blake3::Hash,
+}
+
+/// An `import` or `from ... import` statement, anywhere in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Import {
+    /// Leading dots of a relative import (0: absolute).
+    pub(crate) level: usize,
+    /// The module named (`a.b` of `import a.b` or `from a.b import c`; empty for `from . import c`).
+    pub(crate) module: String,
+    /// The names a `from` import takes (each may be a submodule); empty for `import`.
+    pub(crate) names: Vec<String>,
+}
+
+/// What the footprint compares of one file.
+#[derive(Clone, Debug)]
+pub(crate) struct Source {
+    pub(crate) defs: Vec<Def>,
+    /// Everything outside the functions' bodies (class bodies included), each function standing
+    /// as one `def NAME` token: a change here, an added, removed or moved function included, is
+    /// a change at module level.
+    pub(crate) module: blake3::Hash,
+    pub(crate) imports: Vec<Import>,
+}
+
+#[derive(Clone, Debug)]
+struct Token<'a> {
+    text: &'a str,
+    line: u32,
+}
+
+/// A logical line: its indentation, its tokens, its first and last physical line.
+#[derive(Debug)]
+struct Logical<'a> {
+    indent: usize,
+    tokens: Vec<Token<'a>>,
+    last: u32,
+}
+
+fn logical_lines(text: &str) -> Vec<Logical<'_>> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0usize, 1u32);
+    let mut cur: Vec<Token> = Vec::new();
+    let mut indent = 0usize;
+    let mut at_line_start = true;
+    let mut depth = 0usize;
+    let mut last = 1u32;
+    while i < b.len() {
+        let c = b[i];
+        if at_line_start {
+            let mut col = 0;
+            while i < b.len() && (b[i] == b' ' || b[i] == b'\t' || b[i] == b'\x0c') {
+                col += if b[i] == b'\t' { 8 - col % 8 } else { 1 };
+                i += 1;
+            }
+            if i >= b.len() {
+                break;
+            }
+            if b[i] == b'\n' || b[i] == b'#' || b[i] == b'\r' {
+                at_line_start = b[i] == b'\n';
+                if b[i] == b'\n' {
+                    line += 1;
+                    i += 1;
+                }
+                if i < b.len() && b[i] == b'#' {
+                    at_line_start = false;
+                }
+                continue;
+            }
+            indent = col;
+            at_line_start = false;
+            continue;
+        }
+        match c {
+            b'\n' => {
+                line += 1;
+                i += 1;
+                if depth == 0 && !cur.is_empty() {
+                    out.push(Logical {
+                        indent,
+                        tokens: std::mem::take(&mut cur),
+                        last,
+                    });
+                }
+                if depth == 0 {
+                    at_line_start = true;
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\x0c' => i += 1,
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'\\' if b.get(i + 1) == Some(&b'\n') => {
+                i += 2;
+                line += 1;
+            }
+            b'\\' if b.get(i + 1) == Some(&b'\r') && b.get(i + 2) == Some(&b'\n') => {
+                i += 3;
+                line += 1;
+            }
+            _ => {
+                let start = i;
+                let first = line;
+                if let Some(end) = string_end(b, i, &mut line) {
+                    i = end;
+                } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+                    while i < b.len()
+                        && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] >= 0x80)
+                    {
+                        i += 1;
+                    }
+                    // A number's fraction or exponent stays one token.
+                    if c.is_ascii_digit() {
+                        while i < b.len()
+                            && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_')
+                        {
+                            i += 1;
+                        }
+                    }
+                } else {
+                    match c {
+                        b'(' | b'[' | b'{' => depth += 1,
+                        b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                        _ => {}
+                    }
+                    i += 1;
+                    // Text boundaries: `i` may sit inside a multi-byte character only after a
+                    // byte >= 0x80, which the name branch consumes; punctuation is ASCII.
+                }
+                last = line;
+                cur.push(Token {
+                    text: &text[start..i],
+                    line: first,
+                });
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(Logical {
+            indent,
+            tokens: cur,
+            last,
+        });
+    }
+    out
+}
+
+/// The end of a string literal starting at `i` (with its prefix), counting the newlines inside
+/// it; `None` when no string starts there.
+fn string_end(b: &[u8], i: usize, line: &mut u32) -> Option<usize> {
+    let mut j = i;
+    while j < b.len() && j - i < 3 && b"rRbBuUfF".contains(&b[j]) {
+        j += 1;
+    }
+    if j >= b.len() || (b[j] != b'\'' && b[j] != b'"') {
+        return None;
+    }
+    if j > i && !b[i..j].iter().all(|c| b"rRbBuUfF".contains(c)) {
+        return None;
+    }
+    let raw = b[i..j].iter().any(|c| *c == b'r' || *c == b'R');
+    let q = b[j];
+    let triple = b.get(j + 1) == Some(&q) && b.get(j + 2) == Some(&q);
+    let mut k = if triple { j + 3 } else { j + 1 };
+    while k < b.len() {
+        let c = b[k];
+        if c == b'\\' && !raw {
+            if b.get(k + 1) == Some(&b'\n') {
+                *line += 1;
+            }
+            k += 2;
+            continue;
+        }
+        if c == b'\\' && raw {
+            k += 2;
+            continue;
+        }
+        if c == b'\n' {
+            *line += 1;
+            if !triple {
+                return Some(k);
+            }
+        }
+        if c == q {
+            if !triple {
+                return Some(k + 1);
+            }
+            if b.get(k + 1) == Some(&q) && b.get(k + 2) == Some(&q) {
+                return Some(k + 3);
+            }
+        }
+        k += 1;
+    }
+    Some(b.len())
+}
+
+fn is_def(tokens: &[Token]) -> Option<(bool, String)> {
+    let (first, rest) = tokens.split_first()?;
+    let (keyword, rest) = match first.text {
+        "async" => (rest.first()?.text, &rest[1..]),
+        t => (t, rest),
+    };
+    let name = rest.first()?.text.to_string();
+    match keyword {
+        "def" => Some((true, name)),
+        "class" => Some((false, name)),
+        _ => None,
+    }
+}
+
+/// An open block while reading: a function (with the digest of its tokens so far) or a class.
+struct Open {
+    indent: usize,
+    name: String,
+    /// The function's index in `defs` and its hasher; `None` for a class.
+    def: Option<(usize, blake3::Hasher)>,
+}
+
+fn feed(h: &mut blake3::Hasher, tokens: &[Token]) {
+    for t in tokens {
+        h.update(t.text.as_bytes());
+        h.update(b"\0");
+    }
+    h.update(b"\n");
+}
+
+/// Reads one file.
+pub(crate) fn parse(text: &str) -> Source {
+    let lines = logical_lines(text);
+    let mut defs: Vec<Def> = Vec::new();
+    let mut module = blake3::Hasher::new();
+    let mut imports = Vec::new();
+    let mut open: Vec<Open> = Vec::new();
+    let mut seen: std::collections::HashMap<String, u32> = Default::default();
+    let mut decorators: Vec<usize> = Vec::new();
+    let mut prev_last = 0u32;
+    let close = |o: Open, defs: &mut Vec<Def>, last: u32| {
+        if let Some((d, h)) = o.def {
+            defs[d].end = last.max(defs[d].start);
+            defs[d].digest = h.finalize();
+        }
+    };
+    for (n, l) in lines.iter().enumerate() {
+        while open.last().is_some_and(|o| l.indent <= o.indent) {
+            let o = open.pop().expect("checked");
+            close(o, &mut defs, prev_last);
+        }
+        if let Some(import) = read_import(&l.tokens) {
+            imports.push(import);
+        }
+        if l.tokens[0].text == "@" {
+            decorators.push(n);
+            prev_last = l.last;
+            continue;
+        }
+        let decorated = std::mem::take(&mut decorators);
+        let header = is_def(&l.tokens);
+        let in_function = open.iter().any(|o| o.def.is_some());
+        // The statement's tokens (its decorators first) go to every enclosing function, or,
+        // outside functions, to the module; a function's own statement stands in the module
+        // as one token.
+        let mut statement: Vec<Token> = Vec::new();
+        for &d in &decorated {
+            statement.extend(lines[d].tokens.iter().cloned());
+        }
+        statement.extend(l.tokens.iter().cloned());
+        for o in open.iter_mut() {
+            if let Some((_, h)) = o.def.as_mut() {
+                feed(h, &statement);
+            }
+        }
+        match (&header, in_function) {
+            (Some((true, name)), false) => {
+                module.update(format!("def {name}\n").as_bytes());
+            }
+            (_, false) => feed(&mut module, &statement),
+            _ => {}
+        }
+        if let Some((is_function, name)) = header {
+            let mut qual: Vec<&str> = open.iter().map(|o| o.name.as_str()).collect();
+            qual.push(&name);
+            let qual = qual.join(".");
+            let count = seen.entry(qual.clone()).or_default();
+            let key = format!("{qual}#{count}");
+            *count += 1;
+            let def = is_function.then(|| {
+                let mut h = blake3::Hasher::new();
+                feed(&mut h, &statement);
+                defs.push(Def {
+                    key,
+                    start: statement[0].line,
+                    end: l.last,
+                    digest: blake3::hash(b""),
+                });
+                (defs.len() - 1, h)
+            });
+            let block = Open {
+                indent: l.indent,
+                name,
+                def,
+            };
+            // `def f(): return 1` has no indented body.
+            if l.tokens.last().is_some_and(|t| t.text == ":") {
+                open.push(block);
+            } else {
+                close(block, &mut defs, l.last);
+            }
+        }
+        prev_last = l.last;
+    }
+    while let Some(o) = open.pop() {
+        close(o, &mut defs, prev_last);
+    }
+    Source {
+        defs,
+        module: module.finalize(),
+        imports,
+    }
+}
+
+/// The import a logical line makes, if it is one.
+fn read_import(tokens: &[Token]) -> Option<Import> {
+    let texts: Vec<&str> = tokens.iter().map(|t| t.text).collect();
+    match *texts.first()? {
+        "import" => {
+            // `import a.b as c, d`: the first dotted name of each clause.
+            let mut modules = Vec::new();
+            let mut current = String::new();
+            let mut skipping = false;
+            for t in &texts[1..] {
+                match *t {
+                    "," => {
+                        if !current.is_empty() {
+                            modules.push(std::mem::take(&mut current));
+                        }
+                        skipping = false;
+                    }
+                    "as" => skipping = true,
+                    "(" | ")" => {}
+                    t if !skipping => current.push_str(t),
+                    _ => {}
+                }
+            }
+            if !current.is_empty() {
+                modules.push(current);
+            }
+            // Several modules: one import each is what the caller needs; keep the first here
+            // and the rest as names of an absolute import of "" (resolved one by one).
+            let first = modules.first()?.clone();
+            Some(Import {
+                level: 0,
+                module: first,
+                names: modules[1..].iter().map(|m| format!("\0{m}")).collect(),
+            })
+        }
+        "from" => {
+            let mut k = 1;
+            let mut level = 0;
+            while k < texts.len() && (texts[k] == "." || texts[k] == "...") {
+                level += texts[k].len();
+                k += 1;
+            }
+            let mut module = String::new();
+            while k < texts.len() && texts[k] != "import" {
+                module.push_str(texts[k]);
+                k += 1;
+            }
+            let mut names = Vec::new();
+            let mut skipping = false;
+            for t in texts.get(k + 1..).unwrap_or_default() {
+                match *t {
+                    "," => skipping = false,
+                    "as" => skipping = true,
+                    "(" | ")" | "*" => {}
+                    t if !skipping => names.push(t.to_string()),
+                    _ => {}
+                }
+            }
+            Some(Import {
+                level,
+                module,
+                names,
+            })
+        }
+        _ => None,
+    }
+}
+
+impl Import {
+    /// The absolute dotted names this import may load, for a file whose own dotted name is
+    /// `me` (`pkg.mod`, or `pkg` for `pkg/__init__.py`, with `package` telling which).
+    pub(crate) fn targets(&self, me: &str, package: bool) -> Vec<String> {
+        let mut base = String::new();
+        if self.level > 0 {
+            let mut parts: Vec<&str> = me.split('.').filter(|p| !p.is_empty()).collect();
+            let up = if package { self.level - 1 } else { self.level };
+            for _ in 0..up {
+                parts.pop();
+            }
+            base = parts.join(".");
+        }
+        let join = |a: &str, b: &str| match (a.is_empty(), b.is_empty()) {
+            (true, _) => b.to_string(),
+            (_, true) => a.to_string(),
+            _ => format!("{a}.{b}"),
+        };
+        let module = join(&base, &self.module);
+        let mut out = vec![module.clone()];
+        for n in &self.names {
+            match n.strip_prefix('\0') {
+                Some(other) => out.push(other.to_string()),
+                None => out.push(join(&module, n)),
+            }
+        }
+        out.retain(|m| !m.is_empty());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(s: &Source) -> Vec<(&str, u32, u32)> {
+        s.defs
+            .iter()
+            .map(|d| (d.key.as_str(), d.start, d.end))
+            .collect()
+    }
+
+    #[test]
+    fn spans_start_at_the_first_decorator_and_end_at_the_body() {
+        let src = "import os\n\n@a\n@b(\n  1)\ndef f(x):\n    '''doc\n    more'''\n    return x\n\n\nclass C:\n    y = 1\n\n    def m(self):\n        def inner():\n            pass\n        return inner\n\n    async def n(self): return 2\n\nz = 3\n";
+        let s = parse(src);
+        assert_eq!(
+            keys(&s),
+            [
+                ("f#0", 3, 9),
+                ("C.m#0", 15, 18),
+                ("C.m.inner#0", 16, 17),
+                ("C.n#0", 20, 20)
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_and_layout_change_no_digest_and_a_body_change_changes_only_its_function() {
+        let a = parse("def f(x):\n    return x + 1\n\ndef g():\n    return [1,\n 2]\n");
+        let b =
+            parse("# note\ndef f(x):\n    return x + 1  # same\n\n\ndef g():\n    return [1, 2]\n");
+        assert_eq!(a.module, b.module);
+        assert_eq!(a.defs[0].digest, b.defs[0].digest);
+        assert_eq!(a.defs[1].digest, b.defs[1].digest);
+        let c = parse("def f(x):\n    return 1 + x\n\ndef g():\n    return [1, 2]\n");
+        assert_eq!(a.module, c.module);
+        assert_ne!(a.defs[0].digest, c.defs[0].digest);
+        assert_eq!(a.defs[1].digest, c.defs[1].digest);
+        // A nested function's change is its parent's too.
+        let p = parse("def f():\n    def g():\n        return 1\n    return g\n");
+        let q = parse("def f():\n    def g():\n        return 2\n    return g\n");
+        assert_ne!(p.defs[0].digest, q.defs[0].digest);
+        assert_ne!(p.defs[1].digest, q.defs[1].digest);
+    }
+
+    #[test]
+    fn module_level_changes_added_functions_and_class_bodies_change_the_module() {
+        let base = parse("X = 1\n\ndef f():\n    return X\n\nclass C:\n    a = 1\n");
+        for head in [
+            "X = 2\n\ndef f():\n    return X\n\nclass C:\n    a = 1\n",
+            "X = 1\n\ndef f():\n    return X\n\ndef g():\n    pass\n\nclass C:\n    a = 1\n",
+            "X = 1\n\ndef f():\n    return X\n\nclass C:\n    a = 2\n",
+            "import json\nX = 1\n\ndef f():\n    return X\n\nclass C:\n    a = 1\n",
+        ] {
+            assert_ne!(parse(head).module, base.module, "{head}");
+        }
+        let strings = parse("s = '''a\n# not a comment\n'''\nt = r'\\'\n");
+        assert_ne!(strings.module, parse("s = '''a\n'''\nt = r'\\'\n").module);
+    }
+
+    #[test]
+    fn imports_are_read_and_resolved_relative_to_the_file() {
+        let s = parse(
+            "import os.path as p, sys\nfrom . import reg\nfrom ..core import (a,\n  b as c)\ndef f():\n    from pkg.x import y\n",
+        );
+        let targets: Vec<Vec<String>> = s
+            .imports
+            .iter()
+            .map(|i| i.targets("pkg.sub.mod", false))
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                vec!["os.path".to_string(), "sys".into()],
+                vec!["pkg.sub".into(), "pkg.sub.reg".into()],
+                vec!["pkg.core".into(), "pkg.core.a".into(), "pkg.core.b".into()],
+                vec!["pkg.x".into(), "pkg.x.y".into()],
+            ]
+        );
+        assert_eq!(
+            s.imports[1].targets("pkg", true),
+            ["pkg".to_string(), "pkg.reg".into()]
+        );
+    }
+}

@@ -1,0 +1,359 @@
+//! Which tests the shuffled orders run: the rule that makes an audit cost what the patch can
+//! affect (docs/impact.md).
+//!
+//! The file-order and reversed runs always run the whole selection and record, per test, the
+//! repository's code it ran, the files it read and wrote, and the shared state it left changed
+//! (`crate::pytest::driver::Record`). A test's outcome can follow the order only through state
+//! another test leaves behind, so the shuffled orders need:
+//!
+//! - the *affected* tests: new or edited tests, tests that ran a code object of the footprint,
+//!   read one of its files, or see a module changed at module level (ran its code, or their
+//!   file, or a file whose code they ran, imports it): what the patch may have made flaky or
+//!   order-dependent;
+//! - the *state writers*: tests that left a module global of the repository changed, or wrote
+//!   a file of the tree, in the file-order or reversed run;
+//! - the tests that *read* what the writers write: that see the written module, or whose
+//!   traces read, list or import the written file.
+//!
+//! Every other test keeps, in each shuffled order, the outcome the file-order and reversed runs
+//! gave it: its outcome cannot depend on the order. The orders run in full instead when the
+//! recording cannot tell: the footprint is everything, a changed function ran outside any test
+//! (what it computed may be held anywhere), a test left state changed that any test may read
+//! (the environment, the working directory, the import system, a thread), or a trace is
+//! incomplete (a subprocess, the network, a C extension of the repository, a run whose
+//! recording failed). `--full` asks for full orders too.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::audit::footprint::{Footprint, Imports};
+use crate::pytest::events::StateChange;
+use crate::pytest::result::{RunResult, TestResult};
+
+/// Why the shuffled orders run the whole selection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// `--full`.
+    Asked,
+    /// Neither `--scoped` nor `[tool.fixgate] scoped = true`: the default.
+    NotAsked,
+    Footprint(String),
+    /// A changed function ran outside any test.
+    RanAtCollection {
+        path: String,
+        line: u32,
+    },
+    /// A test left state changed that any test may read.
+    SharedState {
+        test: String,
+        change: StateChange,
+    },
+    /// What a test or the session did is not fully known.
+    Incomplete {
+        subject: String,
+        why: String,
+    },
+}
+
+impl fmt::Display for Full {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Full::Asked => f.write_str("--full"),
+            Full::NotAsked => f.write_str(
+                "not scoped: --scoped or [tool.fixgate] scoped = true scopes the shuffled orders",
+            ),
+            Full::Footprint(why) => f.write_str(why),
+            Full::RanAtCollection { path, line } => write!(
+                f,
+                "the function at {path}:{line} changed and ran while the suite was collected: \
+                 what it computed may be held by any test"
+            ),
+            Full::SharedState { test, change } => write!(
+                f,
+                "{test} leaves {} changed, which any test may read",
+                crate::audit::message::describe_leak(change)
+            ),
+            Full::Incomplete { subject, why } => {
+                write!(f, "the recording of {subject} is incomplete: {why}")
+            }
+        }
+    }
+}
+
+/// What the patch can affect, and what the shuffled orders run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Impact {
+    /// The tests the patch affects: new or edited, or reached by its footprint (`None`: every
+    /// test, the footprint is everything).
+    pub(crate) affected: Option<BTreeSet<String>>,
+    pub(crate) scope: Scope,
+}
+
+/// What the shuffled orders run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    Full(Full),
+    Scoped {
+        /// The tests each shuffled order runs (in the order's own sequence): the affected
+        /// tests, the state writers and their readers.
+        run: BTreeSet<String>,
+        /// The state writers among them.
+        writers: BTreeSet<String>,
+    },
+}
+
+impl Scope {
+    /// Whether a shuffled order runs `nodeid`.
+    pub(crate) fn runs(&self, nodeid: &str) -> bool {
+        match self {
+            Scope::Full(_) => true,
+            Scope::Scoped { run, .. } => run.contains(nodeid),
+        }
+    }
+}
+
+/// The files a test wrote in the tree (it may have left them changed for the next test).
+fn written(t: &TestResult) -> impl Iterator<Item = &String> {
+    let trace = &t.trace;
+    trace
+        .write
+        .iter()
+        .chain(&trace.remove)
+        .chain(&trace.mkdir)
+        .chain(trace.rename.iter().flat_map(|(a, b)| [a, b]))
+        .chain(t.changed.iter().map(|c| &c.path))
+}
+
+/// Whether a test's traces read `path` (or list a directory holding it).
+fn reads_file(t: &TestResult, path: &str) -> bool {
+    let trace = &t.trace;
+    trace
+        .read
+        .iter()
+        .chain(&trace.sqlite)
+        .chain(&trace.import)
+        .chain(&trace.write)
+        .any(|p| p == path)
+        || trace.list.iter().any(|d| {
+            d.is_empty()
+                || path
+                    .strip_prefix(d.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+}
+
+/// What a test sees of the repository's modules: the files whose code it ran, its own file,
+/// and everything those import.
+fn sees(t: &TestResult, imports: &Imports) -> BTreeSet<String> {
+    let own = t.nodeid.split("::").next().unwrap_or(&t.nodeid).to_string();
+    let mut files: BTreeSet<String> = t.code.iter().flat_map(|c| c.keys().cloned()).collect();
+    files.insert(own);
+    let mut out = files.clone();
+    for f in &files {
+        out.extend(imports.of(f).cloned());
+    }
+    out
+}
+
+/// What the patch affects and the scope of the shuffled orders, from the recorded file-order
+/// and reversed runs of the head, the patch's footprint and the new or edited tests.
+pub(crate) fn impact(
+    file: &RunResult,
+    reversed: &RunResult,
+    footprint: &Footprint,
+    edited: &BTreeSet<String>,
+    imports: &Imports,
+) -> Impact {
+    let affected = affected(file, footprint, edited, imports);
+    let scope = match &affected {
+        None => Scope::Full(Full::Footprint(
+            footprint
+                .everything
+                .as_ref()
+                .map_or_else(String::new, |e| e.to_string()),
+        )),
+        Some(affected) => scope(file, reversed, footprint, affected, imports),
+    };
+    Impact { affected, scope }
+}
+
+/// The tests the patch affects: the new and edited tests, the tests that ran a code object of
+/// the footprint, read one of its files, or see a module changed at module level, and the tests
+/// whose code is not known. `None` when the footprint is everything.
+fn affected(
+    file: &RunResult,
+    footprint: &Footprint,
+    edited: &BTreeSet<String>,
+    imports: &Imports,
+) -> Option<BTreeSet<String>> {
+    if footprint.everything.is_some() {
+        return None;
+    }
+    let touched = |t: &TestResult| {
+        let Some(code) = &t.code else {
+            return true;
+        };
+        edited.contains(&t.nodeid)
+            || code
+                .iter()
+                .any(|(path, lines)| lines.iter().any(|&l| footprint.has_code(path, l)))
+            || footprint.files.iter().any(|f| reads_file(t, f))
+            || {
+                let seen = sees(t, imports);
+                footprint.modules.iter().any(|m| seen.contains(m))
+            }
+    };
+    let mut out: BTreeSet<String> = file
+        .tests
+        .iter()
+        .filter(|t| touched(t))
+        .map(|t| t.nodeid.clone())
+        .collect();
+    // A new or edited test the file-order run did not report is affected too.
+    out.extend(edited.iter().cloned());
+    Some(out)
+}
+
+/// The scope of the shuffled orders, given the affected tests.
+fn scope(
+    file: &RunResult,
+    reversed: &RunResult,
+    footprint: &Footprint,
+    affected: &BTreeSet<String>,
+    imports: &Imports,
+) -> Scope {
+    if let Some(why) = incomplete(file, reversed) {
+        return Scope::Full(why);
+    }
+    let session = file.session_code.as_ref().expect("checked by incomplete");
+    for (path, lines) in session {
+        if let Some(&line) = lines.iter().find(|&&l| {
+            footprint
+                .functions
+                .get(path)
+                .is_some_and(|spans| spans.iter().any(|&(a, b)| a <= l && l <= b))
+        }) {
+            return Scope::Full(Full::RanAtCollection {
+                path: path.clone(),
+                line,
+            });
+        }
+    }
+    let reversed_state: BTreeMap<&str, &[StateChange]> = reversed
+        .tests
+        .iter()
+        .map(|t| (t.nodeid.as_str(), t.state.as_slice()))
+        .collect();
+    let seen: BTreeMap<&str, BTreeSet<String>> = file
+        .tests
+        .iter()
+        .map(|t| (t.nodeid.as_str(), sees(t, imports)))
+        .collect();
+    let mut writers = BTreeSet::new();
+    let mut written_modules: BTreeSet<String> = BTreeSet::new();
+    let mut written_files: BTreeSet<&String> = BTreeSet::new();
+    for t in &file.tests {
+        let id = t.nodeid.as_str();
+        let state = t
+            .state
+            .iter()
+            .chain(reversed_state.get(id).copied().unwrap_or_default());
+        for change in state {
+            if change.read_by_anyone() {
+                return Scope::Full(Full::SharedState {
+                    test: id.to_string(),
+                    change: change.clone(),
+                });
+            }
+            if let StateChange::Global { path, .. } = change {
+                written_modules.insert(path.clone());
+                writers.insert(id.to_string());
+            }
+        }
+        for f in written(t) {
+            written_files.insert(f);
+            writers.insert(id.to_string());
+        }
+    }
+    for t in &reversed.tests {
+        for f in written(t) {
+            written_files.insert(f);
+            writers.insert(t.nodeid.clone());
+        }
+    }
+    let mut run: BTreeSet<String> = affected.union(&writers).cloned().collect();
+    for t in &file.tests {
+        let id = t.nodeid.as_str();
+        let reads = written_modules.iter().any(|m| seen[id].contains(m))
+            || written_files.iter().any(|f| reads_file(t, f));
+        if reads {
+            run.insert(id.to_string());
+        }
+    }
+    Scope::Scoped { run, writers }
+}
+
+/// Why the recording cannot decide, if it cannot.
+fn incomplete(file: &RunResult, reversed: &RunResult) -> Option<Full> {
+    let session = |why: String| Full::Incomplete {
+        subject: "the session".into(),
+        why,
+    };
+    if let Some(why) = &file.recording_error {
+        return Some(session(why.clone()));
+    }
+    if file.session_code.is_none() {
+        return Some(session(
+            "the code that ran outside tests is not known".into(),
+        ));
+    }
+    if file.incomplete_trace || reversed.incomplete_trace {
+        return Some(session(
+            "the plugin hit an internal error while tracing".into(),
+        ));
+    }
+    for (subject, trace) in [
+        ("the session", &file.session_trace),
+        ("the session", &reversed.session_trace),
+    ] {
+        if let Some(u) = trace.unknown.first() {
+            return Some(session(format!(
+                "it used {u}, which the trace cannot follow"
+            )));
+        }
+        if let Some(n) = trace.network.first() {
+            return Some(Full::Incomplete {
+                subject: subject.into(),
+                why: format!("it used the network ({n})"),
+            });
+        }
+    }
+    for t in file.tests.iter().chain(&reversed.tests) {
+        let test = |why: String| Full::Incomplete {
+            subject: t.nodeid.clone(),
+            why,
+        };
+        if let Some(u) = t.trace.unknown.first() {
+            return Some(test(format!("it used {u}, which the trace cannot follow")));
+        }
+        if let Some(n) = t.trace.network.first() {
+            return Some(test(format!("it used the network ({n})")));
+        }
+        if let Some(StateChange::Extension(path)) = t
+            .state
+            .iter()
+            .find(|s| matches!(s, StateChange::Extension(_)))
+        {
+            return Some(test(format!(
+                "it imported the C extension {path}, whose state is not seen"
+            )));
+        }
+    }
+    if let Some(t) = file.tests.iter().find(|t| t.code.is_none()) {
+        return Some(Full::Incomplete {
+            subject: t.nodeid.clone(),
+            why: "the code it ran is not known".into(),
+        });
+    }
+    None
+}

@@ -1,0 +1,90 @@
+//! The scope phase: the inputs of the scope rule read from the snapshots (the patch's footprint
+//! from the changed files and their bytes, the head's imports) and the recorded file-order and
+//! reversed runs; the judgment is `crate::audit::scope`.
+
+use std::collections::BTreeSet;
+
+use crate::audit::footprint::{self, Change, Footprint, Imports};
+use crate::audit::scope::{self, Full, Impact, Scope};
+use crate::engine::runs::Engine;
+use crate::pytest::result::RunResult;
+
+/// Whether a file's bytes matter to the footprint (the others count by their path alone).
+fn read_bytes(path: &str) -> bool {
+    path.ends_with(".py")
+        || path.ends_with(".toml")
+        || path.ends_with(".ini")
+        || path.ends_with(".cfg")
+}
+
+/// The files that differ between the base and the head.
+fn footprint(engine: &Engine) -> Footprint {
+    let (base, head) = (&engine.base.snapshot, &engine.head.snapshot);
+    let paths: BTreeSet<String> = base
+        .entries
+        .iter()
+        .chain(&head.entries)
+        .map(|e| e.path.to_string())
+        .collect();
+    let mut changes = Vec::new();
+    for p in paths {
+        if base.same_blob(head, &p) || engine.base.digest(&p) == engine.head.digest(&p) {
+            continue;
+        }
+        let bytes = |s: &crate::snapshot::Snapshot| match read_bytes(&p) {
+            true => s.read_path(&p).ok().flatten(),
+            false => Some(Vec::new()),
+        };
+        let (b, h) = (
+            base.find(&p.as_str().into()).and_then(|_| bytes(base)),
+            head.find(&p.as_str().into()).and_then(|_| bytes(head)),
+        );
+        changes.push(Change {
+            path: p,
+            base: b,
+            head: h,
+        });
+    }
+    footprint::footprint(&changes)
+}
+
+/// The head's imports among its Python files.
+fn imports(engine: &Engine) -> Imports {
+    let head = &engine.head.snapshot;
+    let git = head.open_git().ok().flatten();
+    let files: Vec<(String, String)> = head
+        .entries
+        .iter()
+        .filter(|e| e.path.to_string().ends_with(".py"))
+        .filter_map(|e| {
+            let text = head.read(e, git.as_ref()).ok()?;
+            Some((
+                e.path.to_string(),
+                String::from_utf8_lossy(&text).into_owned(),
+            ))
+        })
+        .collect();
+    Imports::build(&files)
+}
+
+/// What the patch affects and the scope of the shuffled orders of a scoped audit.
+pub(crate) fn impact(
+    engine: &Engine,
+    file: &RunResult,
+    reversed: &RunResult,
+    edited: &BTreeSet<String>,
+) -> Impact {
+    scope::impact(file, reversed, &footprint(engine), edited, &imports(engine))
+}
+
+/// The impact of an audit that is not scoped: nothing was recorded, every order runs whole
+/// (`full`: `--full` said so, else scoping was not asked for).
+pub(crate) fn not_scoped(full: bool) -> Impact {
+    Impact {
+        affected: None,
+        scope: Scope::Full(match full {
+            true => Full::Asked,
+            false => Full::NotAsked,
+        }),
+    }
+}

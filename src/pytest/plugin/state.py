@@ -1,0 +1,346 @@
+"""fixgate plugin: whether a test left shared state changed behind it. After every test the
+process's shared state is compared with what it was after the test before: the environment, the
+working directory, sys.path, the modules in sys.modules (removed or replaced, not added: a first
+import is no leak), threads left running, and the module-level values of the repository's own
+modules (test modules included).
+
+The module values are compared in one pass at C speed: the list of every global of every
+repository module (compared by identity first, then ==, so a value rebound to an equal one is no
+change), and for the globals that can change in place (containers, instances, classes, an
+lru_cache) their shallow contents (a dict's keys and values, a list's items, a class's or an
+instance's attributes, a set's size and the sum of its items' identities), the sizes of the
+containers those hold, and an lru_cache's fill. Only when that pass differs is each module looked
+at by name, to say which global changed. A change deeper down, or inside an object whose state
+lives in C, is not seen (docs/impact.md says so). The pass costs a few microseconds per hundred
+globals; the per-global fingerprints before it cost a Python call per global and module after
+every test (docs/performance.md).
+"""
+
+import os
+import sys
+import threading
+from itertools import chain, compress
+from operator import methodcaller
+
+# Globals every module has, or that Python and pytest write on their own (warnings'
+# __warningregistry__, the assertion rewriter's @py_builtins): never a test's state.
+_SKIP = frozenset(
+    [
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "__cached__",
+        "__warningregistry__",
+        "__file__",
+        "__name__",
+        "__package__",
+        "__doc__",
+        "__path__",
+        "__annotations__",
+        "@py_builtins",
+        "@pytest_ar",
+    ]
+)
+_CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
+_IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
+# Above this many items a container is compared by its size only.
+_MAX_ITEMS = 4096
+_VALUES = methodcaller("values")
+_KEYS = methodcaller("keys")
+_MODULE = type(sys)
+
+
+def _kind(v):
+    """How a global that can change in place is compared: "dict", "seq", "set", "bytes",
+    "attrs" (a class's or an instance's __dict__), "lru"; None for one that cannot (an int, a
+    str, a function, another module) or that is too large to copy."""
+    t = type(v)
+    if t is int or t is str or t is float or t is bool or v is None:
+        return None
+    if isinstance(v, dict):
+        return "dict" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, (list, tuple)):
+        return "seq" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, (set, frozenset)):
+        return "set" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, bytearray):
+        return "bytes" if len(v) <= _MAX_ITEMS else "size"
+    if isinstance(v, _MODULE):
+        return None  # another module: compared as itself when it is the repository's
+    if t.__name__ == "_lru_cache_wrapper" and getattr(v, "cache_info", None) is not None:
+        return "lru"
+    if callable(v) and not isinstance(v, type):
+        return None
+    d = getattr(v, "__dict__", None)
+    if d is None:
+        return None
+    try:
+        n = len(d)
+    except Exception:
+        return None
+    return "attrs" if n <= _MAX_ITEMS else None
+
+
+def _lru_fill(v):
+    try:
+        return v.cache_info().currsize
+    except Exception:
+        return -1
+
+
+class _Deep(object):
+    """The globals that can change in place, grouped by how they are compared, and their
+    names (module name, global) in the same order."""
+
+    __slots__ = ("groups", "names")
+
+    def __init__(self, prints):
+        self.groups = {}
+        self.names = {}
+        for module, d in prints:
+            for name, value in list(d.items()):
+                if name in _SKIP:
+                    continue
+                kind = _kind(value)
+                if kind is None:
+                    continue
+                self.groups.setdefault(kind, []).append(value)
+                self.names.setdefault(kind, []).append((module, name))
+
+    def take(self):
+        """The contents of every in-place value, as flat lists compared with ==."""
+        g = self.groups
+        out = []
+        dicts = g.get("dict", ())
+        if dicts:
+            keys = list(chain.from_iterable(map(_KEYS, dicts)))
+            values = list(chain.from_iterable(map(_VALUES, dicts)))
+            out.append(list(map(len, dicts)))
+            out.append(keys)
+            out.append(values)
+            out.append(list(map(len, compress(values, map(_IS_CONTAINER, map(type, values))))))
+        seqs = g.get("seq", ())
+        if seqs:
+            items = list(chain.from_iterable(seqs))
+            out.append(list(map(len, seqs)))
+            out.append(items)
+            out.append(list(map(len, compress(items, map(_IS_CONTAINER, map(type, items))))))
+        sets = g.get("set", ())
+        if sets:
+            out.append(list(map(len, sets)))
+            out.append([sum(map(id, s)) for s in sets])
+        blobs = g.get("bytes", ())
+        if blobs:
+            out.append(list(map(bytes, blobs)))
+        sizes = g.get("size", ())
+        if sizes:
+            out.append(list(map(len, sizes)))
+        attrs = g.get("attrs", ())
+        if attrs:
+            ds = list(map(_attrs, attrs))
+            out.append(list(map(len, ds)))
+            out.append(list(chain.from_iterable(map(_KEYS, ds))))
+            out.append(list(chain.from_iterable(map(_VALUES, ds))))
+        lrus = g.get("lru", ())
+        if lrus:
+            out.append(list(map(_lru_fill, lrus)))
+        return out
+
+    def per_global(self):
+        """The same contents, global by global: {(module, name): what take() holds of it}."""
+        out = {}
+        for kind, values in self.groups.items():
+            for key, v in zip(self.names[kind], values):
+                one = _Deep.__new__(_Deep)
+                one.groups = {kind: [v]}
+                one.names = {kind: [key]}
+                try:
+                    out[key] = one.take()
+                except Exception:
+                    out[key] = None
+        return out
+
+
+def _attrs(v):
+    d = getattr(v, "__dict__", None)
+    return d if d is not None and hasattr(d, "keys") else {}
+
+
+def _module_dict(m):
+    d = getattr(m, "__dict__", None)
+    return d if isinstance(d, dict) else {}
+
+
+def _same(a, b):
+    """Whether two snapshots are equal (identity first, then ==); an __eq__ that raises is a
+    difference."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+class State(object):
+    """The shared state after the last test, and what each test changed of it."""
+
+    def __init__(self, classifier):
+        self.classifier = classifier
+        self.repo_modules = {}  # module name -> (repo-relative file, module)
+        self.known = 0  # len(sys.modules) when repo_modules was last brought up to date
+        self.extensions = set()  # repo-relative files of C extension modules
+        self.env = None
+        self.cwd = None
+        self.path = None
+        self.modules = None
+        self.threads = 0
+        # The module values: the modules' dicts in a fixed order, every global's value and
+        # name in that order, the in-place values and their contents.
+        self.dicts = []
+        self.names = []
+        self.values = []
+        self.deep = None
+        self.contents = None
+        self.per_global = {}  # (module, global) -> its contents, as of the last snapshot
+
+    def _environ(self):
+        data = getattr(os.environ, "_data", None)
+        return dict(data) if isinstance(data, dict) else dict(os.environ)
+
+    def _cwd(self):
+        try:
+            return os.getcwd()
+        except OSError:
+            return None
+
+    def _refresh_modules(self):
+        """Adds the repository's modules imported since the last look; True when there are
+        new ones."""
+        mods = sys.modules
+        if len(mods) == self.known:
+            return False
+        self.known = len(mods)
+        added = False
+        for name, m in list(mods.items()):
+            if name in self.repo_modules or m is None:
+                continue
+            f = getattr(m, "__file__", None)
+            if not isinstance(f, str) or not f:
+                continue
+            try:
+                kind, text, interp = self.classifier.classify(os.path.abspath(f))
+            except Exception:
+                continue
+            if kind != "rel" or interp:
+                continue
+            if f.endswith((".so", ".pyd")):
+                self.extensions.add(text)
+                continue
+            self.repo_modules[name] = (text, m)
+            added = True
+        return added
+
+    def _take_modules(self):
+        """Snapshots the repository modules' values (after a new import or a change)."""
+        order = sorted(self.repo_modules)
+        self.dicts = [_module_dict(self.repo_modules[n][1]) for n in order]
+        self.names = [(n, list(d)) for n, d in zip(order, self.dicts)]
+        self.values = list(chain.from_iterable(map(_VALUES, self.dicts)))
+        self.deep = _Deep(zip(order, self.dicts))
+        self.contents = self.deep.take()
+        self.per_global = self.deep.per_global()
+
+    def baseline(self):
+        """Before the first test: the state collection left."""
+        self._refresh_modules()
+        self.env = self._environ()
+        self.cwd = self._cwd()
+        self.path = list(sys.path)
+        self.modules = dict(sys.modules)
+        self.threads = threading.active_count()
+        self._take_modules()
+
+    def after_test(self):
+        """What the test changed, as sorted strings `kind:detail` (docs/plugin-protocol.md)."""
+        if self.env is None:
+            self.baseline()
+            return []
+        changed = []
+        env = self._environ()
+        if env != self.env:
+            for k in set(env) | set(self.env):
+                if env.get(k) != self.env.get(k):
+                    key = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+                    changed.append("env:" + key)
+            self.env = env
+        cwd = self._cwd()
+        if cwd != self.cwd:
+            changed.append("cwd:")
+            self.cwd = cwd
+        if sys.path != self.path:
+            changed.append("sys.path:")
+            self.path = list(sys.path)
+        mods = sys.modules
+        if not (self.modules.items() <= mods.items()):
+            for k, m in self.modules.items():
+                if mods.get(k) is not m:
+                    changed.append("sys.modules:" + str(k))
+        if len(mods) != len(self.modules) or changed:
+            self.modules = dict(mods)
+        threads = threading.active_count()
+        if threads > self.threads:
+            changed.append("threads:%d" % (threads - self.threads))
+        self.threads = threads
+        changed.extend(self._globals())
+        for e in sorted(self.extensions):
+            changed.append("extension:" + e)
+        self.extensions.clear()
+        changed.sort()
+        return changed
+
+    def _globals(self):
+        """The repository's module globals the test changed: one comparison of everything, and
+        a look at each module only when it differs. A module the test imported first is new,
+        not changed."""
+        dicts = self.dicts
+        values = list(chain.from_iterable(map(_VALUES, dicts)))
+        same = _same(values, self.values)
+        if same:
+            try:
+                contents = self.deep.take()
+            except Exception:
+                contents = None
+            same = contents is not None and _same(contents, self.contents)
+        if same:
+            if self._refresh_modules():
+                self._take_modules()
+            return []
+        return self._which()
+
+    def _which(self):
+        """Names what changed, global by global, and takes the new snapshot."""
+        before_names = self.names
+        before_values = self.values
+        before_deep = self.per_global
+        out = []
+        i = 0
+        for (module, names), d in zip(before_names, self.dicts):
+            old = dict(zip(names, before_values[i : i + len(names)]))
+            i += len(names)
+            path = self.repo_modules[module][0]
+            now = dict(d)
+            for name in set(old) | set(now):
+                if name in _SKIP:
+                    continue
+                if name not in old or name not in now or not _same(old[name], now[name]):
+                    out.append("global:%s:%s" % (path, name))
+        self._refresh_modules()
+        self._take_modules()
+        after_deep = self.per_global
+        for key, contents in after_deep.items():
+            if key in before_deep and not _same(before_deep[key], contents):
+                line = "global:%s:%s" % (self.repo_modules[key[0]][0], key[1])
+                if line not in out:
+                    out.append(line)
+        return out

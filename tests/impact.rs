@@ -1,0 +1,327 @@
+//! Impact-scoped audits (issue 21): what the file-order run records per test (the repository's
+//! code it ran, the shared state it left changed), the `leaks-state` finding, and audits whose
+//! shuffled orders run only what the patch can affect, checked against `--full`.
+
+mod common;
+
+use common::TestRepo;
+use serde_json::Value;
+
+/// A small package with a registry, a cached function and tests that touch each.
+fn recording_repo() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/reg.py",
+            "REG = {}\n\n\ndef put(k, v):\n    REG[k] = v\n\n\ndef get(k):\n    return REG.get(k)\n",
+        )
+        .write("pkg/calc.py", "def add(x):\n    return x + 1\n")
+        .write(
+            "tests/test_a.py",
+            "import os\nfrom pkg import reg, calc\n\n\ndef test_put():\n    reg.put('a', 1)\n\n\n\
+             def test_env():\n    os.environ['FIXGATE_T'] = '1'\n\n\n\
+             def test_add():\n    assert calc.add(1) == 2\n",
+        );
+    repo.commit("base");
+    repo
+}
+
+fn run_test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
+    v["result"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == nodeid)
+        .unwrap_or_else(|| panic!("{nodeid} is not in the run: {v}"))
+}
+
+#[test]
+fn the_file_order_run_records_the_code_each_test_ran_and_the_state_it_left_changed() {
+    let repo = recording_repo();
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    let put = run_test(&v, "tests/test_a.py::test_put");
+    assert_eq!(put["code"]["pkg/reg.py"], serde_json::json!([4]), "{put}");
+    assert_eq!(put["code"]["tests/test_a.py"], serde_json::json!([5]));
+    assert_eq!(put["state"], serde_json::json!(["global:pkg/reg.py:REG"]));
+    let env = run_test(&v, "tests/test_a.py::test_env");
+    assert_eq!(env["state"], serde_json::json!(["env:FIXGATE_T"]));
+    let add = run_test(&v, "tests/test_a.py::test_add");
+    assert_eq!(add["code"]["pkg/calc.py"], serde_json::json!([1]));
+    assert!(add["code"].get("pkg/reg.py").is_none(), "{add}");
+    assert_eq!(add["state"], serde_json::json!([]));
+    // Module bodies ran while collecting: outside any test.
+    let session = &v["result"]["session_code"];
+    assert_eq!(session["pkg/reg.py"], serde_json::json!([0]), "{session}");
+}
+
+/// Runs `fixgate audit` with the test interpreter and the repository's own cache.
+fn audit(repo: &TestRepo, args: &[&str]) -> (common::Run, Value) {
+    let mut all = vec!["audit", "--format", "json", "--jobs", "2"];
+    all.extend_from_slice(args);
+    let run = repo.fixgate_py(&all);
+    let v: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
+    (run, v)
+}
+
+fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets_an_env_var() {
+    let repo = recording_repo();
+    repo.write("README.md", "docs\n");
+    repo.commit("head: docs only");
+    let args = ["--base", "HEAD~1", "--head", "HEAD", "--seeds", "1"];
+    // Not scoped (the default): nothing is recorded, and the report says so.
+    let (run, v) = audit(&repo, &args);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(findings(&v, "leaks-state").is_empty(), "{v}");
+    assert_eq!(v["scope"]["mode"], "off", "{v}");
+    assert!(
+        v["scope"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("not scoped")),
+        "{v}"
+    );
+    let (run, v) = audit(&repo, &[&args[..], &["--scoped"]].concat());
+    assert_eq!(run.code, 0, "{run:?}");
+    let leaks = findings(&v, "leaks-state");
+    let message = |id: &str| -> String {
+        leaks
+            .iter()
+            .find(|f| f["tests"][0] == id)
+            .unwrap_or_else(|| panic!("no leaks-state finding for {id}: {v}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let put = message("tests/test_a.py::test_put");
+    assert!(put.contains("the module global REG of pkg/reg.py"), "{put}");
+    let env = message("tests/test_a.py::test_env");
+    assert!(env.contains("the environment variable FIXGATE_T"), "{env}");
+    assert_eq!(leaks.len(), 2, "{v}");
+    assert!(leaks.iter().all(|f| f["blocking"] == false), "{v}");
+    assert_eq!(v["verdict"], "pass");
+}
+
+/// Three source modules and their tests; the first test file also sets a value in a shared
+/// registry that one test of the last file reads.
+fn registry_repo() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/registry.py", "VALUES = {}\n")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n");
+    for k in 0..3 {
+        repo.write(
+            &format!("pkg/m{k}.py"),
+            format!("def add(x):\n    return x + {k}\n"),
+        );
+        let mut tests = format!("from pkg import m{k}\n");
+        if k == 0 {
+            tests.push_str(
+                "from pkg import registry\n\n\ndef test_setter():\n    registry.VALUES['offset'] = 5\n",
+            );
+        }
+        if k == 2 {
+            tests.push_str(
+                "from pkg import registry\n\n\ndef test_reader():\n    assert registry.VALUES.get('offset') in (None, 5)\n",
+            );
+        }
+        for t in 0..3 {
+            tests.push_str(&format!(
+                "\n\ndef test_{t}():\n    assert m{k}.add({t}) == {}\n",
+                t + k
+            ));
+        }
+        repo.write(&format!("tests/test_m{k}.py"), tests);
+    }
+    repo.commit("base");
+    repo
+}
+
+fn scoped_audit(repo: &TestRepo, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
+        "2", "--scoped",
+    ];
+    args.extend_from_slice(extra);
+    let run = repo.fixgate_py(&args);
+    let v: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
+    common::assert_same_scoped_and_full(repo, &args, &v);
+    v
+}
+
+fn bucket(v: &Value, nodeid: &str) -> String {
+    v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == nodeid)
+        .unwrap_or_else(|| panic!("{nodeid} is not in the report"))["bucket"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries_the_rest() {
+    let repo = registry_repo();
+    repo.write(
+        "pkg/m1.py",
+        "def add(x):\n    # the same sum\n    return 1 + x\n",
+    );
+    repo.commit("head: m1 rewritten");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "scoped", "{scope}");
+    assert_eq!(scope["affected"], 3, "{scope}");
+    assert_eq!(
+        scope["writers"],
+        serde_json::json!(["tests/test_m0.py::test_setter"])
+    );
+    // m1's three tests, the setter, and the two files that import the registry it writes.
+    assert_eq!(scope["runs"]["0"], 11);
+    assert_eq!(scope["runs"]["rev"], 11);
+    assert_eq!(scope["runs"]["1"], 3 + 1 + 3 + 4, "{scope}");
+    let carried: Vec<&str> = scope["carried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["nodeid"].as_str().unwrap())
+        .collect();
+    assert!(
+        carried.is_empty(),
+        "every other test imports the registry's file: {scope}"
+    );
+}
+
+#[test]
+fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introduced() {
+    let repo = registry_repo();
+    repo.write(
+        "pkg/m1.py",
+        "from pkg import registry\n\n\ndef add(x):\n    return x + 1 + registry.VALUES.get('offset', 0)\n",
+    );
+    repo.commit("head: m1 reads the registry");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    for t in 0..3 {
+        let victim = format!("tests/test_m1.py::test_{t}");
+        assert_eq!(bucket(&v, &victim), "order-dependent", "{v}");
+        let pair = v["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["victim"] == victim.as_str())
+            .unwrap_or_else(|| panic!("no pair for {victim}: {v}"));
+        assert_eq!(
+            pair["culprits"],
+            serde_json::json!(["tests/test_m0.py::test_setter"])
+        );
+        assert_eq!(pair["introduced"], true);
+    }
+}
+
+#[test]
+fn a_conftest_change_falls_back_to_full_orders_and_says_why() {
+    let repo = registry_repo();
+    repo.write("tests/conftest.py", "import pytest\n");
+    repo.commit("head: a conftest");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "full", "{scope}");
+    assert_eq!(
+        scope["reason"],
+        "the patch changes tests/conftest.py, which runs around every test"
+    );
+    assert_eq!(scope["runs"]["1"], 11);
+}
+
+#[test]
+fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_them() {
+    // No registry this time: a test of one module touches nothing of the others.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "");
+    for k in 0..2 {
+        repo.write(
+            &format!("pkg/m{k}.py"),
+            format!("def add(x):\n    return x + {k}\n"),
+        )
+        .write(
+            &format!("tests/test_m{k}.py"),
+            format!(
+                "from pkg import m{k}\n\n\ndef test_add():\n    assert m{k}.add(1) == {}\n",
+                1 + k
+            ),
+        );
+    }
+    repo.commit("base");
+    repo.write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "scoped", "{scope}");
+    assert_eq!(scope["affected"], 1);
+    assert_eq!(scope["runs"]["1"], 1);
+    assert_eq!(
+        scope["carried"],
+        serde_json::json!([{"nodeid": "tests/test_m0.py::test_add", "evidence": {"0": "passed", "rev": "passed"}}])
+    );
+    assert_eq!(bucket(&v, "tests/test_m0.py::test_add"), "stable");
+}
+
+/// The state fingerprint (`plugin/state.py`) by itself, run by the interpreter the tests use: one
+/// pass over every global sees a rebinding, a new global, and an in-place change of a dict, a
+/// list, a nested list, a set, a class attribute and an lru_cache, each named by its global;
+/// a module first imported by the test is new, not changed; a test that changes nothing, or
+/// rebinds a NaN to itself, changes nothing.
+#[test]
+fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
+    let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/state.py");
+    let script = format!(
+        "import importlib.util, os, sys, types\n\
+         spec = importlib.util.spec_from_file_location('state', {module:?})\n\
+         st = importlib.util.module_from_spec(spec); spec.loader.exec_module(st)\n\
+         class Repo:\n    \
+             def classify(self, p):\n        \
+                 return ('rel', p[len('/repo/'):], False) if p.startswith('/repo/') else ('outside', p, False)\n\
+         def module(name, src):\n    \
+             m = types.ModuleType(name); m.__file__ = '/repo/%s.py' % name\n    \
+             exec(src, m.__dict__); sys.modules[name] = m; return m\n\
+         a = module('fx_a', 'import functools\\nREG = {{}}\\nL = []\\nN = 1\\nD = {{\"k\": []}}\\nS = set()\\nNAN = float(\"nan\")\\n\
+class K:\\n    x = 1\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
+         s = st.State(Repo()); s.baseline()\n\
+         def step(change, want):\n    \
+             change(); got = s.after_test()\n    \
+             assert got == want, (got, want)\n\
+         step(lambda: None, [])\n\
+         step(lambda: a.REG.__setitem__('x', 1), ['global:fx_a.py:REG'])\n\
+         step(lambda: a.L.append(1), ['global:fx_a.py:L'])\n\
+         step(lambda: setattr(a, 'N', 2), ['global:fx_a.py:N'])\n\
+         step(lambda: a.D['k'].append(1), ['global:fx_a.py:D'])\n\
+         step(lambda: a.S.add(3), ['global:fx_a.py:S'])\n\
+         step(lambda: setattr(a.K, 'x', 2), ['global:fx_a.py:K'])\n\
+         step(lambda: a.f(3), ['global:fx_a.py:f'])\n\
+         step(lambda: setattr(a, 'NEW', 1), ['global:fx_a.py:NEW'])\n\
+         step(lambda: setattr(a, 'NAN', a.NAN), [])\n\
+         step(lambda: module('fx_b', 'X = []\\n'), [])\n\
+         b = sys.modules['fx_b']\n\
+         step(lambda: (a.L.append(2), b.X.append(1)), ['global:fx_a.py:L', 'global:fx_b.py:X'])\n\
+         step(lambda: os.environ.__setitem__('FIXGATE_STATE_T', '1'), ['env:FIXGATE_STATE_T'])\n\
+         step(lambda: None, [])\n\
+         print('ok')\n"
+    );
+    common::assert_python_prints_ok(&script);
+}
