@@ -11,11 +11,13 @@
 #   warm     the 2,000-test suite: a cold remote audit uploading node results to the service's
 #            ActionCache, then a warm remote audit from an empty local cache (everything in the
 #            service) against a warm local audit (target: within 2x).
+#   same     the 500-test polluter suite (a two-test set breaking 12 victims) audited locally
+#            and remotely with cold caches: the same verdict, buckets and pairs.
 #   fleet    the matrix (--seeds 2: four orders of 2,000 tests) with 1 worker and with 2, each
 #            pinned to one core (taskset), and the per-action cost that a pool of 32 workers
 #            would run at.
 #
-# Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PARTS ["action warm fleet"],
+# Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PARTS ["action warm same fleet"],
 # FIXGATE [target/release/fixgate, built when missing], BGD_VENV [target/buildgrid-venv],
 # PG_BIN [/usr/lib/postgresql/*/bin].
 
@@ -23,7 +25,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=${BENCH_DATA:-/work/bench-data/suite}
 RUNS=${RUNS:-3}
-PARTS=${PARTS:-action warm fleet}
+PARTS=${PARTS:-action warm same fleet}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 SUITE=$DATA/repo
 OUT=$DATA/remote-exec
@@ -193,6 +195,35 @@ done
 awk '{ print $1 }' "$OUT/warm.txt" | median | xargs printf "  median warm local %.2f s\n"
 awk '{ print $2 }' "$OUT/warm.txt" | median | xargs printf "  median warm remote %.2f s\n"
 awk '{ print $2 / $1 }' "$OUT/warm.txt" | median | xargs printf "  median ratio %.2fx (target 2x)\n"
+fi
+
+if part same; then
+echo "== same: the 500-test polluter suite, local and remote, cold caches (load $(load))"
+POL=$OUT/pollution
+if [ ! -d "$POL/.git" ]; then
+    python3 "$REPO/benches/gen_pollution.py" "$POL" --tests 500 --modules 10 --polluters 2 \
+        --victims 12 --heads 1 >/dev/null
+    (cd "$POL" && git checkout -q head-0)
+fi
+start_workers 2
+rm -rf "$OUT/c-same-l" "$OUT/c-same-r"
+tl=$(audit_time "$POL" "$OUT/c-same-l") && cp "$OUT/last.json" "$OUT/same-local.json"
+tr=$(audit_time "$POL" "$OUT/c-same-r" --remote-executor "$URL") && cp "$OUT/last.json" "$OUT/same-remote.json"
+python3 - "$OUT/same-local.json" "$OUT/same-remote.json" "$tl" "$tr" <<'PY'
+import json, sys
+def essence(path):
+    r = json.load(open(path))
+    return (r["verdict"], sorted((t["nodeid"], t["bucket"]) for t in r["tests"]),
+            sorted("%s <- %s" % (p["victim"], p["culprits"]) for p in r["pairs"]), r)
+lv, lb, lp, l = essence(sys.argv[1])
+rv, rb, rp, r = essence(sys.argv[2])
+print("  local %.1f s: %s, %d pairs; remote %.1f s: %s, %d pairs, %d remote runs, %d local pytest processes"
+      % (float(sys.argv[3]), lv, len(lp), float(sys.argv[4]), rv, len(rp),
+         r["graph"]["remote_executed"], r["pytest_processes"]))
+same = (lv, lb, lp) == (rv, rb, rp)
+print("  same verdict, buckets and pairs: %s" % ("yes" if same else "NO"))
+sys.exit(0 if same else 1)
+PY
 fi
 
 if part fleet; then
