@@ -121,7 +121,7 @@ fn assert_same_as_local(dir: &Path, service: &Server, workers: &[&Worker]) -> se
 #[test]
 fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     let pg = servers::postgres();
-    let service = servers::buildgrid_execution(&pg, 5);
+    let service = servers::buildgrid_execution(&pg, 5, None);
     let blue = servers::worker(&service, "blue", &["pool=blue"]);
     let green = servers::worker(&service, "green", &["pool=green"]);
 
@@ -332,7 +332,7 @@ fn audit_in_background(
 fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
     let pg = servers::postgres();
     // BuildGrid long-polls only when 80% of the keepalive is at least its 3 s network timeout.
-    let service = servers::buildgrid_execution(&pg, 4);
+    let service = servers::buildgrid_execution(&pg, 4, None);
     let repo = small_polluter();
 
     // The first worker dies with the first action; the second runs it again and the rest.
@@ -380,4 +380,25 @@ fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
         failed.stdout.is_empty(),
         "no report is a verdict: {failed:?}"
     );
+}
+
+/// A service that takes few requests at once (BuildGrid with the fewest threads it allows, one
+/// held by the worker's long poll) refuses most of an audit's 32 actions in flight with
+/// RESOURCE_EXHAUSTED: each is asked again after a pause, not counted as the action's failure,
+/// and the audit judges as a local one (before, it ended with exit 2 "Concurrent RPC limit
+/// exceeded" on a 2-core machine's default BuildGrid).
+#[test]
+fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
+    let pg = servers::postgres();
+    let service = servers::buildgrid_execution(&pg, 5, Some(5));
+    let worker = servers::worker(&service, "lone", &[]);
+    let repo = small_polluter();
+    let r = assert_same_as_local(repo.path(), &service, &[&worker]);
+    assert_eq!(r["verdict"], "reject", "{r}");
+    let summary = &r["remote_execution"];
+    assert!(
+        summary["busy_answers"].as_u64().unwrap() > 0,
+        "the service refused some requests: {summary}"
+    );
+    assert_eq!(summary["retried"], serde_json::json!([]), "{summary}");
 }

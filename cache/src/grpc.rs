@@ -440,6 +440,7 @@ fn status(s: tonic::Status) -> RemoteError {
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
             RemoteError::Transport(format!("{:?}: {}", s.code(), s.message()))
         }
+        tonic::Code::ResourceExhausted => RemoteError::Busy(s.message().to_owned()),
         code => RemoteError::Status(format!("{code:?}: {}", s.message())),
     }
 }

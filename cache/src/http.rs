@@ -65,6 +65,7 @@ impl HttpBackend {
                 .map(Some)
                 .map_err(transport),
             404 => Ok(None),
+            429 => Err(RemoteError::Busy(format!("HTTP 429 to GET {url}"))),
             other => Err(RemoteError::Status(format!("HTTP {other} to GET {url}"))),
         }
     }
@@ -77,6 +78,7 @@ impl HttpBackend {
         let resp = req.send(bytes).map_err(transport)?;
         match resp.status().as_u16() {
             200..=299 => Ok(()),
+            429 => Err(RemoteError::Busy(format!("HTTP 429 to PUT {url}"))),
             other => Err(RemoteError::Status(format!("HTTP {other} to PUT {url}"))),
         }
     }

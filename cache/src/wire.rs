@@ -27,6 +27,10 @@ pub enum RemoteError {
     /// The server answered with an error.
     #[error("the remote cache answered {0}")]
     Status(String),
+    /// The server refused the request for now (gRPC `RESOURCE_EXHAUSTED`, HTTP 429): more
+    /// requests than it takes at once. Worth asking again later; it says nothing of the data.
+    #[error("the remote service is busy: {0}")]
+    Busy(String),
     /// The server answered something that is not what the protocol says.
     #[error("the remote cache sent an invalid answer: {0}")]
     Protocol(String),

@@ -164,6 +164,11 @@ pub(crate) struct Summary {
     pub(crate) cached_actions: u32,
     /// Actions tried again after the service could not run them, with why.
     pub(crate) retried: Vec<String>,
+    /// Requests the service refused for now (too many at once), each asked again later.
+    pub(crate) busy_answers: u32,
+    /// The actions allowed at the service at once when the audit ended, once it was busy
+    /// (`null`: it never was, and `--jobs` was the bound).
+    pub(crate) in_flight_limit: Option<usize>,
     /// Blobs found missing in the CAS and uploaded, and their bytes.
     pub(crate) uploaded_blobs: u64,
     pub(crate) uploaded_bytes: u64,
@@ -278,6 +283,8 @@ pub(crate) struct Executor {
     trees: Mutex<HashMap<(usize, fixgate_cache::Digest), Arc<Tree>>>,
     failure: Mutex<Option<String>>,
     summary: Mutex<Summary>,
+    /// How many actions are at the service at once (fewer while it answers busy).
+    pace: crate::remote_exec::pace::Pace,
 }
 
 fn remote(e: fixgate_cache::RemoteError) -> String {
@@ -362,6 +369,7 @@ impl Executor {
                 instance: settings.instance.clone(),
                 ..Summary::default()
             }),
+            pace: crate::remote_exec::pace::Pace::new(),
             settings,
             cas,
             exec,
@@ -384,7 +392,9 @@ impl Executor {
     }
 
     pub(crate) fn summary(&self) -> Summary {
-        lock(&self.summary).clone()
+        let mut s = lock(&self.summary).clone();
+        s.in_flight_limit = self.pace.limit();
+        s
     }
 
     /// Executes one run remotely; its result is the one a local run gives.
@@ -399,13 +409,24 @@ impl Executor {
         }
         let tree = self.tree(run.snapshot, run.overlay)?;
         let mut last = String::new();
-        for attempt in 0..2 {
+        let mut attempt = 0;
+        let mut pause = BUSY_FIRST_PAUSE;
+        let mut waited = Duration::ZERO;
+        while attempt < 2 {
             if attempt > 0 {
                 lock(&self.summary)
                     .retried
                     .push(format!("{}: {last}", run.label));
             }
-            match self.attempt(runner, run, &tree, progress) {
+            let slot = self.pace.enter();
+            let outcome = self.attempt(runner, run, &tree, progress);
+            match &outcome {
+                Ok(Attempt::Busy(_)) => self.pace.busy(),
+                Ok(Attempt::Done(..)) => self.pace.ran(),
+                _ => {}
+            }
+            drop(slot);
+            match outcome {
                 Ok(Attempt::Done(result, placement)) => {
                     let mut s = lock(&self.summary);
                     s.actions += 1;
@@ -413,9 +434,25 @@ impl Executor {
                     s.runs.insert(run.label.to_owned(), placement);
                     return Ok(*result);
                 }
+                // A busy service is asked again, with longer pauses, and that is no attempt
+                // of the run's: only a service busy for all of BUSY_PATIENCE fails it.
+                Ok(Attempt::Busy(why)) if waited < BUSY_PATIENCE => {
+                    lock(&self.summary).busy_answers += 1;
+                    if let Some(pb) = progress {
+                        pb.set_message(format!("remote: the service is busy ({why}); waiting"));
+                    }
+                    std::thread::sleep(pause);
+                    waited += pause;
+                    pause = (pause * 2).min(BUSY_LAST_PAUSE);
+                    continue;
+                }
+                Ok(Attempt::Busy(why)) => {
+                    last = format!("the service stayed busy for {}s: {why}", waited.as_secs());
+                }
                 Ok(Attempt::Failed(why)) => last = why,
                 Err(e) => return Err(e),
             }
+            attempt += 1;
         }
         let message = format!(
             "the remote executor {} could not run {} (tried twice): {last}",
@@ -552,8 +589,8 @@ impl Executor {
         let mut own: HashMap<RemoteDigest, Source> = root.blobs.clone();
         own.insert(command_digest, Source::Bytes(command.into()));
         own.insert(action_digest, Source::Bytes(action_msg.into()));
-        if let Err(why) = self.upload(run.snapshot, [&own, &tree.blobs, &self.tools.blobs]) {
-            return Ok(Attempt::Failed(why));
+        if let Err(refused) = self.upload(run.snapshot, [&own, &tree.blobs, &self.tools.blobs]) {
+            return Ok(refused.into());
         }
         if let Some(pb) = progress {
             pb.set_message(format!("remote: queued at {}", self.settings.url));
@@ -561,7 +598,7 @@ impl Executor {
         let uploaded = Instant::now();
         let response = match self.execute(&action_digest, progress) {
             Ok(r) => r,
-            Err(why) => return Ok(Attempt::Failed(why)),
+            Err(refused) => return Ok(refused.into()),
         };
         if let Some(s) = response.status.as_ref().filter(|s| s.code != 0) {
             if s.code == tonic::Code::FailedPrecondition as i32 {
@@ -627,7 +664,7 @@ impl Executor {
         &self,
         snapshot: &Snapshot,
         sets: [&HashMap<RemoteDigest, Source>; N],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), Refused> {
         let _one_at_a_time = lock(&self.uploading);
         let wanted: Vec<(RemoteDigest, &Source)> = {
             let present = lock(&self.present);
@@ -645,7 +682,7 @@ impl Executor {
         let missing: HashSet<RemoteDigest> = self
             .cas
             .find_missing(&digests)
-            .map_err(remote)?
+            .map_err(Refused::from)?
             .into_iter()
             .collect();
         let mut git = None;
@@ -668,10 +705,10 @@ impl Executor {
                         .read(entry, git.as_ref().and_then(Option::as_ref))
                         .map_err(|e| e.to_string())?;
                     if function_digest(self.function, &read) != *d {
-                        return Err(format!(
+                        return Err(Refused::Failed(format!(
                             "{} changed while the audit ran; audit again",
                             entry.path
-                        ));
+                        )));
                     }
                     read.into()
                 }
@@ -679,7 +716,7 @@ impl Executor {
             bytes.push((*d, b));
         }
         let refs: Vec<(RemoteDigest, &[u8])> = bytes.iter().map(|(d, b)| (*d, &b[..])).collect();
-        self.cas.put_blobs(&refs).map_err(remote)?;
+        self.cas.put_blobs(&refs).map_err(Refused::from)?;
         {
             let mut s = lock(&self.summary);
             s.uploaded_blobs += refs.len() as u64;
@@ -696,7 +733,7 @@ impl Executor {
         &self,
         action: &RemoteDigest,
         progress: Option<&ProgressBar>,
-    ) -> std::result::Result<reapi::ExecuteResponse, String> {
+    ) -> std::result::Result<reapi::ExecuteResponse, Refused> {
         use reapi::execution_client::ExecutionClient;
         let request = reapi::ExecuteRequest {
             instance_name: self.exec.instance().to_owned(),
@@ -744,18 +781,26 @@ impl Executor {
                     if let Some(n) = &name {
                         self.cancel(n);
                     }
-                    return Err(
+                    return Err(Refused::Failed(
                         "the worker running it was lost (the service queued it again)".into(),
-                    );
+                    ));
                 }
-                Ok(Some(Ended::Done(done))) => return *done,
+                Ok(Some(Ended::Done(done))) => return (*done).map_err(Refused::Failed),
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
                     breaks += 1;
                     std::thread::sleep(Duration::from_millis(200 * breaks));
                 }
-                Ok(None) => return Err("the service ended the Execute stream early".into()),
-                Err(s) => return Err(format!("{:?}: {}", s.code(), s.message())),
+                Ok(None) => {
+                    return Err(Refused::Failed(
+                        "the service ended the Execute stream early".into(),
+                    ))
+                }
+                // Refused before an operation began: too many requests at once.
+                Err(s) if s.code() == tonic::Code::ResourceExhausted && name.is_none() => {
+                    return Err(Refused::Busy(s.message().to_owned()))
+                }
+                Err(s) => return Err(Refused::Failed(format!("{:?}: {}", s.code(), s.message()))),
             }
         }
     }
@@ -887,12 +932,14 @@ impl Executor {
 
     /// The bytes of every digest, in order; a missing one is an error.
     fn fetch(&self, digests: &[RemoteDigest]) -> std::result::Result<Vec<Vec<u8>>, String> {
-        self.cas
-            .get_blobs(digests)
-            .map_err(remote)?
-            .into_iter()
-            .map(|(d, b)| b.ok_or_else(|| format!("the CAS lost the output blob {}", d.hex())))
-            .collect()
+        crate::remote_exec::patient(
+            || self.cas.get_blobs(digests),
+            || lock(&self.summary).busy_answers += 1,
+        )
+        .map_err(remote)?
+        .into_iter()
+        .map(|(d, b)| b.ok_or_else(|| format!("the CAS lost the output blob {}", d.hex())))
+        .collect()
     }
 }
 
@@ -903,7 +950,45 @@ fn function_digest(f: DigestFunction, bytes: &[u8]) -> RemoteDigest {
 enum Attempt {
     Done(Box<RunResult>, Placement),
     Failed(String),
+    /// The service refused a request for now (too many at once): ask again after a pause.
+    Busy(String),
 }
+
+/// Why a request to the service gave no answer: it failed, or the service was busy.
+enum Refused {
+    Failed(String),
+    Busy(String),
+}
+
+impl From<fixgate_cache::RemoteError> for Refused {
+    fn from(e: fixgate_cache::RemoteError) -> Refused {
+        match e {
+            fixgate_cache::RemoteError::Busy(why) => Refused::Busy(why),
+            e => Refused::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(why: String) -> Refused {
+        Refused::Failed(why)
+    }
+}
+
+impl From<Refused> for Attempt {
+    fn from(r: Refused) -> Attempt {
+        match r {
+            Refused::Failed(why) => Attempt::Failed(why),
+            Refused::Busy(why) => Attempt::Busy(why),
+        }
+    }
+}
+
+/// How long, in all, a run waits for a busy service before that counts as a failure of it.
+const BUSY_PATIENCE: Duration = Duration::from_secs(600);
+/// The pauses between asks of a busy service: doubling from the first to the last.
+const BUSY_FIRST_PAUSE: Duration = Duration::from_millis(100);
+const BUSY_LAST_PAUSE: Duration = Duration::from_secs(5);
 
 enum ReadBack {
     /// The action's outputs are not a launcher's: the service's or the worker's doing.

@@ -60,6 +60,8 @@ const BLOB_CACHE_BYTES: usize = 256 << 20;
 const POLL: Duration = Duration::from_secs(20);
 /// How often an idle bot asks a service that does not hold its poll open.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How long a bot waits before asking a busy service again.
+const BUSY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Why an action failed before or around its command: the status reported for the lease.
 struct Failure {
@@ -272,6 +274,11 @@ pub(crate) fn serve(
             // A long poll that found no work in time: the same session, polled again (a
             // completed lease in it is reported again; the service skips what it has).
             Err(s) if s.code() == tonic::Code::DeadlineExceeded => {}
+            // The service is busy (more RPCs than it takes at once): the same session, and the
+            // lease running in it, asked again shortly; the lease is not given up for that.
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                std::thread::sleep(BUSY_PAUSE);
+            }
             // The service restarted or dropped the session: a new one (a lease this worker
             // was running is the service's to hand out again).
             Err(s) => {
@@ -441,13 +448,12 @@ impl Bot {
             .map(|(d, _)| *d)
             .collect();
         if !wanted.is_empty() {
-            let got: HashMap<RemoteDigest, Arc<[u8]>> = self
-                .conn
-                .get_blobs(&wanted)
-                .map_err(internal)?
-                .into_iter()
-                .filter_map(|(d, b)| Some((d, Arc::from(b?))))
-                .collect();
+            let got: HashMap<RemoteDigest, Arc<[u8]>> =
+                crate::remote_exec::patient(|| self.conn.get_blobs(&wanted), || ())
+                    .map_err(internal)?
+                    .into_iter()
+                    .filter_map(|(d, b)| Some((d, Arc::from(b?))))
+                    .collect();
             let mut cache = lock(&self.cache);
             for (d, slot) in digests.iter().zip(out.iter_mut()) {
                 if slot.is_some() {
@@ -967,12 +973,13 @@ impl Bot {
             *slot = Some(d.to_proto());
         }
         let digests: Vec<RemoteDigest> = blobs.keys().copied().collect();
-        let missing = self.conn.find_missing(&digests).map_err(internal)?;
+        let missing = crate::remote_exec::patient(|| self.conn.find_missing(&digests), || ())
+            .map_err(internal)?;
         let upload: Vec<(RemoteDigest, &[u8])> = missing
             .iter()
             .filter_map(|d| blobs.get(d).map(|b| (*d, &b[..])))
             .collect();
-        self.conn.put_blobs(&upload).map_err(internal)?;
+        crate::remote_exec::patient(|| self.conn.put_blobs(&upload), || ()).map_err(internal)?;
         Ok(result)
     }
 }

@@ -466,9 +466,12 @@ fn ensure_psycopg(bgd: &Path) {
 /// BuildGrid with its execution service (and Bots) on `pg`'s SQL scheduler, an in-memory CAS
 /// and ActionCache. A bot silent for `keepalive` seconds is lost, and BuildGrid queues its job
 /// again (0.4.4 parses `max-job-attempts` but never hands it to its scheduler): the client sees
-/// the job back in the queue, withdraws it and tries once more. Jobs may ask for `pool` (matched against workers) and carry
-/// fixgate's own properties and a container image (for the worker to honour or refuse).
-pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
+/// the job back in the queue, withdraws it and tries once more. Jobs may ask for `pool`
+/// (matched against workers) and carry fixgate's own properties and a container image (for the
+/// worker to honour or refuse). BuildGrid takes at most `threads` RPCs at once (its
+/// `thread-pool-size`; by default five per core, at least five) and refuses more with
+/// RESOURCE_EXHAUSTED; an Execute holds one for as long as its action runs.
+pub fn buildgrid_execution(pg: &Postgres, keepalive: u32, threads: Option<u32>) -> Server {
     let bgd = find_bgd();
     ensure_psycopg(&bgd);
     let python = bgd.with_file_name("python");
@@ -487,8 +490,9 @@ pub fn buildgrid_execution(pg: &Postgres, keepalive: u32) -> Server {
         pg.log()
     );
     let port = free_port();
+    let threads = threads.map_or(String::new(), |n| format!("thread-pool-size: {n}\n"));
     let conf = format!(
-        "server:\n  - !channel\n    address: \"127.0.0.1:{port}\"\n    insecure-mode: true\n\
+        "{threads}server:\n  - !channel\n    address: \"127.0.0.1:{port}\"\n    insecure-mode: true\n\
          authorization:\n  method: none\n\
          connections:\n  - !sql-connection &sql\n    connection-string: {url}\n\
          \x20   pool-size: 10\n    max-overflow: 20\n\
