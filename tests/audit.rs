@@ -658,6 +658,49 @@ fn a_test_the_patch_broke_passes_six_base_runs_before_its_failure_is_the_patchs(
 }
 
 #[test]
+fn two_victims_of_one_polluter_the_base_has_too_are_checked_together_and_pre_existing() {
+    let repo = TestRepo::new();
+    repo.write("state.py", "X = []\n")
+        .write(
+            "tests/test_a_setter.py",
+            "import state\n\n\ndef test_setter():\n    state.X.append(1)\n",
+        )
+        .write(
+            "tests/test_b1.py",
+            "import state\n\n\ndef test_v1():\n    assert state.X == []\n",
+        )
+        .write(
+            "tests/test_b2.py",
+            "import state\n\n\ndef test_v2():\n    assert state.X == []\n",
+        );
+    let base = repo.commit("base with a polluter and two victims");
+    repo.write("README.md", "docs\n");
+    let head = repo.commit("docs only");
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    assert_verdict(&run, &v, exit::PASS, "pass");
+    let labels: Vec<&str> = v["graph"]["all_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["label"].as_str())
+        .collect();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("base-check(pair batch "))
+            && labels
+                .iter()
+                .any(|l| l.starts_with("base-check(alone batch "))
+            && !labels.iter().any(|l| l.contains("base-check(base-check(")),
+        "{labels:?}"
+    );
+    for victim in ["tests/test_b1.py::test_v1", "tests/test_b2.py::test_v2"] {
+        let f = finding(&v, "order-dependent", victim);
+        assert_eq!(f["introduced"], false, "the base has it too: {f}");
+    }
+}
+
+#[test]
 fn a_fixture_that_raises_in_setup_is_the_error_bucket() {
     let (repo, base, head) = base_plus(
         "import pytest\n\n\n@pytest.fixture\ndef database():\n    raise RuntimeError(\"cannot connect\")\n\n\n\

@@ -51,7 +51,9 @@ pub(crate) fn run(
     batches.retain(|_, (_, victims)| victims.len() > 1);
     for ((_, culprits), (kind, victims)) in &batches {
         let tag = blake3::hash(culprits.join("\n").as_bytes()).to_hex()[..12].to_string();
-        let alone = format!("base-check(alone batch {tag})");
+        let alone_what = format!("alone batch {tag}");
+        // The label the alone run gets, which the pair batch reads it by.
+        let alone = NodeKind::BaseCheck.of(alone_what.clone());
         let mut order = culprits.clone();
         order.extend(victims.iter().cloned());
         let culprit_kind = if *kind == PairKind::Polluter {
@@ -60,7 +62,7 @@ pub(crate) fn run(
             FindingKind::OrderDependent
         };
         requests.push(BaseCheck {
-            request: base_request(format!("base-check(pair batch {tag})"), order),
+            request: base_request(format!("pair batch {tag}"), order),
             findings: culprits.iter().map(|c| (culprit_kind, c.clone())).collect(),
             check: Check::PairBatch {
                 victims: victims.clone(),
@@ -69,7 +71,7 @@ pub(crate) fn run(
             },
         });
         requests.push(BaseCheck {
-            request: base_request(alone, victims.clone()),
+            request: base_request(alone_what, victims.clone()),
             findings: Vec::new(),
             check: Check::Nothing,
         });
