@@ -338,7 +338,6 @@ impl Plan {
             .filter_map(real)
             .chain(sandboxes.clone())
             .collect();
-        readable.extend(libraries(paths.libraries, &hidden, &private));
         // Other runs' sandboxes on /dev/shm, sockets in /tmp and /run, and whatever tests
         // leave there for the next run, go behind fresh tmpfs of the run's own.
         let scratch: Vec<PathBuf> = real(Path::new(SCRATCH))
@@ -352,6 +351,11 @@ impl Plan {
                 .filter_map(|p| real(Path::new(p)))
                 .filter(|p| p.is_dir() && p.parent().is_some()),
         );
+        // Checked against every hidden folder, /tmp, /run and /dev/shm included, and every
+        // masked socket: a library folder that holds one would show it.
+        let mut holders = hidden.clone();
+        holders.extend(MASKED_SOCKETS.iter().filter_map(|p| real(Path::new(p))));
+        readable.extend(libraries(paths.libraries, &holders, &private));
         let nested = hidden.clone();
         let hidden = outermost(hidden);
         let mut placeholders: Vec<PathBuf> = Vec::new();

@@ -491,6 +491,43 @@ fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
 }
 
 #[test]
+fn a_json_module_in_the_checkout_does_not_run_when_fixgate_probes_the_interpreter() {
+    assert_namespaces_permitted();
+    // Started in a checkout of the head, `python -c` would import the head's json.py before
+    // any sandbox: the probe starts in an empty folder. In the runs it is contained (the write
+    // outside the sandbox fails), so the marker appears only if something ran it uncontained.
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("ran-outside");
+    let repo = TestRepo::new();
+    repo.write(
+        "json.py",
+        &format!(
+            "try:\n    open({:?}, 'w').write('ran')\nexcept OSError:\n    pass\n\
+             import importlib.machinery, importlib.util, os, sys\n\
+             _here = os.path.dirname(os.path.abspath(__file__))\n\
+             _path = [p for p in sys.path if os.path.abspath(p or '.') != _here]\n\
+             _spec = importlib.machinery.PathFinder.find_spec('json', _path)\n\
+             _real = importlib.util.module_from_spec(_spec)\n\
+             sys.modules['json'] = _real\n\
+             _spec.loader.exec_module(_real)\n",
+            marker.display().to_string()
+        ),
+    )
+    .write("tests/test_a.py", "def test_a():\n    pass\n");
+    repo.commit("base");
+    let v = run_with(
+        &repo,
+        &real_python(),
+        Path::new(&std::env::var_os("HOME").unwrap_or_default()),
+    );
+    assert_eq!(v["containment"], "namespaces", "{v}");
+    assert!(
+        !marker.exists(),
+        "the checkout's json.py ran outside the sandbox"
+    );
+}
+
+#[test]
 fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
     let marker = unique("fixgate-fallback-killed");
     let repo = survivors_repo(&marker, true);

@@ -245,8 +245,13 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
 
 /// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
 pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
+    // `python -c` puts the working directory first on sys.path: started in a checkout of the
+    // head, the probe's own imports (json, importlib) would run the head's json.py outside any
+    // sandbox. It starts in an empty folder of its own instead.
+    let empty = tempfile::tempdir().map_err(|e| Error::io("create", "a temporary folder", e))?;
     let out = Command::new(path)
         .args(["-c", PROBE])
+        .current_dir(empty.path())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .map_err(|e| {

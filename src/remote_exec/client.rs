@@ -209,7 +209,8 @@ impl Stages {
         use bazel_remote_apis::google::protobuf::Timestamp;
         let span = |a: &Option<Timestamp>, b: &Option<Timestamp>| match (a, b) {
             (Some(a), Some(b)) => {
-                let s = (b.seconds - a.seconds) as f64 + f64::from(b.nanos - a.nanos) * 1e-9;
+                let at = |t: &Timestamp| t.seconds as f64 + f64::from(t.nanos) * 1e-9;
+                let s = at(b) - at(a);
                 s.max(0.0)
             }
             _ => 0.0,
@@ -413,15 +414,14 @@ impl Executor {
         let mut pause = BUSY_FIRST_PAUSE;
         let mut waited = Duration::ZERO;
         while attempt < 2 {
-            if attempt > 0 {
-                lock(&self.summary)
-                    .retried
-                    .push(format!("{}: {last}", run.label));
-            }
             let slot = self.pace.enter();
+            // Another run ended the audit while this one waited for a place.
+            if let Some(f) = self.failure() {
+                return Err(Error::Infra(f));
+            }
             let outcome = self.attempt(runner, run, &tree, progress);
             match &outcome {
-                Ok(Attempt::Busy(_)) => self.pace.busy(),
+                Ok(Attempt::Busy(_)) => self.pace.busy(&slot),
                 Ok(Attempt::Done(..)) => self.pace.ran(),
                 _ => {}
             }
@@ -453,6 +453,11 @@ impl Executor {
                 Err(e) => return Err(e),
             }
             attempt += 1;
+            if attempt < 2 {
+                lock(&self.summary)
+                    .retried
+                    .push(format!("{}: {last}", run.label));
+            }
         }
         let message = format!(
             "the remote executor {} could not run {} (tried twice): {last}",
@@ -985,7 +990,7 @@ impl From<Refused> for Attempt {
 }
 
 /// How long, in all, a run waits for a busy service before that counts as a failure of it.
-const BUSY_PATIENCE: Duration = Duration::from_secs(600);
+const BUSY_PATIENCE: Duration = Duration::from_secs(120);
 /// The pauses between asks of a busy service: doubling from the first to the last.
 const BUSY_FIRST_PAUSE: Duration = Duration::from_millis(100);
 const BUSY_LAST_PAUSE: Duration = Duration::from_secs(5);

@@ -19,10 +19,14 @@ struct State {
     in_flight: usize,
     /// Actions run since the limit last grew.
     ran: usize,
+    /// Counts the halvings: a busy answer halves the limit only for an action that entered
+    /// after the last halving, so one crowd's answers halve it once.
+    generation: u64,
 }
 
-/// One action's place at the service, given back when dropped.
-pub(crate) struct Slot<'a>(&'a Pace);
+/// One action's place at the service (with the generation it entered in), given back when
+/// dropped.
+pub(crate) struct Slot<'a>(&'a Pace, u64);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
@@ -42,6 +46,7 @@ impl Pace {
                 limit: UNBOUNDED,
                 in_flight: 0,
                 ran: 0,
+                generation: 0,
             }),
             freed: Condvar::new(),
         }
@@ -58,14 +63,17 @@ impl Pace {
             s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         s.in_flight += 1;
-        Slot(self)
+        Slot(self, s.generation)
     }
 
-    /// The service said it is busy, to an action holding a slot: half of those in flight
-    /// (the busy answers of one crowd halve it once, since they all see the same crowd).
-    pub(crate) fn busy(&self) {
+    /// The service said it is busy to the action holding `slot`: half of those in flight, once
+    /// for the crowd it entered with (their other answers find the limit already halved).
+    pub(crate) fn busy(&self, slot: &Slot<'_>) {
         let mut s = self.lock();
-        s.limit = s.limit.min((s.in_flight / 2).max(1));
+        if slot.1 == s.generation {
+            s.limit = s.limit.min((s.in_flight / 2).max(1));
+            s.generation += 1;
+        }
     }
 
     /// The service ran an action: after `limit` of them, one more may go at once.
@@ -96,12 +104,12 @@ mod tests {
         let pace = Pace::new();
         let slots: Vec<Slot<'_>> = (0..16).map(|_| pace.enter()).collect();
         assert_eq!(pace.limit(), None);
-        // Every one of the crowd hears "busy" while all still hold their slots: halved once.
-        for _ in 0..16 {
-            pace.busy();
+        // Every one of the crowd hears "busy", each leaving as it hears it: halved once.
+        for slot in slots {
+            pace.busy(&slot);
+            drop(slot);
         }
         assert_eq!(pace.limit(), Some(8));
-        drop(slots);
         for _ in 0..7 {
             pace.ran();
         }
@@ -123,7 +131,7 @@ mod tests {
         assert!(waiter, "the tenth waited for a place");
         // Busy with one in flight never stops the audit.
         let one = pace.enter();
-        pace.busy();
+        pace.busy(&one);
         assert_eq!(pace.limit(), Some(1));
         drop(one);
         let _again = pace.enter();
