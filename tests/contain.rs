@@ -501,7 +501,7 @@ fn a_json_module_in_the_checkout_does_not_run_when_fixgate_probes_the_interprete
     let repo = TestRepo::new();
     repo.write(
         "json.py",
-        &format!(
+        format!(
             "try:\n    open({:?}, 'w').write('ran')\nexcept OSError:\n    pass\n\
              import importlib.machinery, importlib.util, os, sys\n\
              _here = os.path.dirname(os.path.abspath(__file__))\n\
