@@ -528,6 +528,43 @@ fn a_json_module_in_the_checkout_does_not_run_when_fixgate_probes_the_interprete
 }
 
 #[test]
+fn a_committed_venv_interpreter_is_never_started() {
+    // A head that commits .venv/bin/python: fixgate picks `.venv/bin/python` when no
+    // --python or VIRTUAL_ENV says otherwise, and starting that would run the head's script
+    // outside any sandbox. A committed one is passed over (python3 on PATH instead).
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("ran-outside");
+    let repo = TestRepo::new();
+    repo.write(
+        ".venv/bin/python",
+        &format!(
+            "#!/bin/sh\necho ran > {:?}\nexec python3 \"$@\"\n",
+            marker.display().to_string()
+        ),
+    )
+    .write("tests/test_a.py", "def test_a():\n    pass\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        repo.path().join(".venv/bin/python"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    repo.commit("a head with its own interpreter");
+    let out = common::fixgate_command()
+        .args(["run", "--format", "json", "--cache-dir"])
+        .arg(repo.cache.path())
+        .current_dir(repo.path())
+        .env_remove("VIRTUAL_ENV")
+        .output()
+        .unwrap();
+    assert!(
+        !marker.exists(),
+        "the committed .venv/bin/python ran: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
     let marker = unique("fixgate-fallback-killed");
     let repo = survivors_repo(&marker, true);

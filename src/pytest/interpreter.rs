@@ -69,10 +69,25 @@ pub(crate) fn choose(flag: Option<&Path>, repo_root: &Path, env: &Environment) -
         }
     }
     let local = repo_root.join(".venv").join("bin").join("python");
-    if local.exists() {
+    if local.exists() && !committed_venv(repo_root) {
         return local;
     }
     PathBuf::from("python3")
+}
+
+/// Whether the repository's index holds `.venv/bin/python` or a folder above it (as a file or
+/// a link): then it came with a commit, maybe the head's, and starting it would run the
+/// head's code outside any sandbox. A virtualenv the user made is never committed.
+fn committed_venv(repo_root: &Path) -> bool {
+    let Ok(repo) = git2::Repository::open(repo_root) else {
+        return false;
+    };
+    let Ok(index) = repo.index() else {
+        return false;
+    };
+    [".venv", ".venv/bin", ".venv/bin/python"]
+        .iter()
+        .any(|p| index.get_path(Path::new(p), 0).is_some())
 }
 
 const PROBE: &str = r#"
