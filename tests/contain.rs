@@ -537,7 +537,7 @@ fn a_committed_venv_interpreter_is_never_started() {
     let repo = TestRepo::new();
     repo.write(
         ".venv/bin/python",
-        &format!(
+        format!(
             "#!/bin/sh\necho ran > {:?}\nexec python3 \"$@\"\n",
             marker.display().to_string()
         ),
