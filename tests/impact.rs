@@ -56,6 +56,104 @@ fn the_file_order_run_records_the_code_each_test_ran_and_the_state_it_left_chang
     assert_eq!(session["pkg/reg.py"], serde_json::json!([0]), "{session}");
 }
 
+/// A package whose code runs from a fixture (setup and teardown), a thread, and a test that
+/// profiles itself.
+fn phases_repo(conftest_hook: bool) -> TestRepo {
+    let repo = TestRepo::new();
+    let mut conftest = String::from(
+        "import pytest\nfrom pkg import work\n\n\n@pytest.fixture\ndef res():\n    \
+         work.open_it()\n    yield 1\n    work.close_it()\n",
+    );
+    if conftest_hook {
+        conftest.push_str("\n\ndef pytest_runtest_makereport(item, call):\n    work.hooked()\n");
+    }
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/work.py",
+            "def open_it():\n    return 1\n\n\ndef close_it():\n    return 2\n\n\n\
+             def job(out):\n    out.append(1)\n\n\ndef hooked():\n    return 3\n",
+        )
+        .write("conftest.py", &conftest)
+        .write(
+            "tests/test_p.py",
+            "import cProfile\nimport threading\nfrom pkg import work\n\n\n\
+             def test_fixture(res):\n    assert res == 1\n\n\n\
+             def test_thread():\n    out = []\n    t = threading.Thread(target=work.job, args=(out,))\n    \
+             t.start()\n    t.join()\n    assert out == [1]\n\n\n\
+             def test_profiles_itself():\n    p = cProfile.Profile()\n    p.enable()\n    \
+             work.job([])\n    p.disable()\n",
+        );
+    repo.commit("base");
+    repo
+}
+
+#[test]
+fn the_recording_sees_fixture_setup_and_teardown_threads_and_a_test_that_profiles_itself() {
+    let repo = phases_repo(false);
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    // The fixture's body before and after its yield (open_it on line 1, close_it on line 5).
+    let fixture = run_test(&v, "tests/test_p.py::test_fixture");
+    assert_eq!(
+        fixture["code"]["pkg/work.py"],
+        serde_json::json!([1, 5]),
+        "{fixture}"
+    );
+    assert_eq!(
+        fixture["code"]["conftest.py"],
+        serde_json::json!([5]),
+        "{fixture}"
+    );
+    // The thread the test started ran job (line 9).
+    let thread = run_test(&v, "tests/test_p.py::test_thread");
+    assert_eq!(
+        thread["code"]["pkg/work.py"],
+        serde_json::json!([9]),
+        "{thread}"
+    );
+    // A test that turned its own profiler on and off: what ran is not known, which the scope
+    // falls back on; the tests after it are recorded again.
+    let own = run_test(&v, "tests/test_p.py::test_profiles_itself");
+    assert!(own["code"].is_null(), "{own}");
+    // Nothing ran the hook here: no conftest hook runs between the phases.
+    for t in [fixture, thread] {
+        assert!(
+            !t["code"]["pkg/work.py"]
+                .as_array()
+                .unwrap()
+                .contains(&13.into()),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn a_conftest_hook_between_the_phases_is_recorded_for_every_test() {
+    // pytest_runtest_makereport runs after each phase, outside the phases' windows: the whole
+    // protocol is recorded, so the code the hook runs (hooked, line 13) counts for each test.
+    let repo = phases_repo(true);
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    for id in [
+        "tests/test_p.py::test_fixture",
+        "tests/test_p.py::test_thread",
+    ] {
+        let t = run_test(&v, id);
+        let lines = t["code"]["pkg/work.py"].as_array().unwrap();
+        assert!(lines.contains(&13.into()), "{t}");
+    }
+    let thread = run_test(&v, "tests/test_p.py::test_thread");
+    assert!(
+        thread["code"]["pkg/work.py"]
+            .as_array()
+            .unwrap()
+            .contains(&9.into()),
+        "{thread}"
+    );
+}
+
 /// Runs `fixgate audit` with the test interpreter and the repository's own cache.
 fn audit(repo: &TestRepo, args: &[&str]) -> (common::Run, Value) {
     let mut all = vec!["audit", "--format", "json", "--jobs", "2"];

@@ -252,7 +252,8 @@ pub(crate) struct TestEvent {
     /// The repository's code the test ran (`--fixgate-record` with `code`).
     #[serde(default)]
     pub(crate) code: Option<CodeRan>,
-    /// Code was to be recorded and is not known (something replaced the trace function).
+    /// Code was to be recorded and is not known (something replaced the profiler or the trace
+    /// function).
     #[serde(default)]
     pub(crate) code_unknown: bool,
     /// Shared state the test left changed (`--fixgate-record` with `state`).

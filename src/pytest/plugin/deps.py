@@ -9,11 +9,17 @@ costs one callback in the process's life. A code object of the repository also g
 PY_START event of a second tool whose callback is a dict's own __setitem__: each start of the
 repository's code costs one C call and no Python frame.
 
-Python 3.9-3.11 has no per-code-object events: sys.settrace (and threading.settrace for threads
-the test starts) while the suite is collected and while each test runs, returning None so that no
-line is traced. Every Python call then costs one callback, pytest's own included: a run that
-records takes about 3x plain pytest on 3.11 (docs/performance.md), which is why scoped audits,
-the only runs that record, are opt-in.
+Python 3.9-3.11 has no per-code-object events: cProfile's C profiler (_lsprof, builtins off)
+records the Python functions that start, one C callback per Python call and no Python frame;
+its table is read and cleared at the end of each window. It runs while the suite is collected
+and, per test, only while the repository's code can run: the setup, call and teardown phases
+(the fixtures, the test, the finalizers), each inside the innermost wrapper of its phase's hook
+(Windows), so pytest's reporting, the plugins' wrappers and fixgate's own events between the
+phases cost nothing. A thread a window starts gets a profiler of its own (threading.setprofile).
+When the repository's own plugins (conftest.py files) implement a hook that runs outside those
+windows (a makereport, a logreport, a wrapper around a phase) or another plugin's wrapper sits
+inside ours, the whole of each test's protocol is profiled instead. A test that leaves another
+profile function in place (it profiles itself) has unknown code.
 
 Nothing is traced unless code is asked for (or, by a fork server, for the runs it forks that
 ask): see fixgate_plugin_record.
@@ -23,6 +29,13 @@ import os
 import sys
 import threading
 
+import pytest
+
+try:
+    import _lsprof
+except ImportError:  # not CPython: nothing is recorded on 3.9-3.11
+    _lsprof = None
+
 _M = getattr(sys, "monitoring", None)
 # Code object -> anything: the repository's code objects that started since the last take.
 _HITS = {}
@@ -30,6 +43,101 @@ _HITS = {}
 _FILES = {}
 # Tool ids no one else claims by name (2 is cProfile's in 3.12+, 1 coverage's).
 _TOOL_CHOICES = (3, 4, 5)
+
+
+# The hooks that run each phase of a test, wrapped by Windows.
+_PHASES = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
+# Hooks that pytest calls only inside a phase's hook: an implementation runs inside a window.
+_IN_PHASES = frozenset(
+    _PHASES
+    + (
+        "pytest_fixture_setup",
+        "pytest_fixture_post_finalizer",
+        "pytest_pyfunc_call",
+        "pytest_assertrepr_compare",
+        "pytest_markeval_namespace",
+    )
+)
+# Hooks that run before the first test or after the last: what they run is the session's (the
+# collection is traced whole) or cannot change an outcome any more.
+_OUTSIDE_TESTS = frozenset(
+    (
+        "pytest_addoption",
+        "pytest_addhooks",
+        "pytest_plugin_registered",
+        "pytest_load_initial_conftests",
+        "pytest_cmdline_parse",
+        "pytest_cmdline_preparse",
+        "pytest_cmdline_main",
+        "pytest_configure",
+        "pytest_unconfigure",
+        "pytest_sessionstart",
+        "pytest_sessionfinish",
+        "pytest_terminal_summary",
+        "pytest_report_header",
+        "pytest_report_collectionfinish",
+        "pytest_collection",
+        "pytest_collection_modifyitems",
+        "pytest_collection_finish",
+        "pytest_ignore_collect",
+        "pytest_collect_directory",
+        "pytest_collect_file",
+        "pytest_pycollect_makemodule",
+        "pytest_pycollect_makeitem",
+        "pytest_generate_tests",
+        "pytest_make_parametrize_id",
+        "pytest_collectstart",
+        "pytest_make_collect_report",
+        "pytest_collectreport",
+        "pytest_itemcollected",
+        "pytest_deselected",
+    )
+)
+
+
+def _wraps(impl):
+    """Whether a hook implementation wraps the others (old or new style)."""
+    return bool(getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False))
+
+
+def _plugin_file(plugin):
+    """The file a plugin's code lives in: a module's own, or its class's module's."""
+    path = getattr(plugin, "__file__", None)
+    if not isinstance(path, str):
+        module = sys.modules.get(getattr(type(plugin), "__module__", None) or "")
+        path = getattr(module, "__file__", None)
+    return path if isinstance(path, str) else None
+
+
+class Windows(object):
+    """The innermost wrapper of each phase of a test: the profiler on inside it (3.9-3.11)."""
+
+    def __init__(self, deps):
+        self.deps = deps
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        self.deps.window_on()
+        try:
+            yield
+        finally:
+            self.deps.window_off()
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+        self.deps.window_on()
+        try:
+            yield
+        finally:
+            self.deps.window_off()
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        self.deps.window_on()
+        try:
+            yield
+        finally:
+            self.deps.window_off()
 
 
 class Deps(object):
@@ -42,7 +150,14 @@ class Deps(object):
         self.tracing = False
         self.per_test = False  # whether this run records per test (the zygote does not know yet)
         self.error = None  # why nothing could be recorded
-        self.trace = None  # the trace function (3.9-3.11)
+        self.prof = None  # the main thread's profiler (3.9-3.11)
+        self.threads = []  # (thread, its profiler) for threads a window started
+        # Whether a test is profiled only in its phases' windows (3.9-3.11, decided when the
+        # collection is done: see windows_sound), and whether every window of the current test
+        # ended with the profiler still ours.
+        self.windowed = False
+        self.window_why = None  # why the whole protocol is profiled instead
+        self.complete = True
 
     # ---- setting up ------------------------------------------------------------------------
 
@@ -95,67 +210,121 @@ class Deps(object):
         _FILES[filename] = rel
         return rel
 
-    # ---- the trace function (3.9-3.11) ------------------------------------------------------
+    # ---- the profiler (3.9-3.11) ------------------------------------------------------------
 
-    def _tracer(self):
-        hits = _HITS
-        files = _FILES
-        repo = self._repo_path
-
-        def trace(frame, event, arg):
-            code = frame.f_code
-            if code in hits:
-                return None
-            rel = files.get(code.co_filename)
-            if rel is None:
-                rel = repo(code.co_filename)
-            if rel:
-                hits[code] = 0
-            return None
-
-        return trace
+    def _thread_start(self, frame, event, arg):
+        """threading.setprofile's function, at a new thread's first call: the thread's own
+        profiler from there on (the frame that called this, Thread.run, is noted here)."""
+        prof = _lsprof.Profiler(subcalls=False, builtins=False)
+        _HITS[frame.f_code] = 0
+        self.threads.append((threading.current_thread(), prof))
+        prof.enable(subcalls=False, builtins=False)
 
     def _trace_on(self):
         if _M is not None or self.tracing or self.error is not None:
             return
-        if sys.gettrace() is not None:
-            # Another tracer (coverage, a debugger) is on: replacing it would change the run,
-            # chaining it would not be this module's to do. Nothing is recorded.
-            self.error = "another trace function is active (%r)" % (sys.gettrace(),)
+        if _lsprof is None:
+            self.error = "no _lsprof module in this interpreter"
             return
-        if self.trace is None:
-            self.trace = self._tracer()
-        sys.settrace(self.trace)
-        threading.settrace(self.trace)
+        if sys.getprofile() is not None:
+            # Another profiler is on: replacing it would change the run, chaining it would not
+            # be this module's to do. Nothing is recorded.
+            self.error = "another profile function is active (%r)" % (sys.getprofile(),)
+            return
+        if self.prof is None:
+            self.prof = _lsprof.Profiler(subcalls=False, builtins=False)
+        threading.setprofile(self._thread_start)
+        self.prof.enable(subcalls=False, builtins=False)
         self.tracing = True
 
     def _trace_off(self):
-        """Stops tracing; False when something replaced the trace function meanwhile (a test
-        that debugs or measures coverage itself): what ran since is not known."""
+        """Stops the profiler and notes what it saw; False when something replaced it meanwhile
+        (a test that profiles itself): what ran since is not known."""
         if not self.tracing:
             return True
-        ours = sys.gettrace() is self.trace
-        sys.settrace(None)
-        threading.settrace(None)
+        ours = sys.getprofile() is self.prof
+        if ours:
+            self.prof.disable()
+        threading.setprofile(None)
         self.tracing = False
+        self._note(self.prof)
+        self.prof.clear()
+        # A thread's profiler is read once the thread is gone (is_alive is False only once its
+        # interpreter state is): a running one may add to it at any switch. A thread a test
+        # leaves running is a state change the scope falls back on (fixgate_plugin_state).
+        for thread, prof in list(self.threads):
+            if not thread.is_alive():
+                self._note(prof)
+                self.threads.remove((thread, prof))
         return ours
+
+    @staticmethod
+    def _note(prof):
+        hits = _HITS
+        for entry in prof.getstats():
+            code = entry.code
+            if not isinstance(code, str):
+                hits[code] = 0
 
     # ---- per test ---------------------------------------------------------------------------
 
-    def collection_done(self):
+    def collection_done(self, pluginmanager):
         """After collection: outside tests, 3.9-3.11 traces nothing (pytest's own code between
-        tests is most of a run and never the repository's)."""
+        tests is most of a run and never the repository's); in a test, only its phases when
+        that is sound for this session's plugins."""
         self._trace_off()
+        if _M is not None or self.error is not None:
+            return
+        windows = Windows(self)
+        try:
+            pluginmanager.register(windows, "fixgate-deps-windows")
+            self.window_why = self.windows_sound(pluginmanager, windows)
+        except Exception as e:
+            self.window_why = "the plugins could not be read (%s)" % (e,)
+        self.windowed = self.window_why is None
+
+    def windows_sound(self, pm, windows):
+        """None when the repository's code can run in a test only inside its phases' windows;
+        else why not. Ours is the innermost wrapper of each phase's hook, so every plain
+        implementation runs inside it; no plugin of the repository wraps a phase or implements a
+        hook that runs between the phases."""
+        for name in _PHASES:
+            wrappers = [i for i in getattr(pm.hook, name).get_hookimpls() if _wraps(i)]
+            if not wrappers or wrappers[0].plugin is not windows:
+                return "another plugin's wrapper of %s runs inside the recording's" % name
+        for plugin in pm.get_plugins():
+            path = _plugin_file(plugin)
+            rel = self._repo_path(path) if path else ""
+            if not rel:
+                continue
+            for caller in pm.get_hookcallers(plugin) or ():
+                name = caller.name
+                if name in _OUTSIDE_TESTS:
+                    continue
+                mine = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+                if name in _IN_PHASES and not any(_wraps(i) for i in mine):
+                    continue
+                return "%s implements %s" % (rel, name)
+        return None
+
+    def window_on(self):
+        if self.per_test and self.windowed:
+            self._trace_on()
+
+    def window_off(self):
+        if self.per_test and self.windowed and not self._trace_off():
+            self.complete = False
 
     def test_start(self):
         self._take(self.session)
-        if self.per_test:
+        self.complete = True
+        if self.per_test and not self.windowed:
             self._trace_on()
 
     def test_end(self):
         """The test's code objects, {path: [first lines]}; None when this run does not record
         them or they are not known (see _trace_off)."""
-        complete = self._trace_off()
+        complete = self._trace_off() and self.complete
         if not self.per_test:
             self._take(self.session)
             return None

@@ -749,7 +749,7 @@ class _FixgatePlugin(object):
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
         if self.recording is not None:
-            self.recording.collection_done()
+            self.recording.collection_done(session.config.pluginmanager)
         if self.forkserver_fd is not None:
             if not session.config.option.collectonly and not session.testsfailed:
                 self._emit_collection_trace()

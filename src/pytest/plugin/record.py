@@ -37,8 +37,8 @@ class Recording(object):
         """In a child of the fork server: this run's own choice."""
         self._want(what)
 
-    def collection_done(self):
-        self.deps.collection_done()
+    def collection_done(self, pluginmanager):
+        self.deps.collection_done(pluginmanager)
 
     def test_start(self):
         self.deps.test_start()
