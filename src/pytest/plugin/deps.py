@@ -237,16 +237,27 @@ class Deps(object):
         self.prof.enable(subcalls=False, builtins=False)
         self.tracing = True
 
-    def _trace_off(self):
-        """Stops the profiler and notes what it saw; False when something replaced it meanwhile
-        (a test that profiles itself): what ran since is not known."""
+    def _trace_off(self, read=True):
+        """Stops the profiler and, unless `read` is False (a window: the test's windows are read
+        together at its end), notes what it saw; False when something replaced it meanwhile (a
+        test that profiles itself): what ran since is not known."""
         if not self.tracing:
+            if read:
+                self._read()
             return True
         ours = sys.getprofile() is self.prof
         if ours:
             self.prof.disable()
         threading.setprofile(None)
         self.tracing = False
+        if read:
+            self._read()
+        return ours
+
+    def _read(self):
+        """Notes what the profilers saw since the last read, and clears the main thread's."""
+        if self.prof is None:
+            return
         self._note(self.prof)
         self.prof.clear()
         # A thread's profiler is read once the thread is gone (is_alive is False only once its
@@ -256,7 +267,6 @@ class Deps(object):
             if not thread.is_alive():
                 self._note(prof)
                 self.threads.remove((thread, prof))
-        return ours
 
     @staticmethod
     def _note(prof):
@@ -312,7 +322,7 @@ class Deps(object):
             self._trace_on()
 
     def window_off(self):
-        if self.per_test and self.windowed and not self._trace_off():
+        if self.per_test and self.windowed and not self._trace_off(read=False):
             self.complete = False
 
     def test_start(self):
