@@ -3,6 +3,7 @@
 pub(crate) mod audit;
 mod base_check;
 mod base_suite;
+mod carry;
 mod check;
 mod compact;
 mod confirm;

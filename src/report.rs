@@ -304,8 +304,11 @@ pub(crate) struct ScopeReport {
     pub(crate) affected: Option<u64>,
     /// The tests that left shared state changed (run in every order with their readers).
     pub(crate) writers: Vec<String>,
-    /// How many tests each order ran.
+    /// How many tests each order ran on the head (the file-order and reversed runs carry the
+    /// rest from the base's runs of the same orders when the base's recording allows it).
     pub(crate) runs: BTreeMap<OrderLabel, u64>,
+    /// Why a scoped audit's file-order and reversed runs ran the whole selection on the head.
+    pub(crate) whole_reason: Option<String>,
     /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
     pub(crate) carried: Vec<Carried>,
 }
@@ -325,11 +328,24 @@ pub(crate) enum ScopeMode {
 }
 
 /// A test the shuffled orders carried: its outcome cannot follow the order, and these are its
-/// outcomes in the orders that ran it (file order and reversed, on the head).
+/// outcomes in the file-order and reversed runs, on the head or, where the head's runs carried
+/// it too, on the base (`from`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Carried {
     pub(crate) nodeid: String,
+    pub(crate) from: CarriedFrom,
     pub(crate) evidence: BTreeMap<OrderLabel, Outcome>,
+}
+
+/// Which side's file-order and reversed runs a carried test's outcomes come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CarriedFrom {
+    /// The head ran it in those orders.
+    #[default]
+    Head,
+    /// The head's runs carried it from the base's runs of the same orders.
+    Base,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -373,11 +373,56 @@ fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_
     assert_eq!(scope["mode"], "scoped", "{scope}");
     assert_eq!(scope["affected"], 1);
     assert_eq!(scope["runs"]["1"], 1);
+    // The head's file-order and reversed runs ran the affected test alone too: the other one
+    // keeps the base's outcomes, from the base's recorded runs.
+    assert_eq!(scope["runs"]["0"], 1, "{scope}");
+    assert_eq!(scope["runs"]["rev"], 1, "{scope}");
+    assert!(scope["whole_reason"].is_null(), "{scope}");
     assert_eq!(
         scope["carried"],
-        serde_json::json!([{"nodeid": "tests/test_m0.py::test_add", "evidence": {"0": "passed", "rev": "passed"}}])
+        serde_json::json!([{"nodeid": "tests/test_m0.py::test_add", "from": "base", "evidence": {"0": "passed", "rev": "passed"}}])
     );
     assert_eq!(bucket(&v, "tests/test_m0.py::test_add"), "stable");
+}
+
+#[test]
+fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs_whole() {
+    // On the base nothing writes the registry, so the head's file-order and reversed runs would
+    // carry test_read from the base. The patch makes touch() write it: what the head's runs
+    // record puts test_read back in the scope, so both runs are made whole again, and the
+    // reversed order (test_touch first) shows test_read failing after it.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/reg.py", "REG = {}\n")
+        .write(
+            "pkg/w.py",
+            "from pkg import reg\n\n\ndef touch():\n    return 1\n",
+        )
+        .write(
+            "tests/test_r.py",
+            "from pkg import reg\n\n\ndef test_read():\n    assert reg.REG.get('k') is None\n",
+        )
+        .write(
+            "tests/test_w.py",
+            "from pkg import w\n\n\ndef test_touch():\n    assert w.touch() == 1\n",
+        );
+    repo.commit("base");
+    repo.write(
+        "pkg/w.py",
+        "from pkg import reg\n\n\ndef touch():\n    reg.REG['k'] = 1\n    return 1\n",
+    );
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    let why = scope["whole_reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("tests/test_r.py::test_read") && why.contains("carried from the base"),
+        "{scope}"
+    );
+    assert_eq!(scope["runs"]["0"], 2, "{scope}");
+    assert_eq!(scope["runs"]["rev"], 2, "{scope}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(bucket(&v, "tests/test_r.py::test_read"), "order-dependent");
 }
 
 /// The state fingerprint (`plugin/state.py`) by itself, run by the interpreter the tests use: one

@@ -87,6 +87,43 @@ pub(crate) struct Impact {
     /// test, the footprint is everything).
     pub(crate) affected: Option<BTreeSet<String>>,
     pub(crate) scope: Scope,
+    /// The tests the head's file-order and reversed runs ran, every other one carried from the
+    /// base's runs of the same orders (`None`: they ran the whole selection).
+    pub(crate) whole: Option<BTreeSet<String>>,
+    /// Why a scoped audit's file-order and reversed runs ran the whole selection.
+    pub(crate) whole_why: Option<WholeWhy>,
+}
+
+/// Why a scoped audit's file-order and reversed runs on the head could not carry tests from the
+/// base (`crate::engine::carry`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum WholeWhy {
+    /// The base's run of an order failed.
+    BaseRunFailed { order: String, error: String },
+    /// The base's recording cannot scope the head's runs.
+    Base(Full),
+    /// What the head's runs recorded cannot be scoped.
+    Head(Full),
+    /// A test the head's runs carried is in the scope their recording gives (a patched test now
+    /// writes what it reads).
+    Carried(String),
+}
+
+impl fmt::Display for WholeWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WholeWhy::BaseRunFailed { order, error } => {
+                write!(f, "the base's run of order {order} failed: {error}")
+            }
+            WholeWhy::Base(why) => write!(f, "the base's recording: {why}"),
+            WholeWhy::Head(why) => write!(f, "the head's recording: {why}"),
+            WholeWhy::Carried(id) => write!(
+                f,
+                "the head's recording puts {id}, which its runs carried from the base, in the \
+                 scope"
+            ),
+        }
+    }
 }
 
 /// What the shuffled orders run.
@@ -174,7 +211,12 @@ pub(crate) fn impact(
         )),
         Some(affected) => scope(file, reversed, footprint, affected, imports),
     };
-    Impact { affected, scope }
+    Impact {
+        affected,
+        scope,
+        whole: None,
+        whole_why: None,
+    }
 }
 
 /// The tests the patch affects: the new and edited tests, the tests that ran a code object of

@@ -34,7 +34,7 @@ use crate::engine::runs::Engine;
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
-    base_check, base_suite, check, confirm, impact, matrix, nio, pairs, replay, shard,
+    base_check, base_suite, carry, check, confirm, impact, matrix, nio, pairs, replay, shard,
     source_replay, source_tamper, steps,
 };
 use crate::error::{Error, Result};
@@ -364,17 +364,17 @@ fn judged(
     let base_ids: HashSet<&str> = base_collected.ids().collect();
     let head_ids: HashSet<&str> = head_collected.ids().collect();
 
-    // The matrix, and the nio order beside it (read apart from it, see `audit::nio`). In a
-    // scoped audit the file-order and reversed runs come first, over the whole selection: what
-    // they record decides what the shuffled orders run (`crate::audit::scope`).
+    // The nio order (read apart from the matrix, see `audit::nio`), then the matrix. In a scoped
+    // audit the file-order and reversed runs come first, carried from the base's recorded runs
+    // where the patch cannot reach (`crate::engine::carry`): what they record decides what the
+    // shuffled orders run (`crate::audit::scope`).
     let scoped = scoped(opts, sides);
     let mut orders = order::labels(&opts.seeds);
     let (whole, shuffled) = match scoped {
         true => orders.split_at(2),
         false => (orders.as_slice(), &[][..]),
     };
-    let shuffled = shuffled.to_vec();
-    let mut started_matrix = matrix::start(engine, whole, &selection, head_collected.node, scoped)?;
+    let (whole, shuffled) = (whole.to_vec(), shuffled.to_vec());
     let started_nio = match opts.nio || sides.base_config.nio {
         true => Some(nio::start(engine, &selection, head_collected.node)?),
         false => None,
@@ -382,12 +382,46 @@ fn judged(
     if started_nio.is_some() {
         orders.push(OrderLabel::Twice);
     }
+    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
+    let frozen: HashSet<&str> = gates.active.iter().map(|(n, _)| n.as_str()).collect();
+    let (started_matrix, file_run, scoped_impact) = match scoped {
+        true => {
+            let base_selection: Vec<CollectedItem> = base_collected
+                .collection
+                .items
+                .iter()
+                .filter(|i| !frozen.contains(i.nodeid.as_str()))
+                .cloned()
+                .collect();
+            let inputs = carry::Inputs {
+                selection: &selection,
+                collection: head_collected.node,
+                base_selection: &base_selection,
+                base_collection: base_collected.node,
+                edited: &edited,
+            };
+            let carried = carry::whole_runs(engine, &inputs)?;
+            let mut started = carried.started;
+            started.add_scoped(
+                engine,
+                &shuffled,
+                &selection,
+                head_collected.node,
+                &carried.impact.scope,
+            )?;
+            (started, carried.file, Some(carried.impact))
+        }
+        false => {
+            let started = matrix::start(engine, &whole, &selection, head_collected.node, false)?;
+            let file = started.wait(engine, OrderLabel::File)?;
+            (started, file, None)
+        }
+    };
 
     // Replay starts as soon as the file-order run and the delta are known (coupling follows the
     // trace: the files in no group that the tests read count too); the base-suite replay as
     // soon as the file-order run gives the head's order, and the test-source replay reads the
     // edited tests that pass from its runs.
-    let file_run = started_matrix.wait(engine, OrderLabel::File)?;
     let file_node = started_matrix.nodes[&OrderLabel::File];
     let delta = replay::with_traced(engine, &fixtures.delta, &file_run);
     let coupled = coupled_tests(&file_run, &delta);
@@ -401,7 +435,6 @@ fn judged(
             &[file_node, fixtures.delta_node],
         )?),
     };
-    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
     let source_tests = source_replay::candidates(
         &edited,
         &base_ids,
@@ -410,7 +443,6 @@ fn judged(
         base_snapshot,
         head_snapshot,
     );
-    let frozen: HashSet<&str> = gates.active.iter().map(|(n, _)| n.as_str()).collect();
     let spec_plan = base_suite::plan(
         engine,
         base_snapshot,
@@ -430,23 +462,7 @@ fn judged(
         )?),
         None => None,
     };
-    // The scope of the shuffled orders, once the reversed run is in too.
-    let impact = match scoped {
-        true => {
-            let reversed_run = started_matrix.wait(engine, OrderLabel::Reversed)?;
-            let impact = impact::impact(engine, &file_run, &reversed_run, &edited);
-            drop(reversed_run);
-            started_matrix.add_scoped(
-                engine,
-                &shuffled,
-                &selection,
-                head_collected.node,
-                &impact.scope,
-            )?;
-            impact
-        }
-        false => impact::not_scoped(opts.full),
-    };
+    let impact = scoped_impact.unwrap_or_else(|| impact::not_scoped(opts.full));
     let matrix = started_matrix.finish(engine, file_run)?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),

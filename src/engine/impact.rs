@@ -86,5 +86,7 @@ pub(crate) fn not_scoped(full: bool) -> Impact {
             true => Full::Asked,
             false => Full::NotAsked,
         }),
+        whole: None,
+        whole_why: None,
     }
 }

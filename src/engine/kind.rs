@@ -22,6 +22,9 @@ pub(crate) enum NodeKind {
     Collect,
     /// One order of the matrix.
     SeedRun,
+    /// A scoped audit's file-order or reversed run on the head, carried from the base's run
+    /// where the patch cannot reach (`crate::engine::carry`).
+    CarriedRun,
     /// The matrix read off the seed runs.
     Matrix,
     /// A rerun of an order (confirmation, and the order checks of a pair).
@@ -66,6 +69,7 @@ impl NodeKind {
             NodeKind::Delta => "delta",
             NodeKind::Collect => "collect",
             NodeKind::SeedRun => "seed-run",
+            NodeKind::CarriedRun => "carried-run",
             NodeKind::Matrix => "matrix",
             NodeKind::ConfirmRun => "confirm-run",
             NodeKind::AloneRun => "alone-run",

@@ -52,6 +52,8 @@ pub(crate) struct Started {
     waited: std::sync::Mutex<BTreeSet<OrderLabel>>,
     /// Whether the runs record what a scoped audit needs (see [`record`]).
     scoped: bool,
+    /// Whether its whole orders run part of the selection (see [`start_within`]).
+    within: bool,
 }
 
 /// Adds one seed run per label over the whole selection, each computed from the collection it
@@ -69,8 +71,30 @@ pub(crate) fn start(
         nodes: BTreeMap::new(),
         waited: Default::default(),
         scoped,
+        within: false,
     };
     started.add(engine, labels, items, collection, |_| true)?;
+    Ok(started)
+}
+
+/// Adds the recording runs of `labels` over only the tests of `keep` (a scoped audit's
+/// file-order and reversed runs on the head, the rest carried from the base's runs:
+/// `crate::engine::carry`).
+pub(crate) fn start_within(
+    engine: &Engine,
+    labels: &[OrderLabel],
+    items: &[CollectedItem],
+    collection: NodeId,
+    keep: &BTreeSet<String>,
+) -> Result<Started> {
+    let mut started = Started {
+        labels: Vec::new(),
+        nodes: BTreeMap::new(),
+        waited: Default::default(),
+        scoped: true,
+        within: true,
+    };
+    started.add(engine, labels, items, collection, |id| keep.contains(id))?;
     Ok(started)
 }
 
@@ -99,14 +123,15 @@ impl Started {
         for &l in labels {
             let mut order = l.order(items);
             order.retain(|id| runs(id));
-            let req = RunRequest::new(
-                NodeKind::SeedRun.of(l),
-                NodeKind::SeedRun,
-                Role::Head,
-                order,
-            )
-            .inputs(&[collection])
-            .record(record(l, self.scoped));
+            // A run of a whole order over part of the selection (carried from the base) has a
+            // label of its own: the whole run may follow it in the same audit.
+            let label = match self.within && matches!(l, OrderLabel::File | OrderLabel::Reversed) {
+                true => NodeKind::SeedRun.tagged(l, "within"),
+                false => NodeKind::SeedRun.of(l),
+            };
+            let req = RunRequest::new(label, NodeKind::SeedRun, Role::Head, order)
+                .inputs(&[collection])
+                .record(record(l, self.scoped));
             self.nodes.insert(l, engine.add_run(&req)?);
             self.labels.push(l);
         }

@@ -56,6 +56,18 @@ impl RunResult {
         }
     }
 
+    /// The same run with other tests, in `order` (a carried run, `crate::engine::carry`):
+    /// what executed is the tests' sequence.
+    pub(crate) fn with_tests(self, order: Vec<String>, tests: Vec<TestResult>) -> RunResult {
+        RunResult {
+            executed: tests.iter().map(|t| t.nodeid.clone()).collect(),
+            order,
+            tests,
+            index: Default::default(),
+            ..self
+        }
+    }
+
     pub(crate) fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
         self.test(nodeid).map(|t| t.outcome)
     }

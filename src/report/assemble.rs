@@ -379,14 +379,21 @@ fn scope(j: &Judgment) -> report::ScopeReport {
         .iter()
         .filter(|i| j.impact.scope.runs(&i.nodeid))
         .count() as u64;
+    let whole = j.impact.whole.as_ref();
+    let whole_ran = whole.map_or(tests, |w| {
+        j.selection.iter().filter(|i| w.contains(&i.nodeid)).count() as u64
+    });
+    let from_base = |id: &str| whole.is_some_and(|w| !w.contains(id));
     let runs = j
         .orders
         .iter()
         .map(|l| match l {
             OrderLabel::Seed(_) => (*l, ran),
-            OrderLabel::File | OrderLabel::Reversed | OrderLabel::Twice => (*l, tests),
+            OrderLabel::File | OrderLabel::Reversed => (*l, whole_ran),
+            OrderLabel::Twice => (*l, tests),
         })
         .collect();
+    let whole_reason = j.impact.whole_why.as_ref().map(|w| w.to_string());
     let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
     match &j.impact.scope {
         Scope::Full(why) => report::ScopeReport {
@@ -399,6 +406,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             affected,
             writers: Vec::new(),
             runs,
+            whole_reason,
             carried: Vec::new(),
         },
         Scope::Scoped { run, writers } => report::ScopeReport {
@@ -408,12 +416,17 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             affected,
             writers: writers.iter().cloned().collect(),
             runs,
+            whole_reason,
             carried: j
                 .selection
                 .iter()
                 .filter(|i| !run.contains(&i.nodeid))
                 .map(|i| report::Carried {
                     nodeid: i.nodeid.clone(),
+                    from: match from_base(&i.nodeid) {
+                        true => report::CarriedFrom::Base,
+                        false => report::CarriedFrom::Head,
+                    },
                     evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
                 })
                 .collect(),

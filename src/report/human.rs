@@ -100,8 +100,9 @@ fn verdict_parts(r: &AuditReport) -> (String, String) {
 }
 
 /// What the shuffled orders of a scoped audit ran: `scope: the shuffled orders ran 60 of 2000
-/// tests (50 affected by the patch, 1 state writer), 1940 carried`, or `scope: full orders, 2000
-/// tests, all affected by the patch (REASON)`; nothing for an audit that is not scoped.
+/// tests (50 affected by the patch, 1 state writer), 1940 carried; the file-order and reversed
+/// runs 60, the rest from the base`, or `scope: full orders, 2000 tests, all affected by the
+/// patch (REASON)`; nothing for an audit that is not scoped.
 pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
     let s = r.scope.as_ref()?;
     if r.seeds.len() < 2 {
@@ -111,6 +112,13 @@ pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
         Some(n) => format!("{n} affected by the patch"),
         None => "all affected by the patch".to_string(),
     };
+    let whole = s.runs.get(&crate::audit::order::OrderLabel::File).copied();
+    let whole = match whole {
+        Some(n) if n < s.tests => {
+            format!("; the file-order and reversed runs {n}, the rest from the base")
+        }
+        _ => String::new(),
+    };
     Some(match s.mode {
         ScopeMode::Off => return None,
         ScopeMode::Full => format!(
@@ -119,7 +127,7 @@ pub(crate) fn scope_line(r: &AuditReport) -> Option<String> {
             s.reason.as_deref().unwrap_or("--full")
         ),
         ScopeMode::Scoped => format!(
-            "scope: the shuffled orders ran {} of {} ({affected}, {}), {} carried",
+            "scope: the shuffled orders ran {} of {} ({affected}, {}), {} carried{whole}",
             s.tests - s.carried.len() as u64,
             plural(s.tests, "test", "tests"),
             plural(s.writers.len() as u64, "state writer", "state writers"),

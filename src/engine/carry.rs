@@ -1,0 +1,223 @@
+//! The head's file-order and reversed runs of a scoped audit, carried from the base where the
+//! patch cannot reach (docs/impact.md).
+//!
+//! The base's own file-order and reversed runs record what each test ran, read, wrote and left
+//! changed; they are keyed by the base's bytes alone, so every head audited against one base
+//! finds them in the cache after the first. From them and the patch's footprint
+//! (`crate::audit::scope`) the head's two runs need only the affected tests, the state writers,
+//! their readers and the tests the base does not have; every other test keeps the base's result
+//! in that order. What the head's runs record is then checked again: when the scope read off the
+//! merged runs asks for a test the head's runs carried (a patched test now writes what a carried
+//! test reads), or the base's recording cannot decide, both runs are made over the whole
+//! selection instead, as in an audit without a base recording.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fixgate_graph::{Node, NodeId, Output};
+
+use crate::audit::order::OrderLabel;
+use crate::audit::scope::{Impact, Scope, WholeWhy};
+use crate::engine::impact;
+use crate::engine::kind::NodeKind;
+use crate::engine::matrix::{self, Started};
+use crate::engine::runs::{decode_run, node_bug, Engine, Role, RunRequest};
+use crate::error::{Error, Result};
+use crate::pytest::events::CollectedItem;
+use crate::pytest::result::RunResult;
+
+/// The two whole orders.
+const WHOLE: [OrderLabel; 2] = [OrderLabel::File, OrderLabel::Reversed];
+
+/// What a scoped audit's file-order and reversed runs came to: the matrix with those two runs in
+/// (merged or whole), the file-order run, and the impact read off them.
+pub(crate) struct Whole {
+    pub(crate) started: Started,
+    pub(crate) file: RunResult,
+    pub(crate) impact: Impact,
+}
+
+/// The sides a scoped audit's whole runs read.
+pub(crate) struct Inputs<'a> {
+    /// The head's selection and collection node.
+    pub(crate) selection: &'a [CollectedItem],
+    pub(crate) collection: NodeId,
+    /// The base's selection (its collection less the frozen tests) and collection node.
+    pub(crate) base_selection: &'a [CollectedItem],
+    pub(crate) base_collection: NodeId,
+    /// The tests the patch edited or added.
+    pub(crate) edited: &'a BTreeSet<String>,
+}
+
+/// Runs the head's file-order and reversed runs of a scoped audit, carrying from the base what
+/// the patch cannot reach, and reads the impact off them.
+pub(crate) fn whole_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
+    match carried_runs(engine, inputs)? {
+        Ok(whole) => Ok(whole),
+        Err(why) => {
+            let mut whole = whole_head_runs(engine, inputs)?;
+            whole.impact.whole_why = Some(why);
+            Ok(whole)
+        }
+    }
+}
+
+/// The runs over the whole head selection, as before any base recording.
+fn whole_head_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
+    let started = matrix::start(engine, &WHOLE, inputs.selection, inputs.collection, true)?;
+    let file = started.wait(engine, OrderLabel::File)?;
+    let reversed = started.wait(engine, OrderLabel::Reversed)?;
+    let impact = impact::impact(engine, &file, &reversed, inputs.edited);
+    Ok(Whole {
+        started,
+        file,
+        impact,
+    })
+}
+
+/// The carried runs, or why the head's runs must be whole.
+fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<Whole, WholeWhy>> {
+    // The base's recorded runs, over the base's selection in its own orders.
+    let mut base = BTreeMap::new();
+    for l in WHOLE {
+        let req = RunRequest::new(
+            NodeKind::SeedRun.tagged(l, "base"),
+            NodeKind::SeedRun,
+            Role::Base,
+            l.order(inputs.base_selection),
+        )
+        .inputs(&[inputs.base_collection])
+        .record(matrix::record(l, true));
+        base.insert(l, engine.add_run(&req)?);
+    }
+    let mut base_runs = BTreeMap::new();
+    for (l, id) in &base {
+        match engine.wait_run(*id)? {
+            Ok(run) => {
+                base_runs.insert(*l, run);
+            }
+            Err(error) => {
+                return Ok(Err(WholeWhy::BaseRunFailed {
+                    order: l.to_string(),
+                    error,
+                }))
+            }
+        }
+    }
+    let base_impact = impact::impact(
+        engine,
+        &base_runs[&OrderLabel::File],
+        &base_runs[&OrderLabel::Reversed],
+        inputs.edited,
+    );
+    let scope = match &base_impact.scope {
+        Scope::Scoped { run, .. } => run,
+        Scope::Full(why) => return Ok(Err(WholeWhy::Base(why.clone()))),
+    };
+    // The head's runs: the scope, and every test the base's file-order run does not have.
+    let in_base = |id: &str| base_runs[&OrderLabel::File].test(id).is_some();
+    let keep: BTreeSet<String> = inputs
+        .selection
+        .iter()
+        .map(|i| i.nodeid.clone())
+        .filter(|id| scope.contains(id) || !in_base(id))
+        .collect();
+    let mut started =
+        matrix::start_within(engine, &WHOLE, inputs.selection, inputs.collection, &keep)?;
+    for l in WHOLE {
+        let merged = merge_node(
+            engine,
+            l,
+            started.nodes[&l],
+            base[&l],
+            &l.order(inputs.selection),
+            &keep,
+        )?;
+        started.nodes.insert(l, merged);
+    }
+    let file = started.wait(engine, OrderLabel::File)?;
+    let reversed = started.wait(engine, OrderLabel::Reversed)?;
+    let mut impact = impact::impact(engine, &file, &reversed, inputs.edited);
+    // Sound only when what the head's runs recorded asks for nothing they carried.
+    match &impact.scope {
+        Scope::Scoped { run, .. } => {
+            if let Some(id) = run.iter().find(|id| !keep.contains(*id)) {
+                return Ok(Err(WholeWhy::Carried(id.clone())));
+            }
+        }
+        Scope::Full(why) => return Ok(Err(WholeWhy::Head(why.clone()))),
+    }
+    impact.whole = Some(keep);
+    Ok(Ok(Whole {
+        started,
+        file,
+        impact,
+    }))
+}
+
+/// A node that merges the head's run of `label` over `keep` with the base's run of the same
+/// order: every test of `order` (the head's whole order) with the head's result when the head
+/// ran it, else the base's. The session's fields (its trace, code, warnings, processes) are the
+/// head's.
+fn merge_node(
+    engine: &Engine,
+    label: OrderLabel,
+    head: NodeId,
+    base: NodeId,
+    order: &[String],
+    keep: &BTreeSet<String>,
+) -> Result<NodeId> {
+    let order_key = lines_digest(order);
+    let order = order.to_vec();
+    let kind = NodeKind::CarriedRun;
+    let node = Node::new(kind.of(label), kind.as_str(), move |runs: &[&[u8]]| {
+        let [head, base] = runs else {
+            return Err(node_bug("a carried run has two inputs"));
+        };
+        let head = decode_run(head)
+            .map_err(|e| node_bug(format!("the head's run does not decode: {e}")))?;
+        let base = decode_run(base)
+            .map_err(|e| node_bug(format!("the base's run does not decode: {e}")))?;
+        let merged = merge(head, base, &order);
+        postcard::to_allocvec(&merged)
+            .map(Output::new)
+            .map_err(|e| node_bug(format!("a carried run does not encode: {e}")))
+    })
+    .param("order", order_key)
+    .param("keep", lines_digest(keep));
+    engine
+        .live
+        .add(node, &[head, base])
+        .map_err(|e| Error::bug(e.to_string()))
+}
+
+/// A digest of node ids, one per line, for a key.
+fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
+    let mut h = blake3::Hasher::new();
+    for id in ids {
+        h.update(id.as_bytes());
+        h.update(b"\n");
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The merged run: see [`merge_node`].
+fn merge(mut head: RunResult, base: RunResult, order: &[String]) -> RunResult {
+    let mut base_tests: HashMap<String, _> = base
+        .tests
+        .into_iter()
+        .filter(|t| t.occurrence == 0)
+        .map(|t| (t.nodeid.clone(), t))
+        .collect();
+    let mut head_tests: HashMap<String, Vec<_>> = HashMap::new();
+    for t in std::mem::take(&mut head.tests) {
+        head_tests.entry(t.nodeid.clone()).or_default().push(t);
+    }
+    let mut tests = Vec::with_capacity(order.len());
+    for id in order {
+        match head_tests.remove(id) {
+            Some(ts) => tests.extend(ts),
+            None => tests.extend(base_tests.remove(id)),
+        }
+    }
+    head.with_tests(order.to_vec(), tests)
+}
