@@ -1,10 +1,12 @@
 //! Which tests the shuffled orders run: the rule that makes an audit cost what the patch can
 //! affect (docs/impact.md).
 //!
-//! The file-order and reversed runs always run the whole selection and record, per test, the
-//! repository's code it ran, the files it read and wrote, and the shared state it left changed
-//! (`crate::pytest::driver::Record`). A test's outcome can follow the order only through state
-//! another test leaves behind, so the shuffled orders need:
+//! The file-order and reversed runs record, per test, the repository's code it ran, the files it
+//! read and wrote, and the shared state it left changed (`crate::pytest::driver::Record`): the
+//! base's over its whole selection, the head's over what this rule gives from the base's
+//! recording and the footprint, the rest carried from the base (`crate::engine::carry`), or over
+//! the whole selection where that cannot be decided. A test's outcome can follow the order only
+//! through state another test leaves behind, so the shuffled orders need:
 //!
 //! - the *affected* tests: new or edited tests, tests that ran a code object of the footprint,
 //!   read one of its files, or see a module changed at module level (ran its code, or their

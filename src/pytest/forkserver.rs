@@ -212,7 +212,14 @@ impl Pool {
             self.refuse(snap, "[tool.fixgate] fork = false".to_owned());
             return None;
         }
-        let mut zygote = match self.take_idle(key) {
+        // A zygote that recorded its collection forks runs that record nothing as well as a
+        // plain one (each forked run says what it records): a scoped audit's runs share them.
+        let recorded = zygote_key(&snap, true);
+        let idle = match launch.record_code {
+            true => self.take_idle(key),
+            false => self.take_idle(key).or_else(|| self.take_idle(recorded)),
+        };
+        let mut zygote = match idle {
             Some(z) => z,
             None => {
                 if !self.make_room() {
