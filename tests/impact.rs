@@ -129,6 +129,34 @@ fn the_recording_sees_fixture_setup_and_teardown_threads_and_a_test_that_profile
 }
 
 #[test]
+fn a_unittest_class_running_its_tests_leaves_no_state_changed() {
+    // unittest's class set-up and clean-ups set attributes on the class at its first and last
+    // test: bookkeeping, not a leak (more-itertools flagged every TestCase class before).
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_u.py",
+        "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_a(self):\n        pass\n\n    \
+         def test_b(self):\n        pass\n\n    def test_c(self):\n        pass\n\n\n\
+         class W(unittest.TestCase):\n    def test_w(self):\n        W.seen = 1\n",
+    );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    for t in ["test_a", "test_b", "test_c"] {
+        let t = run_test(&v, &format!("tests/test_u.py::T::{t}"));
+        assert_eq!(t["state"], serde_json::json!([]), "{t}");
+    }
+    // A test that really sets a class attribute is still seen.
+    let w = run_test(&v, "tests/test_u.py::W::test_w");
+    assert_eq!(
+        w["state"],
+        serde_json::json!(["global:tests/test_u.py:W"]),
+        "{w}"
+    );
+}
+
+#[test]
 fn a_conftest_hook_between_the_phases_is_recorded_for_every_test() {
     // pytest_runtest_makereport runs after each phase, outside the phases' windows: the whole
     // protocol is recorded, so the code the hook runs (hooked, line 13) counts for each test.
@@ -444,7 +472,7 @@ fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
              m = types.ModuleType(name); m.__file__ = '/repo/%s.py' % name\n    \
              exec(src, m.__dict__); sys.modules[name] = m; return m\n\
          a = module('fx_a', 'import functools\\nREG = {{}}\\nL = []\\nN = 1\\nD = {{\"k\": []}}\\nS = set()\\nNAN = float(\"nan\")\\n\
-class K:\\n    x = 1\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
+class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
          s = st.State(Repo()); s.baseline()\n\
          def step(change, want):\n    \
              change(); got = s.after_test()\n    \
@@ -456,6 +484,9 @@ class K:\\n    x = 1\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
          step(lambda: a.D['k'].append(1), ['global:fx_a.py:D'])\n\
          step(lambda: a.S.add(3), ['global:fx_a.py:S'])\n\
          step(lambda: setattr(a.K, 'x', 2), ['global:fx_a.py:K'])\n\
+         step(lambda: (setattr(a.UT, '_classSetupFailed', False), setattr(a.UT, '_class_cleanups', [])), [])\n\
+         step(lambda: setattr(a.UT, 'tearDown_exceptions', []), [])\n\
+         step(lambda: setattr(a.UT, 'shared', 1), ['global:fx_a.py:UT'])\n\
          step(lambda: a.f(3), ['global:fx_a.py:f'])\n\
          step(lambda: setattr(a, 'NEW', 1), ['global:fx_a.py:NEW'])\n\
          step(lambda: setattr(a, 'NAN', a.NAN), [])\n\

@@ -161,9 +161,19 @@ class _Deep(object):
         return out
 
 
+# Attributes unittest (and pytest's unittest support) sets on a TestCase class as its tests
+# run: the class set-up's flag and clean-ups at its first test, the tear-down errors after its
+# last. The runner's bookkeeping, never a test's state.
+_CLASS_SKIP = ("_classSetupFailed", "_class_cleanups", "tearDown_exceptions")
+
+
 def _attrs(v):
     d = getattr(v, "__dict__", None)
-    return d if d is not None and hasattr(d, "keys") else {}
+    if d is None or not hasattr(d, "keys"):
+        return {}
+    if isinstance(v, type) and any(k in d for k in _CLASS_SKIP):
+        return dict((k, x) for k, x in d.items() if k not in _CLASS_SKIP)
+    return d
 
 
 def _module_dict(m):
