@@ -12,7 +12,8 @@
 #   peer      a generated suite of 100 tests where one test breaks 8 others through a shared
 #             module-level value: the whole cold audit (all 8 victims and their polluter) against
 #             `detect-test-pollution --failing-test <one victim>` (pip), which finds the polluter
-#             of one victim. Target: no slower.
+#             of one victim. Target: no slower. Also the same audit with --scoped (issue 21; target:
+#             no slower than detect-test-pollution), interleaved in the same rounds.
 #   stream    10 heads, each a one-line change to a different source module, against one base of
 #             the 500-test suite, audited with one --head list, against one cold audit of one head.
 #             Target: at most 5x.
@@ -85,10 +86,13 @@ if [[ $CASES == *" peer "* ]]; then
     (cd "$S" && $BYTECODE $PYTHON -m pytest -q -p no:cacheprovider >/dev/null 2>&1 || true)
     python3 "$REPO/benches/interleave.py" --runs "$RUNS" --json "$RESULTS/peer.json" \
         "fixgate-audit=rm -rf $DATA/c-peer; $(judged "$FIXGATE --repo $S --python $PYTHON --cache-dir $DATA/c-peer audit --base main --head head-0 --seeds 8 --jobs 2 --quiet --format json --output $RESULTS/peer-report.json")" \
-        "detect-test-pollution=cd $S && $BYTECODE $DATA/venv/bin/detect-test-pollution --failing-test $VICTIM --tests tests/"
+        "detect-test-pollution=cd $S && $BYTECODE $DATA/venv/bin/detect-test-pollution --failing-test $VICTIM --tests tests/" \
+        "fixgate-audit-scoped=rm -rf $DATA/c-peer-scoped; $(judged "$FIXGATE --repo $S --python $PYTHON --cache-dir $DATA/c-peer-scoped audit --base main --head head-0 --seeds 8 --jobs 2 --scoped --quiet --format json --output $RESULTS/peer-scoped-report.json")"
     python3 -c "
 import json; r = json.load(open('$RESULTS/peer-report.json'))
-print('fixgate: %d pairs, %d pytest processes' % (len(r['pairs']), r['pytest_processes']))"
+print('fixgate: verdict %s, %d pairs, %d pytest processes' % (r['verdict'], len(r['pairs']), r['pytest_processes']))
+r = json.load(open('$RESULTS/peer-scoped-report.json')); s = r.get('scope') or {}
+print('fixgate --scoped: verdict %s, %d pairs, %d pytest processes, scope mode %s, reason %s, runs %s' % (r['verdict'], len(r['pairs']), r['pytest_processes'], s.get('mode'), s.get('reason'), s.get('runs')))"
 fi
 
 if [[ $CASES == *" stream "* ]]; then
