@@ -414,6 +414,41 @@ fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_
 }
 
 #[test]
+fn a_changed_function_that_moved_down_is_found_in_the_base_recording() {
+    // The base's recording numbers code by the base's lines. The patch grows e(), so g() starts
+    // five lines lower in the head, and breaks g(): test_g ran g() on the base at a line the
+    // head gives to p(), which did not change. It must not be carried with its green base result.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/m.py",
+            "def e():\n    return 1\n\n\ndef p():\n    return 2\n\n\ndef g():\n    return 3\n",
+        )
+        .write(
+            "tests/test_m.py",
+            "from pkg import m\n\n\ndef test_p():\n    assert m.p() == 2\n\n\n\
+             def test_g():\n    assert m.g() == 3\n",
+        );
+    repo.commit("base");
+    repo.write(
+        "pkg/m.py",
+        "def e():\n    x = 1\n    x += 0\n    x += 0\n    x += 0\n    x += 0\n    return x\n\n\n\
+         def p():\n    return 2\n\n\ndef g():\n    return 4\n",
+    );
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_ne!(bucket(&v, "tests/test_m.py::test_g"), "stable", "{v}");
+    let carried: Vec<&str> = v["scope"]["carried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["nodeid"].as_str().unwrap())
+        .collect();
+    assert!(!carried.contains(&"tests/test_m.py::test_g"), "{v}");
+}
+
+#[test]
 fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs_whole() {
     // On the base nothing writes the registry, so the head's file-order and reversed runs would
     // carry test_read from the base. The patch makes touch() write it: what the head's runs

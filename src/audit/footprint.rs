@@ -62,6 +62,9 @@ pub(crate) struct Footprint {
     pub(crate) modules: BTreeSet<String>,
     /// Per Python file, the head spans (first line, last line) of its changed functions.
     pub(crate) functions: BTreeMap<String, Vec<(u32, u32)>>,
+    /// The same functions by their spans in the base, for what the base recorded (its lines are
+    /// the base's: a function below a changed one starts elsewhere in the head).
+    pub(crate) base_functions: BTreeMap<String, Vec<(u32, u32)>>,
     /// Every other changed file.
     pub(crate) files: BTreeSet<String>,
 }
@@ -79,12 +82,19 @@ const CONFIGURATION: [&str; 7] = [
 impl Footprint {
     /// Whether the code object of `path` starting at `line` (in the head) is in the footprint.
     pub(crate) fn has_code(&self, path: &str, line: u32) -> bool {
-        self.modules.contains(path)
-            || self
-                .functions
-                .get(path)
-                .is_some_and(|spans| spans.iter().any(|&(a, b)| a <= line && line <= b))
+        self.modules.contains(path) || within(&self.functions, path, line)
     }
+
+    /// The same for a code object the base recorded, `line` in the base.
+    pub(crate) fn has_base_code(&self, path: &str, line: u32) -> bool {
+        self.modules.contains(path) || within(&self.base_functions, path, line)
+    }
+}
+
+fn within(spans: &BTreeMap<String, Vec<(u32, u32)>>, path: &str, line: u32) -> bool {
+    spans
+        .get(path)
+        .is_some_and(|spans| spans.iter().any(|&(a, b)| a <= line && line <= b))
 }
 
 fn file_name(path: &str) -> &str {
@@ -134,6 +144,17 @@ pub(crate) fn footprint(changes: &[Change]) -> Footprint {
             .filter(|d| before.get(d.key.as_str()) != Some(&d.digest))
             .map(|d| (d.start, d.end))
             .collect();
+        let after: BTreeMap<&str, blake3::Hash> = head
+            .defs
+            .iter()
+            .map(|d| (d.key.as_str(), d.digest))
+            .collect();
+        let base_spans: Vec<(u32, u32)> = base
+            .defs
+            .iter()
+            .filter(|d| after.get(d.key.as_str()) != Some(&d.digest))
+            .map(|d| (d.start, d.end))
+            .collect();
         // A function the head lacks changed its scope's tokens (a method) or the module's.
         let removed = base
             .defs
@@ -143,6 +164,7 @@ pub(crate) fn footprint(changes: &[Change]) -> Footprint {
             out.modules.insert(c.path.clone());
         } else if !spans.is_empty() {
             out.functions.insert(c.path.clone(), spans);
+            out.base_functions.insert(c.path.clone(), base_spans);
         }
     }
     out
@@ -228,6 +250,10 @@ mod tests {
         assert!(f.has_code("pkg/m.py", 6));
         assert!(!f.has_code("pkg/m.py", 10));
         assert!(!f.has_code("pkg/other.py", 6));
+        // By the base's lines, for what the base recorded: add starts on line 4 there.
+        assert_eq!(f.base_functions["pkg/m.py"], [(4, 5)]);
+        assert!(f.has_base_code("pkg/m.py", 4));
+        assert!(!f.has_base_code("pkg/m.py", 6));
     }
 
     #[test]

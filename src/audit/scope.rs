@@ -194,16 +194,49 @@ fn sees(t: &TestResult, imports: &Imports) -> BTreeSet<String> {
     out
 }
 
+/// Whose lines the code a run recorded is numbered by: a function below a changed one starts
+/// on another line in the head than in the base.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Lines<'a> {
+    /// The head's: its own runs.
+    Head,
+    /// The base's: the base's own runs.
+    Base,
+    /// The head's runs, with these tests carried from the base's runs (their code is the
+    /// base's; the session's is the head's).
+    Carried(&'a BTreeSet<String>),
+}
+
+impl Lines<'_> {
+    fn base_test(&self, nodeid: &str) -> bool {
+        match self {
+            Lines::Head => false,
+            Lines::Base => true,
+            Lines::Carried(ids) => ids.contains(nodeid),
+        }
+    }
+
+    /// The changed functions' spans as the session's recorded code numbers them.
+    fn session_spans<'f>(&self, footprint: &'f Footprint) -> &'f BTreeMap<String, Vec<(u32, u32)>> {
+        match self {
+            Lines::Base => &footprint.base_functions,
+            Lines::Head | Lines::Carried(_) => &footprint.functions,
+        }
+    }
+}
+
 /// What the patch affects and the scope of the shuffled orders, from the recorded file-order
-/// and reversed runs of the head, the patch's footprint and the new or edited tests.
+/// and reversed runs (whose code is numbered by `lines`), the patch's footprint and the new or
+/// edited tests.
 pub(crate) fn impact(
     file: &RunResult,
     reversed: &RunResult,
     footprint: &Footprint,
     edited: &BTreeSet<String>,
     imports: &Imports,
+    lines: Lines,
 ) -> Impact {
-    let affected = affected(file, footprint, edited, imports);
+    let affected = affected(file, footprint, edited, imports, lines);
     let scope = match &affected {
         None => Scope::Full(Full::Footprint(
             footprint
@@ -211,7 +244,7 @@ pub(crate) fn impact(
                 .as_ref()
                 .map_or_else(String::new, |e| e.to_string()),
         )),
-        Some(affected) => scope(file, reversed, footprint, affected, imports),
+        Some(affected) => scope(file, reversed, footprint, affected, imports, lines),
     };
     Impact {
         affected,
@@ -229,6 +262,7 @@ fn affected(
     footprint: &Footprint,
     edited: &BTreeSet<String>,
     imports: &Imports,
+    lines: Lines,
 ) -> Option<BTreeSet<String>> {
     if footprint.everything.is_some() {
         return None;
@@ -237,10 +271,15 @@ fn affected(
         let Some(code) = &t.code else {
             return true;
         };
+        let base = lines.base_test(&t.nodeid);
+        let has = |path: &str, l: u32| match base {
+            true => footprint.has_base_code(path, l),
+            false => footprint.has_code(path, l),
+        };
         edited.contains(&t.nodeid)
             || code
                 .iter()
-                .any(|(path, lines)| lines.iter().any(|&l| footprint.has_code(path, l)))
+                .any(|(path, firsts)| firsts.iter().any(|&l| has(path, l)))
             || footprint.files.iter().any(|f| reads_file(t, f))
             || {
                 let seen = sees(t, imports);
@@ -265,15 +304,16 @@ fn scope(
     footprint: &Footprint,
     affected: &BTreeSet<String>,
     imports: &Imports,
+    lines: Lines,
 ) -> Scope {
     if let Some(why) = incomplete(file, reversed) {
         return Scope::Full(why);
     }
     let session = file.session_code.as_ref().expect("checked by incomplete");
-    for (path, lines) in session {
-        if let Some(&line) = lines.iter().find(|&&l| {
-            footprint
-                .functions
+    let spans = lines.session_spans(footprint);
+    for (path, firsts) in session {
+        if let Some(&line) = firsts.iter().find(|&&l| {
+            spans
                 .get(path)
                 .is_some_and(|spans| spans.iter().any(|&(a, b)| a <= l && l <= b))
         }) {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::order::OrderLabel;
-use crate::audit::scope::{Impact, Scope, WholeWhy};
+use crate::audit::scope::{Impact, Lines, Scope, WholeWhy};
 use crate::engine::impact;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::{self, Started};
@@ -66,7 +66,7 @@ fn whole_head_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
     let started = matrix::start(engine, &WHOLE, inputs.selection, inputs.collection, true)?;
     let file = started.wait(engine, OrderLabel::File)?;
     let reversed = started.wait(engine, OrderLabel::Reversed)?;
-    let impact = impact::impact(engine, &file, &reversed, inputs.edited);
+    let impact = impact::impact(engine, &file, &reversed, inputs.edited, Lines::Head);
     Ok(Whole {
         started,
         file,
@@ -108,6 +108,7 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
         &base_runs[&OrderLabel::File],
         &base_runs[&OrderLabel::Reversed],
         inputs.edited,
+        Lines::Base,
     );
     let scope = match &base_impact.scope {
         Scope::Scoped { run, .. } => run,
@@ -136,7 +137,19 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
     }
     let file = started.wait(engine, OrderLabel::File)?;
     let reversed = started.wait(engine, OrderLabel::Reversed)?;
-    let mut impact = impact::impact(engine, &file, &reversed, inputs.edited);
+    let carried: BTreeSet<String> = inputs
+        .selection
+        .iter()
+        .map(|i| i.nodeid.clone())
+        .filter(|id| !keep.contains(id))
+        .collect();
+    let mut impact = impact::impact(
+        engine,
+        &file,
+        &reversed,
+        inputs.edited,
+        Lines::Carried(&carried),
+    );
     // Sound only when what the head's runs recorded asks for nothing they carried.
     match &impact.scope {
         Scope::Scoped { run, .. } => {

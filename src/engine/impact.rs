@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::audit::footprint::{self, Change, Footprint, Imports};
-use crate::audit::scope::{self, Full, Impact, Scope};
+use crate::audit::scope::{self, Full, Impact, Lines, Scope};
 use crate::engine::runs::Engine;
 use crate::pytest::result::RunResult;
 
@@ -67,14 +67,24 @@ fn imports(engine: &Engine) -> Imports {
     Imports::build(&files)
 }
 
-/// What the patch affects and the scope of the shuffled orders of a scoped audit.
+/// What the patch affects and the scope of the shuffled orders of a scoped audit, from runs
+/// whose recorded code is numbered by `lines` (the head's own runs, the base's, or the head's
+/// with tests carried from the base).
 pub(crate) fn impact(
     engine: &Engine,
     file: &RunResult,
     reversed: &RunResult,
     edited: &BTreeSet<String>,
+    lines: Lines,
 ) -> Impact {
-    scope::impact(file, reversed, &footprint(engine), edited, &imports(engine))
+    scope::impact(
+        file,
+        reversed,
+        &footprint(engine),
+        edited,
+        &imports(engine),
+        lines,
+    )
 }
 
 /// The impact of an audit that is not scoped: nothing was recorded, every order runs whole
