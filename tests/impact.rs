@@ -448,6 +448,90 @@ fn a_changed_function_that_moved_down_is_found_in_the_base_recording() {
     assert!(!carried.contains(&"tests/test_m.py::test_g"), "{v}");
 }
 
+/// A scoped audit of the head after the base's change, checked against whole orders by
+/// `scoped_audit`; the tests named must not be carried from the base.
+fn not_carried(v: &Value, ids: &[&str]) {
+    let carried: Vec<&str> = v["scope"]["carried"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["nodeid"].as_str()).collect())
+        .unwrap_or_default();
+    for id in ids {
+        assert!(!carried.contains(id), "{id} was carried: {}", v["scope"]);
+    }
+}
+
+#[test]
+fn a_test_that_gets_a_changed_session_fixture_from_the_cache_is_not_carried() {
+    // test_b gets the session fixture's value from pytest's cache (test_a set it up): it ran
+    // none of the fixture's code in its own phases, but the patch changes what it gets.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/fixtures.py",
+            "import pytest\n\n\n@pytest.fixture(scope='session')\ndef value():\n    return 1\n",
+        )
+        .write("conftest.py", "pytest_plugins = ['pkg.fixtures']\n")
+        .write(
+            "tests/test_a.py",
+            "def test_a(value):\n    assert value == 1\n",
+        )
+        .write(
+            "tests/test_b.py",
+            "def test_b(value):\n    assert value == 1\n",
+        );
+    repo.commit("base");
+    repo.write(
+        "pkg/fixtures.py",
+        "import pytest\n\n\n@pytest.fixture(scope='session')\ndef value():\n    return 2\n",
+    );
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    not_carried(&v, &["tests/test_b.py::test_b"]);
+}
+
+#[test]
+fn a_data_file_read_while_collecting_makes_the_runs_whole() {
+    // The cases come from a file read at import; the patch changes one case's value, not its id.
+    let repo = TestRepo::new();
+    repo.write("tests/cases.json", "[1, 2]\n").write(
+        "tests/test_c.py",
+        "import json, pathlib\nimport pytest\n\n\
+         CASES = json.loads((pathlib.Path(__file__).parent / 'cases.json').read_text())\n\n\n\
+         @pytest.mark.parametrize('c', CASES, ids=['a', 'b'])\ndef test_c(c):\n    assert c < 10\n",
+    );
+    repo.commit("base");
+    repo.write("tests/cases.json", "[1, 20]\n");
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    not_carried(&v, &["tests/test_c.py::test_c[b]"]);
+}
+
+#[test]
+fn a_value_a_module_computes_at_its_first_import_in_a_test_is_not_carried() {
+    // test_a imports pkg.data first (in the test), which computes T with calc.f; test_b reads
+    // the same T from the imported module and runs none of calc's code itself.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/calc.py", "def f():\n    return 1\n")
+        .write("pkg/data.py", "from pkg import calc\n\nT = calc.f()\n")
+        .write(
+            "tests/test_a.py",
+            "def test_a():\n    from pkg import data\n\n    assert data.T == 1\n",
+        )
+        .write(
+            "tests/test_b.py",
+            "def test_b():\n    from pkg import data\n\n    assert data.T == 1\n",
+        );
+    repo.commit("base");
+    repo.write("pkg/calc.py", "def f():\n    return 2\n");
+    repo.commit("head");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    not_carried(&v, &["tests/test_b.py::test_b"]);
+}
+
 #[test]
 fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs_whole() {
     // On the base nothing writes the registry, so the head's file-order and reversed runs would

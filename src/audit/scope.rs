@@ -45,6 +45,8 @@ pub(crate) enum Full {
         path: String,
         line: u32,
     },
+    /// A changed file was read outside any test (while the suite was collected).
+    ReadAtCollection(String),
     /// A test left state changed that any test may read.
     SharedState {
         test: String,
@@ -69,6 +71,11 @@ impl fmt::Display for Full {
                 f,
                 "the function at {path}:{line} changed and ran while the suite was collected: \
                  what it computed may be held by any test"
+            ),
+            Full::ReadAtCollection(path) => write!(
+                f,
+                "{path} changed and was read while the suite was collected: what was made of \
+                 it may be held by any test"
             ),
             Full::SharedState { test, change } => write!(
                 f,
@@ -323,6 +330,17 @@ fn scope(
             });
         }
     }
+    let session_read = file
+        .session_trace
+        .read
+        .iter()
+        .chain(&file.session_trace.sqlite)
+        .chain(&file.session_trace.import);
+    for p in session_read {
+        if footprint.files.contains(p) {
+            return Scope::Full(Full::ReadAtCollection(p.clone()));
+        }
+    }
     let reversed_state: BTreeMap<&str, &[StateChange]> = reversed
         .tests
         .iter()
@@ -357,6 +375,14 @@ fn scope(
         for f in written(t) {
             written_files.insert(f);
             writers.insert(id.to_string());
+        }
+        // A module first imported during the test (its body, line 0, ran there): the test set
+        // every value the module computes at import, for every later test.
+        for (path, firsts) in t.code.iter().flatten() {
+            if firsts.contains(&0) {
+                written_modules.insert(path.clone());
+                writers.insert(id.to_string());
+            }
         }
     }
     for t in &reversed.tests {

@@ -213,10 +213,11 @@ fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// The merged run: see [`merge_node`].
-fn merge(mut head: RunResult, base: RunResult, order: &[String]) -> RunResult {
-    let mut base_tests: HashMap<String, _> = base
-        .tests
+/// The merged run: see [`merge_node`]. When the head's run had nothing to run (no process
+/// started), the session's fields are the base's: the head's collection is the base's where
+/// nothing the patch changed is in any test's reach.
+fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResult {
+    let mut base_tests: HashMap<String, _> = std::mem::take(&mut base.tests)
         .into_iter()
         .filter(|t| t.occurrence == 0)
         .map(|t| (t.nodeid.clone(), t))
@@ -232,5 +233,12 @@ fn merge(mut head: RunResult, base: RunResult, order: &[String]) -> RunResult {
             None => tests.extend(base_tests.remove(id)),
         }
     }
-    head.with_tests(order.to_vec(), tests)
+    let session = match head.processes == 0 && head.executed.is_empty() {
+        true => {
+            base.processes = 0;
+            base
+        }
+        false => head,
+    };
+    session.with_tests(order.to_vec(), tests)
 }

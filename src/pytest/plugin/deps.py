@@ -242,31 +242,35 @@ class Deps(object):
         together at its end), notes what it saw; False when something replaced it meanwhile (a
         test that profiles itself): what ran since is not known."""
         if not self.tracing:
-            if read:
-                self._read()
-            return True
+            return self._read() if read else True
         ours = sys.getprofile() is self.prof
         if ours:
             self.prof.disable()
         threading.setprofile(None)
         self.tracing = False
-        if read:
-            self._read()
+        if read and not self._read():
+            return False
         return ours
 
     def _read(self):
-        """Notes what the profilers saw since the last read, and clears the main thread's."""
+        """Notes what the profilers saw since the last read, and clears the main thread's; False
+        while a thread whose profiler cannot be read yet runs."""
         if self.prof is None:
-            return
+            return True
         self._note(self.prof)
         self.prof.clear()
         # A thread's profiler is read once the thread is gone (is_alive is False only once its
-        # interpreter state is): a running one may add to it at any switch. A thread a test
-        # leaves running is a state change the scope falls back on (fixgate_plugin_state).
+        # interpreter state is): a running one may add to it at any switch, so while one runs
+        # (a worker started at import or by an earlier test) what each test made it run is not
+        # known, and the test's code is unknown (the scope falls back on that).
+        alive = False
         for thread, prof in list(self.threads):
-            if not thread.is_alive():
+            if thread.is_alive():
+                alive = True
+            else:
                 self._note(prof)
                 self.threads.remove((thread, prof))
+        return not alive
 
     @staticmethod
     def _note(prof):
@@ -331,18 +335,41 @@ class Deps(object):
         if self.per_test and not self.windowed:
             self._trace_on()
 
-    def test_end(self):
+    def test_end(self, item=None):
         """The test's code objects, {path: [first lines]}; None when this run does not record
-        them or they are not known (see _trace_off)."""
+        them or they are not known (see _trace_off). The fixture functions the test requests
+        count as code it ran whether their bodies ran now or their value came from pytest's
+        cache of a wider-scoped fixture (set up by an earlier test): what it got from them is
+        theirs."""
         complete = self._trace_off() and self.complete
         if not self.per_test:
             self._take(self.session)
             return None
         mine = {}
         self._take(mine)
+        if item is not None:
+            try:
+                self._fixtures(item, mine)
+            except Exception:
+                complete = False
         if not complete or self.error is not None:
             return None
         return dict((p, sorted(lines)) for p, lines in mine.items())
+
+    def _fixtures(self, item, into):
+        info = getattr(item, "_fixtureinfo", None)
+        defs = getattr(info, "name2fixturedefs", None) or {}
+        for fixturedefs in defs.values():
+            for fd in fixturedefs or ():
+                func = getattr(fd, "func", None)
+                func = getattr(func, "__func__", func)
+                func = getattr(func, "__wrapped__", func)
+                code = getattr(func, "__code__", None)
+                if code is None:
+                    continue
+                rel = _FILES.get(code.co_filename) or self._repo_path(code.co_filename)
+                if rel:
+                    into.setdefault(rel, set()).add(code.co_firstlineno)
 
     def session_code(self):
         """What ran outside any test, as test_end gives it; None when it is not known."""

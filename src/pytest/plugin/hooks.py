@@ -1023,7 +1023,7 @@ class _FixgatePlugin(object):
             event["changed"] = changed
         if self.recording is not None:
             try:
-                event.update(self.recording.test_end())
+                event.update(self.recording.test_end(item))
             except Exception:
                 event["code_unknown"] = True
                 run.internal("recording")

@@ -45,10 +45,10 @@ class Recording(object):
         if self.states and self.state.env is None:
             self.state.baseline()
 
-    def test_end(self):
+    def test_end(self, item=None):
         """The fields the test's event gets."""
         out = {}
-        code = self.deps.test_end()
+        code = self.deps.test_end(item)
         if self.code:
             if code is None:
                 out["code_unknown"] = True
