@@ -101,6 +101,20 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// The spans in `side` of its functions whose tokens differ in `other` (or that `other` lacks).
+fn changed_spans(side: &pysrc::Source, other: &pysrc::Source) -> Vec<(u32, u32)> {
+    let theirs: BTreeMap<&str, blake3::Hash> = other
+        .defs
+        .iter()
+        .map(|d| (d.key.as_str(), d.digest))
+        .collect();
+    side.defs
+        .iter()
+        .filter(|d| theirs.get(d.key.as_str()) != Some(&d.digest))
+        .map(|d| (d.start, d.end))
+        .collect()
+}
+
 /// The footprint of `changes`.
 pub(crate) fn footprint(changes: &[Change]) -> Footprint {
     let mut out = Footprint::default();
@@ -133,28 +147,8 @@ pub(crate) fn footprint(changes: &[Change]) -> Footprint {
             out.modules.insert(c.path.clone());
             continue;
         }
-        let before: BTreeMap<&str, blake3::Hash> = base
-            .defs
-            .iter()
-            .map(|d| (d.key.as_str(), d.digest))
-            .collect();
-        let spans: Vec<(u32, u32)> = head
-            .defs
-            .iter()
-            .filter(|d| before.get(d.key.as_str()) != Some(&d.digest))
-            .map(|d| (d.start, d.end))
-            .collect();
-        let after: BTreeMap<&str, blake3::Hash> = head
-            .defs
-            .iter()
-            .map(|d| (d.key.as_str(), d.digest))
-            .collect();
-        let base_spans: Vec<(u32, u32)> = base
-            .defs
-            .iter()
-            .filter(|d| after.get(d.key.as_str()) != Some(&d.digest))
-            .map(|d| (d.start, d.end))
-            .collect();
+        let spans = changed_spans(&head, &base);
+        let base_spans = changed_spans(&base, &head);
         // A function the head lacks changed its scope's tokens (a method) or the module's.
         let removed = base
             .defs

@@ -295,14 +295,7 @@ fn phases(
         }
     };
     // The frozen tests are deselected: the matrix runs the rest.
-    let frozen: HashSet<&str> = gates.active.iter().map(|(n, _)| n.as_str()).collect();
-    let selection: Vec<CollectedItem> = head_collected
-        .collection
-        .items
-        .iter()
-        .filter(|i| !frozen.contains(i.nodeid.as_str()))
-        .cloned()
-        .collect();
+    let selection = unfrozen(&head_collected.collection.items, &frozen(&gates));
     if let Some(k_of_n) = opts.shard {
         let labels = order::labels(&opts.seeds);
         let share = shard::run(
@@ -338,6 +331,20 @@ fn phases(
         decision,
         warnings,
     })
+}
+
+/// The tests the gates freeze (deselected from every run).
+fn frozen(gates: &Gates) -> HashSet<&str> {
+    gates.active.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The items the matrix runs: every collected one but the frozen tests.
+fn unfrozen(items: &[CollectedItem], frozen: &HashSet<&str>) -> Vec<CollectedItem> {
+    items
+        .iter()
+        .filter(|i| !frozen.contains(i.nodeid.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// The phases that judge the tests: the seed matrix over the selection (the nio order beside
@@ -383,16 +390,10 @@ fn judged(
         orders.push(OrderLabel::Twice);
     }
     let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
-    let frozen: HashSet<&str> = gates.active.iter().map(|(n, _)| n.as_str()).collect();
+    let frozen = frozen(gates);
     let (started_matrix, file_run, scoped_impact) = match scoped {
         true => {
-            let base_selection: Vec<CollectedItem> = base_collected
-                .collection
-                .items
-                .iter()
-                .filter(|i| !frozen.contains(i.nodeid.as_str()))
-                .cloned()
-                .collect();
+            let base_selection = unfrozen(&base_collected.collection.items, &frozen);
             let inputs = carry::Inputs {
                 selection: &selection,
                 collection: head_collected.node,

@@ -115,29 +115,24 @@ class Windows(object):
     def __init__(self, deps):
         self.deps = deps
 
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_setup(self, item):
+    def _window(self):
         self.deps.window_on()
         try:
             yield
         finally:
             self.deps.window_off()
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        yield from self._window()
 
     @pytest.hookimpl(hookwrapper=True, trylast=True)
     def pytest_runtest_call(self, item):
-        self.deps.window_on()
-        try:
-            yield
-        finally:
-            self.deps.window_off()
+        yield from self._window()
 
     @pytest.hookimpl(hookwrapper=True, trylast=True)
     def pytest_runtest_teardown(self, item, nextitem):
-        self.deps.window_on()
-        try:
-            yield
-        finally:
-            self.deps.window_off()
+        yield from self._window()
 
 
 class Deps(object):
