@@ -81,7 +81,11 @@ fn phases_repo(conftest_hook: bool) -> TestRepo {
              def test_thread():\n    out = []\n    t = threading.Thread(target=work.job, args=(out,))\n    \
              t.start()\n    t.join()\n    assert out == [1]\n\n\n\
              def test_profiles_itself():\n    p = cProfile.Profile()\n    p.enable()\n    \
-             work.job([])\n    p.disable()\n",
+             work.job([])\n    p.disable()\n\n\n\
+             def test_pauses_the_profiler():\n    import sys\n    prev = sys.getprofile()\n    \
+             if prev:\n        sys.setprofile(None)\n    work.job([])\n    \
+             if prev:\n        sys.setprofile(prev)\n    assert work.hooked() == 3\n\n\n\
+             def test_after_the_pause():\n    assert work.open_it() == 1\n",
         );
     repo.commit("base");
     repo
@@ -116,6 +120,31 @@ fn the_recording_sees_fixture_setup_and_teardown_threads_and_a_test_that_profile
     // falls back on; the tests after it are recorded again.
     let own = run_test(&v, "tests/test_p.py::test_profiles_itself");
     assert!(own["code"].is_null(), "{own}");
+    // A test that pauses the profiler and hands sys.setprofile back what sys.getprofile gave
+    // (pytest-benchmark does, around what it times) still passes; on 3.9-3.11, where the
+    // recorder is that profiler, what ran during the pause is not known. The next test is
+    // recorded again.
+    let paused = run_test(&v, "tests/test_p.py::test_pauses_the_profiler");
+    assert_eq!(paused["outcome"], "passed", "{paused}");
+    let after = run_test(&v, "tests/test_p.py::test_after_the_pause");
+    assert_eq!(
+        after["code"]["pkg/work.py"],
+        serde_json::json!([1]),
+        "{after}"
+    );
+    let version = std::process::Command::new(common::python())
+        .args(["-c", "import sys; print(sys.version_info >= (3, 12))"])
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&version.stdout).trim() == "False" {
+        assert!(paused["code"].is_null(), "{paused}");
+    } else {
+        assert_eq!(
+            paused["code"]["pkg/work.py"],
+            serde_json::json!([9, 13]),
+            "{paused}"
+        );
+    }
     // Nothing ran the hook here: no conftest hook runs between the phases.
     for t in [fixture, thread] {
         assert!(
@@ -576,7 +605,8 @@ fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs
 /// pass over every global sees a rebinding, a new global, and an in-place change of a dict, a
 /// list, a nested list, a set, a class attribute and an lru_cache, each named by its global;
 /// a module first imported by the test is new, not changed; a test that changes nothing, or
-/// rebinds a NaN to itself, changes nothing.
+/// rebinds a NaN to itself, changes nothing. Outside the repository, a global rebound or removed
+/// is named by its module; one added, or set where it was None (a lazy fill), is not.
 #[test]
 fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
     let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/state.py");
@@ -614,7 +644,75 @@ class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass
          step(lambda: (a.L.append(2), b.X.append(1)), ['global:fx_a.py:L', 'global:fx_b.py:X'])\n\
          step(lambda: os.environ.__setitem__('FIXGATE_STATE_T', '1'), ['env:FIXGATE_STATE_T'])\n\
          step(lambda: None, [])\n\
+         import json\n\
+         step(lambda: None, [])\n\
+         real = json.dumps\n\
+         step(lambda: setattr(json, 'dumps', lambda *a, **k: 'x'), ['outside:json:dumps'])\n\
+         step(lambda: setattr(json, 'dumps', real), ['outside:json:dumps'])\n\
+         step(lambda: setattr(json, 'fixgate_added', 1), [])\n\
+         step(lambda: delattr(json, 'fixgate_added'), ['outside:json:fixgate_added'])\n\
+         lib = types.ModuleType('fx_lib'); lib.__file__ = '/lib/fx_lib.py'; lib.CACHE = None\n\
+         step(lambda: sys.modules.__setitem__('fx_lib', lib), [])\n\
+         step(lambda: setattr(lib, 'CACHE', 1), [])\n\
+         step(lambda: setattr(lib, 'CACHE', 2), ['outside:fx_lib:CACHE'])\n\
+         step(lambda: (a.L.append(3), json.__dict__.pop('loads')), ['global:fx_a.py:L', 'outside:json:loads'])\n\
          print('ok')\n"
     );
     common::assert_python_prints_ok(&script);
+}
+
+#[test]
+fn a_new_test_that_replaces_a_library_function_for_good_makes_the_whole_runs_whole() {
+    // test_dumps reads nothing of the repository's and nothing writes what it reads on the
+    // base, so the head's file-order and reversed runs would carry it from the base. The patch
+    // adds a test that replaces json.dumps for good: in the reversed order test_dumps runs after
+    // it and fails. The head's recording sees the rebinding, which any test may read, so both
+    // runs are made whole, and the scoped audit rejects as the whole one does.
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write(
+            "tests/test_fmt.py",
+            "import json\n\n\ndef test_dumps():\n    assert json.dumps({'a': 1}) == '{\"a\": 1}'\n",
+        )
+        .write(
+            "tests/test_m.py",
+            "from pkg import m\n\n\ndef test_add():\n    assert m.add(1) == 2\n",
+        );
+    repo.commit("base");
+    repo.write(
+        "tests/test_m.py",
+        "import json\n\nfrom pkg import m\n\n\ndef test_add():\n    assert m.add(1) == 2\n\n\n\
+         def test_quiet():\n    json.dumps = lambda *a, **k: ''\n    assert m.add(0) == 1\n",
+    );
+    repo.commit("head: a test that silences json for good");
+    let v = scoped_audit(&repo, &[]);
+    let scope = &v["scope"];
+    let why = scope["whole_reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("tests/test_m.py::test_quiet") && why.contains("json.dumps"),
+        "{scope}"
+    );
+    assert_eq!(scope["runs"]["0"], 3, "{scope}");
+    assert_eq!(scope["runs"]["rev"], 3, "{scope}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(
+        bucket(&v, "tests/test_fmt.py::test_dumps"),
+        "order-dependent"
+    );
+    // The polluter's own finding says more than leaks-state would; the signal names the global.
+    let quiet = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == "tests/test_m.py::test_quiet")
+        .unwrap();
+    assert_eq!(quiet["bucket"], "polluter", "{quiet}");
+    assert!(
+        quiet["signals"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("leaks-state:outside:json:dumps")),
+        "{quiet}"
+    );
 }

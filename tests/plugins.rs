@@ -171,30 +171,8 @@ impl Case {
         let buggy = commit(&self.buggy, "buggy head");
         let before = tree_bytes(repo.path());
         let python = self.python.clone().unwrap_or_else(python);
-        let audit = |head: &str| -> (Run, Value) {
-            let run = common::fixgate_at(
-                repo.path(),
-                repo.cache.path(),
-                &[],
-                &[
-                    "audit",
-                    "--base",
-                    &base,
-                    "--head",
-                    head,
-                    // File and reversed order: each buggy head's victim is red reversed.
-                    "--seeds",
-                    "0",
-                    "--format",
-                    "json",
-                    "--quiet",
-                    "--python",
-                    python.to_str().unwrap(),
-                ],
-            );
-            let v = run.json();
-            (run, v)
-        };
+        let audit_with = |head: &str, extra: &[&str]| audit_in(&repo, &python, &base, head, extra);
+        let audit = |head: &str| audit_with(head, &[]);
         let (run, honest_v) = audit(&honest);
         assert_eq!(
             (run.code, honest_v["verdict"].as_str()),
@@ -229,6 +207,30 @@ impl Case {
             "passed",
             "the victim is green in file order"
         );
+        // Scoped, with every test's code and state recorded under the plugin: the same verdicts,
+        // and the bug's pair.
+        let (run, v) = audit_with(&honest, &["--scoped"]);
+        assert_eq!(
+            (run.code, v["verdict"].as_str()),
+            (0, Some("pass")),
+            "the honest head, scoped: {run:?}"
+        );
+        let (run, v) = audit_with(&buggy, &["--scoped"]);
+        assert_eq!(
+            (run.code, v["verdict"].as_str()),
+            (1, Some("reject")),
+            "the buggy head, scoped: {run:?}"
+        );
+        let pair = serde_json::json!([self.pair.0, self.pair.1]);
+        assert!(
+            v["pairs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| serde_json::json!([p["polluter"], p["victim"]]) == pair),
+            "scoped: {}",
+            v["pairs"]
+        );
         for v in [&honest_v, &buggy_v] {
             let fs = &v["forkserver"];
             assert_eq!(fs["mode"], "fork", "{fs}");
@@ -257,6 +259,30 @@ impl Case {
             buggy: buggy_v,
         }
     }
+}
+
+/// `fixgate audit BASE..HEAD` in file and reversed order with the venv, and EXTRA.
+fn audit_in(
+    repo: &TestRepo,
+    python: &Path,
+    base: &str,
+    head: &str,
+    extra: &[&str],
+) -> (Run, Value) {
+    let python = python.to_str().unwrap();
+    // File and reversed order: each buggy head's victim is red reversed.
+    let args = [
+        "audit", "--base", base, "--head", head, "--seeds", "0", "--format", "json", "--quiet",
+        "--python", python,
+    ];
+    let run = common::fixgate_at(
+        repo.path(),
+        repo.cache.path(),
+        &[],
+        &[&args[..], extra].concat(),
+    );
+    let v = run.json();
+    (run, v)
 }
 
 fn test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
@@ -1047,5 +1073,64 @@ fn pytest_cov_in_addopts_measures_nothing_and_writes_nothing() {
     assert!(warned(&a.honest, "`--cov=app` (pytest-cov) is overridden"));
     for f in [".coverage", "coverage.xml"] {
         assert!(!a.repo.path().join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn a_leaked_freeze_that_breaks_a_test_of_the_base_is_found_by_a_scoped_audit_too() {
+    // The base's test_now reads nothing the patch changed and nothing on the base writes what it
+    // reads, so a scoped audit would carry it from the base. The patch adds a test that starts
+    // freezegun and never stops it: freezegun rebinds datetime.date for good, and test_now, after
+    // it in file order, fails. The head's recording sees the rebinding outside the repository,
+    // so its file-order and reversed runs are whole, and the scoped audit rejects as the whole
+    // one does.
+    let repo = TestRepo::new();
+    // pytest-benchmark runs git, hg and file at session start, which no trace follows: a
+    // scoped audit of a suite that loads it runs whole orders (the reason says so).
+    repo.write(
+        "pyproject.toml",
+        "[tool.pytest.ini_options]\naddopts = \"-p no:benchmark\"\n",
+    )
+    .write(
+        "clock.py",
+        "import datetime\n\n\ndef year():\n    return datetime.date.today().year\n",
+    )
+    .write(
+        "tests/test_now.py",
+        "import clock\n\n\ndef test_now():\n    assert clock.year() > 2020\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_a_leak.py",
+        "from freezegun import freeze_time\n\n\ndef test_freeze_and_forget():\n    \
+         freeze_time('2020-02-29').start()\n",
+    );
+    let head = repo.commit("head: a freeze left running");
+    let python = python();
+    for extra in [&[][..], &["--scoped"][..]] {
+        let (run, v) = audit_in(&repo, &python, &base, &head, extra);
+        assert_eq!(
+            (run.code, v["verdict"].as_str()),
+            (1, Some("reject")),
+            "{extra:?}: {run:?}"
+        );
+        let pairs: Vec<_> = v["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["polluter"].clone(), p["victim"].clone()))
+            .collect();
+        assert!(
+            pairs.contains(&(
+                "tests/test_a_leak.py::test_freeze_and_forget".into(),
+                "tests/test_now.py::test_now".into()
+            )),
+            "{extra:?}: {}",
+            v["pairs"]
+        );
+        if !extra.is_empty() {
+            let why = v["scope"]["whole_reason"].as_str().unwrap_or_default();
+            assert!(why.contains("datetime."), "{}", v["scope"]);
+        }
     }
 }

@@ -291,6 +291,9 @@ pub(crate) fn describe_leak(change: &StateChange) -> String {
         StateChange::SysPath => "sys.path".into(),
         StateChange::SysModules(name) => format!("the module {name} in sys.modules"),
         StateChange::Global { path, name } => format!("the module global {name} of {path}"),
+        StateChange::Outside { module, name } => {
+            format!("{module}.{name} (a global outside the repository)")
+        }
         StateChange::Threads(n) => match n {
             1 => "a thread left running".into(),
             n => format!("{n} threads left running"),

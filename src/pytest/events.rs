@@ -282,6 +282,12 @@ pub(crate) enum StateChange {
         path: String,
         name: String,
     },
+    /// A global of a module outside the repository (the standard library's, an installed
+    /// package's) rebound or removed: `json.dumps` replaced for good.
+    Outside {
+        module: String,
+        name: String,
+    },
     /// Threads left running (how many more than before the test).
     Threads(u32),
     /// A C extension module of the repository, imported by the test: its state is not seen.
@@ -305,6 +311,13 @@ impl StateChange {
                 },
                 None => StateChange::Other(text.to_string()),
             },
+            "outside" => match detail.rsplit_once(':') {
+                Some((module, name)) => StateChange::Outside {
+                    module: module.to_string(),
+                    name: name.to_string(),
+                },
+                None => StateChange::Other(text.to_string()),
+            },
             "threads" => StateChange::Threads(detail.parse().unwrap_or(1)),
             "extension" => StateChange::Extension(detail.to_string()),
             _ => StateChange::Other(text.to_string()),
@@ -312,7 +325,7 @@ impl StateChange {
     }
 
     /// Whether any test at all may read it (the environment, the working directory, the
-    /// import system, a thread that keeps running), as against a module's values or a file,
+    /// import system, another module's global, a thread that keeps running), as against a module's values or a file,
     /// whose readers the recording tells.
     pub(crate) fn read_by_anyone(&self) -> bool {
         !matches!(self, StateChange::Global { .. })
@@ -327,6 +340,7 @@ impl std::fmt::Display for StateChange {
             StateChange::SysPath => f.write_str("sys.path:"),
             StateChange::SysModules(name) => write!(f, "sys.modules:{name}"),
             StateChange::Global { path, name } => write!(f, "global:{path}:{name}"),
+            StateChange::Outside { module, name } => write!(f, "outside:{module}:{name}"),
             StateChange::Threads(n) => write!(f, "threads:{n}"),
             StateChange::Extension(path) => write!(f, "extension:{path}"),
             StateChange::Other(text) => f.write_str(text),

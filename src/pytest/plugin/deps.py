@@ -36,6 +36,29 @@ try:
 except ImportError:  # not CPython: nothing is recorded on 3.9-3.11
     _lsprof = None
 
+if _lsprof is not None:
+
+    class _Profiler(_lsprof.Profiler):
+        """cProfile's C profiler, callable. Code that pauses profiling restores what
+        sys.getprofile() gave it through sys.setprofile (pytest-benchmark's
+        PauseInstrumentation), which makes this object a Python profile function: its first
+        call puts the C profiler back, and notes that code ran unprofiled meanwhile, so what
+        the window ran is not known."""
+
+        paused = False
+
+        def __call__(self, frame, event, arg):
+            self.paused = True
+            self.enable(subcalls=False, builtins=False)
+
+    def _profiler():
+        return _Profiler(subcalls=False, builtins=False)
+
+
+def _ping():
+    """A call for whichever profile function is on."""
+
+
 _M = getattr(sys, "monitoring", None)
 # Code object -> anything: the repository's code objects that started since the last take.
 _HITS = {}
@@ -210,7 +233,7 @@ class Deps(object):
     def _thread_start(self, frame, event, arg):
         """threading.setprofile's function, at a new thread's first call: the thread's own
         profiler from there on (the frame that called this, Thread.run, is noted here)."""
-        prof = _lsprof.Profiler(subcalls=False, builtins=False)
+        prof = _profiler()
         _HITS[frame.f_code] = 0
         self.threads.append((threading.current_thread(), prof))
         prof.enable(subcalls=False, builtins=False)
@@ -227,7 +250,8 @@ class Deps(object):
             self.error = "another profile function is active (%r)" % (sys.getprofile(),)
             return
         if self.prof is None:
-            self.prof = _lsprof.Profiler(subcalls=False, builtins=False)
+            self.prof = _profiler()
+        self.prof.paused = False
         threading.setprofile(self._thread_start)
         self.prof.enable(subcalls=False, builtins=False)
         self.tracing = True
@@ -240,7 +264,9 @@ class Deps(object):
             return self._read() if read else True
         ours = sys.getprofile() is self.prof
         if ours:
+            _ping()  # a restored profiler that no call has reached yet sees this one
             self.prof.disable()
+            ours = not self.prof.paused
         threading.setprofile(None)
         self.tracing = False
         if read and not self._read():
@@ -282,6 +308,8 @@ class Deps(object):
         tests is most of a run and never the repository's); in a test, only its phases when
         that is sound for this session's plugins."""
         self._trace_off()
+        if self.prof is not None and self.prof.paused and self.error is None:
+            self.error = "the profiler was paused while the suite was collected"
         if _M is not None or self.error is not None:
             return
         windows = Windows(self)

@@ -14,13 +14,23 @@ at by name, to say which global changed. A change deeper down, or inside an obje
 lives in C, is not seen (docs/impact.md says so). The pass costs a few microseconds per hundred
 globals; the per-global fingerprints before it cost a Python call per global and module after
 every test (docs/performance.md).
+
+The other modules' globals (the standard library's, installed packages') are compared the same
+way, by identity only: a library function replaced for good (`json.dumps = fake`), a
+configuration value rebound, a name deleted. A global added is no change (a submodule's first
+import adds its name to its package), and neither is one set where it was None: that is how a
+library fills its caches lazily (tempfile.tempdir, pkgutil's name pattern), so a test that
+installs a value for good where a library keeps None is not seen (docs/impact.md says so).
+Their contents are not compared: a library's caches fill as any test runs. pytest's, pluggy's
+and this plugin's own modules are left out (they rebind their globals around every test), and
+so are the globals Python sets after a failure (sys.last_value and its kin).
 """
 
 import os
 import sys
 import threading
 from itertools import chain, compress
-from operator import methodcaller
+from operator import is_, methodcaller
 
 # Globals every module has, or that Python and pytest write on their own (warnings'
 # __warningregistry__, the assertion rewriter's @py_builtins): never a test's state.
@@ -41,6 +51,11 @@ _SKIP = frozenset(
         "@pytest_ar",
     ]
 )
+# The test runner's own modules, which rebind their globals around every test (the assertion
+# rewriter's hooks, the capture's streams): never a test's state.
+_RUNNER = ("_pytest", "pytest", "pluggy", "fixgate_plugin", "py", "__main__", "iniconfig")
+# Globals Python sets on its own: the last uncaught exception (sys.last_value and its kin).
+_OUTSIDE_SKIP = frozenset(["last_type", "last_value", "last_traceback", "last_exc"])
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
 _IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
 # Above this many items a container is compared by its size only.
@@ -181,6 +196,19 @@ def _module_dict(m):
     return d if isinstance(d, dict) else {}
 
 
+_GONE = object()
+
+
+def _is_runner(name):
+    root = name.split(".", 1)[0]
+    return root in _RUNNER or root.startswith("fixgate_plugin")
+
+
+def _identical(a, b):
+    """Whether two lists hold the same objects, in order."""
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
 def _same(a, b):
     """Whether two snapshots are equal (identity first, then ==); an __eq__ that raises is a
     difference."""
@@ -198,6 +226,8 @@ class State(object):
     def __init__(self, classifier):
         self.classifier = classifier
         self.repo_modules = {}  # module name -> (repo-relative file, module)
+        self.outside_modules = {}  # module name -> module, for every other module
+        self.classified = set()  # names in sys.modules already sorted into one of the two
         self.known = 0  # len(sys.modules) when repo_modules was last brought up to date
         self.extensions = set()  # repo-relative files of C extension modules
         self.env = None
@@ -213,6 +243,11 @@ class State(object):
         self.deep = None
         self.contents = None
         self.per_global = {}  # (module, global) -> its contents, as of the last snapshot
+        # The other modules' globals: their dicts in a fixed order, and each one's values.
+        self.outside_dicts = []
+        self.outside_order = []
+        self.outside_values = []
+        self.outside_each = []
 
     def _environ(self):
         data = getattr(os.environ, "_data", None)
@@ -233,23 +268,33 @@ class State(object):
         self.known = len(mods)
         added = False
         for name, m in list(mods.items()):
-            if name in self.repo_modules or m is None:
+            if name in self.classified or m is None:
                 continue
-            f = getattr(m, "__file__", None)
-            if not isinstance(f, str) or not f:
-                continue
-            try:
-                kind, text, interp = self.classifier.classify(os.path.abspath(f))
-            except Exception:
-                continue
-            if kind != "rel" or interp:
-                continue
-            if f.endswith((".so", ".pyd")):
-                self.extensions.add(text)
-                continue
-            self.repo_modules[name] = (text, m)
-            added = True
+            self.classified.add(name)
+            if self._is_repo(name, m):
+                added = True
+            elif not _is_runner(name) and isinstance(getattr(m, "__dict__", None), dict):
+                self.outside_modules[name] = m
+                added = True
         return added
+
+    def _is_repo(self, name, m):
+        """Whether the module is one of the repository's (a C extension of the repository is
+        noted, not compared)."""
+        f = getattr(m, "__file__", None)
+        if not isinstance(f, str) or not f:
+            return False
+        try:
+            kind, text, interp = self.classifier.classify(os.path.abspath(f))
+        except Exception:
+            return False
+        if kind != "rel" or interp:
+            return False
+        if f.endswith((".so", ".pyd")):
+            self.extensions.add(text)
+            return True
+        self.repo_modules[name] = (text, m)
+        return True
 
     def _take_modules(self):
         """Snapshots the repository modules' values (after a new import or a change)."""
@@ -260,6 +305,15 @@ class State(object):
         self.deep = _Deep(zip(order, self.dicts))
         self.contents = self.deep.take()
         self.per_global = self.deep.per_global()
+        self._take_outside()
+
+    def _take_outside(self):
+        """Snapshots the other modules' globals."""
+        order = sorted(self.outside_modules)
+        self.outside_order = order
+        self.outside_dicts = [_module_dict(self.outside_modules[n]) for n in order]
+        self.outside_each = [dict(d) for d in self.outside_dicts]
+        self.outside_values = list(chain.from_iterable(map(_VALUES, self.outside_dicts)))
 
     def baseline(self):
         """Before the first test: the state collection left."""
@@ -302,7 +356,9 @@ class State(object):
         if threads > self.threads:
             changed.append("threads:%d" % (threads - self.threads))
         self.threads = threads
+        outside = self._outside()
         changed.extend(self._globals())
+        changed.extend(outside)
         for e in sorted(self.extensions):
             changed.append("extension:" + e)
         self.extensions.clear()
@@ -327,6 +383,30 @@ class State(object):
                 self._take_modules()
             return []
         return self._which()
+
+    def _outside(self):
+        """The other modules' globals the test rebound or removed: one comparison of all their
+        values by identity, and a look at each module only when it differs."""
+        values = list(chain.from_iterable(map(_VALUES, self.outside_dicts)))
+        if _same(values, self.outside_values):
+            return []
+        out = []
+        each = self.outside_each
+        for i, (name, d) in enumerate(zip(self.outside_order, self.outside_dicts)):
+            old = each[i]
+            if len(d) == len(old) and _identical(list(d.values()), list(old.values())):
+                continue
+            each[i] = dict(d)  # only rebinding and removal count: the new values as they are
+            for key, was in old.items():
+                if key in _SKIP or key in _OUTSIDE_SKIP:
+                    continue
+                now = d.get(key, _GONE)
+                if was is None and now is not _GONE:
+                    continue  # a lazy fill: tempfile.tempdir, pkgutil's name pattern
+                if now is not was and (now is _GONE or not _same(now, was)):
+                    out.append("outside:%s:%s" % (name, key))
+        self.outside_values = values
+        return out
 
     def _which(self):
         """Names what changed, global by global, and takes the new snapshot."""
