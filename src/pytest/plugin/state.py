@@ -248,6 +248,7 @@ class State(object):
         self.outside_order = []
         self.outside_values = []
         self.outside_each = []
+        self.outside_new = False  # other modules were added since their last snapshot
 
     def _environ(self):
         data = getattr(os.environ, "_data", None)
@@ -260,8 +261,8 @@ class State(object):
             return None
 
     def _refresh_modules(self):
-        """Adds the repository's modules imported since the last look; True when there are
-        new ones."""
+        """Adds the modules imported since the last look; True when there are new ones of the
+        repository (new other modules are snapshotted at the end of the test, outside_new)."""
         mods = sys.modules
         if len(mods) == self.known:
             return False
@@ -275,7 +276,7 @@ class State(object):
                 added = True
             elif not _is_runner(name) and isinstance(getattr(m, "__dict__", None), dict):
                 self.outside_modules[name] = m
-                added = True
+                self.outside_new = True
         return added
 
     def _is_repo(self, name, m):
@@ -305,10 +306,11 @@ class State(object):
         self.deep = _Deep(zip(order, self.dicts))
         self.contents = self.deep.take()
         self.per_global = self.deep.per_global()
-        self._take_outside()
 
     def _take_outside(self):
-        """Snapshots the other modules' globals."""
+        """Snapshots the other modules' globals (at the start, and after a test that imported
+        new ones: a first import is no change)."""
+        self.outside_new = False
         order = sorted(self.outside_modules)
         self.outside_order = order
         self.outside_dicts = [_module_dict(self.outside_modules[n]) for n in order]
@@ -324,6 +326,7 @@ class State(object):
         self.modules = dict(sys.modules)
         self.threads = threading.active_count()
         self._take_modules()
+        self._take_outside()
 
     def after_test(self):
         """What the test changed, as sorted strings `kind:detail` (docs/plugin-protocol.md)."""
@@ -359,6 +362,8 @@ class State(object):
         outside = self._outside()
         changed.extend(self._globals())
         changed.extend(outside)
+        if self.outside_new:  # _globals looked at sys.modules
+            self._take_outside()
         for e in sorted(self.extensions):
             changed.append("extension:" + e)
         self.extensions.clear()
