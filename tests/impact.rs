@@ -375,17 +375,71 @@ fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introd
     for t in 0..3 {
         let victim = format!("tests/test_m1.py::test_{t}");
         assert_eq!(bucket(&v, &victim), "order-dependent", "{v}");
-        let pair = v["pairs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["victim"] == victim.as_str())
-            .unwrap_or_else(|| panic!("no pair for {victim}: {v}"));
+        let pair = pair_of(&v, &victim);
         assert_eq!(
             pair["culprits"],
             serde_json::json!(["tests/test_m0.py::test_setter"])
         );
         assert_eq!(pair["introduced"], true);
+    }
+    // The three victims leave nothing changed: the confirmation runs them alone together, in
+    // one process, not one each (the full audit that `scoped_audit` compares with does).
+    assert_eq!(executed(&v, "alone-together-run"), 1, "{:#}", v["graph"]);
+    for t in 0..3 {
+        let single = format!("alone-run(tests/test_m1.py::test_{t})");
+        assert_eq!(executed(&v, &single), 0, "{:#}", v["graph"]);
+    }
+}
+
+/// The report's pair of `victim`.
+fn pair_of<'a>(v: &'a Value, victim: &str) -> &'a Value {
+    v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["victim"] == victim)
+        .unwrap_or_else(|| panic!("no pair for {victim}: {v}"))
+}
+
+/// How many nodes the audit executed whose label is `label` exactly.
+fn executed(v: &Value, label: &str) -> usize {
+    v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["label"] == label)
+        .count()
+}
+
+#[test]
+fn victims_red_when_run_together_run_alone_and_get_the_state_setter_search() {
+    let repo = registry_repo();
+    // m1's tests now pass only after the setter: red alone, red together, green after it.
+    repo.write(
+        "pkg/m1.py",
+        "from pkg import registry\n\n\ndef add(x):\n    return x + 1 + registry.VALUES.get('offset', 0)\n",
+    );
+    repo.write(
+        "tests/test_m1.py",
+        "from pkg import m1\n\n\ndef test_0():\n    assert m1.add(0) == 6\n\n\ndef test_1():\n    assert m1.add(1) == 7\n\n\ndef test_2():\n    assert m1.add(2) == 8\n",
+    );
+    repo.commit("head: m1 needs the registry's offset");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    assert_eq!(executed(&v, "alone-together-run"), 1, "{:#}", v["graph"]);
+    for t in 0..3 {
+        let victim = format!("tests/test_m1.py::test_{t}");
+        assert_eq!(bucket(&v, &victim), "order-dependent", "{v}");
+        // Red together is not taken for red alone: each runs by itself before its search.
+        let single = format!("alone-run({victim})");
+        assert_eq!(executed(&v, &single), 1, "{:#}", v["graph"]);
+        let pair = pair_of(&v, &victim);
+        assert_eq!(pair["kind"], "state-setter", "{pair}");
+        assert_eq!(
+            pair["culprits"],
+            serde_json::json!(["tests/test_m0.py::test_setter"])
+        );
     }
 }
 

@@ -24,6 +24,7 @@ use crate::audit::order::{self, OrderLabel};
 use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached, RunFacts, Side};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
+use crate::audit::scope::Scope;
 use crate::audit::verdict::Decision;
 use crate::config::DepsMode;
 use crate::context::{Ctx, SandboxSettings};
@@ -474,7 +475,11 @@ fn judged(
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
-    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
+    let shares = |id: &str| match &impact.scope {
+        Scope::Scoped { run, writers } => run.contains(id) && !writers.contains(id),
+        Scope::Full(_) => false,
+    };
+    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red, shares)?;
     let mut evidence = confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
     let nio_read = match &started_nio {
         Some(started) => Some(nio::read(engine, started, &nodeids)?),

@@ -45,15 +45,27 @@ impl Confirmation {
 /// process per test. A test red in that run too is taken as red alone.
 pub(crate) const MANY_RED: usize = 8;
 
+/// The fewest tests worth a run together before their runs alone.
+const TOGETHER_FROM: usize = 2;
+
 /// Reruns the failing and the passing order of every disagreeing test, round after round, up to
 /// [`PROOF_RERUNS`] times, each only up to the last test still in question (what runs after a
 /// test cannot change its outcome); a test leaves the rounds as soon as a rerun disagrees with
 /// the order (it is flaky, whatever more reruns would say). Runs red-everywhere tests alone.
+///
+/// The tests to run alone that `shares` says leave no shared state changed (a scoped audit's
+/// recording: `crate::audit::scope`) first run together, in one process: none of them can
+/// change what another sees, so each is green there as it is alone, and a green there is its
+/// green alone. One red there (or not run: an earlier test ended the session) runs alone, so
+/// that a red alone, which sends a test to the state-setter search, is always its own run.
+/// A patch that makes fifty tests of one module read what one setter writes costs one process
+/// here, not fifty (issue 21).
 pub(crate) fn confirm(
     engine: &Engine,
     matrix: &Matrix,
     disagreeing: &[String],
     always_red: &[String],
+    shares: impl Fn(&str) -> bool,
 ) -> Result<Confirmation> {
     let mut out = Confirmation {
         reruns: BTreeMap::new(),
@@ -86,17 +98,29 @@ pub(crate) fn confirm(
     } else {
         alone.extend(always_red.iter().cloned());
     }
-    // The singles run beside the first round.
+    // The singles, and the tests that share a process, run beside the first round.
+    let (together, alone): (Vec<String>, Vec<String>) =
+        alone.into_iter().partition(|id| shares(id));
+    let (together, alone) = match together.len() >= TOGETHER_FROM {
+        true => (together, alone),
+        false => (Vec::new(), [alone, together].concat()),
+    };
+    let together_node = match together.is_empty() {
+        true => None,
+        false => {
+            let req = RunRequest::new(
+                NodeKind::AloneTogetherRun.label(),
+                NodeKind::AloneTogetherRun,
+                Role::Head,
+                together.clone(),
+            )
+            .after(&whole_matrix);
+            Some(engine.add_run(&req)?)
+        }
+    };
     let mut singles = Vec::new();
     for id in &alone {
-        let req = RunRequest::new(
-            NodeKind::AloneRun.of(id),
-            NodeKind::AloneRun,
-            Role::Head,
-            vec![id.clone()],
-        )
-        .after(&whole_matrix);
-        singles.push((id, engine.add_run(&req)?));
+        singles.push((id.clone(), single(engine, id, &whole_matrix)?));
     }
     // Each disagreeing test with its failing and passing order.
     let mut live: Vec<(&String, OrderLabel, OrderLabel)> = disagreeing
@@ -147,15 +171,43 @@ pub(crate) fn confirm(
             break;
         }
     }
+    if let Some(node) = together_node {
+        let r = engine.wait_ok(node)?;
+        out.nodes.push(node);
+        for id in together {
+            match r.outcome_of(&id) {
+                Some(o) if o.is_green() => {
+                    out.alone.insert(id.clone(), o);
+                    out.alone_nodes.insert(id, node);
+                }
+                _ => {
+                    let single = single(engine, &id, &[node])?;
+                    singles.push((id, single));
+                }
+            }
+        }
+    }
     for (id, node) in singles {
         let r = engine.wait_ok(node)?;
-        if let Some(o) = r.outcome_of(id) {
+        if let Some(o) = r.outcome_of(&id) {
             out.alone.insert(id.clone(), o);
-            out.alone_nodes.insert(id.clone(), node);
+            out.alone_nodes.insert(id, node);
         }
         out.nodes.push(node);
     }
     Ok(out)
+}
+
+/// Adds the run of one test by itself.
+fn single(engine: &Engine, id: &str, after: &[NodeId]) -> Result<NodeId> {
+    let req = RunRequest::new(
+        NodeKind::AloneRun.of(id),
+        NodeKind::AloneRun,
+        Role::Head,
+        vec![id.to_string()],
+    )
+    .after(after);
+    engine.add_run(&req)
 }
 
 /// Every test's evidence from the matrix and the confirmation runs (`disagreeing`: the tests

@@ -33,6 +33,9 @@ pub(crate) enum NodeKind {
     AloneRun,
     /// Many tests red in every order, run together once before any runs alone.
     RedTogetherRun,
+    /// The tests that follow the order and leave no shared state changed (a scoped audit's
+    /// recording says so), run together once before any runs alone.
+    AloneTogetherRun,
     /// One step of a polluter search.
     BisectRun,
     /// A known culprit set tried before searching.
@@ -74,6 +77,7 @@ impl NodeKind {
             NodeKind::ConfirmRun => "confirm-run",
             NodeKind::AloneRun => "alone-run",
             NodeKind::RedTogetherRun => "red-together-run",
+            NodeKind::AloneTogetherRun => "alone-together-run",
             NodeKind::BisectRun => "bisect-run",
             NodeKind::ReuseRun => "reuse-run",
             NodeKind::VerifyRun => "verify-run",
