@@ -157,6 +157,16 @@ impl Scope {
             Scope::Scoped { run, .. } => run.contains(nodeid),
         }
     }
+
+    /// Whether `nodeid` may share a process with others of its kind in place of a run by
+    /// itself: the recording names it no state writer, so that it changes nothing another test
+    /// sees (never, when the orders run in full: nothing says so).
+    pub(crate) fn shares(&self, nodeid: &str) -> bool {
+        match self {
+            Scope::Full(_) => false,
+            Scope::Scoped { run, writers } => run.contains(nodeid) && !writers.contains(nodeid),
+        }
+    }
 }
 
 /// The files a test wrote in the tree (it may have left them changed for the next test).

@@ -24,7 +24,6 @@ use crate::audit::order::{self, OrderLabel};
 use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached, RunFacts, Side};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
-use crate::audit::scope::Scope;
 use crate::audit::verdict::Decision;
 use crate::config::DepsMode;
 use crate::context::{Ctx, SandboxSettings};
@@ -465,7 +464,7 @@ fn judged(
         None => None,
     };
     let impact = scoped_impact.unwrap_or_else(|| impact::not_scoped(opts.full));
-    let matrix = started_matrix.finish(engine, file_run)?;
+    let matrix = started_matrix.finish(engine, file_run, impact.scope.clone())?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),
         false => Vec::new(),
@@ -475,11 +474,7 @@ fn judged(
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
-    let shares = |id: &str| match &impact.scope {
-        Scope::Scoped { run, writers } => run.contains(id) && !writers.contains(id),
-        Scope::Full(_) => false,
-    };
-    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red, shares)?;
+    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
     let mut evidence = confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
     let nio_read = match &started_nio {
         Some(started) => Some(nio::read(engine, started, &nodeids)?),

@@ -53,8 +53,9 @@ const TOGETHER_FROM: usize = 2;
 /// test cannot change its outcome); a test leaves the rounds as soon as a rerun disagrees with
 /// the order (it is flaky, whatever more reruns would say). Runs red-everywhere tests alone.
 ///
-/// The tests to run alone that `shares` says leave no shared state changed (a scoped audit's
-/// recording: `crate::audit::scope`) first run together, in one process: none of them can
+/// In a scoped audit a rerun runs only the tests of the scope (and those in question) up to that
+/// point, as the shuffled orders do ([`Matrix::rerun_order`]). The tests to run alone that the
+/// recording names no state writer ([`Matrix::shares`]) first run together, in one process: none of them can
 /// change what another sees, so each is green there as it is alone, and a green there is its
 /// green alone. One red there (or not run: an earlier test ended the session) runs alone, so
 /// that a red alone, which sends a test to the state-setter search, is always its own run.
@@ -65,7 +66,6 @@ pub(crate) fn confirm(
     matrix: &Matrix,
     disagreeing: &[String],
     always_red: &[String],
-    shares: impl Fn(&str) -> bool,
 ) -> Result<Confirmation> {
     let mut out = Confirmation {
         reruns: BTreeMap::new(),
@@ -100,7 +100,7 @@ pub(crate) fn confirm(
     }
     // The singles, and the tests that share a process, run beside the first round.
     let (together, alone): (Vec<String>, Vec<String>) =
-        alone.into_iter().partition(|id| shares(id));
+        alone.into_iter().partition(|id| matrix.shares(id));
     let (together, alone) = match together.len() >= TOGETHER_FROM {
         true => (together, alone),
         false => (Vec::new(), [alone, together].concat()),
@@ -123,6 +123,7 @@ pub(crate) fn confirm(
         singles.push((id.clone(), single(engine, id, &whole_matrix)?));
     }
     // Each disagreeing test with its failing and passing order.
+    let asked: HashSet<&str> = disagreeing.iter().map(String::as_str).collect();
     let mut live: Vec<(&String, OrderLabel, OrderLabel)> = disagreeing
         .iter()
         .filter_map(|id| Some((id, matrix.first(id, false)?, matrix.first(id, true)?)))
@@ -140,9 +141,8 @@ pub(crate) fn confirm(
         let mut round = Vec::new();
         for (l, end) in &needed {
             // The order the run made (a shuffled order may have run only a scope of the
-            // selection).
-            let mut order = matrix.order(*l);
-            order.truncate(*end);
+            // selection), up to the last test in question.
+            let order = matrix.rerun_order(*l, *end, &asked);
             let after = match out.rerun_nodes.get(l).and_then(|n| n.last()) {
                 Some(previous) => vec![*previous],
                 None => vec![matrix.nodes[l]],

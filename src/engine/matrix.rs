@@ -1,7 +1,7 @@
 //! The seed matrix and what is read off it: every test's outcome in every order, where it stood,
 //! its message, its lease violations and the writes outside the sandbox.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use fixgate_graph::{Node, NodeId, Output};
 
@@ -42,6 +42,8 @@ pub(crate) struct Matrix {
     runs: BTreeMap<OrderLabel, CompactRun>,
     file: RunResult,
     pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
+    /// The tests the shuffled orders ran (a scoped audit's, or every test).
+    scope: Scope,
 }
 
 /// The matrix's runs added to the graph and not yet waited for.
@@ -164,7 +166,7 @@ impl Started {
     /// each kept compact (see [`crate::engine::compact`]). A warm audit finds the node in the
     /// cache and decodes no run but the file-order one, which the caller waited for already and
     /// hands over. The runs' bytes are released from the graph.
-    pub(crate) fn finish(self, engine: &Engine, file: RunResult) -> Result<Matrix> {
+    pub(crate) fn finish(self, engine: &Engine, file: RunResult, scope: Scope) -> Result<Matrix> {
         let inputs: Vec<NodeId> = self.labels.iter().map(|l| self.nodes[l]).collect();
         for (l, &id) in self.labels.iter().zip(&inputs) {
             if let Err(e) = engine.live.wait(id).into_result() {
@@ -225,6 +227,7 @@ impl Started {
             runs,
             file,
             nodes: self.nodes,
+            scope,
         })
     }
 }
@@ -252,6 +255,28 @@ impl Matrix {
             .get(&label)
             .map(|r| r.order(&self.ids))
             .unwrap_or_default()
+    }
+
+    /// The tests of the order of `label` up to `end` (not included) that a rerun of it needs:
+    /// those of the scope and those of `asked` (a scoped audit's file-order and reversed runs
+    /// cover the whole selection, carried tests included, and a test outside the scope writes
+    /// nothing that could change another's outcome, as in the shuffled orders), or all of them.
+    pub(crate) fn rerun_order(
+        &self,
+        label: OrderLabel,
+        end: usize,
+        asked: &HashSet<&str>,
+    ) -> Vec<String> {
+        let mut order = self.order(label);
+        order.truncate(end);
+        order.retain(|id| self.scope.runs(id) || asked.contains(id.as_str()));
+        order
+    }
+
+    /// Whether the test may share a process with others in place of a run by itself
+    /// ([`Scope::shares`]).
+    pub(crate) fn shares(&self, nodeid: &str) -> bool {
+        self.scope.shares(nodeid)
     }
 
     /// Where the test stands in the order of `label`.
@@ -310,7 +335,7 @@ impl Matrix {
     }
 
     /// The orders as [`crate::engine::search::order_check`] reads them: label, the order up to
-    /// and with the test, its outcome there.
+    /// and with the test (of the scope's tests, as [`Matrix::rerun_order`]), its outcome there.
     pub(crate) fn seed_orders(&self, nodeid: &str) -> Vec<(OrderLabel, Vec<String>, Outcome)> {
         let Some(i) = self.ids.get(nodeid) else {
             return Vec::new();
@@ -322,6 +347,7 @@ impl Matrix {
                 let outcome = run.outcome(i)?;
                 let mut order = run.order(&self.ids);
                 order.truncate(pos + 1);
+                order.retain(|id| id == nodeid || self.scope.runs(id));
                 Some((*label, order, outcome))
             })
             .collect()

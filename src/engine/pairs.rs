@@ -5,7 +5,7 @@
 //! in the next wave. Which sets are offered in which wave depends only on the victims' order, so
 //! the answers do not depend on how many jobs run them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use fixgate_graph::{Node, NodeId, Output};
@@ -450,16 +450,15 @@ fn whole_reproduces(confirmation: &Confirmation, q: &Question) -> bool {
     !reruns.is_empty() && reruns.iter().all(|o| q.kind.anomaly(o.is_green()))
 }
 
-/// The tests before the victim in the order that showed the anomaly, and the runs a search of
-/// them starts after.
+/// The tests before the victim in the order that showed the anomaly (those of the scope, in a
+/// scoped audit: [`Matrix::rerun_order`]), and the runs a search of them starts after.
 fn prefix(
     matrix: &Matrix,
     confirmation: &Confirmation,
     q: &Question,
 ) -> (Vec<String>, Vec<NodeId>) {
-    let mut order = matrix.order(q.label);
-    let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
-    order.truncate(pos);
+    let pos = matrix.position(q.label, &q.id).unwrap_or(0);
+    let order = matrix.rerun_order(q.label, pos, &HashSet::new());
     let mut after: Vec<NodeId> = vec![matrix.nodes[&q.label]];
     after.extend(&confirmation.nodes);
     (order, after)
