@@ -444,11 +444,13 @@ pub(crate) struct BatchProof {
 /// victim, without the culprits" must each show every victim normal. Each victim gets the
 /// evidence [`verify`] asks of one (three runs each way), so a victim that flakes with
 /// probability `p` whatever ran before it passes with probability at most `(1-p)^3 p^3`, the
-/// per-victim bound (README, "How sure a reject is"). The victims must not change each other's
-/// outcome: the caller batches only victims that left no shared state changed in the recorded
-/// runs (`crate::audit::scope`), so that the other victims before one are no more than
-/// neighbours. A victim a run does not bear out leaves the batch (the caller proves it alone);
-/// the runs go on with the others, stopping when none is left.
+/// per-victim bound (docs/verdicts.md, "How sure a reject is"). The victims should not change
+/// each other's outcome: the caller batches only victims that wrote no file of the tree and, in
+/// a scoped audit, left no shared state changed in the recorded runs (`crate::audit::scope`).
+/// A whole audit records no state, so a victim that changes what another sees is not kept out
+/// there: each victim's anomaly still shows only in the runs with the culprits, but its pair may
+/// then name fewer tests than its whole cause. A victim a run does not bear out leaves the batch (the
+/// caller proves it alone); the runs go on with the others, stopping when none is left.
 pub(crate) fn verify_batch(
     engine: &Engine,
     kind: PairKind,
