@@ -55,12 +55,12 @@ const TOGETHER_FROM: usize = 2;
 ///
 /// In a scoped audit a rerun runs only the tests of the scope (and those in question) up to that
 /// point, as the shuffled orders do ([`Matrix::rerun_order`]). The tests to run alone that the
-/// recording names no state writer ([`Matrix::shares`]) first run together, in one process: none of them can
-/// change what another sees, so each is green there as it is alone, and a green there is its
-/// green alone. One red there (or not run: an earlier test ended the session) runs alone, so
-/// that a red alone, which sends a test to the state-setter search, is always its own run.
-/// A patch that makes fifty tests of one module read what one setter writes costs one process
-/// here, not fifty (issue 21).
+/// recording names no state writer ([`Matrix::shares`]) first run together, in one process:
+/// none of them can change what another sees, so each is green there as it is alone, and a
+/// green there is its green alone. One red there (or not run: an earlier test ended the
+/// session) runs alone, so that a red alone, which sends a test to the state-setter search, is
+/// always its own run. A patch that makes fifty tests of one module read what one setter writes
+/// costs one process here, not fifty (issue 21).
 pub(crate) fn confirm(
     engine: &Engine,
     matrix: &Matrix,

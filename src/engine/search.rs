@@ -449,8 +449,9 @@ pub(crate) struct BatchProof {
 /// a scoped audit, left no shared state changed in the recorded runs (`crate::audit::scope`).
 /// A whole audit records no state, so a victim that changes what another sees is not kept out
 /// there: each victim's anomaly still shows only in the runs with the culprits, but its pair may
-/// then name fewer tests than its whole cause. A victim a run does not bear out leaves the batch (the
-/// caller proves it alone); the runs go on with the others, stopping when none is left.
+/// then name fewer tests than its whole cause. A victim a run does not bear out leaves the
+/// batch (the caller proves it alone); the runs go on with the others, stopping when none is
+/// left.
 pub(crate) fn verify_batch(
     engine: &Engine,
     kind: PairKind,
