@@ -382,6 +382,20 @@ fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introd
         );
         assert_eq!(pair["introduced"], true);
     }
+    // The one victim searched had its search over the state writers before it first: the
+    // setter alone, then the setter with the victim (the full audit bisects every test before).
+    let searched: Vec<&Value> = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["found_by"] == "search")
+        .collect();
+    assert_eq!(searched.len(), 1, "{:#}", v["pairs"]);
+    assert!(
+        searched[0]["search_runs"].as_u64().unwrap() <= 2,
+        "{:#}",
+        searched[0]
+    );
     // The three victims leave nothing changed: the confirmation runs them alone together, in
     // one process, not one each (the full audit that `scoped_audit` compares with does).
     assert_eq!(executed(&v, "alone-together-run"), 1, "{:#}", v["graph"]);

@@ -273,6 +273,12 @@ impl Matrix {
         order
     }
 
+    /// Whether a scoped audit's recording names the test a state writer (never when the orders
+    /// run in full: nothing is known then).
+    pub(crate) fn writer(&self, nodeid: &str) -> bool {
+        matches!(&self.scope, Scope::Scoped { writers, .. } if writers.contains(nodeid))
+    }
+
     /// Whether the test may share a process with others in place of a run by itself
     /// ([`Scope::shares`]).
     pub(crate) fn shares(&self, nodeid: &str) -> bool {

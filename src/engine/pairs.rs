@@ -423,15 +423,42 @@ fn known_answer(
     Ok((answered, now_tried))
 }
 
-/// The answer of a search over the prefix of the order that showed the anomaly.
+/// The answer of a search over the prefix of the order that showed the anomaly. A polluter or a
+/// state-setter leaves state changed behind it: in a scoped audit the state writers of the
+/// prefix ([`Matrix::writer`]) are searched first, and the whole prefix only when they do not
+/// show the anomaly (a cause the recording cannot see, such as a library's object changed in
+/// place), the writers' runs counted in the search's.
 fn searched(
     engine: &Engine,
     matrix: &Matrix,
     confirmation: &Confirmation,
     q: &Question,
 ) -> Result<Answered> {
-    let (prefix, after) = prefix(matrix, confirmation, q);
-    let pair = search::find(
+    let (prefix, mut after) = prefix(matrix, confirmation, q);
+    let writers: Vec<String> = prefix
+        .iter()
+        .filter(|t| matrix.writer(t))
+        .cloned()
+        .collect();
+    let mut writers_runs = 0;
+    if !writers.is_empty() && writers.len() < prefix.len() {
+        let first = search::find(
+            engine,
+            Role::Head,
+            &q.id,
+            &writers,
+            q.kind,
+            false,
+            1,
+            &after,
+        )?;
+        if first.pair.search.outcome.explains() {
+            return checked(engine, matrix, confirmation, q, first);
+        }
+        writers_runs = first.pair.search.runs;
+        after = vec![first.last];
+    }
+    let mut pair = search::find(
         engine,
         Role::Head,
         &q.id,
@@ -441,6 +468,7 @@ fn searched(
         1,
         &after,
     )?;
+    pair.pair.search.runs += writers_runs;
     checked(engine, matrix, confirmation, q, pair)
 }
 
