@@ -325,8 +325,8 @@ impl StateChange {
     }
 
     /// Whether any test at all may read it (the environment, the working directory, the
-    /// import system, another module's global, a thread that keeps running), as against a module's values or a file,
-    /// whose readers the recording tells.
+    /// import system, another module's global, a thread that keeps running), as against a
+    /// module's values or a file, whose readers the recording tells.
     pub(crate) fn read_by_anyone(&self) -> bool {
         !matches!(self, StateChange::Global { .. })
     }
