@@ -122,11 +122,28 @@ impl Frozen {
             dir.push(std::ffi::OsStr::from_bytes(c));
             match std::fs::symlink_metadata(&dir) {
                 Ok(m) if m.is_dir() => continue,
-                Ok(_) => remove(&dir)?,
+                // A file or a link: removed as such, never a directory another copy made since.
+                Ok(_) => match std::fs::remove_file(&dir) {
+                    Err(e) if !gone(&e) && !std::fs::metadata(&dir).is_ok_and(|m| m.is_dir()) => {
+                        return Err(Error::io("remove", &dir, e))
+                    }
+                    _ => {}
+                },
                 Err(e) if gone(&e) => {}
                 Err(e) => return Err(Error::io("stat", &dir, e)),
             }
-            std::fs::create_dir(&dir).map_err(|e| Error::io("create", &dir, e))?;
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                // Files of one directory are copied side by side: another copy made it first.
+                // Only a real directory will do; anything else is checked again next time.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let real = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+                    if !real {
+                        return Err(Error::io("create", &dir, e));
+                    }
+                }
+                Err(e) => return Err(Error::io("create", &dir, e)),
+            }
         }
         Ok(())
     }
@@ -163,6 +180,31 @@ fn gone(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_of_one_new_directory_copied_side_by_side_all_land() {
+        use rayon::prelude::*;
+        let live = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..64).map(|i| format!("tests/deep/t{i}.py")).collect();
+        std::fs::create_dir_all(live.path().join("tests/deep")).unwrap();
+        for n in &names {
+            std::fs::write(live.path().join(n), n).unwrap();
+        }
+        for _ in 0..20 {
+            let temp = tempfile::tempdir().unwrap();
+            let frozen = Frozen::create(temp.path()).unwrap();
+            // A file where the directory goes: every copy must replace it, none may fail.
+            std::fs::write(frozen.root().join("tests"), "in the way").unwrap();
+            names
+                .par_iter()
+                .map(|n| frozen.copy(live.path(), &RepoPath::from(n.as_str()), true))
+                .collect::<Result<Vec<_>>>()
+                .expect("every copy lands");
+            for n in &names {
+                assert_eq!(std::fs::read_to_string(frozen.root().join(n)).unwrap(), *n);
+            }
+        }
+    }
 
     #[test]
     fn the_copy_follows_files_links_and_modes_and_never_writes_through_a_link() {
