@@ -381,10 +381,11 @@ fn an_audit_with_confirmation_and_bisection_reuses_its_zygotes_and_none_outlives
     assert!(!forked["pairs"].as_array().unwrap().is_empty(), "{forked}");
     let fs = &forked["forkserver"];
     assert_eq!(fs["fallbacks"], serde_json::json!([]), "{fs}");
-    assert!(
-        fs["zygotes"].as_u64().unwrap() <= 2,
-        "one per snapshot: {fs}"
-    );
+    // Each snapshot is collected once, by the zygote its runs then fork from, and no run
+    // starts a process of its own: the base's zygote and at most one per job slot for the
+    // head (4 processes before the collections were the zygotes').
+    assert_eq!(fs["fresh_processes"], 0, "{fs}");
+    assert!(fs["zygotes"].as_u64().unwrap() <= 3, "{fs}");
     assert!(fs["forks"].as_u64().unwrap() > 8, "{fs}");
 
     // Every process that had this repository's plugin directory on its path is gone.
@@ -496,4 +497,81 @@ fn a_crashed_run_continues_in_a_fork_only_when_a_fresh_collection_would_see_the_
     repo.commit("a conftest");
     let (forked, _) = same_both_ways(&repo, &["run", "--seed", "0", "--format", "json"], "result");
     assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
+}
+
+#[test]
+fn an_audit_collects_in_the_interpreter_its_runs_fork_from_and_finds_what_a_fresh_collection_does()
+{
+    // One collection per snapshot: the warm interpreter's, described item by item as a fresh
+    // `--collect-only` run describes it. The head adds skips of every kind fixgate counts (a
+    // marker, a unittest skip, a module skipped at collection) and a test a conftest hook
+    // deselects; the root conftest is imported before the plugin traces (a partial trace).
+    let repo = TestRepo::new();
+    repo.write(
+        "conftest.py",
+        "def pytest_collection_modifyitems(config, items):\n    \
+             gone = [i for i in items if i.name == 'test_dropped']\n    \
+             items[:] = [i for i in items if i.name != 'test_dropped']\n    \
+             config.hook.pytest_deselected(items=gone)\n",
+    )
+    .write("src/calc.py", "def double(x):\n    return 2 * x\n")
+    .write(
+        "tests/test_calc.py",
+        "import pytest\nfrom calc import double\n\n\
+         @pytest.mark.parametrize('x', [1, 2])\n\
+         def test_double(x):\n    assert double(x) == 2 * x\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_new.py",
+        "import unittest, pytest\nfrom calc import double\n\n\
+         @pytest.mark.skip(reason='later')\n\
+         def test_marked():\n    assert double(3) == 5\n\n\
+         def test_dropped():\n    assert False\n\n\
+         class TestOld(unittest.TestCase):\n    \
+             @unittest.skip('flaky')\n    \
+             def test_old(self):\n        self.fail()\n",
+    )
+    .write(
+        "tests/test_later.py",
+        "import pytest\npytest.skip('not yet', allow_module_level=True)\n\n\
+         def test_never():\n    pass\n",
+    );
+    repo.commit("head");
+    let args = [
+        "audit", "--base", &base, "--head", "HEAD", "--seeds", "2", "--format", "json", "--quiet",
+    ];
+    let (forked, fresh) = same_both_ways(&repo, &args, "tests");
+    for field in ["verdict", "findings", "budget", "orders"] {
+        assert_eq!(
+            untimed(forked[field].clone()),
+            untimed(fresh[field].clone()),
+            "{field}"
+        );
+    }
+    // The three skips count against the budget; the deselected test is not a test at all.
+    let reasons = forked["reasons"].to_string();
+    assert!(
+        reasons.contains("3 new skips")
+            && [
+                "test_new.py::TestOld::test_old",
+                "test_new.py::test_marked",
+                "test_later.py"
+            ]
+            .iter()
+            .all(|s| reasons.contains(s)),
+        "{reasons}"
+    );
+    let ids = forked["tests"].to_string();
+    assert!(
+        !ids.contains("test_dropped") && ids.contains("test_double[2]"),
+        "{ids}"
+    );
+    let fs = &forked["forkserver"];
+    assert_eq!(
+        fs["fresh_processes"], 0,
+        "no process collects on its own: {fs}"
+    );
+    assert_eq!(fs["fallbacks"], serde_json::json!([]), "{fs}");
+    assert!(fresh["forkserver"]["fresh_processes"].as_u64().unwrap() >= 2);
 }

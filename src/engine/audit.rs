@@ -272,7 +272,8 @@ fn phases(
         });
     }
 
-    let (base_collected, head_collected) = steps::collect_both(engine, fixtures.lock_node)?;
+    let (base_collected, head_collected) =
+        steps::collect_both(engine, fixtures.lock_node, scoped(opts, sides))?;
     let head_collected = match head_collected {
         Ok(c) => c,
         Err(failed) => {

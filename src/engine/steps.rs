@@ -13,6 +13,7 @@ use crate::engine::kind::NodeKind;
 use crate::engine::runs::{node_bug, Engine};
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
+use crate::pytest::driver::CollectIn;
 use crate::pytest::events::Collection;
 
 /// What the fixture steps found.
@@ -200,14 +201,24 @@ pub(crate) struct Failed {
 /// Adds the collections of the base and the head, after `gate` (the lock check: no test runs
 /// before the gates held), and waits for both. The base must collect (else nothing can be
 /// judged); a head that does not is the patch's doing, and comes back as its error text.
+/// `scoped`: the runs of a scoped audit record, and collect in a warm interpreter that traced
+/// its collection (see [`CollectIn`]).
 pub(crate) fn collect_both(
     engine: &Engine,
     gate: NodeId,
+    scoped: bool,
 ) -> Result<(Collected, std::result::Result<Collected, Failed>)> {
+    // The runs fork from the interpreter that collected, unless they run elsewhere.
+    let how = match engine.remote {
+        Some(_) => CollectIn::Fresh,
+        None => CollectIn::Warm {
+            record_code: scoped,
+        },
+    };
     let add_side = |role, side: &std::sync::Arc<TreeDigests>| {
         engine
             .live
-            .add_after(collect_node(engine, role, side.clone()), &[], &[gate])
+            .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
             .map_err(|e| Error::bug(e.to_string()))
     };
     let b = add_side("base", &engine.base)?;
@@ -253,15 +264,21 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 
 /// Collection as a traced node: it depends on the files pytest imported and read while
 /// collecting (plus the startup files and the set of paths), so a README change re-collects
-/// nothing.
-fn collect_node(engine: &Engine, role: &'static str, side: Arc<TreeDigests>) -> Node {
+/// nothing. Where it collects (`how`) is not part of its key: a warm interpreter reports
+/// the collection a fresh `--collect-only` process does.
+fn collect_node(
+    engine: &Engine,
+    role: &'static str,
+    side: Arc<TreeDigests>,
+    how: CollectIn,
+) -> Node {
     let runner = engine.runner.clone();
     let compute_side = side.clone();
     let kind = NodeKind::Collect;
     let mut node = Node::new(kind.of(role), kind.as_str(), move |_| {
         let (items, trace) =
             runner
-                .collect_traced(&compute_side.snapshot)
+                .collect_traced(&compute_side.snapshot, how)
                 .map_err(|e| match e {
                     // The suite's own failure (a file that does not import, a conftest that
                     // raises: pytest ran and exited with its code) is data; a process that

@@ -78,6 +78,18 @@ pub(crate) struct Runner {
     pub(crate) env: Arc<crate::environment::Environment>,
 }
 
+/// Where a collection runs ([`Runner::collect_traced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CollectIn {
+    /// A pytest process of its own (`--collect-only`).
+    Fresh,
+    /// A new warm interpreter of the snapshot, which the runs after it fork from: one
+    /// collection per snapshot instead of two. `record_code`: one that traced its collection,
+    /// as a run that records the code each test ran needs. A fresh process collects when no
+    /// warm interpreter can be had.
+    Warm { record_code: bool },
+}
+
 /// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
 /// `record.py`): the repository's code each test ran, and the shared state it left changed.
 /// The audit asks it of its file-order run (both) and its reversed run (state).
@@ -335,16 +347,66 @@ impl Runner {
 
     /// Collects the snapshot's tests: node ids, files, lines and markers.
     pub(crate) fn collect(&self, snapshot: &Snapshot) -> Result<Vec<CollectedItem>> {
-        self.collect_traced(snapshot).map(|(c, _)| c.items)
+        self.collect_traced(snapshot, CollectIn::Fresh)
+            .map(|(c, _)| c.items)
     }
 
     /// Collects, and returns what collection read and imported (its dependencies).
-    pub(crate) fn collect_traced(&self, snapshot: &Snapshot) -> Result<(Collection, Trace)> {
+    pub(crate) fn collect_traced(
+        &self,
+        snapshot: &Snapshot,
+        how: CollectIn,
+    ) -> Result<(Collection, Trace)> {
+        if let CollectIn::Warm { record_code } = how {
+            self.check_interrupted()?;
+            if let Some(found) = self.collect_warm(snapshot, record_code) {
+                return Ok(found);
+            }
+        }
         let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
         if !errors.is_empty() {
             return Err(collect_error(snapshot, &errors));
         }
         Ok((collection, trace))
+    }
+
+    /// The collection of a new warm interpreter of `snapshot`, left idle for the runs that
+    /// fork from it; `None` when there is none to be had (forking is off, every slot is busy,
+    /// the interpreter would not start or collection failed there): a fresh process collects.
+    fn collect_warm(&self, snapshot: &Snapshot, record_code: bool) -> Option<(Collection, Trace)> {
+        let (collection, trace) = self.with_launch(record_code, true, |launch| {
+            let mut lease = self
+                .forkserver
+                .checkout(launch, snapshot, &Overlay::new(), None)?;
+            lease.take_collection()
+        })?;
+        self.forkserver.note_collection(
+            snapshot,
+            collection.items.iter().map(|i| i.nodeid.clone()).collect(),
+        );
+        Some((collection, trace))
+    }
+
+    /// `f` with what starting a warm interpreter of this runner takes.
+    fn with_launch<R>(
+        &self,
+        record_code: bool,
+        collect_items: bool,
+        f: impl FnOnce(&Launch) -> R,
+    ) -> R {
+        // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
+        let prepare = |sandbox: &Sandbox, events: &Path| {
+            self.prepare(sandbox, &self.base_args(sandbox, events))
+        };
+        let fresh = |snapshot: &Snapshot| self.sandbox(snapshot, &Overlay::new());
+        f(&Launch {
+            sandbox: &fresh,
+            interrupted: &self.interrupted,
+            prepare: &prepare,
+            host: &self.host,
+            record_code,
+            collect_items,
+        })
     }
 
     /// Collects `snapshot` with `overlay` over it: what collected, what collection read and
@@ -378,19 +440,10 @@ impl Runner {
                     items = Some(i);
                     deselected = d;
                 }
-                Event::SessionTrace { trace: t } => trace.merge(t),
-                Event::CollectSkip { nodeid, reason } => skipped_collectors.push(CollectedItem {
-                    file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
-                    nodeid,
-                    line: None,
-                    markers: vec![crate::pytest::events::Marker {
-                        name: "skip".into(),
-                        args: Vec::new(),
-                        kwargs: reason
-                            .map(|r| [("reason".to_string(), serde_json::Value::String(r))].into())
-                            .unwrap_or_default(),
-                    }],
-                }),
+                Event::SessionTrace { trace: t, .. } => trace.merge(t),
+                Event::CollectSkip { nodeid, reason } => {
+                    skipped_collectors.push(CollectedItem::skipped_collector(nodeid, reason))
+                }
                 Event::CollectError {
                     nodeid,
                     message,
@@ -494,19 +547,10 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         self.check_interrupted()?;
-        // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
-        let prepare = |sandbox: &Sandbox, events: &Path| {
-            self.prepare(sandbox, &self.base_args(sandbox, events))
-        };
-        let fresh = |snapshot: &Snapshot| self.sandbox(snapshot, &Overlay::new());
-        let launch = Launch {
-            sandbox: &fresh,
-            interrupted: &self.interrupted,
-            prepare: &prepare,
-            host: &self.host,
-            record_code: record.code,
-        };
-        let place = match self.forkserver.checkout(&launch, snapshot, overlay, order) {
+        let lease = self.with_launch(record.code, false, |launch| {
+            self.forkserver.checkout(launch, snapshot, overlay, order)
+        });
+        let place = match lease {
             Some(lease) => Place::Warm(Box::new(lease)),
             None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
@@ -787,7 +831,7 @@ impl Runner {
                             pb.inc(1);
                         }
                     }
-                    Event::SessionTrace { trace } => result.session_trace.merge(trace),
+                    Event::SessionTrace { trace, .. } => result.session_trace.merge(trace),
                     Event::SessionCode { code, unknown } => match (code, unknown) {
                         (Some(code), None) => {
                             if let Some(all) = &mut result.session_code {

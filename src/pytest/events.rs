@@ -42,6 +42,11 @@ pub(crate) enum Event {
     SessionTrace {
         #[serde(default)]
         trace: Trace,
+        /// A fork server's collection trace that misses what modules imported before the
+        /// plugin could trace read (conftest.py files pytest loads first): it still names
+        /// them as imported, as a fresh collection's does.
+        #[serde(default)]
+        partial: bool,
     },
     /// The repository's code that ran outside any test (`--fixgate-record` with `code`).
     SessionCode {
@@ -141,6 +146,23 @@ pub(crate) struct Collection {
 }
 
 impl CollectedItem {
+    /// A collector skipped as a whole (a `collect_skip` event), as a pseudo-item that carries
+    /// a `skip` marker with its reason.
+    pub(crate) fn skipped_collector(nodeid: String, reason: Option<String>) -> CollectedItem {
+        CollectedItem {
+            file: Some(nodeid.split("::").next().unwrap_or(&nodeid).to_string()),
+            nodeid,
+            line: None,
+            markers: vec![Marker {
+                name: "skip".into(),
+                args: Vec::new(),
+                kwargs: reason
+                    .map(|r| [("reason".to_string(), serde_json::Value::String(r))].into())
+                    .unwrap_or_default(),
+            }],
+        }
+    }
+
     pub(crate) fn has_marker(&self, name: &str) -> bool {
         self.markers.iter().any(|m| m.name == name)
     }

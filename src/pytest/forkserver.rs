@@ -7,7 +7,7 @@
 //! is restored to its post-collection bytes before each run, and snapshots fall back to fresh
 //! processes (the reason recorded) when the zygote has threads after collection (each named;
 //! pytest-rerunfailures' idle status server for xdist workers is let through, see
-//! plugin/forkserver.py), when its collection differs from a fresh one (collection is
+//! plugin/forkserver.py), when its collection differs from the audit's (collection is
 //! order-sensitive), when `[tool.fixgate] fork = false` or `FIXGATE_FORK=0` says so, or when the
 //! zygote fails in any way.
 
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::pytest::command::PreparedCommand;
-use crate::pytest::events::{Event, Trace};
+use crate::pytest::events::{CollectedItem, Collection, Event, Trace};
 use crate::sandbox::{Overlay, Sandbox, TreeState};
 use crate::snapshot::Snapshot;
 
@@ -129,6 +129,11 @@ pub(crate) struct Launch<'a> {
     /// collection can fork it (tracing the collection is most of what recording costs on
     /// Python 3.9-3.11, so the other runs fork from a zygote that did not).
     pub(crate) record_code: bool,
+    /// Whether this checkout is a collection's (see [`Lease::take_collection`]): a new zygote
+    /// describes each item as a fresh `--collect-only` run does, and one that cannot start is
+    /// not held against its snapshot (the fresh collection that follows says why, in the
+    /// suite's words, and the runs try a zygote again).
+    pub(crate) collect_items: bool,
 }
 
 /// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
@@ -144,7 +149,8 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Zygote>>,
     /// Snapshots that run fresh, with the reason.
     refused: Mutex<HashMap<Key, String>>,
-    /// The node ids a fresh collection of each snapshot listed, in order.
+    /// The node ids the audit's collection of each snapshot listed (a fresh process's or the
+    /// first zygote's), in order.
     collections: Mutex<HashMap<Key, Vec<String>>>,
     stats: Arc<ForkStats>,
 }
@@ -169,7 +175,7 @@ impl Pool {
         &self.stats
     }
 
-    /// Remembers what a fresh collection of `snapshot` listed, to check zygotes against.
+    /// Remembers what the audit's collection of `snapshot` listed, to check zygotes against.
     pub(crate) fn note_collection(&self, snapshot: &Snapshot, ids: Vec<String>) {
         if let Ok(mut c) = self.collections.lock() {
             c.insert(identity(snapshot), ids);
@@ -215,9 +221,11 @@ impl Pool {
         // A zygote that recorded its collection forks runs that record nothing as well as a
         // plain one (each forked run says what it records): a scoped audit's runs share them.
         let recorded = zygote_key(&snap, true);
-        let idle = match launch.record_code {
-            true => self.take_idle(key),
-            false => self.take_idle(key).or_else(|| self.take_idle(recorded)),
+        let idle = match (launch.collect_items, launch.record_code) {
+            // Only a new zygote holds its collection described item by item.
+            (true, _) => None,
+            (false, true) => self.take_idle(key),
+            (false, false) => self.take_idle(key).or_else(|| self.take_idle(recorded)),
         };
         let mut zygote = match idle {
             Some(z) => z,
@@ -230,8 +238,9 @@ impl Pool {
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
                         // A cancelled start says nothing about the snapshot: under `fixgate
-                        // watch` the next audit may fork from it.
-                        if !launch.interrupted.load(Ordering::SeqCst) {
+                        // watch` the next audit may fork from it. Nor does a collection's:
+                        // the fresh one after it tells.
+                        if !launch.interrupted.load(Ordering::SeqCst) && !launch.collect_items {
                             self.refuse(snap, reason);
                         }
                         return None;
@@ -247,7 +256,7 @@ impl Pool {
                 self.refuse(
                     snap,
                     "collection is order-sensitive: the warm interpreter collected other tests, \
-                     or another order, than a fresh collection"
+                     or another order, than the audit's collection"
                         .to_owned(),
                 );
                 return None;
@@ -325,6 +334,13 @@ pub(crate) struct Lease<'p> {
 }
 
 impl Lease<'_> {
+    /// The collection of a zygote started for one ([`Launch::collect_items`]): what it
+    /// collected, described as a fresh `--collect-only` run describes it, and what collection
+    /// read, imported and listed; `None` once taken, or when it did not say.
+    pub(crate) fn take_collection(&mut self) -> Option<(Collection, Trace)> {
+        self.zygote.as_mut()?.items.take()
+    }
+
     /// Whether the zygote can still fork (it has not failed during this run).
     pub(crate) fn healthy(&self) -> bool {
         self.zygote.as_ref().is_some_and(|z| z.healthy)
@@ -373,6 +389,9 @@ pub(crate) struct Zygote {
     /// What collection read, imported and listed (`None`: collection wrote, ran untraced code
     /// or touched home or tmp, so a run never continues in a fork after a crash).
     collection: Option<Trace>,
+    /// Its collection as a fresh `--collect-only` run reports it, when it was started for one
+    /// ([`Launch::collect_items`]) and until taken.
+    items: Option<(Collection, Trace)>,
     log: PathBuf,
     /// Where its forks are counted.
     stats: Arc<ForkStats>,
@@ -404,6 +423,9 @@ impl Zygote {
         // each forked run records per test, it says itself).
         if launch.record_code {
             prepared.args.push("--fixgate-record=".into());
+        }
+        if launch.collect_items {
+            prepared.args.push("--fixgate-collect-items".into());
         }
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
@@ -445,6 +467,7 @@ impl Zygote {
             sandbox,
             pristine: TreeState::default(),
             collection: None,
+            items: None,
             log,
             stats: stats.clone(),
         };
@@ -471,15 +494,36 @@ impl Zygote {
             return Err(format!("the warm interpreter said {reply:?}, not ready"));
         }
         let mut collection = None;
+        let mut described = None;
+        let mut skipped_collectors = Vec::new();
+        let mut complete = false;
         for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
             match ev {
-                Event::Collected { items, .. } => {
-                    zygote.collected = items.into_iter().map(|i| i.nodeid).collect();
+                Event::Collected { items, deselected } => {
+                    zygote.collected = items.iter().map(|i| i.nodeid.clone()).collect();
+                    described = Some((items, deselected));
                 }
-                Event::SessionTrace { trace } => collection = Some(trace),
+                Event::CollectSkip { nodeid, reason } => {
+                    skipped_collectors.push(CollectedItem::skipped_collector(nodeid, reason))
+                }
+                Event::SessionTrace { trace, partial } => {
+                    complete = !partial;
+                    collection = Some(trace);
+                }
                 _ => {}
             }
         }
+        if let (true, Some((items, deselected)), Some(trace)) =
+            (launch.collect_items, described, &collection)
+        {
+            let described = Collection {
+                items,
+                skipped_collectors,
+                deselected,
+            };
+            zygote.items = Some((described, trace.clone()));
+        }
+        let collection = collection.filter(|_| complete);
         zygote.pristine = zygote
             .sandbox
             .record()

@@ -102,6 +102,15 @@ def pytest_addoption(parser):
         default=False,
         help="fixgate: emit one 'collected' event listing every collected item.",
     )
+    group.addoption(
+        "--fixgate-collect-items",
+        dest="fixgate_collect_items",
+        action="store_true",
+        default=False,
+        help="fixgate: with --fixgate-collect in a fork server, describe each item (file, line, "
+        "markers) and what was deselected, as --collect-only does, and always send the "
+        "collection's trace: the warm interpreter's collection is the audit's.",
+    )
 
 
 def pytest_configure(config):
@@ -500,10 +509,15 @@ class _FixgatePlugin(object):
         self.config = config
         self.session_trace = set()
         self.collect_event = bool(config.getoption("fixgate_collect", False))
+        # Whether the collected event describes each item: a --collect-only run's, or a fork
+        # server's whose collection stands for a --collect-only run (--fixgate-collect-items).
+        self.collect_items = self.collect_event and bool(
+            config.option.collectonly or config.getoption("fixgate_collect_items", False)
+        )
         self.order_state = None  # None: not applied yet, "ok", "failed"
         # With --collect-only: the node ids of every item collection produced, before any
         # plugin deselected or dropped some (pytest_itemcollected sees each item as it is made).
-        self.collected_ids = [] if self.collect_event and config.option.collectonly else None
+        self.collected_ids = [] if self.collect_items else None
         self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
 
         try:
@@ -553,12 +567,19 @@ class _FixgatePlugin(object):
         may continue after a crash in a forked child: only when nothing collection read has
         changed since. Rendered with tracing off; the recorded set stays as it is. Not sent
         when modules of the tree were imported before the hook could see them (conftest.py
-        files pytest loads before configuring plugins): what they read is unknown."""
+        files pytest loads before configuring plugins): what they read is unknown. With
+        --fixgate-collect-items it is sent all the same, marked partial: it is then also the
+        audit's collection trace, which names such modules as imported, as a fresh
+        --collect-only run's does."""
         roots = tuple(r + os.sep for r in (self.root, os.path.realpath(self.root)))
+        partial = False
         for name in self.preloaded:
             path = getattr(sys.modules.get(name), "__file__", None)
             if isinstance(path, str) and os.path.abspath(path).startswith(roots):
-                return
+                partial = True
+                break
+        if partial and not self.collect_items:
+            return
         saved = _trace.record_into(None)
         try:
             trace = self.run.classifier.render(set(self.session_trace))
@@ -568,7 +589,10 @@ class _FixgatePlugin(object):
         finally:
             _trace.record_into(saved)
         if trace is not None:
-            self.run.emit({"event": "session_trace", "trace": trace})
+            event = {"event": "session_trace", "trace": trace}
+            if partial:
+                event["partial"] = True
+            self.run.emit(event)
 
     def _begin_forked_run(self, session, command):
         """In a child of the fork server: become the process a fresh `pytest --fixgate-order`
@@ -577,6 +601,8 @@ class _FixgatePlugin(object):
         self.run.close()
         self.forkserver_fd = None
         self.collect_event = False
+        self.collect_items = False
+        self.collected_ids = None
         self.run = _Run(
             self.config,
             self.root,
@@ -653,7 +679,7 @@ class _FixgatePlugin(object):
         if self.collect_event and run.streaming:
             try:
                 nodeids = [it.nodeid for it in session.items]
-                if self.config.getoption("collectonly", False):
+                if self.collect_items:
                     items = [self._item_info(it) for it in session.items]
                     event = {"event": "collected", "items": items}
                     # Items collected and then taken out of the session: by -k, -m, --deselect
