@@ -344,7 +344,7 @@ fn a_hanging_test_and_everything_it_started_die_at_the_timeout() {
     );
     let v = json(&out);
     assert_eq!(outcome(&v, "test_hangs"), "timeout", "{v}");
-    let gone = wait_until(Duration::from_secs(1), || {
+    let gone = wait_until(Duration::from_secs(10), || {
         processes_with(&marker).is_empty()
     });
     let left = processes_with(&marker);
@@ -405,7 +405,7 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(started, "the survivors never started");
-    let gone = wait_until(Duration::from_secs(1), || {
+    let gone = wait_until(Duration::from_secs(10), || {
         processes_with(&marker).is_empty()
     });
     let left = processes_with(&marker);
@@ -623,7 +623,7 @@ fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
         &["manifest"],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let gone = wait_until(Duration::from_secs(1), || {
+    let gone = wait_until(Duration::from_secs(10), || {
         processes_with(&marker).is_empty()
     });
     let left = processes_with(&marker);

@@ -367,7 +367,8 @@ fn an_audit_with_confirmation_and_bisection_reuses_its_zygotes_and_none_outlives
     );
     repo.commit("head");
     let args = [
-        "audit", "--base", &base, "--head", "HEAD", "--seeds", "4", "--format", "json", "--quiet",
+        "audit", "--base", &base, "--head", "HEAD", "--seeds", "4", "--jobs", "2", "--format",
+        "json", "--quiet",
     ];
     let (forked, fresh) = same_both_ways(&repo, &args, "tests");
     for field in ["verdict", "findings", "pairs", "orders", "pytest_processes"] {
@@ -388,18 +389,27 @@ fn an_audit_with_confirmation_and_bisection_reuses_its_zygotes_and_none_outlives
     assert!(fs["zygotes"].as_u64().unwrap() <= 3, "{fs}");
     assert!(fs["forks"].as_u64().unwrap() > 8, "{fs}");
 
-    // Every process that had this repository's plugin directory on its path is gone.
+    // Every process that had this repository's plugin directory on its path is gone (the
+    // kernel reaps a killed process group a moment after fixgate exits: a loaded machine's
+    // moment).
     let cache = repo.cache.path().display().to_string();
-    let survivors: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            std::fs::read(e.path().join("environ"))
-                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&cache))
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let survivors = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&cache))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !survivors().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let survivors = survivors();
     assert!(
         survivors.is_empty(),
         "processes outlived fixgate: {survivors:?}"

@@ -113,10 +113,14 @@ impl Watched {
         self.dir.path().join("repo")
     }
 
+    /// Saves `rel` at once, as an editor that renames a finished file into place does: the
+    /// watcher never sees it empty or half written, however slow this machine.
     fn write(&self, rel: &str, text: &str) {
         let path = self.repo().join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
+        let staged = self.dir.path().join("staged");
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, path).unwrap();
     }
 
     fn read(&self, rel: &str) -> String {
@@ -178,13 +182,18 @@ impl Watcher {
 
     /// The next line of type `kind`, the lines before it kept in `seen`.
     fn next(&mut self, kind: &str) -> Value {
+        self.next_of(&[kind])
+    }
+
+    /// The next line of one of the types `kinds`, the lines before it kept in `seen`.
+    fn next_of(&mut self, kinds: &[&str]) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(v) => {
                     self.seen.push(v.clone());
-                    if v["type"] == kind {
+                    if kinds.iter().any(|k| v["type"] == *k) {
                         return v;
                     }
                     assert_ne!(
@@ -195,12 +204,12 @@ impl Watcher {
                     );
                 }
                 Err(RecvTimeoutError::Timeout) => panic!(
-                    "no {kind:?} line in {PATIENCE:?}; seen: {:#?}\n{}",
+                    "no {kinds:?} line in {PATIENCE:?}; seen: {:#?}\n{}",
                     self.seen,
                     self.log()
                 ),
                 Err(RecvTimeoutError::Disconnected) => panic!(
-                    "the watcher exited before a {kind:?} line; seen: {:#?}\n{}",
+                    "the watcher exited before a {kinds:?} line; seen: {:#?}\n{}",
                     self.seen,
                     self.log()
                 ),
@@ -208,12 +217,20 @@ impl Watcher {
         }
     }
 
-    /// The next report, with the `started` line of its audit.
+    /// The next report, with the `started` line of its audit. A save this machine made in
+    /// two steps may start an audit that the second step cancels: the report is the latest
+    /// audit's.
     fn report(&mut self) -> (Value, Value) {
-        let started = self.next("started");
-        let report = self.next("report");
-        assert_eq!(report["audit"], started["audit"], "{report}");
-        (started, report)
+        let mut started = self.next("started");
+        loop {
+            let line = self.next_of(&["started", "report"]);
+            if line["type"] == "started" {
+                started = line;
+                continue;
+            }
+            assert_eq!(line["audit"], started["audit"], "{line}");
+            return (started, line);
+        }
     }
 
     fn log(&self) -> String {

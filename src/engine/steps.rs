@@ -208,21 +208,26 @@ pub(crate) fn collect_both(
     gate: NodeId,
     scoped: bool,
 ) -> Result<(Collected, std::result::Result<Collected, Failed>)> {
-    // The runs fork from the interpreter that collected, unless they run elsewhere.
-    let how = match engine.remote {
+    // The runs fork from the interpreter that collected, unless they run elsewhere. The base
+    // runs two orders side by side only in a scoped audit (its recording); a head that is the
+    // base's tree shares the base's zygotes.
+    let same =
+        crate::pytest::forkserver::same_snapshot(&engine.base.snapshot, &engine.head.snapshot);
+    let how = |spare| match engine.remote {
         Some(_) => CollectIn::Fresh,
         None => CollectIn::Warm {
             record_code: scoped,
+            spare,
         },
     };
-    let add_side = |role, side: &std::sync::Arc<TreeDigests>| {
+    let add_side = |role, side: &std::sync::Arc<TreeDigests>, how| {
         engine
             .live
             .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
             .map_err(|e| Error::bug(e.to_string()))
     };
-    let b = add_side("base", &engine.base)?;
-    let h = add_side("head", &engine.head)?;
+    let b = add_side("base", &engine.base, how(scoped))?;
+    let h = add_side("head", &engine.head, how(!same))?;
     let base = outputs(engine, &[b])?;
     let base = Collected {
         node: b,

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::pytest::command::PreparedCommand;
 use crate::pytest::events::{CodeRan, CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
-use crate::pytest::forkserver::{Launch, Lease, Pool, Zygote};
+use crate::pytest::forkserver::{Launch, Lease, Pool, Purpose, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
 use crate::pytest::result::{Outcome, RunResult, TestResult};
@@ -85,9 +85,11 @@ pub(crate) enum CollectIn {
     Fresh,
     /// A new warm interpreter of the snapshot, which the runs after it fork from: one
     /// collection per snapshot instead of two. `record_code`: one that traced its collection,
-    /// as a run that records the code each test ran needs. A fresh process collects when no
-    /// warm interpreter can be had.
-    Warm { record_code: bool },
+    /// as a run that records the code each test ran needs. `spare`: with two job slots or
+    /// more, a second (plain) one is started beside it for the other slot's runs, which
+    /// would otherwise start theirs only once the collection is done. A fresh process
+    /// collects when no warm interpreter can be had.
+    Warm { record_code: bool, spare: bool },
 }
 
 /// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
@@ -357,9 +359,10 @@ impl Runner {
         snapshot: &Snapshot,
         how: CollectIn,
     ) -> Result<(Collection, Trace)> {
-        if let CollectIn::Warm { record_code } = how {
+        if let CollectIn::Warm { record_code, spare } = how {
             self.check_interrupted()?;
-            if let Some(found) = self.collect_warm(snapshot, record_code) {
+            let spare = spare && self.forkserver.slots() >= 2;
+            if let Some(found) = self.collect_warm(snapshot, record_code, spare) {
                 return Ok(found);
             }
         }
@@ -373,12 +376,34 @@ impl Runner {
     /// The collection of a new warm interpreter of `snapshot`, left idle for the runs that
     /// fork from it; `None` when there is none to be had (forking is off, every slot is busy,
     /// the interpreter would not start or collection failed there): a fresh process collects.
-    fn collect_warm(&self, snapshot: &Snapshot, record_code: bool) -> Option<(Collection, Trace)> {
-        let (collection, trace) = self.with_launch(record_code, true, |launch| {
-            let mut lease = self
-                .forkserver
-                .checkout(launch, snapshot, &Overlay::new(), None)?;
-            lease.take_collection()
+    fn collect_warm(
+        &self,
+        snapshot: &Snapshot,
+        record_code: bool,
+        spare: bool,
+    ) -> Option<(Collection, Trace)> {
+        let (collection, trace) = std::thread::scope(|scope| {
+            let spare = spare.then(|| {
+                scope.spawn(|| {
+                    self.with_launch(false, Purpose::Spare, |launch| {
+                        // Left idle, for the first run that asks.
+                        drop(
+                            self.forkserver
+                                .checkout(launch, snapshot, &Overlay::new(), None),
+                        )
+                    })
+                })
+            });
+            let found = self.with_launch(record_code, Purpose::Collect, |launch| {
+                let mut lease =
+                    self.forkserver
+                        .checkout(launch, snapshot, &Overlay::new(), None)?;
+                lease.take_collection()
+            });
+            if let Some(spare) = spare {
+                let _ = spare.join();
+            }
+            found
         })?;
         self.forkserver.note_collection(
             snapshot,
@@ -391,7 +416,7 @@ impl Runner {
     fn with_launch<R>(
         &self,
         record_code: bool,
-        collect_items: bool,
+        purpose: Purpose,
         f: impl FnOnce(&Launch) -> R,
     ) -> R {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
@@ -405,7 +430,7 @@ impl Runner {
             prepare: &prepare,
             host: &self.host,
             record_code,
-            collect_items,
+            purpose,
         })
     }
 
@@ -547,7 +572,7 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         self.check_interrupted()?;
-        let lease = self.with_launch(record.code, false, |launch| {
+        let lease = self.with_launch(record.code, Purpose::Run, |launch| {
             self.forkserver.checkout(launch, snapshot, overlay, order)
         });
         let place = match lease {

@@ -105,6 +105,11 @@ fn identity(snapshot: &Snapshot) -> Key {
     *h.finalize().as_bytes()
 }
 
+/// Whether two snapshots are the same tree at the same root (one zygote serves both).
+pub(crate) fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
+    identity(a) == identity(b)
+}
+
 /// The key of a zygote: its snapshot's identity, and whether it traced its collection.
 fn zygote_key(snapshot: &Key, record_code: bool) -> Key {
     let mut h = blake3::Hasher::new_derive_key("fixgate zygote v1");
@@ -129,11 +134,23 @@ pub(crate) struct Launch<'a> {
     /// collection can fork it (tracing the collection is most of what recording costs on
     /// Python 3.9-3.11, so the other runs fork from a zygote that did not).
     pub(crate) record_code: bool,
-    /// Whether this checkout is a collection's (see [`Lease::take_collection`]): a new zygote
-    /// describes each item as a fresh `--collect-only` run does, and one that cannot start is
-    /// not held against its snapshot (the fresh collection that follows says why, in the
-    /// suite's words, and the runs try a zygote again).
-    pub(crate) collect_items: bool,
+    /// What the zygote is checked out for.
+    pub(crate) purpose: Purpose,
+}
+
+/// What a zygote is checked out for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A run: an idle zygote of its snapshot when there is one, else a new one.
+    Run,
+    /// A collection (see [`Lease::take_collection`]): a new zygote, which describes each item
+    /// as a fresh `--collect-only` run does. One that cannot start is not held against its
+    /// snapshot: the fresh collection that follows says why, in the suite's words, and the
+    /// runs try a zygote again.
+    Collect,
+    /// A second zygote started beside a collection's, for the runs of the other job slot,
+    /// which would otherwise start theirs only once the collection is done: always new.
+    Spare,
 }
 
 /// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
@@ -168,6 +185,11 @@ impl Pool {
             collections: Mutex::new(HashMap::new()),
             stats,
         }
+    }
+
+    /// How many job slots it serves.
+    pub(crate) fn slots(&self) -> usize {
+        self.capacity / 2
     }
 
     /// Where this pool counts what its runs did.
@@ -221,11 +243,11 @@ impl Pool {
         // A zygote that recorded its collection forks runs that record nothing as well as a
         // plain one (each forked run says what it records): a scoped audit's runs share them.
         let recorded = zygote_key(&snap, true);
-        let idle = match (launch.collect_items, launch.record_code) {
+        let idle = match (launch.purpose, launch.record_code) {
             // Only a new zygote holds its collection described item by item.
-            (true, _) => None,
-            (false, true) => self.take_idle(key),
-            (false, false) => self.take_idle(key).or_else(|| self.take_idle(recorded)),
+            (Purpose::Collect | Purpose::Spare, _) => None,
+            (Purpose::Run, true) => self.take_idle(key),
+            (Purpose::Run, false) => self.take_idle(key).or_else(|| self.take_idle(recorded)),
         };
         let mut zygote = match idle {
             Some(z) => z,
@@ -240,7 +262,9 @@ impl Pool {
                         // A cancelled start says nothing about the snapshot: under `fixgate
                         // watch` the next audit may fork from it. Nor does a collection's:
                         // the fresh one after it tells.
-                        if !launch.interrupted.load(Ordering::SeqCst) && !launch.collect_items {
+                        if !launch.interrupted.load(Ordering::SeqCst)
+                            && launch.purpose != Purpose::Collect
+                        {
                             self.refuse(snap, reason);
                         }
                         return None;
@@ -334,7 +358,7 @@ pub(crate) struct Lease<'p> {
 }
 
 impl Lease<'_> {
-    /// The collection of a zygote started for one ([`Launch::collect_items`]): what it
+    /// The collection of a zygote started for one ([`Purpose::Collect`]): what it
     /// collected, described as a fresh `--collect-only` run describes it, and what collection
     /// read, imported and listed; `None` once taken, or when it did not say.
     pub(crate) fn take_collection(&mut self) -> Option<(Collection, Trace)> {
@@ -390,7 +414,7 @@ pub(crate) struct Zygote {
     /// or touched home or tmp, so a run never continues in a fork after a crash).
     collection: Option<Trace>,
     /// Its collection as a fresh `--collect-only` run reports it, when it was started for one
-    /// ([`Launch::collect_items`]) and until taken.
+    /// ([`Purpose::Collect`]) and until taken.
     items: Option<(Collection, Trace)>,
     log: PathBuf,
     /// Where its forks are counted.
@@ -424,7 +448,7 @@ impl Zygote {
         if launch.record_code {
             prepared.args.push("--fixgate-record=".into());
         }
-        if launch.collect_items {
+        if launch.purpose == Purpose::Collect {
             prepared.args.push("--fixgate-collect-items".into());
         }
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
@@ -513,8 +537,8 @@ impl Zygote {
                 _ => {}
             }
         }
-        if let (true, Some((items, deselected)), Some(trace)) =
-            (launch.collect_items, described, &collection)
+        if let (Purpose::Collect, Some((items, deselected)), Some(trace)) =
+            (launch.purpose, described, &collection)
         {
             let described = Collection {
                 items,
