@@ -209,8 +209,8 @@ pub(crate) fn collect_both(
     scoped: bool,
 ) -> Result<(Collected, std::result::Result<Collected, Failed>)> {
     // The runs fork from the interpreter that collected, unless they run elsewhere. The base
-    // runs two orders side by side only in a scoped audit (its recording); a head that is the
-    // base's tree shares the base's zygotes.
+    // runs two orders side by side only in a scoped audit (its recording). A head that is the
+    // base's tree shares its zygotes: the two collecting ones serve both, no spare.
     let same =
         crate::pytest::forkserver::same_snapshot(&engine.base.snapshot, &engine.head.snapshot);
     let how = |spare| match engine.remote {
@@ -226,7 +226,7 @@ pub(crate) fn collect_both(
             .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
             .map_err(|e| Error::bug(e.to_string()))
     };
-    let b = add_side("base", &engine.base, how(scoped))?;
+    let b = add_side("base", &engine.base, how(scoped && !same))?;
     let h = add_side("head", &engine.head, how(!same))?;
     let base = outputs(engine, &[b])?;
     let base = Collected {
