@@ -585,3 +585,46 @@ fn an_audit_collects_in_the_interpreter_its_runs_fork_from_and_finds_what_a_fres
     assert_eq!(fs["fallbacks"], serde_json::json!([]), "{fs}");
     assert!(fresh["forkserver"]["fresh_processes"].as_u64().unwrap() >= 2);
 }
+
+#[test]
+fn an_audit_whose_collecting_zygote_saw_a_conftest_first_continues_a_crashed_run_fresh() {
+    // The audit's collection is the zygote's, which then sends its trace even when a conftest
+    // was imported before the plugin could trace it, marked partial. A partial trace must not
+    // let the rest of a crashed run fork (the conftest may have read anything): it runs
+    // fresh. Without the conftest nothing collection read changed, and the rest forks. One job
+    // slot: every run forks from the collecting zygote (no spare).
+    let audit = |conftest: bool| {
+        let repo = TestRepo::new();
+        repo.write("tests/test_ok.py", "def test_ok():\n    pass\n");
+        if conftest {
+            repo.write("tests/conftest.py", "X = 1\n");
+        }
+        let base = repo.commit("base");
+        repo.write(
+            "tests/test_crash.py",
+            "import os\n\ndef test_1():\n    pass\n\n\
+             def test_2_exits():\n    os._exit(3)\n\ndef test_3():\n    pass\n",
+        );
+        repo.commit("head");
+        let run = repo.fixgate(&[
+            "audit", "--base", &base, "--head", "HEAD", "--seeds", "0", "--jobs", "1", "--format",
+            "json", "--quiet",
+        ]);
+        let v = run.json();
+        let after_the_crash = v["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["nodeid"] == "tests/test_crash.py::test_3")
+            .unwrap_or_else(|| panic!("test_3 in {v}"));
+        assert_eq!(after_the_crash["outcomes"]["0"], "passed", "{v}");
+        v["forkserver"].clone()
+    };
+    let plain = audit(false);
+    assert_eq!(plain["fresh_processes"], 0, "{plain}");
+    let with_conftest = audit(true);
+    assert!(
+        with_conftest["fresh_processes"].as_u64().unwrap() >= 1,
+        "{with_conftest}"
+    );
+}

@@ -244,7 +244,8 @@ impl Pool {
         // plain one (each forked run says what it records): a scoped audit's runs share them.
         let recorded = zygote_key(&snap, true);
         let idle = match (launch.purpose, launch.record_code) {
-            // Only a new zygote holds its collection described item by item.
+            // Only a new zygote holds its collection described item by item, and a spare
+            // is a zygote more than the idle ones.
             (Purpose::Collect | Purpose::Spare, _) => None,
             (Purpose::Run, true) => self.take_idle(key),
             (Purpose::Run, false) => self.take_idle(key).or_else(|| self.take_idle(recorded)),

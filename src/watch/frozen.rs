@@ -124,7 +124,10 @@ impl Frozen {
                 Ok(m) if m.is_dir() => continue,
                 // A file or a link: removed as such, never a directory another copy made since.
                 Ok(_) => match std::fs::remove_file(&dir) {
-                    Err(e) if !gone(&e) && !std::fs::metadata(&dir).is_ok_and(|m| m.is_dir()) => {
+                    Err(e)
+                        if !gone(&e)
+                            && !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) =>
+                    {
                         return Err(Error::io("remove", &dir, e))
                     }
                     _ => {}
