@@ -628,3 +628,88 @@ fn an_audit_whose_collecting_zygote_saw_a_conftest_first_continues_a_crashed_run
         "{with_conftest}"
     );
 }
+
+#[test]
+fn the_base_s_zygotes_start_beside_the_head_s_search_and_its_checks_fork_from_them() {
+    // The head makes three tests of the base read what the setter, also the base's, leaves
+    // behind: each is checked on the base after the search. The base's runs come from the cache
+    // (its audit ran first), so no base zygote is alive when the head's search begins: the
+    // audit starts them then (one per job slot, at most two: a check's pair and its run alone
+    // go side by side), and the checks fork from them. A new test that is the victim asks
+    // nothing of the base: nothing is started for it.
+    let repo = TestRepo::new();
+    repo.write("src/reg.py", "REGISTRY = {}\n")
+        .write("src/calc.py", "def scale(x):\n    return x * 2\n")
+        .write(
+            "tests/test_setter.py",
+            "from reg import REGISTRY\n\ndef test_sets_factor():\n    REGISTRY['factor'] = 3\n",
+        );
+    let mut calc = String::from("from calc import scale\n");
+    for k in 0..3 {
+        calc.push_str(&format!(
+            "\ndef test_scale_{k}():\n    assert scale({k} + 1) == 2 * ({k} + 1)\n"
+        ));
+    }
+    repo.write("tests/test_calc.py", calc);
+    for i in 0..3 {
+        repo.write(
+            &format!("tests/test_other_{i}.py"),
+            format!("def test_other_{i}():\n    pass\n"),
+        );
+    }
+    let base = repo.commit("base");
+    repo.write(
+        "src/calc.py",
+        "from reg import REGISTRY\n\ndef scale(x):\n    return x * REGISTRY.get('factor', 2)\n",
+    );
+    let head = repo.commit("head: scale reads the registry");
+    let audit = |cache: &Path, head: &str, jobs: &str| {
+        repo.fixgate_with(
+            cache,
+            &[],
+            &[
+                "audit", "--base", &base, "--head", head, "--seeds", "6", "--jobs", jobs,
+                "--format", "json", "--quiet",
+            ],
+        )
+        .json()
+    };
+    for (jobs, zygotes) in [("2", 4), ("1", 2)] {
+        let cache = tempfile::tempdir().unwrap();
+        audit(cache.path(), &base, jobs);
+        let v = audit(cache.path(), &head, jobs);
+        assert_eq!(v["verdict"], "reject", "{v}");
+        let pairs = v["pairs"].as_array().unwrap();
+        assert_eq!(pairs.len(), 3, "{v}");
+        for p in pairs {
+            assert_eq!(p["introduced"], true, "{p}");
+        }
+        let fs = &v["forkserver"];
+        assert_eq!(fs["fallbacks"], serde_json::json!([]), "{fs}");
+        assert_eq!(fs["fresh_processes"], 0, "{fs}");
+        // One per job slot for the head (its collection's and a spare), and the prewarmed
+        // base's: the checks started none of their own, and none was evicted to make room.
+        assert!(
+            fs["zygotes"].as_u64().unwrap() <= zygotes,
+            "jobs {jobs}: {fs}"
+        );
+        let slots: u64 = jobs.parse().unwrap();
+        assert_eq!(fs["prewarmed"].as_u64().unwrap(), slots.min(2), "{fs}");
+    }
+
+    // A new victim of the setter: the head's own test, which the base cannot check.
+    repo.write(
+        "src/calc.py",
+        "def scale(x):\n    return x * 2\n",
+    )
+    .write(
+        "tests/test_factor.py",
+        "from reg import REGISTRY\n\ndef test_default_factor():\n    assert 'factor' not in REGISTRY\n",
+    );
+    let new_victim = repo.commit("head: a test that fails after the setter");
+    let cache = tempfile::tempdir().unwrap();
+    audit(cache.path(), &base, "2");
+    let v = audit(cache.path(), &new_victim, "2");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["forkserver"]["prewarmed"], 0, "{}", v["forkserver"]);
+}

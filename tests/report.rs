@@ -113,7 +113,7 @@ impl Redactor {
         o["budget"]["used"]["seconds"] = "[SECONDS]".into();
         // How many runs were forked and how many warm interpreters served them depends on
         // which job slot was free when: the mode and the fallback reasons are kept.
-        for count in ["forks", "fresh_processes", "zygotes"] {
+        for count in ["forks", "fresh_processes", "prewarmed", "zygotes"] {
             o["forkserver"][count] = "[COUNT]".into();
         }
         for node in o["graph"]["executed_nodes"]

@@ -30,7 +30,7 @@ use crate::context::{Ctx, SandboxSettings};
 use crate::engine::digests::TreeDigests;
 use crate::engine::judge::{self, Weighed};
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::Engine;
+use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
@@ -476,6 +476,14 @@ fn judged(
     let disagreeing = matrix.disagreeing(&nodeids);
     let always_red = matrix.always_red(&nodeids);
     let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
+    // What the head shows of the base's tests is checked on the base after the search: the
+    // base's warm interpreters start now, beside the search's runs, which mostly take one core
+    // at a time.
+    let base_warm = disagreeing
+        .iter()
+        .chain(&always_red)
+        .any(|id| base_ids.contains(id.as_str()))
+        .then(|| engine.prewarm(Role::Base));
     let mut evidence = confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
     let nio_read = match &started_nio {
         Some(started) => Some(nio::read(engine, started, &nodeids)?),
@@ -521,6 +529,7 @@ fn judged(
     evidence_nodes.extend(nio_read.iter().flat_map(|n| &n.nodes));
     let (triage_node, triaged) = judge::triage(engine, evidence.clone(), &evidence_nodes)?;
     let outside = OutsideWrites::of(matrix.outside_writes());
+    drop(base_warm);
     let mut pre_existing = base_check::run(
         engine,
         &triaged,

@@ -255,6 +255,24 @@ impl Engine<'_, '_> {
         ids.into_iter().map(|id| self.wait_run(id)).collect()
     }
 
+    /// Starts warm interpreters of `role`'s snapshot in the background, for runs the audit
+    /// will make soon ([`crate::pytest::driver::Runner::prewarm`]); the returned guard waits for it when dropped.
+    /// Nothing under remote execution, where no run forks here, nor when the base and the
+    /// head are one tree (their zygotes are the same).
+    pub(crate) fn prewarm(&self, role: Role) -> Prewarm {
+        if self.remote.is_some()
+            || crate::pytest::forkserver::same_snapshot(&self.base.snapshot, &self.head.snapshot)
+        {
+            return Prewarm(None);
+        }
+        let (runner, side) = (self.runner.clone(), self.side(role).clone());
+        // One for each run of a base check's pair (with the culprits, and without).
+        let count = runner.forkserver.slots().min(2);
+        Prewarm(Some(std::thread::spawn(move || {
+            runner.prewarm(&side.snapshot, count)
+        })))
+    }
+
     /// Runs one request and gives its result, its failure an infrastructure error.
     pub(crate) fn run_one(&self, req: &RunRequest) -> Result<(NodeId, RunResult)> {
         let id = self.add_run(req)?;
@@ -420,6 +438,19 @@ fn dependencies(
             }
         })
         .collect()
+}
+
+/// Warm interpreters being started in the background ([`Engine::prewarm`]); dropping it waits
+/// until the start is done, so that the runs after it find the zygote idle and no thread
+/// outlives the audit.
+pub(crate) struct Prewarm(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Prewarm {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 #[cfg(test)]

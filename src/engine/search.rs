@@ -435,7 +435,8 @@ pub(crate) struct BatchProof {
     pub(crate) proven: Vec<String>,
     /// Runs the batch made (each one process, shared by every victim of the batch).
     pub(crate) runs: u32,
-    /// The last run's node.
+    /// The node of the last round's run without the culprits (both of that round's runs are
+    /// done when the proof returns).
     pub(crate) last: NodeId,
 }
 
@@ -451,7 +452,7 @@ pub(crate) struct BatchProof {
 /// there: each victim's anomaly still shows only in the runs with the culprits, but its pair may
 /// then name fewer tests than its whole cause. A victim a run does not bear out leaves the
 /// batch (the caller proves it alone); the runs go on with the others, stopping when none is
-/// left.
+/// left. The two runs of a round (with and without the culprits) run side by side.
 pub(crate) fn verify_batch(
     engine: &Engine,
     kind: PairKind,
@@ -465,12 +466,16 @@ pub(crate) fn verify_batch(
     };
     let tag = blake3::hash(culprits.join("\n").as_bytes()).to_hex()[..12].to_string();
     let mut open: Vec<String> = victims.to_vec();
-    let (mut runs, mut last) = (0u32, after);
+    let (mut runs, mut last) = (0u32, vec![after]);
     for k in 0..PROOF_RERUNS as u32 {
+        if open.is_empty() {
+            break;
+        }
+        // The round's two runs do not depend on each other: they run side by side, and a
+        // victim either one does not bear out leaves the batch before the next round.
+        let set = blake3::hash(open.join("\n").as_bytes()).to_hex()[..12].to_string();
+        let mut round = Vec::new();
         for with_culprits in [true, false] {
-            if open.is_empty() {
-                break;
-            }
             let mut order = if with_culprits {
                 culprits.to_vec()
             } else {
@@ -478,23 +483,27 @@ pub(crate) fn verify_batch(
             };
             order.extend(open.iter().cloned());
             let what = if with_culprits { "pair" } else { "alone" };
-            let set = blake3::hash(open.join("\n").as_bytes()).to_hex()[..12].to_string();
             let req = RunRequest::new(
                 repeat(format!("batch-run({what} {tag})[{set}]"), k),
                 NodeKind::VerifyRun,
                 Role::Head,
                 order,
             )
-            .after(&[last])
+            .after(&last)
             .repeat(k);
-            let (node, result) = engine.run_one(&req)?;
-            (runs, last) = (runs + 1, node);
+            round.push((with_culprits, engine.add_run(&req)?));
+        }
+        last.clear();
+        for (with_culprits, node) in round {
+            let result = engine.wait_ok(node)?;
+            runs += 1;
+            last.push(node);
             open.retain(|v| anomaly(outcome(&result, v)) == with_culprits);
         }
     }
     Ok(BatchProof {
         proven: open,
         runs,
-        last,
+        last: last.last().copied().unwrap_or(after),
     })
 }

@@ -412,6 +412,34 @@ impl Runner {
         Some((collection, trace))
     }
 
+    /// Makes `count` warm interpreters of `snapshot` idle for the runs that will ask for them
+    /// ([`Purpose::Prewarm`]): idle ones count, the others start side by side; fewer when
+    /// forking is off or no slot is free. A zygote that does not start refuses the snapshot as
+    /// a run's would: its runs start fresh, as they would have.
+    pub(crate) fn prewarm(&self, snapshot: &Snapshot, count: usize) {
+        if self.check_interrupted().is_err() {
+            return;
+        }
+        std::thread::scope(|scope| {
+            let starts: Vec<_> = (0..count)
+                .map(|_| {
+                    scope.spawn(|| {
+                        self.with_launch(false, Purpose::Prewarm, |launch| {
+                            self.forkserver
+                                .checkout(launch, snapshot, &Overlay::new(), None)
+                        })
+                    })
+                })
+                .collect();
+            // Each holds its zygote until all are done, so that no two count the same one.
+            let leases: Vec<_> = starts
+                .into_iter()
+                .map(|s| s.join().ok().flatten())
+                .collect();
+            drop(leases);
+        });
+    }
+
     /// `f` with what starting a warm interpreter of this runner takes.
     fn with_launch<R>(
         &self,

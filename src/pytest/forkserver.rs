@@ -47,6 +47,11 @@ pub(crate) struct ForkSummary {
     pub(crate) fresh_processes: u32,
     /// `fork` when any run forked, else `fresh`.
     pub(crate) mode: String,
+    /// Of the zygotes, those started ahead of their runs: the base's, beside the head's search,
+    /// for the checks on the base that follow it. (Fields stay in sorted order: the report's
+    /// keys are.)
+    #[serde(default)]
+    pub(crate) prewarmed: u32,
     /// Zygotes started (one per snapshot and job slot at most).
     pub(crate) zygotes: u32,
 }
@@ -58,6 +63,7 @@ pub(crate) struct ForkStats {
     forks: AtomicU32,
     fresh: AtomicU32,
     zygotes: AtomicU32,
+    prewarmed: AtomicU32,
     fallbacks: Mutex<BTreeSet<String>>,
 }
 
@@ -74,6 +80,7 @@ impl ForkStats {
             forks,
             fresh_processes: self.fresh.load(Ordering::Relaxed),
             mode: if forks > 0 { "fork" } else { "fresh" }.to_owned(),
+            prewarmed: self.prewarmed.load(Ordering::Relaxed),
             zygotes: self.zygotes.load(Ordering::Relaxed),
         }
     }
@@ -151,6 +158,10 @@ pub(crate) enum Purpose {
     /// A second zygote started beside a collection's, for the runs of the other job slot,
     /// which would otherwise start theirs only once the collection is done: always new.
     Spare,
+    /// A zygote started ahead of the runs that will ask for it (the base's, while the head's
+    /// search leaves a core free): an idle one of its snapshot is enough, and a new one only
+    /// starts in a free slot, never in place of another's idle zygote.
+    Prewarm,
 }
 
 /// The warm interpreters of one runner: per job slot at most two alive (an audit alternates
@@ -248,16 +259,24 @@ impl Pool {
             // is a zygote more than the idle ones.
             (Purpose::Collect | Purpose::Spare, _) => None,
             (Purpose::Run, true) => self.take_idle(key),
-            (Purpose::Run, false) => self.take_idle(key).or_else(|| self.take_idle(recorded)),
+            (Purpose::Run | Purpose::Prewarm, false) => {
+                self.take_idle(key).or_else(|| self.take_idle(recorded))
+            }
+            (Purpose::Prewarm, true) => self.take_idle(key),
         };
         let mut zygote = match idle {
             Some(z) => z,
             None => {
-                if !self.make_room() {
+                if !self.make_room(launch.purpose != Purpose::Prewarm) {
                     return None; // every slot busy: this run starts fresh
                 }
                 match Zygote::start(launch, snapshot, key, &self.stats) {
-                    Ok(z) => z,
+                    Ok(z) => {
+                        if launch.purpose == Purpose::Prewarm {
+                            self.stats.prewarmed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        z
+                    }
                     Err(reason) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
                         // A cancelled start says nothing about the snapshot: under `fixgate
@@ -316,8 +335,9 @@ impl Pool {
         Some(idle.swap_remove(i))
     }
 
-    /// Reserves a slot for a new zygote, evicting an idle one of another snapshot if need be.
-    fn make_room(&self) -> bool {
+    /// Reserves a slot for a new zygote, evicting an idle one of another snapshot if need be
+    /// and `evict` allows.
+    fn make_room(&self, evict: bool) -> bool {
         loop {
             let live = self.live.load(Ordering::SeqCst);
             if live < self.capacity {
@@ -329,6 +349,9 @@ impl Pool {
                     return true;
                 }
                 continue;
+            }
+            if !evict {
+                return false;
             }
             let evicted = self.idle.lock().ok().and_then(|mut i| i.pop());
             match evicted {

@@ -489,6 +489,7 @@ fn own_forks(now: &mut ForkSummary, before: &ForkSummary) {
     now.forks -= before.forks.min(now.forks);
     now.fresh_processes -= before.fresh_processes.min(now.fresh_processes);
     now.zygotes -= before.zygotes.min(now.zygotes);
+    now.prewarmed -= before.prewarmed.min(now.prewarmed);
     now.mode = if now.forks > 0 { "fork" } else { "fresh" }.to_owned();
 }
 
@@ -541,6 +542,7 @@ mod tests {
             forks: 20,
             fresh_processes: 3,
             zygotes: 2,
+            prewarmed: 1,
             mode: "fork".into(),
             ..ForkSummary::default()
         };
@@ -548,11 +550,15 @@ mod tests {
             forks: 20,
             fresh_processes: 4,
             zygotes: 2,
+            prewarmed: 1,
             mode: "fork".into(),
             ..ForkSummary::default()
         };
         own_forks(&mut now, &before);
-        assert_eq!((now.forks, now.fresh_processes, now.zygotes), (0, 1, 0));
+        assert_eq!(
+            (now.forks, now.fresh_processes, now.zygotes, now.prewarmed),
+            (0, 1, 0, 0)
+        );
         assert_eq!(now.mode, "fresh", "a fully cached audit forked nothing");
     }
 }
