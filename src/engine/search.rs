@@ -50,7 +50,8 @@ pub(crate) const FLAKY_ALONE_NORMAL: u32 = 7;
 /// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
 /// the victim alone does not (`alone`: whether each alone run made so far was green, see
 /// [`settle_alone`]; they count among the alone runs).
-/// Stops at the first run that disagrees.
+/// Reads the runs up to the first that disagrees; they are made side by side
+/// ([`Check::runs_side_by_side`]), since a check that holds needs every one.
 ///
 /// A victim that shows the anomaly alone (or is `known_flaky`: its confirmation or its first
 /// runs alone gave both outcomes in one order) is flaky, but it can be order-dependent too: its
@@ -94,13 +95,12 @@ pub(crate) fn verify(
             false => c.normal_alone += 1,
         }
     }
-    c.pair_until(PROOF_RERUNS as u32)?;
-    while !c.pair_broke && c.anomalous_alone == 0 && c.alone_runs() < PROOF_RERUNS as u32 {
-        c.alone()?;
-    }
+    // The pair's runs and the victim's runs alone side by side: a check that holds needs
+    // every one of them.
+    c.runs_side_by_side(PROOF_RERUNS as u32, PROOF_RERUNS as u32)?;
     let victim_flaky = known_flaky || c.anomalous_alone > 0;
     if !c.pair_broke && victim_flaky {
-        c.pair_until(FLAKY_PAIR_RUNS)?;
+        c.runs_side_by_side(FLAKY_PAIR_RUNS, 0)?;
         while !c.pair_broke
             && c.normal_alone < FLAKY_ALONE_NORMAL
             && c.anomalous_alone <= FLAKY_ALONE_RUNS - FLAKY_ALONE_NORMAL
@@ -124,7 +124,7 @@ pub(crate) fn verify(
     })
 }
 
-/// The runs of one [`verify`], each after the one before it.
+/// The runs of one [`verify`]: each batch of them after the one before it.
 struct Check<'e, 'l, 'a> {
     engine: &'e Engine<'l, 'a>,
     victim: &'e str,
@@ -150,43 +150,86 @@ impl Check<'_, '_, '_> {
         self.normal_alone + self.anomalous_alone
     }
 
-    /// Runs the pair until `upto` runs in all, stopping at the first normal outcome.
-    fn pair_until(&mut self, upto: u32) -> Result<(), Error> {
-        while !self.pair_broke && self.pair_runs < upto {
-            let k = self.pair_runs;
-            let req = RunRequest::new(
-                repeat(NodeKind::VerifyRun.tagged(self.victim, &self.tag), k),
-                NodeKind::VerifyRun,
-                Role::Head,
-                self.order.clone(),
-            )
-            .after(&[self.last])
-            .repeat(k);
-            let (node, result) = self.engine.run_one(&req)?;
-            (self.runs, self.last, self.pair_runs) = (self.runs + 1, node, self.pair_runs + 1);
-            self.pair_broke = !self.anomaly(outcome(&result, self.victim).is_green());
-        }
-        Ok(())
+    fn pair_request(&self, k: u32) -> RunRequest {
+        RunRequest::new(
+            repeat(NodeKind::VerifyRun.tagged(self.victim, &self.tag), k),
+            NodeKind::VerifyRun,
+            Role::Head,
+            self.order.clone(),
+        )
+        .after(&[self.last])
+        .repeat(k)
     }
 
-    /// One more run of the victim alone.
-    fn alone(&mut self) -> Result<(), Error> {
-        let k = self.alone_runs();
-        let req = RunRequest::new(
+    fn alone_request(&self, k: u32) -> RunRequest {
+        RunRequest::new(
             format!("{}#{k}", NodeKind::AloneRun.tagged(self.victim, &self.tag)),
             NodeKind::AloneRun,
             Role::Head,
             vec![self.victim.to_string()],
         )
         .after(&[self.last])
-        .repeat(k);
-        let (node, result) = self.engine.run_one(&req)?;
+        .repeat(k)
+    }
+
+    /// Runs the pair until `pair_upto` runs in all (while none was normal) and the victim alone
+    /// until `alone_upto` (while none was anomalous), all side by side, then reads them as the
+    /// same runs one after another would have been read: the pair's up to its first normal
+    /// outcome (the runs after it are made but do not count, and no later one is asked for),
+    /// every run alone. The outcomes that decide are the ones a run-by-run check would see, so
+    /// the bound on a false reject is the same; the price is the runs that check would not
+    /// have made once the pair broke.
+    fn runs_side_by_side(&mut self, pair_upto: u32, alone_upto: u32) -> Result<(), Error> {
+        let pair: Vec<u32> = match self.pair_broke {
+            true => Vec::new(),
+            false => (self.pair_runs..pair_upto).collect(),
+        };
+        let alone: Vec<u32> = match self.anomalous_alone > 0 {
+            true => Vec::new(),
+            false => (self.alone_runs()..alone_upto).collect(),
+        };
+        let mut pair_nodes = Vec::new();
+        for k in pair {
+            pair_nodes.push(self.engine.add_run(&self.pair_request(k))?);
+        }
+        let mut alone_nodes = Vec::new();
+        for k in alone {
+            alone_nodes.push(self.engine.add_run(&self.alone_request(k))?);
+        }
+        for &node in &pair_nodes {
+            let result = self.engine.wait_ok(node)?;
+            self.runs += 1;
+            if !self.pair_broke {
+                self.pair_runs += 1;
+                self.pair_broke = !self.anomaly(outcome(&result, self.victim).is_green());
+            }
+        }
+        for &node in &alone_nodes {
+            let result = self.engine.wait_ok(node)?;
+            self.runs += 1;
+            self.count_alone(&result);
+        }
+        if let Some(&node) = alone_nodes.last().or(pair_nodes.last()) {
+            self.last = node;
+        }
+        Ok(())
+    }
+
+    /// One more run of the victim alone.
+    fn alone(&mut self) -> Result<(), Error> {
+        let (node, result) = self
+            .engine
+            .run_one(&self.alone_request(self.alone_runs()))?;
         (self.runs, self.last) = (self.runs + 1, node);
-        match self.anomaly(outcome(&result, self.victim).is_green()) {
+        self.count_alone(&result);
+        Ok(())
+    }
+
+    fn count_alone(&mut self, result: &crate::pytest::result::RunResult) {
+        match self.anomaly(outcome(result, self.victim).is_green()) {
             true => self.anomalous_alone += 1,
             false => self.normal_alone += 1,
         }
-        Ok(())
     }
 }
 
