@@ -256,9 +256,9 @@ impl Engine<'_, '_> {
     }
 
     /// Starts warm interpreters of `role`'s snapshot in the background, for runs the audit
-    /// will make soon ([`crate::pytest::driver::Runner::prewarm`]); the returned guard waits for it when dropped.
-    /// Nothing under remote execution, where no run forks here, nor when the base and the
-    /// head are one tree (their zygotes are the same).
+    /// will make soon ([`crate::pytest::driver::Runner::prewarm`]); the returned guard waits
+    /// for them when dropped. Nothing under remote execution, where no run forks here, nor
+    /// when the base and the head are one tree (their zygotes are the same).
     pub(crate) fn prewarm(&self, role: Role) -> Prewarm {
         if self.remote.is_some()
             || crate::pytest::forkserver::same_snapshot(&self.base.snapshot, &self.head.snapshot)

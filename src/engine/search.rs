@@ -90,10 +90,7 @@ pub(crate) fn verify(
         anomalous_alone: 0,
     };
     for &green in alone {
-        match c.anomaly(green) {
-            true => c.anomalous_alone += 1,
-            false => c.normal_alone += 1,
-        }
+        c.count_alone(green);
     }
     // The pair's runs and the victim's runs alone side by side: a check that holds needs
     // every one of them.
@@ -207,7 +204,7 @@ impl Check<'_, '_, '_> {
         for &node in &alone_nodes {
             let result = self.engine.wait_ok(node)?;
             self.runs += 1;
-            self.count_alone(&result);
+            self.count_alone(outcome(&result, self.victim).is_green());
         }
         if let Some(&node) = alone_nodes.last().or(pair_nodes.last()) {
             self.last = node;
@@ -221,12 +218,13 @@ impl Check<'_, '_, '_> {
             .engine
             .run_one(&self.alone_request(self.alone_runs()))?;
         (self.runs, self.last) = (self.runs + 1, node);
-        self.count_alone(&result);
+        self.count_alone(outcome(&result, self.victim).is_green());
         Ok(())
     }
 
-    fn count_alone(&mut self, result: &crate::pytest::result::RunResult) {
-        match self.anomaly(outcome(result, self.victim).is_green()) {
+    /// Counts a run of the victim alone that was `green`.
+    fn count_alone(&mut self, green: bool) {
+        match self.anomaly(green) {
             true => self.anomalous_alone += 1,
             false => self.normal_alone += 1,
         }
