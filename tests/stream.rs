@@ -84,8 +84,9 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
             assert_eq!(p.2, 0, "the two others share one batched proof: {pairs:?}");
         }
     }
-    // The runs the graph made agree with the report: the set is proven for the two other
-    // victims together (three runs with it, three without), not by a reuse run each (issue 21).
+    // The runs the graph made agree with the report: the set is proven for the three victims
+    // together (three runs with it, three without), the searched one among them, not by a reuse
+    // run each nor by a check of the searched victim's own before the batch (issue 21).
     let executed = |label: &str| {
         v["graph"]["executed_nodes"]
             .as_array()
@@ -96,6 +97,7 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
     };
     assert_eq!(executed("reuse-run"), 0, "{:#}", v["graph"]);
     assert_eq!(executed("batch-run"), 6, "{:#}", v["graph"]);
+    assert_eq!(executed("verify-run"), 0, "{:#}", v["graph"]);
 
     // A later head of the same base, whose runs all execute again (a new test file changes
     // every order): the searched victim finds its culprits remembered from the first audit.

@@ -13,7 +13,7 @@ use fixgate_graph::{Node, NodeId, Output};
 use crate::audit::bisect::PairKind;
 use crate::audit::order::OrderLabel;
 use crate::audit::pair::{Found, Pair};
-use crate::audit::triage::{Bucket, Confirm, Evidence, Signal, PROOF_RERUNS};
+use crate::audit::triage::{Bucket, Confirm, Evidence, Signal};
 use crate::engine::confirm::Confirmation;
 use crate::engine::culprits;
 use crate::engine::kind::NodeKind;
@@ -107,6 +107,9 @@ pub(crate) fn search_pairs(
     // would repeat the same runs under the same labels.
     let mut tried: Vec<Vec<Vec<String>>> = questions.iter().map(|_| Vec::new()).collect();
     let mut established: Vec<Established> = Vec::new();
+    // The victim just searched, whose set is not checked yet: its check is one of the next
+    // wave's batched proof, with the other victims of the set, when the batch can have it.
+    let mut unchecked: Option<(usize, PairRun)> = None;
     let mut offered = 0;
     let mut wave = 0;
     loop {
@@ -116,15 +119,37 @@ pub(crate) fn search_pairs(
         if open.is_empty() {
             break;
         }
-        let known = &established[offered..];
+        let mut known: Vec<Established> = established[offered..].to_vec();
         offered = established.len();
         // A set many open victims share is proven for them together first.
-        for (kind, set) in known {
-            for (i, a) in batched(engine, matrix, &questions, &open, &answers, *kind, set)? {
-                tried[i].push(set.clone());
+        let mut proven: Vec<Established> = Vec::new();
+        for set in &known {
+            let batch = Batch {
+                kind: set.0,
+                culprits: &set.1,
+                searched: unchecked.as_ref(),
+            };
+            for (i, a) in batched(engine, matrix, &questions, &open, &answers, &batch)? {
+                tried[i].push(set.1.clone());
+                answers[i] = Some(a);
+                proven.push(set.clone());
+            }
+        }
+        // A searched victim the batch did not prove is checked on its own; a set that holds
+        // for nobody is offered to nobody, as if it had been checked before it was offered.
+        if let Some((i, found)) = unchecked.take() {
+            if answers[i].is_none() {
+                let set = (found.pair.kind, found.pair.culprits.clone());
+                let a = checked(engine, matrix, confirmation, &questions[i], found)?;
+                if !a.answer.search.outcome.is_found() && !proven.contains(&set) {
+                    known.retain(|k| *k != set);
+                    established.retain(|k| *k != set);
+                    offered = established.len();
+                }
                 answers[i] = Some(a);
             }
         }
+        let known = &known[..];
         let open: Vec<usize> = open.into_iter().filter(|&i| answers[i].is_none()).collect();
         let quick = side_by_side(&open, |i| {
             known_answer(
@@ -151,9 +176,19 @@ pub(crate) fn search_pairs(
             continue;
         }
         if let Some(i) = (0..questions.len()).find(|&i| answers[i].is_none()) {
-            let a = searched(engine, matrix, confirmation, &questions[i])?;
-            establish(&mut established, &a.answer);
-            answers[i] = Some(a);
+            let found = searched(engine, matrix, confirmation, &questions[i])?;
+            let set = (found.pair.kind, found.pair.culprits.clone());
+            let q = &questions[i];
+            if found.pair.search.outcome.is_found() && batchable(matrix, q, set.0, &set.1) {
+                if !established.contains(&set) {
+                    established.push(set);
+                }
+                unchecked = Some((i, found));
+            } else {
+                let a = checked(engine, matrix, confirmation, &questions[i], found)?;
+                establish(&mut established, &a.answer);
+                answers[i] = Some(a);
+            }
         }
     }
     let mut pairs = Vec::new();
@@ -236,46 +271,73 @@ fn side_by_side<T: Send>(
 /// The fewest victims worth a batched proof: below it, the per-victim proof costs no more.
 const BATCH_FROM: usize = 2;
 
-/// Proves the set `culprits` for every open victim it may explain at once
-/// ([`search::verify_batch`]): victims of the same kind, normal on every run alone, not flaky,
-/// with the whole set before them in the order that showed the anomaly, and that left no shared
-/// state changed in the recorded runs (so that they cannot change each other's outcome). Returns
-/// the answers of the victims the batch proved; the others go on one by one.
+/// What is known of `q` before the check of `culprits` ([`search::verify`]).
+fn prior(matrix: &Matrix, q: &Question, culprits: &[String]) -> search::Prior {
+    let orders = matrix.seed_orders(&q.id);
+    search::Prior::of(q.known_flaky, q.kind, culprits, &orders)
+}
+
+/// A batched proof to make: a culprit set and the anomaly it causes, and the victim whose
+/// search just found it, if that search's answer is not checked yet.
+struct Batch<'a> {
+    kind: PairKind,
+    culprits: &'a [String],
+    searched: Option<&'a (usize, PairRun)>,
+}
+
+/// Whether a batched proof of `culprits` can prove them for `q`: a victim of the same kind,
+/// normal on every run alone, not flaky, with the whole set before it in every order that
+/// showed the anomaly ([`search::Prior::unexplained`]), and that left no shared state changed in the recorded runs (so that
+/// the victims of one batch cannot change each other's outcome).
+fn batchable(matrix: &Matrix, q: &Question, kind: PairKind, culprits: &[String]) -> bool {
+    let normal_alone = match kind {
+        PairKind::Polluter => q.alone == Some(true) && q.alone_greens.iter().all(|g| *g),
+        PairKind::StateSetter => q.alone == Some(false) && q.alone_greens.iter().all(|g| !*g),
+    };
+    let order = matrix.order(q.label);
+    let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
+    q.kind == kind
+        && !q.known_flaky
+        && !prior(matrix, q, culprits).unexplained
+        && normal_alone
+        && !matrix.writes(&q.id)
+        && !culprits.contains(&q.id)
+        && culprits.iter().all(|c| order[..pos].contains(c))
+}
+
+/// Proves the set for every open victim it may explain ([`batchable`]) at once
+/// ([`search::verify_batch`]), the victim whose search found it among them: its check is the
+/// batch's, the same runs each way as its own check would make. Returns the answers of the
+/// victims the batch proved; the others go on one by one.
 fn batched(
     engine: &Engine,
     matrix: &Matrix,
     questions: &[Question],
     open: &[usize],
     answers: &[Option<Answered>],
-    kind: PairKind,
-    culprits: &[String],
+    batch: &Batch,
 ) -> Result<Vec<(usize, Answered)>> {
-    let normal_alone = |q: &Question| match kind {
-        PairKind::Polluter => q.alone == Some(true) && q.alone_greens.iter().all(|g| *g),
-        PairKind::StateSetter => q.alone == Some(false) && q.alone_greens.iter().all(|g| !*g),
-    };
+    let (kind, culprits) = (batch.kind, batch.culprits);
+    // The searched victim is in the batch of its own set only.
+    let searched = batch
+        .searched
+        .filter(|(_, run)| run.pair.culprits == culprits);
     let eligible: Vec<usize> = open
         .iter()
         .copied()
         .filter(|&i| answers[i].is_none())
-        .filter(|&i| {
-            let q = &questions[i];
-            let order = matrix.order(q.label);
-            let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
-            q.kind == kind
-                && !q.known_flaky
-                && normal_alone(q)
-                && !matrix.writes(&q.id)
-                && !culprits.contains(&q.id)
-                && culprits.iter().all(|c| order[..pos].contains(c))
-        })
+        .filter(|&i| batch.searched.is_none_or(|(j, _)| *j != i) || searched.is_some())
+        .filter(|&i| batchable(matrix, &questions[i], kind, culprits))
         .collect();
     if eligible.len() < BATCH_FROM {
         return Ok(Vec::new());
     }
     let victims: Vec<String> = eligible.iter().map(|&i| questions[i].id.clone()).collect();
-    let first = &questions[eligible[0]];
-    let proof = search::verify_batch(engine, kind, culprits, &victims, matrix.nodes[&first.label])?;
+    let after = match searched {
+        Some((_, run)) => run.last,
+        None => matrix.nodes[&questions[eligible[0]].label],
+    };
+    let proof = search::verify_batch(engine, kind, culprits, &victims, after)?;
     let mut out = Vec::new();
     let share = proof.runs.div_ceil(victims.len() as u32);
     for &i in &eligible {
@@ -293,16 +355,23 @@ fn batched(
         let (victim_flaky, last) =
             search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
         culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
+        let (search, found) = match searched.filter(|(j, _)| *j == i) {
+            Some((_, run)) => (run.pair.search.clone(), run.pair.found),
+            None => (
+                crate::audit::bisect::Search {
+                    culprits: indices,
+                    runs: 0,
+                    method: crate::audit::bisect::Method::Reused,
+                    outcome: crate::audit::bisect::SearchOutcome::Found,
+                },
+                Found::ReusedThisAudit,
+            ),
+        };
         let answer = search::Answer {
             kind,
             culprits: culprits.to_vec(),
-            search: crate::audit::bisect::Search {
-                culprits: indices,
-                runs: 0,
-                method: crate::audit::bisect::Method::Reused,
-                outcome: crate::audit::bisect::SearchOutcome::Found,
-            },
-            found: Found::ReusedThisAudit,
+            search,
+            found,
             verify_runs: share,
             victim_flaky,
         };
@@ -375,7 +444,7 @@ fn known_answer(
                         q.kind,
                         &answer.culprits,
                         &q.alone_greens,
-                        q.known_flaky,
+                        prior(matrix, q, &answer.culprits),
                         matrix.nodes[&q.label],
                     )?;
                     v.outcome.is_found().then(|| vec![v.last])
@@ -423,17 +492,18 @@ fn known_answer(
     Ok((answered, now_tried))
 }
 
-/// The answer of a search over the prefix of the order that showed the anomaly. A polluter or a
-/// state-setter leaves state changed behind it: in a scoped audit the state writers of the
-/// prefix ([`Matrix::writer`]) are searched first, and the whole prefix only when they do not
-/// show the anomaly (a cause the recording cannot see, such as a library's object changed in
-/// place), the writers' runs counted in the search's.
+/// A search over the prefix of the order that showed the anomaly, its answer not checked yet
+/// ([`checked`], or a batched proof). A polluter or a state-setter leaves state changed behind
+/// it: in a scoped audit the state writers of the prefix ([`Matrix::writer`]) are searched
+/// first, and the whole prefix only when they do not show the anomaly (a cause the recording
+/// cannot see, such as a library's object changed in place), the writers' runs counted in the
+/// search's.
 fn searched(
     engine: &Engine,
     matrix: &Matrix,
     confirmation: &Confirmation,
     q: &Question,
-) -> Result<Answered> {
+) -> Result<PairRun> {
     let (prefix, mut after) = prefix(matrix, confirmation, q);
     let writers: Vec<String> = prefix
         .iter()
@@ -453,7 +523,7 @@ fn searched(
             &after,
         )?;
         if first.pair.search.outcome.explains() {
-            return checked(engine, matrix, confirmation, q, first);
+            return Ok(first);
         }
         writers_runs = first.pair.search.runs;
         after = vec![first.last];
@@ -469,7 +539,7 @@ fn searched(
         &after,
     )?;
     pair.pair.search.runs += writers_runs;
-    checked(engine, matrix, confirmation, q, pair)
+    Ok(pair)
 }
 
 /// Whether the confirmation reruns of the order showed the anomaly after the whole prefix.
@@ -495,10 +565,10 @@ fn prefix(
 /// A pair found by reuse or search, checked on every rerun (the flaky victim's check when it
 /// is one). A first answer that does not hold may be a flaky victim's doing (one step that
 /// showed the anomaly by chance sends a search the wrong way): it is searched again, every step
-/// that shows the anomaly showing it on [`PROOF_RERUNS`] runs in a row (the runs already made
-/// are reused). A pair that holds has the orders it does not explain rerun once (another
-/// outcome there is flakiness), and is remembered for the victim's next audit of the base
-/// (unless it came from there).
+/// that shows the anomaly showing it on [`search::SEARCH_AGAIN_REPEATS`] runs in a row (the
+/// runs already made are reused). A pair that holds has the orders it does not explain rerun
+/// once (another outcome there is flakiness), and is remembered for the victim's next audit of
+/// the base (unless it came from there).
 fn checked(
     engine: &Engine,
     matrix: &Matrix,
@@ -517,7 +587,7 @@ fn checked(
             q.kind,
             &pair.culprits,
             &q.alone_greens,
-            q.known_flaky,
+            prior(matrix, q, &pair.culprits),
             last,
         )?;
         if !v.outcome.is_found() {
@@ -536,7 +606,7 @@ fn checked(
             &prefix,
             q.kind,
             whole_reproduces(confirmation, q),
-            PROOF_RERUNS as u32,
+            search::SEARCH_AGAIN_REPEATS,
             &[last],
         )?;
         let flaky_before = victim_flaky;

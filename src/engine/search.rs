@@ -40,12 +40,48 @@ pub(crate) struct Verified {
     pub(crate) victim_flaky: bool,
 }
 
+/// Runs in a row that each step of a second search must show the anomaly on, when the first
+/// search's answer did not hold. A victim that also fails by chance one time in five sends a
+/// step of the first search the wrong way now and then; the second search reuses that run, so
+/// the same step goes wrong again only after five more chance failures in a row (1 in 3,125),
+/// where three in all needed two more (1 in 25; docs/verdicts.md has the measurement).
+pub(crate) const SEARCH_AGAIN_REPEATS: u32 = 6;
+
 /// Runs "the culprits then the victim" made of a flaky victim (one that showed the anomaly
 /// alone): every one must show the anomaly.
 pub(crate) const FLAKY_PAIR_RUNS: u32 = 12;
 /// Runs of a flaky victim alone, of which at least [`FLAKY_ALONE_NORMAL`] must be normal.
-pub(crate) const FLAKY_ALONE_RUNS: u32 = 12;
-pub(crate) const FLAKY_ALONE_NORMAL: u32 = 7;
+pub(crate) const FLAKY_ALONE_RUNS: u32 = 20;
+pub(crate) const FLAKY_ALONE_NORMAL: u32 = 11;
+
+/// What the matrix and the confirmation said of a victim before its pair's check.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Prior {
+    /// It gave both outcomes in one order (its confirmation or its first runs alone): it is
+    /// reported flaky whatever its check says, and its check is a flaky victim's.
+    pub(crate) flaky: bool,
+    /// An order of the matrix showed its anomaly without every culprit before it: a chance
+    /// anomaly (a flaky victim whose flakiness did not show again) or another cause. Its check
+    /// is a flaky victim's, so that a set a chance anomaly sent the search to does not hold on
+    /// three runs that fail by chance too; it is reported flaky only when its runs show it.
+    pub(crate) unexplained: bool,
+}
+
+impl Prior {
+    /// `flaky`, and whether any of `orders` (label, the order up to and with the victim, its
+    /// outcome, as [`order_check`] takes them) showed the anomaly without every culprit.
+    pub(crate) fn of(
+        flaky: bool,
+        kind: PairKind,
+        culprits: &[String],
+        orders: &[(OrderLabel, Vec<String>, Outcome)],
+    ) -> Prior {
+        let unexplained = orders.iter().any(|(_, order, seen)| {
+            kind.anomaly(seen.is_green()) && !culprits.iter().all(|c| order.contains(c))
+        });
+        Prior { flaky, unexplained }
+    }
+}
 
 /// Checks a pair [`PROOF_RERUNS`] times each way: the culprits then the victim show the anomaly,
 /// the victim alone does not (`alone`: whether each alone run made so far was green, see
@@ -53,22 +89,22 @@ pub(crate) const FLAKY_ALONE_NORMAL: u32 = 7;
 /// Reads the runs up to the first that disagrees; they are made side by side
 /// ([`Check::runs_side_by_side`]), since a check that holds needs every one.
 ///
-/// A victim that shows the anomaly alone (or is `known_flaky`: its confirmation or its first
-/// runs alone gave both outcomes in one order) is flaky, but it can be order-dependent too: its
-/// anomaly may follow the culprits every time and show alone only now and then. Then the check
-/// goes on: the culprits then the victim must show the anomaly on all [`FLAKY_PAIR_RUNS`], and
+/// A victim that shows the anomaly alone (or is known flaky, [`Prior::flaky`]) is flaky, but it
+/// can be order-dependent too: its anomaly may follow the culprits every time and show alone
+/// only now and then. Then, and when an order showed the anomaly without the culprits
+/// ([`Prior::unexplained`]), the check goes on: the culprits then the victim must show the anomaly on all [`FLAKY_PAIR_RUNS`], and
 /// the victim alone must be normal on at least [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
 /// A test that flakes with probability `p` whatever ran before it passes that (with the three
 /// reruns of its failing order that made it a candidate) with probability at most
-/// `p^15 · P(Binomial(12, 1-p) ≥ 7)`, 1.95 × 10⁻⁴ at its worst `p` (docs/verdicts.md, "How sure a reject
-/// is").
+/// `p^15 · P(Binomial(20, 1-p) ≥ 11)`, 8.6 × 10⁻⁵ at its worst `p` (docs/verdicts.md, "How sure a
+/// reject is"); a victim that flakes alone one time in five is still found 99.7% of the time.
 pub(crate) fn verify(
     engine: &Engine,
     victim: &str,
     kind: PairKind,
     culprits: &[String],
     alone: &[bool],
-    known_flaky: bool,
+    prior: Prior,
     after: NodeId,
 ) -> Result<Verified, Error> {
     let mut order = culprits.to_vec();
@@ -95,8 +131,9 @@ pub(crate) fn verify(
     // The pair's runs and the victim's runs alone side by side: a check that holds needs
     // every one of them.
     c.runs_side_by_side(PROOF_RERUNS as u32, PROOF_RERUNS as u32)?;
-    let victim_flaky = known_flaky || c.anomalous_alone > 0;
-    if !c.pair_broke && victim_flaky {
+    let victim_flaky = prior.flaky || c.anomalous_alone > 0;
+    let strict = victim_flaky || prior.unexplained;
+    if !c.pair_broke && strict {
         c.runs_side_by_side(FLAKY_PAIR_RUNS, 0)?;
         while !c.pair_broke
             && c.normal_alone < FLAKY_ALONE_NORMAL
@@ -105,7 +142,7 @@ pub(crate) fn verify(
             c.alone()?;
         }
     }
-    let holds = !c.pair_broke && (!victim_flaky || c.normal_alone >= FLAKY_ALONE_NORMAL);
+    let holds = !c.pair_broke && (!strict || c.normal_alone >= FLAKY_ALONE_NORMAL);
     let outcome = match holds {
         true => bisect::SearchOutcome::Found,
         false => bisect::SearchOutcome::Unstable {
