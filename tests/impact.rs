@@ -405,6 +405,19 @@ fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introd
     }
 }
 
+/// Asserts that the head's file-order and reversed runs were made whole (`tests` tests each)
+/// for a reason that names each of `why`, and that the audit rejects.
+fn assert_whole_and_rejected(v: &Value, why: &[&str], tests: u64) {
+    let scope = &v["scope"];
+    let reason = scope["whole_reason"].as_str().unwrap_or_default();
+    for part in why {
+        assert!(reason.contains(part), "no {part:?} in the reason: {scope}");
+    }
+    assert_eq!(scope["runs"]["0"], tests, "{scope}");
+    assert_eq!(scope["runs"]["rev"], tests, "{scope}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+}
+
 /// The report's pair of `victim`.
 fn pair_of<'a>(v: &'a Value, victim: &str) -> &'a Value {
     v["pairs"]
@@ -657,15 +670,11 @@ fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs
     );
     repo.commit("head");
     let v = scoped_audit(&repo, &[]);
-    let scope = &v["scope"];
-    let why = scope["whole_reason"].as_str().unwrap_or_default();
-    assert!(
-        why.contains("tests/test_r.py::test_read") && why.contains("carried from the base"),
-        "{scope}"
+    assert_whole_and_rejected(
+        &v,
+        &["tests/test_r.py::test_read", "carried from the base"],
+        2,
     );
-    assert_eq!(scope["runs"]["0"], 2, "{scope}");
-    assert_eq!(scope["runs"]["rev"], 2, "{scope}");
-    assert_eq!(v["verdict"], "reject", "{v}");
     assert_eq!(bucket(&v, "tests/test_r.py::test_read"), "order-dependent");
 }
 
@@ -680,6 +689,7 @@ fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
     let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/state.py");
     let script = format!(
         "import importlib.util, os, sys, types\n\
+         {settings}\
          spec = importlib.util.spec_from_file_location('state', {module:?})\n\
          st = importlib.util.module_from_spec(spec); spec.loader.exec_module(st)\n\
          class Repo:\n    \
@@ -724,9 +734,99 @@ class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass
          step(lambda: setattr(lib, 'CACHE', 1), [])\n\
          step(lambda: setattr(lib, 'CACHE', 2), ['outside:fx_lib:CACHE'])\n\
          step(lambda: (a.L.append(3), json.__dict__.pop('loads')), ['global:fx_a.py:L', 'outside:json:loads'])\n\
-         print('ok')\n"
+         hc = types.ModuleType('hypothesis.core'); hc.__file__ = '/lib/hypothesis/core.py'\n\
+         hc.running_under_pytest = False; hc.other = False\n\
+         step(lambda: sys.modules.__setitem__('hypothesis.core', hc), [])\n\
+         step(lambda: (setattr(hc, 'running_under_pytest', True), setattr(hc, 'other', True)), ['outside:hypothesis.core:other'])\n\
+         step(lambda: logging.getLogger().setLevel(logging.DEBUG), ['setting:logging.root'])\n\
+         print('ok')\n",
+        settings = load_settings(),
     );
     common::assert_python_prints_ok(&script);
+}
+
+/// Python that imports `plugin/settings.py` as the plugin does (`fixgate_plugin_settings`),
+/// and `logging`.
+fn load_settings() -> String {
+    let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/settings.py");
+    format!(
+        "spec = importlib.util.spec_from_file_location('fixgate_plugin_settings', {module:?})\n\
+         settings = importlib.util.module_from_spec(spec); spec.loader.exec_module(settings)\n\
+         sys.modules['fixgate_plugin_settings'] = settings\n\
+         import logging\n"
+    )
+}
+
+/// The process settings (`plugin/settings.py`): each one a test can change in place is named
+/// when it changed and only then; a logger a test merely asks for is no change, one it gives a
+/// level is; putting a setting back is a change from the test before.
+#[test]
+fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not() {
+    let script = format!(
+        "import importlib.util, os, signal, socket, sys, decimal\n\
+         {settings}\
+         before = settings.take()\n\
+         def step(change, want):\n    \
+             global before\n    \
+             change(); now = settings.take()\n    \
+             got = sorted(settings.changed(before, now)); before = now\n    \
+             assert got == sorted(want), (got, want)\n\
+         step(lambda: None, [])\n\
+         step(lambda: logging.getLogger('fx.plain'), [])\n\
+         step(lambda: logging.getLogger('fx.quiet').setLevel(logging.ERROR), [\"logging.getLogger('fx.quiet')\"])\n\
+         step(lambda: logging.getLogger('fx.plain').addHandler(logging.NullHandler()), [\"logging.getLogger('fx.plain')\"])\n\
+         step(lambda: setattr(logging.getLogger('fx.plain'), 'propagate', False), [\"logging.getLogger('fx.plain')\"])\n\
+         step(lambda: logging.getLogger().setLevel(logging.CRITICAL), ['logging.root'])\n\
+         step(lambda: logging.disable(logging.INFO), ['logging.disable'])\n\
+         step(lambda: logging.disable(logging.NOTSET), ['logging.disable'])\n\
+         step(lambda: socket.setdefaulttimeout(2.5), ['socket.getdefaulttimeout()'])\n\
+         step(lambda: setattr(decimal.getcontext(), 'prec', 5), ['decimal.getcontext()'])\n\
+         step(lambda: decimal.getcontext().traps.__setitem__(decimal.Inexact, True), ['decimal.getcontext()'])\n\
+         step(lambda: sys.setrecursionlimit(sys.getrecursionlimit() + 7), ['sys.getrecursionlimit()'])\n\
+         step(lambda: signal.signal(signal.SIGUSR1, lambda *a: None), ['signal.getsignal(SIGUSR1)'])\n\
+         step(lambda: signal.signal(signal.SIGUSR1, signal.SIG_DFL), ['signal.getsignal(SIGUSR1)'])\n\
+         step(lambda: signal.setitimer(signal.ITIMER_REAL, 3600), ['a pending signal.setitimer alarm'])\n\
+         step(lambda: signal.setitimer(signal.ITIMER_REAL, 0), ['a pending signal.setitimer alarm'])\n\
+         step(lambda: None, [])\n\
+         print('ok')\n",
+        settings = load_settings(),
+    );
+    common::assert_python_prints_ok(&script);
+}
+
+/// A library's object changed in place (the root logger's level), which no global's identity
+/// shows: the head's recording names the setting, so the runs are made whole and the test that
+/// reads the level is found with the new test as its polluter, as a whole audit finds it.
+#[test]
+fn a_new_test_that_changes_the_root_loggers_level_makes_the_whole_runs_whole() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write(
+            "tests/test_log.py",
+            "import logging\n\n\ndef test_warnings_are_on():\n    \
+             assert logging.getLogger().isEnabledFor(logging.WARNING)\n",
+        )
+        .write(
+            "tests/test_m.py",
+            "from pkg import m\n\n\ndef test_add():\n    assert m.add(1) == 2\n",
+        );
+    repo.commit("base");
+    repo.write(
+        "tests/test_m.py",
+        "import logging\n\nfrom pkg import m\n\n\ndef test_add():\n    assert m.add(1) == 2\n\n\n\
+         def test_silence():\n    logging.getLogger().setLevel(logging.CRITICAL)\n    \
+         assert m.add(0) == 1\n",
+    );
+    repo.commit("head: a test that silences logging for good");
+    let v = scoped_audit(&repo, &[]);
+    assert_whole_and_rejected(&v, &["tests/test_m.py::test_silence", "logging.root"], 3);
+    let reader = "tests/test_log.py::test_warnings_are_on";
+    assert_eq!(bucket(&v, reader), "order-dependent");
+    assert_eq!(
+        pair_of(&v, reader)["culprits"],
+        serde_json::json!(["tests/test_m.py::test_silence"])
+    );
 }
 
 #[test]
@@ -755,15 +855,7 @@ fn a_new_test_that_replaces_a_library_function_for_good_makes_the_whole_runs_who
     );
     repo.commit("head: a test that silences json for good");
     let v = scoped_audit(&repo, &[]);
-    let scope = &v["scope"];
-    let why = scope["whole_reason"].as_str().unwrap_or_default();
-    assert!(
-        why.contains("tests/test_m.py::test_quiet") && why.contains("json.dumps"),
-        "{scope}"
-    );
-    assert_eq!(scope["runs"]["0"], 3, "{scope}");
-    assert_eq!(scope["runs"]["rev"], 3, "{scope}");
-    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_whole_and_rejected(&v, &["tests/test_m.py::test_quiet", "json.dumps"], 3);
     assert_eq!(
         bucket(&v, "tests/test_fmt.py::test_dumps"),
         "order-dependent"

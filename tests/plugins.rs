@@ -110,6 +110,8 @@ struct Audited {
     repo: TestRepo,
     honest: Value,
     buggy: Value,
+    /// The honest head's scoped audit, whose recording names what each test left changed.
+    honest_scoped: Value,
 }
 
 fn case(base: &[(&'static str, &str)]) -> Case {
@@ -209,9 +211,9 @@ impl Case {
         );
         // Scoped, with every test's code and state recorded under the plugin: the same verdicts,
         // and the bug's pair.
-        let (run, v) = audit_with(&honest, &["--scoped"]);
+        let (run, honest_scoped) = audit_with(&honest, &["--scoped"]);
         assert_eq!(
-            (run.code, v["verdict"].as_str()),
+            (run.code, honest_scoped["verdict"].as_str()),
             (0, Some("pass")),
             "the honest head, scoped: {run:?}"
         );
@@ -257,6 +259,7 @@ impl Case {
             repo,
             honest: honest_v,
             buggy: buggy_v,
+            honest_scoped,
         }
     }
 }
@@ -452,6 +455,17 @@ fn hypothesis_case() -> Case {
 #[test]
 fn hypothesis_without_a_database_runs_its_examples_and_saves_nothing_across_orders() {
     let a = hypothesis_case().run();
+    // What Hypothesis and its plugin keep around every test (its time in garbage collection,
+    // its flags) is no test's state: nothing leaks, and the scope is not made whole for it.
+    for t in a.honest_scoped["tests"].as_array().unwrap() {
+        let leaks: Vec<&Value> = t["signals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s.as_str().unwrap().starts_with("leaks-state"))
+            .collect();
+        assert!(leaks.is_empty(), "{}: {leaks:?}", t["nodeid"]);
+    }
     all_passed(
         &a.honest,
         &["tests/test_props.py::test_sorted_is_idempotent"],

@@ -294,6 +294,7 @@ pub(crate) fn describe_leak(change: &StateChange) -> String {
         StateChange::Outside { module, name } => {
             format!("{module}.{name} (a global outside the repository)")
         }
+        StateChange::Setting(name) => format!("the process setting {name}"),
         StateChange::Threads(n) => match n {
             1 => "a thread left running".into(),
             n => format!("{n} threads left running"),

@@ -22,9 +22,9 @@
 //! recording cannot tell: the footprint is everything, a changed function ran outside any test
 //! (what it computed may be held anywhere), a test left state changed that any test may read
 //! (the environment, the working directory, the import system, a global of a module outside
-//! the repository, a thread), or a trace is
-//! incomplete (a subprocess, the network, a C extension of the repository, a run whose
-//! recording failed). `--full` asks for full orders too.
+//! the repository, a process setting, a thread), or a trace is incomplete (a subprocess, the
+//! network, a C extension of the repository, a run whose recording failed). `--full` asks for
+//! full orders too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

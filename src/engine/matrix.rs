@@ -340,6 +340,22 @@ impl Matrix {
         })
     }
 
+    /// A green outcome of the test in an order that ran it first of its process: as good as a
+    /// green run alone (the same collection, nothing before it).
+    pub(crate) fn green_first(&self, nodeid: &str) -> Option<Outcome> {
+        let i = self.ids.get(nodeid)?;
+        self.runs.values().find_map(|run| {
+            let outcome = run.outcome(i).filter(|o| o.is_green())?;
+            let pos = run.position(i)?;
+            // In a scoped run the order lists the carried tests too.
+            let first = pos == 0
+                || run.order(&self.ids)[..pos]
+                    .iter()
+                    .all(|id| !self.scope.runs(id));
+            first.then_some(outcome)
+        })
+    }
+
     /// The orders as [`crate::engine::search::order_check`] reads them: label, the order up to
     /// and with the test (of the scope's tests, as [`Matrix::rerun_order`]), its outcome there.
     pub(crate) fn seed_orders(&self, nodeid: &str) -> Vec<(OrderLabel, Vec<String>, Outcome)> {

@@ -63,7 +63,10 @@ pub(crate) fn search_pairs(
     nodeids: &[String],
 ) -> Result<Vec<PairRun>> {
     // Victims red alone run alone again, side by side, before their question is asked: one
-    // unlucky run alone must not send a flaky victim to a search for a state-setter.
+    // unlucky run alone must not send a flaky victim to a search for a state-setter. An order
+    // that ran the victim first and green was a green run alone already: a victim flaky one
+    // time in five is red on three runs alone in one audit of 125, and would then be searched
+    // for a state-setter before nothing (that order's prefix) instead of for its polluters.
     let candidates: Vec<&String> = nodeids
         .iter()
         .filter(|id| order_dependent(&evidence[id.as_str()]))
@@ -79,7 +82,10 @@ pub(crate) fn search_pairs(
                 .copied()
                 .into_iter()
                 .collect();
-            search::settle_alone(engine, id, evidence[id].alone, &first)
+            match (evidence[id].alone, matrix.green_first(id)) {
+                (Some(red), Some(green)) if !red.is_green() => Ok((vec![red, green], Vec::new())),
+                (first_alone, _) => search::settle_alone(engine, id, first_alone, &first),
+            }
         })?
     };
     let mut questions = Vec::new();
@@ -285,10 +291,27 @@ struct Batch<'a> {
     searched: Option<&'a (usize, PairRun)>,
 }
 
+impl Batch<'_> {
+    /// The searched victim, when this batch is of the set its search found.
+    fn own_search(&self) -> Option<&(usize, PairRun)> {
+        self.searched
+            .filter(|(_, run)| run.pair.culprits == self.culprits)
+    }
+
+    /// Whether victim `i` may be in this batch: any victim but one whose search found another
+    /// set (its answer is checked in that set's batch).
+    fn admits(&self, i: usize) -> bool {
+        match self.searched {
+            Some((j, _)) if *j == i => self.own_search().is_some(),
+            _ => true,
+        }
+    }
+}
+
 /// Whether a batched proof of `culprits` can prove them for `q`: a victim of the same kind,
 /// normal on every run alone, not flaky, with the whole set before it in every order that
-/// showed the anomaly ([`search::Prior::unexplained`]), and that left no shared state changed in the recorded runs (so that
-/// the victims of one batch cannot change each other's outcome).
+/// showed the anomaly ([`search::Prior::unexplained`]), and that left no shared state changed
+/// in the recorded runs (so that the victims of one batch cannot change each other's outcome).
 fn batchable(matrix: &Matrix, q: &Question, kind: PairKind, culprits: &[String]) -> bool {
     let normal_alone = match kind {
         PairKind::Polluter => q.alone == Some(true) && q.alone_greens.iter().all(|g| *g),
@@ -318,15 +341,11 @@ fn batched(
     batch: &Batch,
 ) -> Result<Vec<(usize, Answered)>> {
     let (kind, culprits) = (batch.kind, batch.culprits);
-    // The searched victim is in the batch of its own set only.
-    let searched = batch
-        .searched
-        .filter(|(_, run)| run.pair.culprits == culprits);
+    let searched = batch.own_search();
     let eligible: Vec<usize> = open
         .iter()
         .copied()
-        .filter(|&i| answers[i].is_none())
-        .filter(|&i| batch.searched.is_none_or(|(j, _)| *j != i) || searched.is_some())
+        .filter(|&i| answers[i].is_none() && batch.admits(i))
         .filter(|&i| batchable(matrix, &questions[i], kind, culprits))
         .collect();
     if eligible.len() < BATCH_FROM {

@@ -92,8 +92,9 @@ impl Prior {
 /// A victim that shows the anomaly alone (or is known flaky, [`Prior::flaky`]) is flaky, but it
 /// can be order-dependent too: its anomaly may follow the culprits every time and show alone
 /// only now and then. Then, and when an order showed the anomaly without the culprits
-/// ([`Prior::unexplained`]), the check goes on: the culprits then the victim must show the anomaly on all [`FLAKY_PAIR_RUNS`], and
-/// the victim alone must be normal on at least [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
+/// ([`Prior::unexplained`]), the check goes on: the culprits then the victim must show the
+/// anomaly on all [`FLAKY_PAIR_RUNS`], and the victim alone must be normal on at least
+/// [`FLAKY_ALONE_NORMAL`] of [`FLAKY_ALONE_RUNS`].
 /// A test that flakes with probability `p` whatever ran before it passes that (with the three
 /// reruns of its failing order that made it a candidate) with probability at most
 /// `p^15 · P(Binomial(20, 1-p) ≥ 11)`, 8.6 × 10⁻⁵ at its worst `p` (docs/verdicts.md, "How sure a
@@ -584,4 +585,43 @@ pub(crate) fn verify_batch(
         runs,
         last: last.last().copied().unwrap_or(after),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn an_anomaly_without_every_culprit_before_it_is_unexplained_and_a_normal_outcome_is_not() {
+        let set = ids(&["a", "b"]);
+        let orders = [
+            (OrderLabel::File, ids(&["a", "b", "v"]), Outcome::Failed),
+            (OrderLabel::Reversed, ids(&["v"]), Outcome::Passed),
+            // Only half of the set before it, and green: says nothing.
+            (OrderLabel::Seed(1), ids(&["b", "v"]), Outcome::Passed),
+        ];
+        let p = Prior::of(false, PairKind::Polluter, &set, &orders);
+        assert!(!p.unexplained && !p.flaky, "{p:?}");
+
+        // Red with only half of the set before it: a chance failure or another cause.
+        let mut more = orders.to_vec();
+        more.push((OrderLabel::Seed(2), ids(&["x", "a", "v"]), Outcome::Failed));
+        let p = Prior::of(true, PairKind::Polluter, &set, &more);
+        assert!(p.unexplained && p.flaky, "{p:?}");
+
+        // A state-setter's anomaly is a pass: green without the setter is unexplained.
+        let setter = ids(&["s"]);
+        let orders = [
+            (OrderLabel::File, ids(&["s", "v"]), Outcome::Passed),
+            (OrderLabel::Seed(3), ids(&["v"]), Outcome::Failed),
+        ];
+        assert!(!Prior::of(false, PairKind::StateSetter, &setter, &orders).unexplained);
+        let mut more = orders.to_vec();
+        more.push((OrderLabel::Seed(4), ids(&["x", "v"]), Outcome::Passed));
+        assert!(Prior::of(false, PairKind::StateSetter, &setter, &more).unexplained);
+    }
 }

@@ -310,6 +310,9 @@ pub(crate) enum StateChange {
         module: String,
         name: String,
     },
+    /// A process setting changed in place, which no global's identity shows (a logger's level
+    /// or handlers, decimal's context, a signal handler), by the name the plugin reads it by.
+    Setting(String),
     /// Threads left running (how many more than before the test).
     Threads(u32),
     /// A C extension module of the repository, imported by the test: its state is not seen.
@@ -340,6 +343,7 @@ impl StateChange {
                 },
                 None => StateChange::Other(text.to_string()),
             },
+            "setting" => StateChange::Setting(detail.to_string()),
             "threads" => StateChange::Threads(detail.parse().unwrap_or(1)),
             "extension" => StateChange::Extension(detail.to_string()),
             _ => StateChange::Other(text.to_string()),
@@ -347,8 +351,8 @@ impl StateChange {
     }
 
     /// Whether any test at all may read it (the environment, the working directory, the
-    /// import system, another module's global, a thread that keeps running), as against a
-    /// module's values or a file, whose readers the recording tells.
+    /// import system, another module's global, a process setting, a thread that keeps
+    /// running), as against a module's values or a file, whose readers the recording tells.
     pub(crate) fn read_by_anyone(&self) -> bool {
         !matches!(self, StateChange::Global { .. })
     }
@@ -363,6 +367,7 @@ impl std::fmt::Display for StateChange {
             StateChange::SysModules(name) => write!(f, "sys.modules:{name}"),
             StateChange::Global { path, name } => write!(f, "global:{path}:{name}"),
             StateChange::Outside { module, name } => write!(f, "outside:{module}:{name}"),
+            StateChange::Setting(name) => write!(f, "setting:{name}"),
             StateChange::Threads(n) => write!(f, "threads:{n}"),
             StateChange::Extension(path) => write!(f, "extension:{path}"),
             StateChange::Other(text) => f.write_str(text),
@@ -402,6 +407,18 @@ mod tests {
             let fast = Event::parse(line).expect(line);
             assert_eq!(format!("{fast:?}"), format!("{:?}", generic(line).unwrap()));
         }
+    }
+
+    #[test]
+    fn a_setting_keeps_its_whole_name_and_any_test_may_read_it() {
+        let text = "setting:logging.getLogger('app:db')";
+        let change = StateChange::parse(text);
+        assert_eq!(
+            change,
+            StateChange::Setting("logging.getLogger('app:db')".into())
+        );
+        assert_eq!(change.to_string(), text);
+        assert!(change.read_by_anyone());
     }
 
     #[test]

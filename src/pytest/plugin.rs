@@ -20,7 +20,7 @@ const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
 /// this order (keep its list in step).
-const MODULES: [(&str, &str); 12] = [
+const MODULES: [(&str, &str); 13] = [
     ("fixgate_plugin_events", include_str!("plugin/events.py")),
     ("fixgate_plugin_outcome", include_str!("plugin/outcome.py")),
     ("fixgate_plugin_trace", include_str!("plugin/trace.py")),
@@ -31,6 +31,10 @@ const MODULES: [(&str, &str); 12] = [
     ("fixgate_plugin_lease", include_str!("plugin/lease.py")),
     ("fixgate_plugin_rewrite", include_str!("plugin/rewrite.py")),
     ("fixgate_plugin_deps", include_str!("plugin/deps.py")),
+    (
+        "fixgate_plugin_settings",
+        include_str!("plugin/settings.py"),
+    ),
     ("fixgate_plugin_state", include_str!("plugin/state.py")),
     ("fixgate_plugin_record", include_str!("plugin/record.py")),
     (

@@ -28,6 +28,7 @@ _MODULES = (
     "fixgate_plugin_lease",
     "fixgate_plugin_rewrite",
     "fixgate_plugin_deps",
+    "fixgate_plugin_settings",
     "fixgate_plugin_state",
     "fixgate_plugin_record",
     "fixgate_plugin_forkserver",

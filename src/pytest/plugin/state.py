@@ -23,7 +23,11 @@ library fills its caches lazily (tempfile.tempdir, pkgutil's name pattern), so a
 installs a value for good where a library keeps None is not seen (docs/impact.md says so).
 Their contents are not compared: a library's caches fill as any test runs. pytest's, pluggy's
 and this plugin's own modules are left out (they rebind their globals around every test), and
-so are the globals Python sets after a failure (sys.last_value and its kin).
+so are the globals Python sets after a failure (sys.last_value and its kin) and a few that a
+plugin's hooks keep (_OUTSIDE_BOOKKEEPING: Hypothesis's).
+
+The process settings a test can change in place (the loggers, decimal's context, the signal
+handlers and their kin) are read and compared by fixgate_plugin_settings, and named `setting:`.
 """
 
 import os
@@ -31,6 +35,8 @@ import sys
 import threading
 from itertools import chain, compress
 from operator import is_, methodcaller
+
+import fixgate_plugin_settings as _settings
 
 # Globals every module has, or that Python and pytest write on their own (warnings'
 # __warningregistry__, the assertion rewriter's @py_builtins): never a test's state.
@@ -56,6 +62,24 @@ _SKIP = frozenset(
 _RUNNER = ("_pytest", "pytest", "pluggy", "fixgate_plugin", "py", "__main__", "iniconfig")
 # Globals Python sets on its own: the last uncaught exception (sys.last_value and its kin).
 _OUTSIDE_SKIP = frozenset(["last_type", "last_value", "last_traceback", "last_exc"])
+# Other modules' globals that a pytest plugin's hooks or a garbage collection rebind around
+# tests, which no test's outcome reads: Hypothesis's time spent collecting garbage (a gc
+# callback, installed at its first test, after any test), its cache of the constants in the
+# modules imported so far (rebuilt when sys.modules grows), the flags its plugin sets before
+# every test, and its count of initialisations (the first `import hypothesis` lowers it; it
+# only gates a warning).
+_OUTSIDE_BOOKKEEPING = frozenset(
+    [
+        ("hypothesis.internal.conjecture.junkdrawer", "_gc_initialized"),
+        ("hypothesis.internal.conjecture.junkdrawer", "_gc_start"),
+        ("hypothesis.internal.conjecture.junkdrawer", "_gc_cumulative_time"),
+        ("hypothesis.internal.conjecture.providers", "_sys_modules_len"),
+        ("hypothesis.internal.conjecture.providers", "_local_constants"),
+        ("hypothesis.core", "running_under_pytest"),
+        ("hypothesis.core", "pytest_shows_exceptiongroups"),
+        ("_hypothesis_globals", "in_initialization"),
+    ]
+)
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
 _IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
 # Above this many items a container is compared by its size only.
@@ -249,6 +273,7 @@ class State(object):
         self.outside_values = []
         self.outside_each = []
         self.outside_new = False  # other modules were added since their last snapshot
+        self.settings = {}  # the process settings (fixgate_plugin_settings.take)
 
     def _environ(self):
         data = getattr(os.environ, "_data", None)
@@ -327,6 +352,7 @@ class State(object):
         self.threads = threading.active_count()
         self._take_modules()
         self._take_outside()
+        self.settings = _settings.take()
 
     def after_test(self):
         """What the test changed, as sorted strings `kind:detail` (docs/plugin-protocol.md)."""
@@ -364,6 +390,9 @@ class State(object):
         changed.extend(outside)
         if self.outside_new:  # _globals looked at sys.modules
             self._take_outside()
+        settings = _settings.take()
+        changed.extend("setting:" + n for n in _settings.changed(self.settings, settings))
+        self.settings = settings
         for e in sorted(self.extensions):
             changed.append("extension:" + e)
         self.extensions.clear()
@@ -404,7 +433,7 @@ class State(object):
                 continue
             each[i] = dict(d)  # only rebinding and removal count: the new values as they are
             for key, was in old.items():
-                if key in _SKIP or key in _OUTSIDE_SKIP:
+                if key in _SKIP or key in _OUTSIDE_SKIP or (name, key) in _OUTSIDE_BOOKKEEPING:
                     continue
                 now = d.get(key, _GONE)
                 if was is None and now is not _GONE:
