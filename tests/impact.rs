@@ -758,8 +758,11 @@ fn load_settings() -> String {
 }
 
 /// The process settings (`plugin/settings.py`): each one a test can change in place is named
-/// when it changed and only then; a logger a test merely asks for is no change, one it gives a
-/// level is; putting a setting back is a change from the test before.
+/// when it changed and only then; a logger a test merely asks for (or gives a NullHandler, as a
+/// library's first import does) is no change, one it gives a level is; putting a setting back
+/// is a change from the test before. Hostile values run none of their code in the comparison,
+/// a logger whose attributes raise is named once, and a reader that raises (a manager whose
+/// loggers cannot be listed) keeps the look before: no change, nothing escapes.
 #[test]
 fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not() {
     let script = format!(
@@ -768,11 +771,12 @@ fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not(
          before = settings.take()\n\
          def step(change, want):\n    \
              global before\n    \
-             change(); now = settings.take()\n    \
+             change(); now = settings.take(before)\n    \
              got = sorted(settings.changed(before, now)); before = now\n    \
              assert got == sorted(want), (got, want)\n\
          step(lambda: None, [])\n\
          step(lambda: logging.getLogger('fx.plain'), [])\n\
+         step(lambda: logging.getLogger('fx.lib').addHandler(logging.NullHandler()), [])\n\
          step(lambda: logging.getLogger('fx.quiet').setLevel(logging.ERROR), [\"logging.getLogger('fx.quiet')\"])\n\
          step(lambda: logging.getLogger('fx.plain').addHandler(logging.NullHandler()), [\"logging.getLogger('fx.plain')\"])\n\
          step(lambda: setattr(logging.getLogger('fx.plain'), 'propagate', False), [\"logging.getLogger('fx.plain')\"])\n\
@@ -788,6 +792,22 @@ fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not(
          step(lambda: signal.setitimer(signal.ITIMER_REAL, 3600), ['a pending signal.setitimer alarm'])\n\
          step(lambda: signal.setitimer(signal.ITIMER_REAL, 0), ['a pending signal.setitimer alarm'])\n\
          step(lambda: None, [])\n\
+         class Evil:\n    \
+             def __eq__(self, o): raise RuntimeError('eq')\n    \
+             def __ne__(self, o): raise RuntimeError('ne')\n    \
+             def __bool__(self): raise SystemExit(3)\n    \
+             __hash__ = object.__hash__\n\
+         step(lambda: setattr(logging.getLogger('fx.evil'), 'level', Evil()), [\"logging.getLogger('fx.evil')\"])\n\
+         step(lambda: None, [])\n\
+         class Bad(logging.Logger):\n    \
+             propagate = property(lambda self: sys.exit(1), lambda self, v: None)\n\
+         step(lambda: logging.Logger.manager.loggerDict.__setitem__('fx.bad', Bad('fx.bad')), [\"logging.getLogger('fx.bad')\"])\n\
+         step(lambda: logging.getLogger('fx.quiet').setLevel(logging.INFO), [\"logging.getLogger('fx.quiet')\"])\n\
+         class Mgr:\n    \
+             loggerDict = property(lambda self: sys.exit(2))\n\
+         manager = logging.root.manager\n\
+         step(lambda: setattr(logging.root, 'manager', Mgr()), [])\n\
+         step(lambda: setattr(logging.root, 'manager', manager), [])\n\
          print('ok')\n",
         settings = load_settings(),
     );

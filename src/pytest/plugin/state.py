@@ -390,8 +390,11 @@ class State(object):
         changed.extend(outside)
         if self.outside_new:  # _globals looked at sys.modules
             self._take_outside()
-        settings = _settings.take()
-        changed.extend("setting:" + n for n in _settings.changed(self.settings, settings))
+        settings = _settings.take(self.settings)
+        try:
+            changed.extend("setting:" + n for n in _settings.changed(self.settings, settings))
+        except Exception:
+            pass  # plain values compare without raising; this is the last guard
         self.settings = settings
         for e in sorted(self.extensions):
             changed.append("extension:" + e)
