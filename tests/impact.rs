@@ -760,9 +760,10 @@ fn load_settings() -> String {
 /// The process settings (`plugin/settings.py`): each one a test can change in place is named
 /// when it changed and only then; a logger a test merely asks for (or gives a NullHandler, as a
 /// library's first import does) is no change, one it gives a level is; putting a setting back
-/// is a change from the test before. Hostile values run none of their code in the comparison,
-/// a logger whose attributes raise is named once, and a reader that raises (a manager whose
-/// loggers cannot be listed) keeps the look before: no change, nothing escapes.
+/// is a change from the test before. A logger's name is written as its repr, so a name with
+/// terminal escapes reaches the report printable. Hostile values run none of their code in the
+/// comparison, a logger whose attributes raise is named once, and a reader that raises (a
+/// manager whose loggers cannot be listed) keeps the look before: no change, nothing escapes.
 #[test]
 fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not() {
     let script = format!(
@@ -792,6 +793,10 @@ fn the_settings_a_test_changes_in_place_are_named_and_a_new_plain_logger_is_not(
          step(lambda: signal.setitimer(signal.ITIMER_REAL, 3600), ['a pending signal.setitimer alarm'])\n\
          step(lambda: signal.setitimer(signal.ITIMER_REAL, 0), ['a pending signal.setitimer alarm'])\n\
          step(lambda: None, [])\n\
+         esc = chr(27) + ']0;title' + chr(7)\n\
+         named = 'logging.getLogger(%r)' % esc\n\
+         step(lambda: logging.getLogger(esc).setLevel(logging.ERROR), [named])\n\
+         assert named.isprintable(), named\n\
          class Evil:\n    \
              def __eq__(self, o): raise RuntimeError('eq')\n    \
              def __ne__(self, o): raise RuntimeError('ne')\n    \

@@ -82,9 +82,13 @@ pub(crate) fn search_pairs(
                 .copied()
                 .into_iter()
                 .collect();
-            match (evidence[id].alone, matrix.green_first(id)) {
-                (Some(red), Some(green)) if !red.is_green() => Ok((vec![red, green], Vec::new())),
-                (first_alone, _) => search::settle_alone(engine, id, first_alone, &first),
+            let first_alone = evidence[id].alone;
+            let green_first = first_alone
+                .filter(|o| !o.is_green())
+                .and_then(|_| matrix.green_first(id));
+            match (first_alone, green_first) {
+                (Some(red), Some(green)) => Ok((vec![red, green], Vec::new())),
+                _ => search::settle_alone(engine, id, first_alone, &first),
             }
         })?
     };

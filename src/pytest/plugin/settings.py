@@ -71,7 +71,8 @@ def _logging(out):
         loggers = getattr(manager, "loggerDict", None)
         if type(loggers) is dict:
             for name, lg in list(loggers.items()):
-                if type(name) is str and isinstance(lg, logging.Logger):
+                # type() and issubclass run none of the object's code (isinstance may).
+                if type(name) is str and issubclass(type(lg), logging.Logger):
                     out["logging.getLogger(%r)" % (name,)] = _one_logger(lg, null)
 
 
@@ -102,10 +103,10 @@ def _decimal(out):
 
 
 def _interpreter(out):
-    out["sys.getrecursionlimit()"] = sys.getrecursionlimit()
+    out["sys.getrecursionlimit()"] = _plain(sys.getrecursionlimit())
     digits = getattr(sys, "get_int_max_str_digits", None)
     if digits is not None:
-        out["sys.get_int_max_str_digits()"] = digits()
+        out["sys.get_int_max_str_digits()"] = _plain(digits())
     gc = sys.modules.get("gc")
     if gc is not None:
         out["gc"] = _plain((gc.isenabled(), gc.get_threshold()))
