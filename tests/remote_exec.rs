@@ -36,6 +36,12 @@ fn essence(v: &serde_json::Value) -> (String, Vec<(String, String)>, Vec<String>
 }
 
 fn audit(dir: &Path, cache: &Path, extra: &[&str]) -> Run {
+    let args = audit_args(extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    common::fixgate_at(dir, cache, &[], &args)
+}
+
+fn audit_args(extra: &[&str]) -> Vec<String> {
     let py = common::python();
     let mut args = vec![
         "--format",
@@ -56,7 +62,53 @@ fn audit(dir: &Path, cache: &Path, extra: &[&str]) -> Run {
         args.extend_from_slice(&["--seeds", "2"]);
     }
     args.extend_from_slice(extra);
-    common::fixgate_at(dir, cache, &[], &args)
+    args.into_iter().map(str::to_owned).collect()
+}
+
+/// `audit`, stopped by PID if it is not done within `limit`: a hang fails the test with what
+/// the audit and the service printed, instead of holding the suite until CI's clock runs out.
+fn audit_within(
+    dir: &Path,
+    cache: &Path,
+    extra: &[&str],
+    limit: Duration,
+    service: &Server,
+) -> Run {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
+    let mut child = common::fixgate_command()
+        .args(audit_args(extra))
+        .arg("--cache-dir")
+        .arg(cache)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("fixgate runs");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the remote audit was not done after {}s (stopped):\n{}\nBuildGrid said:\n{}",
+                limit.as_secs(),
+                std::fs::read_to_string(&stderr).unwrap_or_default(),
+                service.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
+    }
 }
 
 /// A local audit and a remote one of the repository in `dir` agree; the remote one ran its
@@ -70,7 +122,13 @@ fn assert_same_as_local(
     let local = audit(dir, tempfile::tempdir().unwrap().path(), extra);
     let mut args = vec!["--remote-executor", service.url.as_str()];
     args.extend_from_slice(extra);
-    let remote = audit(dir, tempfile::tempdir().unwrap().path(), &args);
+    let remote = audit_within(
+        dir,
+        tempfile::tempdir().unwrap().path(),
+        &args,
+        Duration::from_secs(900),
+        service,
+    );
     assert_eq!(remote.code, local.code, "{remote:?}\n--- local:\n{local:?}");
     let (l, r) = (local.json(), remote.json());
     assert_eq!(essence(&r), essence(&l), "{remote:?}");
@@ -399,7 +457,9 @@ fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
 #[test]
 fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
     let pg = servers::postgres();
-    let service = servers::buildgrid_execution(&pg, 5, Some(5));
+    // A worker is lost after BuildGrid's usual 30 s of silence: a worker kept waiting by the
+    // busy service is not lost.
+    let service = servers::buildgrid_execution(&pg, 30, Some(5));
     let worker = servers::worker(&service, "lone", &[]);
     let repo = small_polluter();
     let r = assert_same_as_local(repo.path(), &service, &[&worker], &["--seeds", "12"]);
@@ -410,4 +470,44 @@ fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
         "the service refused some requests: {summary}"
     );
     assert_eq!(summary["retried"], serde_json::json!([]), "{summary}");
+}
+
+/// A service as busy as it gets (BuildGrid's fewest threads, five, and the audit's 32 actions
+/// in flight, queued before any worker is there): a worker that comes then must start its
+/// session and take its leases through threads the audit's streams compete for. The audit lets
+/// each stream go every few seconds and the worker asks again while the service is busy, so
+/// the audit ends as the local one does, with nothing tried twice, and in bounded time.
+#[test]
+fn a_service_whose_threads_the_audits_streams_all_hold_still_hears_a_worker_that_comes_later() {
+    let pg = servers::postgres();
+    let service = servers::buildgrid_execution(&pg, 30, Some(5));
+    let repo = small_polluter();
+    let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]);
+    let cache = tempfile::tempdir().unwrap();
+    std::thread::scope(|s| {
+        let remote = s.spawn(|| {
+            audit_within(
+                repo.path(),
+                cache.path(),
+                &["--remote-executor", service.url.as_str()],
+                Duration::from_secs(400),
+                &service,
+            )
+        });
+        // The audit's actions fill the service's threads while there is no worker.
+        std::thread::sleep(Duration::from_secs(20));
+        let worker = servers::worker(&service, "late", &[]);
+        let remote = remote.join().unwrap();
+        assert_eq!(remote.code, local.code, "{remote:?}\n{}", worker.log());
+        let r = remote.json();
+        assert_eq!(essence(&r), essence(&local.json()), "{remote:?}");
+        assert_eq!(r["verdict"], "reject", "{r}");
+        let summary = &r["remote_execution"];
+        assert!(
+            summary["busy_answers"].as_u64().unwrap() > 0,
+            "the service refused some requests: {summary}"
+        );
+        assert!(summary["actions"].as_u64().unwrap() > 0, "{summary}");
+        assert_eq!(summary["retried"], serde_json::json!([]), "{summary}");
+    });
 }

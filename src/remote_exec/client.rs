@@ -750,7 +750,18 @@ impl Executor {
         let mut name: Option<String> = None;
         let mut executing = false;
         let mut breaks = 0;
+        let began = Instant::now();
+        let mut busy_pause = BUSY_FIRST_PAUSE;
         loop {
+            if began.elapsed() > FOLLOW_PATIENCE {
+                if let Some(n) = &name {
+                    self.cancel(n);
+                }
+                return Err(Refused::Failed(format!(
+                    "the service did not finish the action within {}s",
+                    FOLLOW_PATIENCE.as_secs()
+                )));
+            }
             let mut client = ExecutionClient::new(self.exec.channel());
             let outcome = self.exec.block_on(async {
                 let stream = match &name {
@@ -762,7 +773,19 @@ impl Executor {
                     }
                 };
                 let mut stream = stream?.into_inner();
-                while let Some(op) = stream.message().await? {
+                // Held for STREAM_HOLD once the operation has a name, then let go.
+                let mut until = name
+                    .as_ref()
+                    .map(|_| tokio::time::Instant::now() + STREAM_HOLD);
+                loop {
+                    let next = match until {
+                        Some(t) => match tokio::time::timeout_at(t, stream.message()).await {
+                            Ok(next) => next?,
+                            Err(_) => return Ok(Some(Ended::LetGo)),
+                        },
+                        None => stream.message().await?,
+                    };
+                    let Some(op) = next else { break };
                     match follow_operation(&op, &mut name, progress) {
                         Followed::Done(done) => return Ok(Some(Ended::Done(done))),
                         Followed::Stage(stage) if stage == Stage::Executing as i32 => {
@@ -775,6 +798,9 @@ impl Executor {
                             return Ok(Some(Ended::Lost))
                         }
                         Followed::Stage(_) => {}
+                    }
+                    if until.is_none() && name.is_some() {
+                        until = Some(tokio::time::Instant::now() + STREAM_HOLD);
                     }
                 }
                 Ok::<_, tonic::Status>(None)
@@ -791,6 +817,16 @@ impl Executor {
                     ));
                 }
                 Ok(Some(Ended::Done(done))) => return (*done).map_err(Refused::Failed),
+                // Let go on purpose: the thread it held is the service's for a moment (its
+                // workers report through the same threads), then the operation is asked for by
+                // name.
+                Ok(Some(Ended::LetGo)) => std::thread::sleep(STREAM_GAP),
+                // Busy while the operation runs: asked again later, which is no break of it.
+                Err(s) if s.code() == tonic::Code::ResourceExhausted && name.is_some() => {
+                    lock(&self.summary).busy_answers += 1;
+                    std::thread::sleep(busy_pause);
+                    busy_pause = (busy_pause * 2).min(BUSY_LAST_PAUSE);
+                }
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
                     breaks += 1;
@@ -989,6 +1025,17 @@ impl From<Refused> for Attempt {
     }
 }
 
+/// How long one Execute or WaitExecution stream is held open once its operation has a name.
+/// A stream holds one of the service's threads for as long as it is open (BuildGrid's do), and
+/// so do the workers' calls: an audit whose streams held every thread while their actions
+/// waited in the queue would leave no thread for a worker to take or report one, and wait
+/// forever. Let go, the stream's thread serves whoever asks next; the operation is asked for
+/// again by name after STREAM_GAP.
+const STREAM_HOLD: Duration = Duration::from_secs(5);
+const STREAM_GAP: Duration = Duration::from_millis(200);
+/// How long an action is followed, queued and running, before the run gives it up: its own
+/// longest timeout and ten minutes in the queue.
+const FOLLOW_PATIENCE: Duration = Duration::from_secs(action::MAX_ACTION_TIMEOUT.as_secs() + 600);
 /// How long, in all, a run waits for a busy service before that counts as a failure of it.
 const BUSY_PATIENCE: Duration = Duration::from_secs(120);
 /// The pauses between asks of a busy service: doubling from the first to the last.
@@ -1007,6 +1054,8 @@ enum Ended {
     Done(Box<std::result::Result<reapi::ExecuteResponse, String>>),
     /// Its worker was lost.
     Lost,
+    /// The stream was let go after STREAM_HOLD, the operation not done yet.
+    LetGo,
 }
 
 type Stage = reapi::execution_stage::Value;

@@ -353,7 +353,8 @@ fn now() -> Timestamp {
 }
 
 impl Bot {
-    /// `CreateBotSession`, tried for a minute while the service is unreachable.
+    /// `CreateBotSession`, tried for a minute while the service is unreachable, and for as
+    /// long as it answers that it is busy.
     fn create_session(
         &self,
         bots: &mut BotsClient,
@@ -374,6 +375,12 @@ impl Bot {
                 .block_on(bots.create_bot_session(timed(request, POLL)))
             {
                 Ok(s) => return Ok(s),
+                // Busy is an answer: the service is up and its threads are taken (by clients'
+                // streams too), so the bot asks again soon, for as long as it stays busy. A
+                // bot that gave up there would leave the queue it serves without a worker.
+                Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                    std::thread::sleep(BUSY_PAUSE);
+                }
                 Err(s)
                     if start.elapsed() < Duration::from_secs(60)
                         && s.code() != tonic::Code::InvalidArgument =>
