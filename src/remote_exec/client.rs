@@ -1029,8 +1029,8 @@ impl From<Refused> for Attempt {
 /// A stream holds one of the service's threads for as long as it is open (BuildGrid's do), and
 /// so do the workers' calls: an audit whose streams held every thread while their actions
 /// waited in the queue would leave no thread for a worker to take or report one, and wait
-/// forever. Let go, the stream's thread serves whoever asks next; the operation is asked for
-/// again by name after STREAM_GAP.
+/// for as long as it follows an action (FOLLOW_PATIENCE). Let go, the stream's thread serves
+/// whoever asks next; the operation is asked for again by name after STREAM_GAP.
 const STREAM_HOLD: Duration = Duration::from_secs(5);
 const STREAM_GAP: Duration = Duration::from_millis(200);
 /// How long an action is followed, queued and running, before the run gives it up: its own

@@ -139,16 +139,27 @@ pub fn fixgate_command() -> Command {
     cmd
 }
 
-/// Runs the real binary in `cwd` with the cache directory `cache` and the variables `env` (and
-/// none of the caller's `FIXGATE_*`).
-pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
-    let out = fixgate_command()
-        .args(args)
+/// The command `fixgate_at` runs, for a caller that spawns it itself.
+pub fn fixgate_at_command(
+    cwd: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Command {
+    let mut cmd = fixgate_command();
+    cmd.args(args)
         .arg("--cache-dir")
         .arg(cache)
         .current_dir(cwd)
         .env("NO_COLOR", "1")
-        .envs(env.iter().copied())
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// Runs the real binary in `cwd` with the cache directory `cache` and the variables `env` (and
+/// none of the caller's `FIXGATE_*`).
+pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let out = fixgate_at_command(cwd, cache, env, args)
         .output()
         .expect("fixgate runs");
     Run {
