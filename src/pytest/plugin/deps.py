@@ -28,6 +28,7 @@ ask): see fixgate_plugin_record.
 import os
 import sys
 import threading
+from operator import attrgetter
 
 import pytest
 
@@ -60,6 +61,8 @@ def _ping():
 
 
 _M = getattr(sys, "monitoring", None)
+_CODE = attrgetter("code")
+_CODE_TYPE = type(_ping.__code__)
 # Code object -> anything: the repository's code objects that started since the last take.
 _HITS = {}
 # co_filename -> repo-relative path, or "" outside the repository.
@@ -295,11 +298,9 @@ class Deps(object):
 
     @staticmethod
     def _note(prof):
-        hits = _HITS
-        for entry in prof.getstats():
-            code = entry.code
-            if not isinstance(code, str):
-                hits[code] = 0
+        # With builtins off every entry's code is a code object (a built-in's would be a str,
+        # which _take passes over); taken in C, as a window's table has an entry per function.
+        _HITS.update(dict.fromkeys(map(_CODE, prof.getstats()), 0))
 
     # ---- per test ---------------------------------------------------------------------------
 
@@ -409,6 +410,8 @@ class Deps(object):
         _HITS.clear()
         files = _FILES
         for code in codes:
+            if type(code) is not _CODE_TYPE:
+                continue
             rel = files.get(code.co_filename) or self._repo_path(code.co_filename)
             if rel:
                 # A module's body is line 0: a function may start on line 1 too.

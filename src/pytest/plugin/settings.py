@@ -24,6 +24,7 @@ settings out of that look (and so out of the comparison).
 import sys
 
 _SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGPIPE")
+_SIGNAL_KEYS = tuple((name, "signal.getsignal(%s)" % name) for name in _SIGNALS)
 
 
 def _plain(v):
@@ -116,10 +117,13 @@ def _signals(out):
     signal = sys.modules.get("signal")
     if signal is None:
         return
-    for name in _SIGNALS:
+    # The C function: signal.getsignal turns SIG_DFL and SIG_IGN into enum members, by trying
+    # every handler, a function too, as one (a raised and caught ValueError per signal).
+    getsignal = getattr(getattr(signal, "_signal", None), "getsignal", None) or signal.getsignal
+    for name, key in _SIGNAL_KEYS:
         num = getattr(signal, name, None)
         if num is not None:
-            out["signal.getsignal(%s)" % name] = ("id", id(signal.getsignal(num)))
+            out[key] = ("id", id(getsignal(num)))
     getitimer = getattr(signal, "getitimer", None)
     if getitimer is not None:
         out["a pending signal.setitimer alarm"] = _plain(getitimer(signal.ITIMER_REAL)[0] > 0)

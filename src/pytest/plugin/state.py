@@ -30,6 +30,7 @@ The process settings a test can change in place (the loggers, decimal's context,
 handlers and their kin) are read and compared by fixgate_plugin_settings, and named `setting:`.
 """
 
+import gc
 import os
 import sys
 import threading
@@ -85,6 +86,9 @@ _IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__cont
 # Above this many items a container is compared by its size only.
 _MAX_ITEMS = 4096
 _VALUES = methodcaller("values")
+# CPython's gc lists a module dict's values (its keys are all str) in one C call, about twice as
+# fast as iterating the dicts; elsewhere the dicts are iterated.
+_REFERENTS = gc.get_referents if sys.implementation.name == "cpython" else None
 _KEYS = methodcaller("keys")
 _MODULE = type(sys)
 
@@ -223,6 +227,19 @@ def _module_dict(m):
 _GONE = object()
 
 
+def _all_values(dicts):
+    """What the dicts hold, in order, as one list, for comparing one look with the next. On
+    CPython the values of each dict whose keys are all str, and keys and values of one that has
+    another key; an audit hook that refuses gc's event (the repository's own) costs the fast
+    way, not the look."""
+    if _REFERENTS is not None:
+        try:
+            return _REFERENTS(*dicts)
+        except Exception:
+            pass
+    return list(chain.from_iterable(map(_VALUES, dicts)))
+
+
 def _is_runner(name):
     root = name.split(".", 1)[0]
     return root in _RUNNER or root.startswith("fixgate_plugin")
@@ -263,7 +280,8 @@ class State(object):
         # name in that order, the in-place values and their contents.
         self.dicts = []
         self.names = []
-        self.values = []
+        self.values = []  # every global's value, in the order of `names`
+        self.quick = []  # the same dicts as _all_values lists them, for the look after a test
         self.deep = None
         self.contents = None
         self.per_global = {}  # (module, global) -> its contents, as of the last snapshot
@@ -328,6 +346,7 @@ class State(object):
         self.dicts = [_module_dict(self.repo_modules[n][1]) for n in order]
         self.names = [(n, list(d)) for n, d in zip(order, self.dicts)]
         self.values = list(chain.from_iterable(map(_VALUES, self.dicts)))
+        self.quick = _all_values(self.dicts)
         self.deep = _Deep(zip(order, self.dicts))
         self.contents = self.deep.take()
         self.per_global = self.deep.per_global()
@@ -340,7 +359,7 @@ class State(object):
         self.outside_order = order
         self.outside_dicts = [_module_dict(self.outside_modules[n]) for n in order]
         self.outside_each = [dict(d) for d in self.outside_dicts]
-        self.outside_values = list(chain.from_iterable(map(_VALUES, self.outside_dicts)))
+        self.outside_values = _all_values(self.outside_dicts)
 
     def baseline(self):
         """Before the first test: the state collection left."""
@@ -406,9 +425,7 @@ class State(object):
         """The repository's module globals the test changed: one comparison of everything, and
         a look at each module only when it differs. A module the test imported first is new,
         not changed."""
-        dicts = self.dicts
-        values = list(chain.from_iterable(map(_VALUES, dicts)))
-        same = _same(values, self.values)
+        same = _same(_all_values(self.dicts), self.quick)
         if same:
             try:
                 contents = self.deep.take()
@@ -424,9 +441,12 @@ class State(object):
     def _outside(self):
         """The other modules' globals the test rebound or removed: one comparison of all their
         values by identity, and a look at each module only when it differs."""
-        values = list(chain.from_iterable(map(_VALUES, self.outside_dicts)))
-        # By identity alone: no library object's __eq__ runs on this path after every test.
-        if _identical(values, self.outside_values):
+        values = _all_values(self.outside_dicts)
+        # One list comparison in C, which takes identity first: no library object's __eq__ runs
+        # unless a global was rebound, where the look below runs it too. Comparing item by item
+        # with operator.is_ made a call per value, as long again as listing them (about 11,000
+        # values after each test in a plain pytest process).
+        if _same(values, self.outside_values):
             return []
         out = []
         each = self.outside_each
