@@ -268,6 +268,72 @@ fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets
     assert_eq!(v["verdict"], "pass");
 }
 
+/// The session's own fixtures: one every test needs (autouse, in the root's conftest.py) that
+/// sets a global and an environment variable up before the first test and takes them away after
+/// the last; one only a test asks for; one a subdirectory's tests need; and a function-scoped
+/// fixture of the last test that leaves a global behind in its teardown.
+#[test]
+fn what_the_session_sets_up_before_the_first_test_and_tears_down_after_the_last_is_no_tests() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/conf.py",
+            "MODE = 'dev'\nSERVER = None\nSUB = None\nLEFT = None\n",
+        )
+        .write(
+            "conftest.py",
+            "import os\n\nimport pytest\n\nfrom pkg import conf\n\n\n\
+             @pytest.fixture(scope='session', autouse=True)\ndef environment():\n    \
+             conf.MODE = 'test'\n    os.environ['FIXGATE_MODE'] = 'test'\n    yield\n    \
+             conf.MODE = 'done'\n    del os.environ['FIXGATE_MODE']\n\n\n\
+             @pytest.fixture(scope='session')\ndef server():\n    conf.SERVER = 'up'\n    \
+             yield\n    conf.SERVER = 'down'\n\n\n\
+             @pytest.fixture\ndef leaky():\n    yield\n    conf.LEFT = 1\n",
+        )
+        .write(
+            "tests/test_a.py",
+            "from pkg import conf\n\n\ndef test_first():\n    assert conf.MODE == 'test'\n\n\n\
+             def test_uses_server(server):\n    assert conf.SERVER == 'up'\n",
+        )
+        .write(
+            "tests/zz/conftest.py",
+            "import pytest\n\nfrom pkg import conf\n\n\n\
+             @pytest.fixture(scope='session', autouse=True)\ndef sub():\n    conf.SUB = 1\n    \
+             yield\n    conf.SUB = 2\n",
+        )
+        .write(
+            "tests/zz/test_b.py",
+            "from pkg import conf\n\n\ndef test_in_sub():\n    assert conf.SUB == 1\n\n\n\
+             def test_last(leaky):\n    assert conf.MODE == 'test'\n",
+        );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    let state = |id: &str| run_test(&v, id)["state"].clone();
+    // Set up before the first test in any order, torn down after the last: nobody's.
+    assert_eq!(
+        state("tests/test_a.py::test_first"),
+        serde_json::json!([]),
+        "{v}"
+    );
+    // Set up by the test that asks for it: the tests before it see the global unset.
+    assert_eq!(
+        state("tests/test_a.py::test_uses_server"),
+        serde_json::json!(["global:pkg/conf.py:SERVER"])
+    );
+    // Set up by the first test of the directory, whichever that is.
+    assert_eq!(
+        state("tests/zz/test_b.py::test_in_sub"),
+        serde_json::json!(["global:pkg/conf.py:SUB"])
+    );
+    // The last test's own teardown is still its own; the session's after it is not.
+    assert_eq!(
+        state("tests/zz/test_b.py::test_last"),
+        serde_json::json!(["global:pkg/conf.py:LEFT"])
+    );
+}
+
 /// Three source modules and their tests; the first test file also sets a value in a shared
 /// registry that one test of the last file reads.
 fn registry_repo() -> TestRepo {

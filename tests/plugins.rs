@@ -103,6 +103,9 @@ struct Case {
     after_base: Option<Hook>,
     /// The interpreter (a private venv for the editable install).
     python: Option<PathBuf>,
+    /// What the honest head's tests leave changed (test, its `leaks-state:` signals); every
+    /// other test leaves nothing, whatever the plugin does around it.
+    leaks: Vec<(&'static str, Vec<&'static str>)>,
 }
 
 /// What a setup's two audits said.
@@ -110,8 +113,6 @@ struct Audited {
     repo: TestRepo,
     honest: Value,
     buggy: Value,
-    /// The honest head's scoped audit, whose recording names what each test left changed.
-    honest_scoped: Value,
 }
 
 fn case(base: &[(&'static str, &str)]) -> Case {
@@ -129,6 +130,7 @@ fn case(base: &[(&'static str, &str)]) -> Case {
         prepare: None,
         after_base: None,
         python: None,
+        leaks: Vec::new(),
     }
 }
 
@@ -141,6 +143,13 @@ impl Case {
     fn buggy(mut self, files: &[(&'static str, &str)], pair: (&'static str, &'static str)) -> Case {
         self.buggy = files.iter().map(|(p, t)| (*p, t.to_string())).collect();
         self.pair = pair;
+        self
+    }
+
+    /// A test of the honest head that leaves state changed, and what (the part after
+    /// `leaks-state:` of its signals).
+    fn leaks(mut self, nodeid: &'static str, what: &[&'static str]) -> Case {
+        self.leaks.push((nodeid, what.to_vec()));
         self
     }
 
@@ -217,6 +226,24 @@ impl Case {
             (0, Some("pass")),
             "the honest head, scoped: {run:?}"
         );
+        for t in honest_scoped["tests"].as_array().unwrap() {
+            let id = t["nodeid"].as_str().unwrap();
+            let leaks: Vec<&str> = t["signals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|s| s.as_str().unwrap().strip_prefix("leaks-state:"))
+                .collect();
+            let wanted = self
+                .leaks
+                .iter()
+                .find(|(n, _)| *n == id)
+                .map_or(Vec::new(), |(_, w)| w.clone());
+            assert_eq!(leaks, wanted, "what {id} leaves changed");
+        }
+        for (id, _) in &self.leaks {
+            test(&honest_scoped, id);
+        }
         let (run, v) = audit_with(&buggy, &["--scoped"]);
         assert_eq!(
             (run.code, v["verdict"].as_str()),
@@ -259,7 +286,6 @@ impl Case {
             repo,
             honest: honest_v,
             buggy: buggy_v,
-            honest_scoped,
         }
     }
 }
@@ -454,18 +480,10 @@ fn hypothesis_case() -> Case {
 
 #[test]
 fn hypothesis_without_a_database_runs_its_examples_and_saves_nothing_across_orders() {
-    let a = hypothesis_case().run();
     // What Hypothesis and its plugin keep around every test (its time in garbage collection,
-    // its flags) is no test's state: nothing leaks, and the scope is not made whole for it.
-    for t in a.honest_scoped["tests"].as_array().unwrap() {
-        let leaks: Vec<&Value> = t["signals"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s.as_str().unwrap().starts_with("leaks-state"))
-            .collect();
-        assert!(leaks.is_empty(), "{}: {leaks:?}", t["nodeid"]);
-    }
+    // its flags) is no test's state: nothing leaks (Case::run), and the scope is not made
+    // whole for it.
+    let a = hypothesis_case().run();
     all_passed(
         &a.honest,
         &["tests/test_props.py::test_sorted_is_idempotent"],
@@ -723,6 +741,8 @@ Scenario: The book is still there\n    Then the cart holds the book\n";
             "tests/test_plain.py",
             "import app\n\n\ndef test_add_returns_the_count():\n    app.CART.clear()\n    assert app.add('x') == 1\n",
         )])
+        .leaks("tests/test_cart.py::test_add_a_book", &["global:app.py:CART"])
+        .leaks("tests/test_plain.py::test_add_returns_the_count", &["global:app.py:CART"])
         .buggy(
             &[("tests/cart.feature", buggy_feature)],
             ("tests/test_cart.py::test_add_a_book", "tests/test_cart.py::test_the_book_is_still_there"),
@@ -842,6 +862,7 @@ fn doctest_modules_run_as_tests() {
         "zmore.py",
         "def double(x):\n    \"\"\"\n    >>> double(2)\n    4\n    \"\"\"\n    return 2 * x\n",
     )])
+    .leaks("tests/test_fill.py::test_fill", &["global:app.py:CART"])
     .buggy(
         &[("zcart.py", buggy_zcart)],
         ("tests/test_fill.py::test_fill", "zcart.py::zcart.total"),
@@ -943,6 +964,8 @@ fn a_src_layout_with_an_editable_install_tests_the_snapshot() {
         "tests/test_version.py",
         "import shop\n\n\ndef test_from_the_sandbox():\n    assert '/tree/src/shop' in shop.__file__\n",
     )])
+    // The base's test fills the cart and leaves its item there.
+    .leaks("tests/test_shop.py::test_add", &["global:src/shop/__init__.py:CART"])
     .buggy(
         &[(
             "tests/test_cart.py",
@@ -1029,6 +1052,7 @@ fn pytest_randomly_installed_is_disabled_and_its_seed_option_ignored() {
         ),
     ])
     .honest(&[("tests/test_x.py", "def test_x():\n    assert True\n")])
+    .leaks("tests/test_random.py::test_draw", &["global:tests/test_random.py:DRAWN"])
     .buggy(&[("tests/test_cart.py", SETTER_VICTIM)], SV)
     .run();
     all_passed(

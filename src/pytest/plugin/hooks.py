@@ -560,6 +560,7 @@ class _FixgatePlugin(object):
         what = config.getoption("fixgate_record", None)
         if what is not None:
             self.recording = Recording(self.run.classifier, what)
+            self.recording.hook_into(config.pluginmanager)
         _trace.install()
 
     def _emit_collection_trace(self):
@@ -617,6 +618,8 @@ class _FixgatePlugin(object):
         elif what:
             # A fork server that records nothing forks a run that records state.
             self.recording = Recording(self.run.classifier, what, collected=True)
+        if self.recording is not None:
+            self.recording.hook_into(self.config.pluginmanager)
         self.order_state = "failed"
         self._apply_order(self.config, session.items)
         self.order_state = "ok"

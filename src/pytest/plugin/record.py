@@ -1,7 +1,20 @@
 """fixgate plugin: the recording a run asks for with --fixgate-record (the file-order and
 reversed runs of an audit): per test, the repository's code objects it ran (`code`) and the
 shared state it left changed (`state`); per session, the code that ran outside any test. The
-hooks call this module at a handful of points and add what it returns to their events."""
+hooks call this module at a handful of points and add what it returns to their events.
+
+What the session's own fixtures do around the first and the last test is no test's: a
+session-scoped fixture every test of the run needs (an autouse one of a plugin or of the root's
+conftest.py, pytest-django's test environment) is set up in the first test's setup whatever the
+order, and what the process tears down after the last test's own teardown (pytest-django's
+`del mail.outbox`) comes when no test is left to see it. A second look at the state before and
+after each such turn (the `SharedFixtures` hooks, registered when state is recorded) names what
+the turn changed, and that is taken out of the test's record: the test's own look cannot stop
+inside a phase, where pytest's machinery (capture, the current test's variable) is on. A
+session-scoped fixture only some tests ask for stays its first asker's: which test sets it up
+depends on the order, and so does what the tests before it see."""
+
+import pytest
 
 from fixgate_plugin_deps import Deps
 from fixgate_plugin_state import State
@@ -17,6 +30,13 @@ class Recording(object):
         self.state = State(classifier)
         self.code = False
         self.states = False
+        self.classifier = classifier
+        self.turns = 0  # shared fixtures' turns under way (one may ask for another)
+        self.probe = None  # the state as a turn began
+        self.masked = set()  # what the running test's shared fixtures changed in their turns
+        self.closing = False  # the session tears itself down after the last test
+        self.ended = 0  # tests ended
+        self.hooks = None  # the SharedFixtures registered, once state is recorded
         self._want(what)
         if collected:
             # Made after collection (a child of a fork server that recorded nothing): what
@@ -40,6 +60,37 @@ class Recording(object):
     def collection_done(self, pluginmanager):
         self.deps.collection_done(pluginmanager)
 
+    def hook_into(self, pluginmanager):
+        """Registers the hooks that take shared fixtures out of the tests' state, when state is
+        recorded (after `forked` too: a fork server's child may be the first to ask)."""
+        if self.states and self.hooks is None:
+            self.hooks = SharedFixtures(self)
+            pluginmanager.register(self.hooks, "fixgate-shared-fixtures")
+
+    def turn_start(self):
+        """A shared fixture's turn begins: a second look at the state (pytest's own machinery
+        is on inside a test's phases, so the test's own look cannot stop here)."""
+        self.turns += 1
+        if self.turns == 1 and self.states and self.state.env is not None:
+            self.probe = State(self.classifier)
+            self.probe.baseline()
+
+    def turn_end(self):
+        """The turn ends: what it changed is taken out of what the test left changed."""
+        self.turns -= 1
+        if self.turns == 0 and self.probe is not None:
+            probe, self.probe = self.probe, None
+            # A module first imported in the turn is the main look's to name; it looked at
+            # every extension module there was.
+            self.masked.update(n for n in probe.after_test() if not n.startswith("extension:"))
+
+    def close(self):
+        """After the last test's own teardown: the rest of the process's life is a turn that
+        ends with the test's record."""
+        if not self.closing:
+            self.closing = True
+            self.turn_start()
+
     def test_start(self):
         self.deps.test_start()
         if self.states and self.state.env is None:
@@ -54,8 +105,15 @@ class Recording(object):
                 out["code_unknown"] = True
             else:
                 out["code"] = code
+        self.ended += 1
+        if self.closing and self.turns:
+            self.turns = 1
+            self.turn_end()
         if self.states:
             changed = self.state.after_test()
+            if self.masked:
+                changed = [n for n in changed if n not in self.masked]
+                self.masked = set()
             if changed:
                 out["state"] = changed
         return out
@@ -68,3 +126,56 @@ class Recording(object):
         if code is None:
             return {"event": "session_code", "unknown": self.deps.error or "unknown"}
         return {"event": "session_code", "code": code}
+
+
+class SharedFixtures(object):
+    """The hooks that mark a shared fixture's turn inside the first and the last test."""
+
+    def __init__(self, recording):
+        self.recording = recording
+        self.everyones = {}  # id(FixtureDef) -> whether every test of the run needs it
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        rec = self.recording
+        shared = False
+        if rec.ended == 0 and getattr(fixturedef, "scope", None) == "session":
+            try:
+                shared = self._everyones(fixturedef, request.session)
+            except Exception:
+                shared = False  # pytest's insides not as expected: the first test's, as before
+        if shared:
+            rec.turn_start()
+        try:
+            yield
+        finally:
+            if shared:
+                rec.turn_end()
+
+    def _everyones(self, fixturedef, session):
+        """Whether every test of the run needs this fixture (directly, by autouse or through
+        another fixture), unparametrized: then the first test sets it up in any order."""
+        key = id(fixturedef)
+        known = self.everyones.get(key)
+        if known is None:
+            known = getattr(fixturedef, "params", None) is None and bool(session.items)
+            name = fixturedef.argname
+            for item in session.items if known else ():
+                info = getattr(item, "_fixtureinfo", None)
+                defs = None if info is None else info.name2fixturedefs.get(name)
+                closure = getattr(info, "names_closure", ())
+                if name not in closure or not defs or defs[-1] is not fixturedef:
+                    known = False
+                    break
+            self.everyones[key] = known
+        return known
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        # The last test: once its own finalizers ran (the function's fixtures, its teardown),
+        # its parent's first finalizer marks where the session's teardown begins.
+        if nextitem is None and item.parent is not None and not self.recording.closing:
+            try:
+                item.parent.addfinalizer(self.recording.close)
+            except Exception:
+                pass  # the parent not set up (a plugin's own protocol): as before

@@ -68,9 +68,11 @@ _OUTSIDE_SKIP = frozenset(["last_type", "last_value", "last_traceback", "last_ex
 # callback, installed at its first test, after any test), its cache of the constants in the
 # modules imported so far (rebuilt when sys.modules grows), the flags its plugin sets before
 # every test, and its count of initialisations (the first `import hypothesis` lowers it; it
-# only gates a warning).
+# only gates a warning). And `builtins._`, the last value the interactive display hook showed,
+# which every doctest example that shows a value sets (as sys.last_value is the excepthook's).
 _OUTSIDE_BOOKKEEPING = frozenset(
     [
+        ("builtins", "_"),
         ("hypothesis.internal.conjecture.junkdrawer", "_gc_initialized"),
         ("hypothesis.internal.conjecture.junkdrawer", "_gc_start"),
         ("hypothesis.internal.conjecture.junkdrawer", "_gc_cumulative_time"),
