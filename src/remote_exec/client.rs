@@ -26,6 +26,7 @@ use crate::pytest::interpreter::Fingerprint;
 use crate::pytest::result::RunResult;
 use crate::remote_exec::action::{self, RunSpec};
 use crate::remote_exec::merkle::{self, Item, Source, Tree};
+use crate::remote_exec::Backoff;
 use crate::sandbox::Overlay;
 use crate::snapshot::{EntryKind, Snapshot};
 
@@ -411,7 +412,7 @@ impl Executor {
         let tree = self.tree(run.snapshot, run.overlay)?;
         let mut last = String::new();
         let mut attempt = 0;
-        let mut pause = BUSY_FIRST_PAUSE;
+        let mut busy = Backoff::new(BUSY_FIRST_PAUSE, BUSY_LAST_PAUSE);
         let mut waited = Duration::ZERO;
         while attempt < 2 {
             let slot = self.pace.enter();
@@ -441,9 +442,7 @@ impl Executor {
                     if let Some(pb) = progress {
                         pb.set_message(format!("remote: the service is busy ({why}); waiting"));
                     }
-                    std::thread::sleep(pause);
-                    waited += pause;
-                    pause = (pause * 2).min(BUSY_LAST_PAUSE);
+                    waited += busy.sleep();
                     continue;
                 }
                 Ok(Attempt::Busy(why)) => {
@@ -751,7 +750,7 @@ impl Executor {
         let mut executing = false;
         let mut breaks = 0;
         let began = Instant::now();
-        let mut busy_pause = BUSY_FIRST_PAUSE;
+        let mut busy_pause = Backoff::new(BUSY_FIRST_PAUSE, BUSY_LAST_PAUSE);
         loop {
             if began.elapsed() > FOLLOW_PATIENCE {
                 if let Some(n) = &name {
@@ -824,8 +823,7 @@ impl Executor {
                 // Busy while the operation runs: asked again later, which is no break of it.
                 Err(s) if s.code() == tonic::Code::ResourceExhausted && name.is_some() => {
                     lock(&self.summary).busy_answers += 1;
-                    std::thread::sleep(busy_pause);
-                    busy_pause = (busy_pause * 2).min(BUSY_LAST_PAUSE);
+                    busy_pause.sleep();
                 }
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
