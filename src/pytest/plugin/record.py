@@ -8,7 +8,7 @@ session-scoped fixture every test of the run needs (an autouse one of a plugin o
 conftest.py, pytest-django's test environment) is set up in the first test's setup whatever the
 order, and what the process tears down after the last test's own teardown (pytest-django's
 `del mail.outbox`) comes when no test is left to see it. A second look at the state before and
-after each such turn (the `SharedFixtures` hooks, registered when state is recorded) names what
+after each such turn (the `FirstTest` and `LastTest` hooks, registered when state is recorded) names what
 the turn changed, and that is taken out of the test's record: the test's own look cannot stop
 inside a phase, where pytest's machinery (capture, the current test's variable) is on. A
 session-scoped fixture only some tests ask for stays its first asker's: which test sets it up
@@ -36,7 +36,7 @@ class Recording(object):
         self.masked = set()  # what the running test's shared fixtures changed in their turns
         self.closing = False  # the session tears itself down after the last test
         self.ended = 0  # tests ended
-        self.hooks = None  # the SharedFixtures registered, once state is recorded
+        self.hooks = None  # (plugin manager, FirstTest, LastTest), once state is recorded
         self._want(what)
         if collected:
             # Made after collection (a child of a fork server that recorded nothing): what
@@ -64,8 +64,11 @@ class Recording(object):
         """Registers the hooks that take shared fixtures out of the tests' state, when state is
         recorded (after `forked` too: a fork server's child may be the first to ask)."""
         if self.states and self.hooks is None:
-            self.hooks = SharedFixtures(self)
-            pluginmanager.register(self.hooks, "fixgate-shared-fixtures")
+            first, last = FirstTest(self), LastTest(self)
+            if self.ended == 0:
+                pluginmanager.register(first, "fixgate-first-test")
+            pluginmanager.register(last, "fixgate-last-test")
+            self.hooks = (pluginmanager, first, last)
 
     def turn_start(self):
         """A shared fixture's turn begins: a second look at the state (pytest's own machinery
@@ -106,6 +109,10 @@ class Recording(object):
             else:
                 out["code"] = code
         self.ended += 1
+        if self.ended == 1 and self.hooks is not None:
+            pluginmanager, first = self.hooks[:2]
+            if pluginmanager.is_registered(first):
+                pluginmanager.unregister(first)
         if self.closing and self.turns:
             self.turns = 1
             self.turn_end()
@@ -128,8 +135,9 @@ class Recording(object):
         return {"event": "session_code", "code": code}
 
 
-class SharedFixtures(object):
-    """The hooks that mark a shared fixture's turn inside the first and the last test."""
+class FirstTest(object):
+    """The hook that marks the turn of a session fixture every test needs, in the first test
+    (unregistered once it ends: on every fixture's path)."""
 
     def __init__(self, recording):
         self.recording = recording
@@ -169,6 +177,13 @@ class SharedFixtures(object):
                     break
             self.everyones[key] = known
         return known
+
+
+class LastTest(object):
+    """The hook that marks where the session's own teardown begins, in the last test."""
+
+    def __init__(self, recording):
+        self.recording = recording
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item, nextitem):
