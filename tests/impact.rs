@@ -291,6 +291,11 @@ fn what_the_session_sets_up_before_the_first_test_and_tears_down_after_the_last_
              @pytest.fixture\ndef leaky():\n    yield\n    conf.LEFT = 1\n",
         )
         .write(
+            "tests/test_0.py",
+            "import pytest\n\n\n@pytest.mark.skip(reason='sets nothing up')\n\
+             def test_skipped():\n    pass\n",
+        )
+        .write(
             "tests/test_a.py",
             "from pkg import conf\n\n\ndef test_first():\n    assert conf.MODE == 'test'\n\n\n\
              def test_uses_server(server):\n    assert conf.SERVER == 'up'\n",
@@ -311,12 +316,14 @@ fn what_the_session_sets_up_before_the_first_test_and_tears_down_after_the_last_
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
     let state = |id: &str| run_test(&v, id)["state"].clone();
-    // Set up before the first test in any order, torn down after the last: nobody's.
-    assert_eq!(
-        state("tests/test_a.py::test_first"),
-        serde_json::json!([]),
-        "{v}"
-    );
+    // Set up before the first test that sets fixtures up (a skipped one sets none up), in any
+    // order, torn down after the last: nobody's.
+    for id in [
+        "tests/test_0.py::test_skipped",
+        "tests/test_a.py::test_first",
+    ] {
+        assert_eq!(state(id), serde_json::json!([]), "{id}: {v}");
+    }
     // Set up by the test that asks for it: the tests before it see the global unset.
     assert_eq!(
         state("tests/test_a.py::test_uses_server"),
@@ -332,6 +339,55 @@ fn what_the_session_sets_up_before_the_first_test_and_tears_down_after_the_last_
         state("tests/zz/test_b.py::test_last"),
         serde_json::json!(["global:pkg/conf.py:LEFT"])
     );
+}
+
+/// A repository global whose `__dict__` raises, first imported by the last test: the look at
+/// the state after the session's teardown fails, and the test stays as pytest reports it.
+#[test]
+fn a_global_the_state_look_cannot_read_leaves_the_last_tests_outcome_alone() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/weird.py",
+            "class Proxy:\n    @property\n    def __dict__(self):\n        \
+             raise RuntimeError('working outside of the context')\n\n\nOBJ = Proxy()\n",
+        )
+        .write(
+            "tests/test_w.py",
+            "def test_first():\n    pass\n\n\ndef test_last():\n    import pkg.weird\n",
+        );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    for id in ["tests/test_w.py::test_first", "tests/test_w.py::test_last"] {
+        assert_eq!(run_test(&v, id)["outcome"], "passed", "{v}");
+    }
+}
+
+/// A library global rebound to an equal copy, then that copy changed in place by another
+/// test: neither is a rebinding of it for good (contents outside the repository are not
+/// compared).
+#[test]
+fn a_library_global_rebound_to_an_equal_copy_then_filled_in_place_is_nobodys_leak() {
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_k.py",
+        "import keyword\n\n\ndef test_copy():\n    keyword.kwlist = list(keyword.kwlist)\n\n\n\
+         def test_fill():\n    keyword.kwlist.append('zz')\n\n\ndef test_after():\n    pass\n",
+    );
+    repo.commit("base");
+    let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let v = run.json();
+    for id in ["test_copy", "test_fill", "test_after"] {
+        let id = format!("tests/test_k.py::{id}");
+        assert_eq!(
+            run_test(&v, &id)["state"],
+            serde_json::json!([]),
+            "{id}: {v}"
+        );
+    }
 }
 
 /// Three source modules and their tests; the first test file also sets a value in a shared

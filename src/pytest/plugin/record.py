@@ -72,27 +72,39 @@ class Recording(object):
 
     def turn_start(self):
         """A shared fixture's turn begins: a second look at the state (pytest's own machinery
-        is on inside a test's phases, so the test's own look cannot stop here)."""
+        is on inside a test's phases, so the test's own look cannot stop here). A look that
+        fails masks nothing: the turn stays the test's, as without these hooks."""
         self.turns += 1
         if self.turns == 1 and self.states and self.state.env is not None:
-            self.probe = State(self.classifier)
-            self.probe.baseline()
+            try:
+                probe = State(self.classifier)
+                probe.baseline()
+                self.probe = probe
+            except Exception:
+                self.probe = None
 
     def turn_end(self):
         """The turn ends: what it changed is taken out of what the test left changed."""
-        self.turns -= 1
+        self.turns = max(0, self.turns - 1)
         if self.turns == 0 and self.probe is not None:
             probe, self.probe = self.probe, None
+            try:
+                changed = probe.after_test()
+            except Exception:
+                return
             # A module first imported in the turn is the main look's to name; it looked at
             # every extension module there was.
-            self.masked.update(n for n in probe.after_test() if not n.startswith("extension:"))
+            self.masked.update(n for n in changed if not n.startswith("extension:"))
 
     def close(self):
         """After the last test's own teardown: the rest of the process's life is a turn that
-        ends with the test's record."""
+        ends with the test's record. Run as a finalizer: nothing it raises reaches pytest."""
         if not self.closing:
             self.closing = True
-            self.turn_start()
+            try:
+                self.turn_start()
+            except Exception:
+                pass
 
     def test_start(self):
         self.deps.test_start()
@@ -109,10 +121,14 @@ class Recording(object):
             else:
                 out["code"] = code
         self.ended += 1
-        if self.ended == 1 and self.hooks is not None:
+        if self.hooks is not None and self.hooks[1].set_up:
+            # The first test that set fixtures up set up every fixture every test needs.
             pluginmanager, first = self.hooks[:2]
-            if pluginmanager.is_registered(first):
+            self.hooks = (pluginmanager, FirstTest(self), self.hooks[2])
+            try:
                 pluginmanager.unregister(first)
+            except Exception:
+                pass
         if self.closing and self.turns:
             self.turns = 1
             self.turn_end()
@@ -137,17 +153,20 @@ class Recording(object):
 
 class FirstTest(object):
     """The hook that marks the turn of a session fixture every test needs, in the first test
-    (unregistered once it ends: on every fixture's path)."""
+    that sets fixtures up (a test skipped by a mark sets none up); unregistered once that test
+    ends, as it is on every fixture's path."""
 
     def __init__(self, recording):
         self.recording = recording
         self.everyones = {}  # id(FixtureDef) -> whether every test of the run needs it
+        self.set_up = False  # a fixture was set up in this run
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_fixture_setup(self, fixturedef, request):
         rec = self.recording
         shared = False
-        if rec.ended == 0 and getattr(fixturedef, "scope", None) == "session":
+        self.set_up = True
+        if getattr(fixturedef, "scope", None) == "session":
             try:
                 shared = self._everyones(fixturedef, request.session)
             except Exception:
