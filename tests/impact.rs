@@ -367,24 +367,36 @@ fn a_global_the_state_look_cannot_read_leaves_the_last_tests_outcome_alone() {
 
 /// A library global rebound to an equal copy, then that copy changed in place by another
 /// test: neither is a rebinding of it for good (contents outside the repository are not
-/// compared).
+/// compared); the same once a module holds a key that is not a str (listed beside its value),
+/// where a global rebound for good is still named.
 #[test]
 fn a_library_global_rebound_to_an_equal_copy_then_filled_in_place_is_nobodys_leak() {
     let repo = TestRepo::new();
     repo.write(
         "tests/test_k.py",
         "import keyword\n\n\ndef test_copy():\n    keyword.kwlist = list(keyword.kwlist)\n\n\n\
-         def test_fill():\n    keyword.kwlist.append('zz')\n\n\ndef test_after():\n    pass\n",
+         def test_fill():\n    keyword.kwlist.append('zz')\n\n\n\
+         def test_odd_key():\n    vars(keyword)[1] = 'one'\n\n\n\
+         def test_rebind():\n    keyword.iskeyword = len\n\n\n\
+         def test_copy_again():\n    keyword.kwlist = list(keyword.kwlist)\n\n\n\
+         def test_fill_again():\n    keyword.kwlist.append('yy')\n",
     );
     repo.commit("base");
     let run = repo.fixgate_py(&["run", "--seed", "0", "--record", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     let v = run.json();
-    for id in ["test_copy", "test_fill", "test_after"] {
+    for (id, state) in [
+        ("test_copy", vec![]),
+        ("test_fill", vec![]),
+        ("test_odd_key", vec![]),
+        ("test_rebind", vec!["outside:keyword:iskeyword"]),
+        ("test_copy_again", vec![]),
+        ("test_fill_again", vec![]),
+    ] {
         let id = format!("tests/test_k.py::{id}");
         assert_eq!(
             run_test(&v, &id)["state"],
-            serde_json::json!([]),
+            serde_json::json!(state),
             "{id}: {v}"
         );
     }

@@ -290,8 +290,10 @@ class State(object):
         # The other modules' globals: their dicts in a fixed order, and each one's values.
         self.outside_dicts = []
         self.outside_order = []
-        self.outside_values = []
-        self.outside_each = []
+        self.outside_values = []  # every value of outside_dicts, as _all_values lists them
+        self.outside_keys = []  # each module's keys, in order
+        self.outside_aligned = True  # outside_values is each module's values in turn
+        self.outside_each = None  # a copy of each dict, when outside_values is not aligned
         self.outside_new = False  # other modules were added since their last snapshot
         self.settings = {}  # the process settings (fixgate_plugin_settings.take)
 
@@ -360,8 +362,18 @@ class State(object):
         order = sorted(self.outside_modules)
         self.outside_order = order
         self.outside_dicts = [_module_dict(self.outside_modules[n]) for n in order]
-        self.outside_each = [dict(d) for d in self.outside_dicts]
-        self.outside_values = _all_values(self.outside_dicts)
+        self._outside_snapshot(_all_values(self.outside_dicts))
+
+    def _outside_snapshot(self, values):
+        """The other modules' globals as they are now: each module's keys, and all the values as
+        one list (`values`, just taken). When that list holds each dict's values in order (all
+        their keys are str, as gc lists them), a module's values are a slice of it; else (a key
+        of another type, listed beside its value) a copy of each dict is kept."""
+        dicts = self.outside_dicts
+        self.outside_values = values
+        self.outside_keys = [list(d) for d in dicts]
+        self.outside_aligned = len(values) == sum(map(len, self.outside_keys))
+        self.outside_each = None if self.outside_aligned else [dict(d) for d in dicts]
 
     def baseline(self):
         """Before the first test: the state collection left."""
@@ -442,22 +454,32 @@ class State(object):
 
     def _outside(self):
         """The other modules' globals the test rebound or removed: one comparison of all their
-        values by identity, and a look at each module only when it differs."""
+        values, and a look at each module only when it differs."""
         values = _all_values(self.outside_dicts)
-        # By identity alone (a call per value, about 0.2 ms for 14,000): a list's == would take
-        # a global rebound to an equal copy for no change and keep the old object in the
-        # snapshot, so that a later test changing the new one in place would be named for it;
-        # and no library object's __eq__ runs on this path after every test.
-        if _identical(values, self.outside_values):
+        prev = self.outside_values
+        if self.outside_aligned:
+            # One list comparison in C, identity first (a call per value with operator.is_ cost
+            # about 0.2 ms for 14,000, twenty times this): no library object's __eq__ runs unless
+            # a global was rebound. A global rebound to an equal copy is no change, and the list
+            # kept is the one just taken, so that the copy is what the next test is compared with
+            # (else a later test filling it in place would be named for it).
+            if _same(values, prev):
+                self.outside_values = values
+                return []
+        elif _identical(values, prev):
             return []
         out = []
-        each = self.outside_each
+        offset = 0
         for i, (name, d) in enumerate(zip(self.outside_order, self.outside_dicts)):
-            old = each[i]
-            if len(d) == len(old) and _identical(list(d.values()), list(old.values())):
+            keys = self.outside_keys[i]
+            if self.outside_aligned:
+                olds = prev[offset : offset + len(keys)]
+                offset += len(keys)
+            else:
+                olds = list(self.outside_each[i].values())
+            if len(d) == len(keys) and _identical(list(d.values()), olds):
                 continue
-            each[i] = dict(d)  # only rebinding and removal count: the new values as they are
-            for key, was in old.items():
+            for key, was in zip(keys, olds):
                 if key in _SKIP or key in _OUTSIDE_SKIP or (name, key) in _OUTSIDE_BOOKKEEPING:
                     continue
                 now = d.get(key, _GONE)
@@ -465,7 +487,7 @@ class State(object):
                     continue  # a lazy fill: tempfile.tempdir, pkgutil's name pattern
                 if now is not was and (now is _GONE or not _same(now, was)):
                     out.append("outside:%s:%s" % (name, key))
-        self.outside_values = values
+        self._outside_snapshot(values)
         return out
 
     def _which(self):
