@@ -38,7 +38,25 @@ fn essence(v: &serde_json::Value) -> (String, Vec<(String, String)>, Vec<String>
 fn audit(dir: &Path, cache: &Path, extra: &[&str]) -> Run {
     let args = audit_args(extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    common::fixgate_at(dir, cache, &[], &args)
+    let path = client_path();
+    common::fixgate_at(dir, cache, &[("PATH", &path)], &args)
+}
+
+/// The client's PATH: the tests' interpreter's directory first. An action names its interpreter
+/// (`python3.11`) and carries the client's PATH, where the worker looks for it first: with the
+/// tests' venv off PATH, the worker would find another `python3.11` and refuse every action.
+fn client_path() -> String {
+    let python = common::python();
+    let mut dirs: Vec<std::path::PathBuf> = python
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap().into_string().unwrap()
 }
 
 fn audit_args(extra: &[&str]) -> Vec<String> {
@@ -78,7 +96,8 @@ fn audit_within(
     let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
     let args = audit_args(extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = common::fixgate_at_command(dir, cache, &[], &args)
+    let path = client_path();
+    let mut child = common::fixgate_at_command(dir, cache, &[("PATH", &path)], &args)
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&stderr).unwrap())
