@@ -5,14 +5,14 @@ hooks call this module at a handful of points and add what it returns to their e
 
 What the session's own fixtures do around the first and the last test is no test's: a
 session-scoped fixture every test of the run needs (an autouse one of a plugin or of the root's
-conftest.py, pytest-django's test environment) is set up in the first test's setup whatever the
-order, and what the process tears down after the last test's own teardown (pytest-django's
-`del mail.outbox`) comes when no test is left to see it. A second look at the state before and
-after each such turn (the `FirstTest` and `LastTest` hooks, registered when state is recorded) names what
-the turn changed, and that is taken out of the test's record: the test's own look cannot stop
-inside a phase, where pytest's machinery (capture, the current test's variable) is on. A
-session-scoped fixture only some tests ask for stays its first asker's: which test sets it up
-depends on the order, and so does what the tests before it see."""
+conftest.py, pytest-django's test environment) is set up in the first test that sets fixtures up
+whatever the order, and what the process tears down after the last test's own teardown
+(pytest-django's `del mail.outbox`) comes when no test is left to see it. A second look at the
+state before and after each such turn (the `FirstTest` and `LastTest` hooks, registered when
+state is recorded) names what the turn changed, and that is taken out of the test's record: the
+test's own look cannot stop inside a phase, where pytest's machinery (capture, the current test's
+variable) is on. A session-scoped fixture only some tests ask for stays its first asker's: which
+test sets it up depends on the order, and so does what the tests before it see."""
 
 import pytest
 
@@ -36,7 +36,8 @@ class Recording(object):
         self.masked = set()  # what the running test's shared fixtures changed in their turns
         self.closing = False  # the session tears itself down after the last test
         self.ended = 0  # tests ended
-        self.hooks = None  # (plugin manager, FirstTest, LastTest), once state is recorded
+        self.pluginmanager = None  # where the hooks below are registered, once state is recorded
+        self.first = None  # the FirstTest hooks, until the first test that set fixtures up ends
         self._want(what)
         if collected:
             # Made after collection (a child of a fork server that recorded nothing): what
@@ -63,12 +64,12 @@ class Recording(object):
     def hook_into(self, pluginmanager):
         """Registers the hooks that take shared fixtures out of the tests' state, when state is
         recorded (after `forked` too: a fork server's child may be the first to ask)."""
-        if self.states and self.hooks is None:
-            first, last = FirstTest(self), LastTest(self)
+        if self.states and self.pluginmanager is None:
+            self.pluginmanager = pluginmanager
             if self.ended == 0:
-                pluginmanager.register(first, "fixgate-first-test")
-            pluginmanager.register(last, "fixgate-last-test")
-            self.hooks = (pluginmanager, first, last)
+                self.first = FirstTest(self)
+                pluginmanager.register(self.first, "fixgate-first-test")
+            pluginmanager.register(LastTest(self), "fixgate-last-test")
 
     def turn_start(self):
         """A shared fixture's turn begins: a second look at the state (pytest's own machinery
@@ -121,12 +122,11 @@ class Recording(object):
             else:
                 out["code"] = code
         self.ended += 1
-        if self.hooks is not None and self.hooks[1].set_up:
+        if self.first is not None and self.first.set_up:
             # The first test that set fixtures up set up every fixture every test needs.
-            pluginmanager, first = self.hooks[:2]
-            self.hooks = (pluginmanager, FirstTest(self), self.hooks[2])
+            first, self.first = self.first, None
             try:
-                pluginmanager.unregister(first)
+                self.pluginmanager.unregister(first)
             except Exception:
                 pass
         if self.closing and self.turns:
