@@ -489,24 +489,32 @@ fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
 }
 
 /// A worker that comes to a service the audit already keeps busy (BuildGrid's fewest threads,
-/// five, and the audit's 32 actions in flight, queued for 20 s with no worker): it must start
-/// its session and take its leases through threads the audit's streams compete for, and the
-/// audit ends as the local one does, with nothing tried twice, in bounded time. (The build
-/// before the streams were let go passed this too, here: the hang it mends, a worker giving up
-/// its session after a minute of busy answers, was not reproduced.)
+/// five, and fifteen actions sent at once, queued for 20 s with no worker: twelve shuffled
+/// orders, file and reversed order, the base's suite run; with the tests' two shuffled orders
+/// the five actions could fit, and a CI run saw no busy answer): it must connect, start its
+/// session and take its leases through threads the audit's streams compete for, and the audit
+/// ends as the local one does, with nothing tried twice, in bounded time. Before the worker
+/// asked again when its first request (GetCapabilities) was answered busy, it exited there in
+/// 3 runs of 4, and the audit waited past the test's 400 s. (The build before the streams were
+/// let go passed this too, here: the hang it mends, a worker giving up its session after a
+/// minute of busy answers, was not reproduced.)
 #[test]
 fn a_worker_that_comes_to_a_service_the_audit_keeps_busy_gets_its_turn() {
     let pg = servers::postgres();
     let service = servers::buildgrid_execution(&pg, 30, Some(5));
     let repo = small_polluter();
-    let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]);
+    let local = audit(
+        repo.path(),
+        tempfile::tempdir().unwrap().path(),
+        &["--seeds", "12"],
+    );
     let cache = tempfile::tempdir().unwrap();
     std::thread::scope(|s| {
         let remote = s.spawn(|| {
             audit_within(
                 repo.path(),
                 cache.path(),
-                &["--remote-executor", service.url.as_str()],
+                &["--remote-executor", service.url.as_str(), "--seeds", "12"],
                 Duration::from_secs(400),
                 &service,
             )

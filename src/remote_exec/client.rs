@@ -306,14 +306,16 @@ impl Executor {
                 settings.url
             ))
         };
-        let cas = GrpcConnection::open(&settings.config(fixgate_cache::DEFAULT_REQUEST_TIMEOUT))
-            .map_err(|e| fail(remote(e)))?;
+        // A service whose threads are all taken refuses even GetCapabilities: asked again, as
+        // every request to a busy service is.
+        let open = |config: RemoteConfig| {
+            crate::remote_exec::patient(|| GrpcConnection::open(&config), || ())
+                .map_err(|e| fail(remote(e)))
+        };
+        let cas = open(settings.config(fixgate_cache::DEFAULT_REQUEST_TIMEOUT))?;
         // Execute streams last as long as the action: their own connection, without the
         // request timeout of the CAS calls.
-        let exec = GrpcConnection::open(
-            &settings.config(action::MAX_ACTION_TIMEOUT + Duration::from_secs(600)),
-        )
-        .map_err(|e| fail(remote(e)))?;
+        let exec = open(settings.config(action::MAX_ACTION_TIMEOUT + Duration::from_secs(600)))?;
         let caps = cas.capabilities();
         let Some(exec_caps) = caps
             .execution_capabilities
