@@ -20,6 +20,7 @@ pub(crate) mod outside;
 pub(crate) mod pair;
 pub(crate) mod proof;
 pub(crate) mod pysrc;
+pub(crate) mod reach;
 pub(crate) mod renamed;
 pub(crate) mod replay;
 pub(crate) mod repro;

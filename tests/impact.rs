@@ -480,18 +480,102 @@ fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries
         serde_json::json!(["tests/test_m0.py::test_setter"])
     );
     // m1's three tests, the setter, and the two files that import the registry it writes.
-    assert_eq!(scope["runs"]["0"], 11);
-    assert_eq!(scope["runs"]["rev"], 11);
-    assert_eq!(scope["runs"]["1"], 3 + 1 + 3 + 4, "{scope}");
-    let carried: Vec<&str> = scope["carried"]
+    // m1's three tests, the setter and the one test whose code names the registry; the other
+    // tests of the two files that import it name only their own module.
+    assert_eq!(scope["runs"]["0"], 5, "{scope}");
+    assert_eq!(scope["runs"]["rev"], 5, "{scope}");
+    assert_eq!(scope["runs"]["1"], 3 + 1 + 1, "{scope}");
+    let mut plain: Vec<String> = ["m0", "m2"]
+        .iter()
+        .flat_map(|m| (0..3).map(move |t| format!("tests/test_{m}.py::test_{t}")))
+        .collect();
+    plain.sort();
+    assert_eq!(carried(scope), plain, "{scope}");
+}
+
+/// The tests a scoped audit carried, sorted.
+fn carried(scope: &Value) -> Vec<String> {
+    let mut out: Vec<String> = scope["carried"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["nodeid"].as_str().unwrap())
+        .map(|c| c["nodeid"].as_str().unwrap().to_string())
         .collect();
-    assert!(
-        carried.is_empty(),
-        "every other test imports the registry's file: {scope}"
+    out.sort();
+    out
+}
+
+/// A test reads what a writer wrote when its code names the module or one of its globals,
+/// wherever the name is: another global that holds the written object (`CFG`, an instance of
+/// the class whose attribute the setter sets), a helper of another module, a class body the
+/// test reaches through `self`, or dynamic access (`importlib`), which falls back to what the
+/// test's file imports. A patched setter that now breaks each of them is caught by the scoped
+/// audit as by the whole orders; the tests that name none of it are carried.
+#[test]
+fn every_way_a_test_reaches_a_written_global_puts_it_in_the_scope() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/registry.py",
+            "VALUES = {}\n\n\nclass Config:\n    debug = None\n\n\nCFG = Config()\n",
+        )
+        .write(
+            "pkg/helpers.py",
+            "from pkg import registry\n\n\ndef offset():\n    return registry.VALUES.get('offset', 0)\n",
+        )
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n");
+    let setter = |offset: u32, debug: &str| {
+        format!(
+            "from pkg import registry\nfrom pkg import m\n\n\ndef test_setter():\n    \
+             registry.VALUES['offset'] = {offset}\n    registry.Config.debug = {debug}\n\n\n\
+             def test_0():\n    assert m.add(0) == 1\n"
+        )
+    };
+    repo.write("tests/test_a.py", setter(0, "False"));
+    repo.write(
+        "tests/test_b.py",
+        "import importlib\n\nfrom pkg import helpers, m, registry\nfrom pkg.registry import CFG\n\n\n\
+         def test_cfg():\n    assert not CFG.debug\n\n\n\
+         def test_helper():\n    assert helpers.offset() == 0\n\n\n\
+         def test_dynamic():\n    mod = importlib.import_module('pkg.registry')\n    \
+         assert mod.VALUES.get('offset', 0) == 0\n\n\n\
+         class TestHeld:\n    values = registry.VALUES\n\n    \
+         def test_held(self):\n        assert self.values.get('offset', 0) == 0\n\n\n\
+         def test_0():\n    assert m.add(1) == 2\n",
+    );
+    repo.write(
+        "tests/test_c.py",
+        "from pkg import m\n\n\ndef test_0():\n    assert m.add(2) == 3\n",
+    );
+    repo.commit("base");
+    repo.write("tests/test_a.py", setter(5, "True"));
+    repo.commit("head: the setter writes what breaks its readers");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    for victim in [
+        "tests/test_b.py::test_cfg",
+        "tests/test_b.py::test_helper",
+        "tests/test_b.py::test_dynamic",
+        "tests/test_b.py::TestHeld::test_held",
+    ] {
+        assert_eq!(bucket(&v, victim), "order-dependent", "{victim}: {v}");
+        assert_eq!(
+            pair_of(&v, victim)["culprits"],
+            serde_json::json!(["tests/test_a.py::test_setter"]),
+            "{victim}"
+        );
+    }
+    assert_eq!(
+        carried(&v["scope"]),
+        [
+            "tests/test_a.py::test_0",
+            "tests/test_b.py::test_0",
+            "tests/test_c.py::test_0"
+        ],
+        "{}",
+        v["scope"]
     );
 }
 

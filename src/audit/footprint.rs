@@ -174,7 +174,17 @@ pub(crate) struct Imports {
 
 impl Imports {
     /// Reads `files` (path, text) of one snapshot.
+    #[cfg(test)]
     pub(crate) fn build(files: &[(String, String)]) -> Imports {
+        let parsed: Vec<(String, pysrc::Source)> = files
+            .iter()
+            .map(|(p, t)| (p.clone(), pysrc::parse(t)))
+            .collect();
+        Imports::from_parsed(&parsed)
+    }
+
+    /// From `files` (path, parsed source) of one snapshot.
+    pub(crate) fn from_parsed(files: &[(String, pysrc::Source)]) -> Imports {
         let mut by_name: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (path, _) in files {
             for name in dotted_names(path) {
@@ -182,11 +192,11 @@ impl Imports {
             }
         }
         let mut by_file = BTreeMap::new();
-        for (path, text) in files {
+        for (path, source) in files {
             let me = dotted_names(path).into_iter().next().unwrap_or_default();
             let package = file_name(path) == "__init__.py";
             let mut found = BTreeSet::new();
-            for import in pysrc::parse(text).imports {
+            for import in &source.imports {
                 for target in import.targets(&me, package) {
                     let mut prefix = String::new();
                     for part in target.split('.') {

@@ -7,6 +7,8 @@
 //! lines and blocks. What it cannot read (an unterminated string) it reads to the end of the
 //! file, which only makes a span larger.
 
+use std::collections::BTreeSet;
+
 /// One function or method: where it is and a digest of its tokens (decorators, signature and
 /// body, nested definitions included).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +20,10 @@ pub(crate) struct Def {
     pub(crate) start: u32,
     pub(crate) end: u32,
     pub(crate) digest: blake3::Hash,
+    /// The names its tokens hold (decorators, signature and body, nested definitions
+    /// included; the words inside its strings too), except the name each `def` or `class` of
+    /// it defines: what its code can reach by name.
+    pub(crate) words: BTreeSet<String>,
 }
 
 /// An `import` or `from ... import` statement, anywhere in the file.
@@ -40,6 +46,11 @@ pub(crate) struct Source {
     /// a change at module level.
     pub(crate) module: blake3::Hash,
     pub(crate) imports: Vec<Import>,
+    /// The names the module binds outside its functions (assignment targets, definitions,
+    /// imports, class bodies' names included), or `None` when its code outside functions can
+    /// bind names no statement shows (`globals()`, `setattr`, `vars`, `exec`, a module
+    /// `__getattr__`).
+    pub(crate) globals: Option<BTreeSet<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -234,8 +245,161 @@ fn is_def(tokens: &[Token]) -> Option<(bool, String)> {
 struct Open {
     indent: usize,
     name: String,
-    /// The function's index in `defs` and its hasher; `None` for a class.
-    def: Option<(usize, blake3::Hasher)>,
+    /// The function's index in `defs`, its hasher and its words so far; `None` for a class.
+    def: Option<(usize, blake3::Hasher, BTreeSet<String>)>,
+}
+
+/// Names that read a module's globals without naming them: code that holds one may read any
+/// (`getattr(mod, name)`, `sys.modules[name]`, `importlib.import_module`, `vars(mod)`).
+pub(crate) const DYNAMIC_READ: &[&str] = &[
+    "globals",
+    "vars",
+    "locals",
+    "getattr",
+    "__dict__",
+    "__globals__",
+    "__import__",
+    "import_module",
+    "modules",
+    "eval",
+    "exec",
+    "attrgetter",
+    "inspect",
+    "reload",
+];
+
+/// Names that bind a module's globals without a statement that shows the name: a module whose
+/// code outside functions holds one binds names no reading of it can list.
+const DYNAMIC_BIND: &[&str] = &[
+    "globals",
+    "vars",
+    "setattr",
+    "__dict__",
+    "__getattr__",
+    "modules",
+    "exec",
+];
+
+/// The names a statement's tokens hold: identifiers, and the words inside strings
+/// (`monkeypatch.setattr("pkg.reg.VALUES", ...)`), except the name a `def` or `class` defines.
+fn words<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
+    tokens.iter().enumerate().flat_map(move |(i, t)| {
+        let string = is_string(t.text);
+        let defined = i > 0 && matches!(tokens[i - 1].text, "def" | "class");
+        let whole = (is_name(t.text) && !string && !defined && !KEYWORDS.contains(&t.text))
+            .then_some(t.text);
+        let inner = string
+            .then(|| {
+                t.text
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty())
+            })
+            .into_iter()
+            .flatten();
+        whole.into_iter().chain(inner)
+    })
+}
+
+/// Whether a token is a name (an identifier or a keyword; a string with a prefix too, which
+/// [`is_string`] tells apart).
+fn is_name(text: &str) -> bool {
+    let b = text.as_bytes()[0];
+    b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
+}
+
+/// Whether a token is a string literal (with its prefix).
+fn is_string(text: &str) -> bool {
+    text.trim_start_matches(|c: char| "rRbBuUfF".contains(c))
+        .starts_with(['\'', '"'])
+}
+
+/// Python's keywords: no name any code reaches a value by.
+const KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// The names a statement outside functions binds, or `None` when it binds names it does not
+/// show (`from m import *`): a definition's, an import's (`import a.b` binds `a`; `as` binds
+/// its alias), those of `global`, `nonlocal` and `del`, and the targets left of a top-level `=`
+/// (or `:=`, `+=`, an annotation), of `for` and of `as`. Over-approximate: every name of a
+/// target (`d[k] = v` gives `d` and `k`).
+fn bound<'a>(tokens: &'a [Token<'a>]) -> Option<Vec<&'a str>> {
+    let name = |t: &Token| is_name(t.text) && !is_string(t.text) && !KEYWORDS.contains(&t.text);
+    let texts: Vec<&str> = tokens.iter().map(|t| t.text).collect();
+    match texts[0] {
+        "def" | "class" => return Some(texts.get(1).copied().into_iter().collect()),
+        "async" => return Some(texts.get(2).copied().into_iter().collect()),
+        "global" | "nonlocal" | "del" => {
+            return Some(
+                tokens[1..]
+                    .iter()
+                    .filter(|t| name(t))
+                    .map(|t| t.text)
+                    .collect(),
+            )
+        }
+        "import" | "from" => {
+            if texts.contains(&"*") {
+                return None;
+            }
+            // Each clause binds its alias, or for `import a.b` its first name, for `from m
+            // import a` its name.
+            let start = match texts[0] {
+                "import" => 1,
+                _ => texts.iter().position(|t| *t == "import")? + 1,
+            };
+            let mut out = Vec::new();
+            for clause in texts[start..].split(|t| *t == ",") {
+                let clause: Vec<&str> = clause
+                    .iter()
+                    .copied()
+                    .filter(|t| !matches!(*t, "(" | ")"))
+                    .collect();
+                match clause.iter().position(|t| *t == "as") {
+                    Some(k) => out.extend(clause.get(k + 1).copied()),
+                    None => out.extend(clause.first().copied()),
+                }
+            }
+            return Some(out);
+        }
+        _ => {}
+    }
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut after_for = false;
+    for (i, t) in tokens.iter().enumerate() {
+        match t.text {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        let prev = i.checked_sub(1).map(|p| tokens[p].text);
+        let next = tokens.get(i + 1).map(|n| n.text);
+        // `x = 1`, `x += 1`, `x: int = 1`, `(y := f())`, not `==`, `<=`, `>=`, `!=`.
+        let assigns =
+            t.text == "=" && !matches!(prev, Some("=" | "<" | ">" | "!")) && next != Some("=");
+        if assigns && (depth == 0 || prev == Some(":")) {
+            out.extend(tokens[..i].iter().filter(|t| name(t)).map(|t| t.text));
+        }
+        // An annotation without a value (`x: int`), or a one-line block (`if x: y = 1`).
+        if depth == 0 && t.text == ":" && next.is_some() {
+            out.extend(tokens[..i].iter().filter(|t| name(t)).map(|t| t.text));
+        }
+        if t.text == "for" {
+            after_for = true;
+        } else if t.text == "in" {
+            after_for = false;
+        } else if after_for && name(t) {
+            out.push(t.text);
+        }
+        if prev == Some("as") && name(t) {
+            out.push(t.text);
+        }
+    }
+    Some(out)
 }
 
 fn feed(h: &mut blake3::Hasher, tokens: &[Token]) {
@@ -256,10 +420,12 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut seen: std::collections::HashMap<String, u32> = Default::default();
     let mut decorators: Vec<usize> = Vec::new();
     let mut prev_last = 0u32;
+    let mut globals: Option<BTreeSet<String>> = Some(BTreeSet::new());
     let close = |o: Open, defs: &mut Vec<Def>, last: u32| {
-        if let Some((d, h)) = o.def {
+        if let Some((d, h, w)) = o.def {
             defs[d].end = last.max(defs[d].start);
             defs[d].digest = h.finalize();
+            defs[d].words = w;
         }
     };
     for (n, l) in lines.iter().enumerate() {
@@ -287,8 +453,22 @@ pub(crate) fn parse(text: &str) -> Source {
         }
         statement.extend(l.tokens.iter().cloned());
         for o in open.iter_mut() {
-            if let Some((_, h)) = o.def.as_mut() {
+            if let Some((_, h, w)) = o.def.as_mut() {
                 feed(h, &statement);
+                w.extend(words(&statement).map(str::to_owned));
+            }
+        }
+        if !in_function {
+            if statement.iter().any(|t| DYNAMIC_BIND.contains(&t.text)) {
+                globals = None;
+            }
+            match bound(&l.tokens) {
+                Some(names) => {
+                    if let Some(g) = globals.as_mut() {
+                        g.extend(names.into_iter().map(str::to_owned));
+                    }
+                }
+                None => globals = None,
             }
         }
         match (&header, in_function) {
@@ -313,8 +493,13 @@ pub(crate) fn parse(text: &str) -> Source {
                     start: statement[0].line,
                     end: l.last,
                     digest: blake3::hash(b""),
+                    words: BTreeSet::new(),
                 });
-                (defs.len() - 1, h)
+                (
+                    defs.len() - 1,
+                    h,
+                    words(&statement).map(str::to_owned).collect(),
+                )
             });
             let block = Open {
                 indent: l.indent,
@@ -337,6 +522,7 @@ pub(crate) fn parse(text: &str) -> Source {
         defs,
         module: module.finalize(),
         imports,
+        globals,
     }
 }
 

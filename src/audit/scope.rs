@@ -14,7 +14,8 @@
 //!   order-dependent;
 //! - the *state writers*: tests that left a module global of the repository changed, or wrote
 //!   a file of the tree, in the file-order or reversed run;
-//! - the tests that *read* what the writers write: that see the written module, or whose
+//! - the tests that *read* what the writers write: whose code names the written module or one
+//!   of its globals (`crate::audit::reach`; where the names cannot tell, that see it), or whose
 //!   traces read, list or import the written file.
 //!
 //! Every other test keeps, in each shuffled order, the outcome the file-order and reversed runs
@@ -30,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::audit::footprint::{Footprint, Imports};
+use crate::audit::reach::Names;
 use crate::pytest::events::StateChange;
 use crate::pytest::result::{RunResult, TestResult};
 
@@ -212,6 +214,12 @@ fn sees(t: &TestResult, imports: &Imports) -> BTreeSet<String> {
     out
 }
 
+/// What the rule reads of the sources: the head's imports, and what code reaches by name.
+pub(crate) struct Reach<'a> {
+    pub(crate) imports: &'a Imports,
+    pub(crate) names: &'a Names,
+}
+
 /// Whose lines the code a run recorded is numbered by: a function below a changed one starts
 /// on another line in the head than in the base.
 #[derive(Clone, Copy, Debug)]
@@ -251,10 +259,10 @@ pub(crate) fn impact(
     reversed: &RunResult,
     footprint: &Footprint,
     edited: &BTreeSet<String>,
-    imports: &Imports,
+    reach: &Reach,
     lines: Lines,
 ) -> Impact {
-    let affected = affected(file, footprint, edited, imports, lines);
+    let affected = affected(file, footprint, edited, reach.imports, lines);
     let scope = match &affected {
         None => Scope::Full(Full::Footprint(
             footprint
@@ -262,7 +270,7 @@ pub(crate) fn impact(
                 .as_ref()
                 .map_or_else(String::new, |e| e.to_string()),
         )),
-        Some(affected) => scope(file, reversed, footprint, affected, imports, lines),
+        Some(affected) => scope(file, reversed, footprint, affected, reach, lines),
     };
     Impact {
         affected,
@@ -321,7 +329,7 @@ fn scope(
     reversed: &RunResult,
     footprint: &Footprint,
     affected: &BTreeSet<String>,
-    imports: &Imports,
+    reach: &Reach,
     lines: Lines,
 ) -> Scope {
     if let Some(why) = incomplete(file, reversed) {
@@ -360,10 +368,11 @@ fn scope(
     let seen: BTreeMap<&str, BTreeSet<String>> = file
         .tests
         .iter()
-        .map(|t| (t.nodeid.as_str(), sees(t, imports)))
+        .map(|t| (t.nodeid.as_str(), sees(t, reach.imports)))
         .collect();
     let mut writers = BTreeSet::new();
-    let mut written_modules: BTreeSet<String> = BTreeSet::new();
+    // Each written module with the globals the writers changed.
+    let mut written_modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut written_files: BTreeSet<&String> = BTreeSet::new();
     for t in &file.tests {
         let id = t.nodeid.as_str();
@@ -378,8 +387,11 @@ fn scope(
                     change: change.clone(),
                 });
             }
-            if let StateChange::Global { path, .. } = change {
-                written_modules.insert(path.clone());
+            if let StateChange::Global { path, name } = change {
+                written_modules
+                    .entry(path.clone())
+                    .or_default()
+                    .insert(name.clone());
                 writers.insert(id.to_string());
             }
         }
@@ -391,7 +403,7 @@ fn scope(
         // every value the module computes at import, for every later test.
         for (path, firsts) in t.code.iter().flatten() {
             if firsts.contains(&0) {
-                written_modules.insert(path.clone());
+                written_modules.entry(path.clone()).or_default();
                 writers.insert(id.to_string());
             }
         }
@@ -402,10 +414,25 @@ fn scope(
             writers.insert(t.nodeid.clone());
         }
     }
+    // The names through which code reaches each written module's globals (`None`: not known).
+    let reaching: BTreeMap<&String, Option<BTreeSet<String>>> = written_modules
+        .iter()
+        .map(|(m, names)| {
+            let names = names.iter().map(String::as_str);
+            (m, reach.names.reaching(m, names))
+        })
+        .collect();
     let mut run: BTreeSet<String> = affected.union(&writers).cloned().collect();
     for t in &file.tests {
         let id = t.nodeid.as_str();
-        let reads = written_modules.iter().any(|m| seen[id].contains(m))
+        // What the test's code names, where that tells what it reaches (reach.rs).
+        let words =
+            (t.code.as_ref()).and_then(|code| reach.names.of_test(id, code, lines.base_test(id)));
+        let reads_module = |m: &String| match (&words, &reaching[m]) {
+            (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),
+            _ => seen[id].contains(m),
+        };
+        let reads = written_modules.keys().any(reads_module)
             || written_files.iter().any(|f| reads_file(t, f));
         if reads {
             run.insert(id.to_string());

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::audit::footprint::{self, Change, Footprint, Imports};
+use crate::audit::footprint::{self, Change, Imports};
+use crate::audit::pysrc::{self, Source};
+use crate::audit::reach::Names;
 use crate::audit::scope::{self, Full, Impact, Lines, Scope};
 use crate::engine::runs::Engine;
 use crate::pytest::result::RunResult;
@@ -18,7 +20,7 @@ fn read_bytes(path: &str) -> bool {
 }
 
 /// The files that differ between the base and the head.
-fn footprint(engine: &Engine) -> Footprint {
+fn changes(engine: &Engine) -> Vec<Change> {
     let (base, head) = (&engine.base.snapshot, &engine.head.snapshot);
     let paths: BTreeSet<String> = base
         .entries
@@ -45,14 +47,15 @@ fn footprint(engine: &Engine) -> Footprint {
             head: h,
         });
     }
-    footprint::footprint(&changes)
+    changes
 }
 
-/// The head's imports among its Python files.
-fn imports(engine: &Engine) -> Imports {
+/// The head's imports among its Python files, and what their code reaches by name (with the
+/// base's versions of the changed files, for code the base's runs numbered).
+fn sources(engine: &Engine, changes: &[Change]) -> (Imports, Names) {
     let head = &engine.head.snapshot;
     let git = head.open_git().ok().flatten();
-    let files: Vec<(String, String)> = head
+    let files: Vec<(String, Source)> = head
         .entries
         .iter()
         .filter(|e| e.path.to_string().ends_with(".py"))
@@ -60,11 +63,22 @@ fn imports(engine: &Engine) -> Imports {
             let text = head.read(e, git.as_ref()).ok()?;
             Some((
                 e.path.to_string(),
-                String::from_utf8_lossy(&text).into_owned(),
+                pysrc::parse(&String::from_utf8_lossy(&text)),
             ))
         })
         .collect();
-    Imports::build(&files)
+    let base_changed: Vec<(String, Source)> = changes
+        .iter()
+        .filter(|c| c.path.ends_with(".py"))
+        .filter_map(|c| {
+            let text = c.base.as_ref()?;
+            Some((c.path.clone(), pysrc::parse(&String::from_utf8_lossy(text))))
+        })
+        .collect();
+    (
+        Imports::from_parsed(&files),
+        Names::build(&files, &base_changed),
+    )
 }
 
 /// What the patch affects and the scope of the shuffled orders of a scoped audit, from runs
@@ -77,12 +91,17 @@ pub(crate) fn impact(
     edited: &BTreeSet<String>,
     lines: Lines,
 ) -> Impact {
+    let changes = changes(engine);
+    let (imports, names) = sources(engine, &changes);
     scope::impact(
         file,
         reversed,
-        &footprint(engine),
+        &footprint::footprint(&changes),
         edited,
-        &imports(engine),
+        &scope::Reach {
+            imports: &imports,
+            names: &names,
+        },
         lines,
     )
 }
