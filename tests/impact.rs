@@ -579,6 +579,49 @@ fn every_way_a_test_reaches_a_written_global_puts_it_in_the_scope() {
     );
 }
 
+/// A written object a `pytest_generate_tests` hook hands a test as a parameter: the hook ran
+/// while the suite was collected and the test's code names only the parameter, so a module
+/// that code names is read by every test (what it computed may be anyone's).
+#[test]
+fn a_parameter_a_collection_hook_takes_from_a_written_module_makes_every_test_its_reader() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/registry.py", "VALUES = {}\n")
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "tests/conftest.py",
+            "from pkg import registry\n\n\ndef pytest_generate_tests(metafunc):\n    \
+             if 'held' in metafunc.fixturenames:\n        \
+             metafunc.parametrize('held', [registry.VALUES])\n",
+        );
+    let setter = |offset: u32| {
+        format!(
+            "from pkg import registry\n\n\ndef test_setter():\n    \
+             registry.VALUES['offset'] = {offset}\n"
+        )
+    };
+    repo.write("tests/test_a.py", setter(0));
+    repo.write(
+        "tests/test_b.py",
+        "from pkg import m\n\n\ndef test_held(held):\n    assert held.get('offset', 0) == 0\n\n\n\
+         def test_0():\n    assert m.add(1) == 2\n",
+    );
+    repo.commit("base");
+    repo.write("tests/test_a.py", setter(5));
+    repo.commit("head: the setter writes what breaks the parameter's reader");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    let victim = "tests/test_b.py::test_held[held0]";
+    assert_eq!(bucket(&v, victim), "order-dependent", "{v}");
+    assert_eq!(
+        pair_of(&v, victim)["culprits"],
+        serde_json::json!(["tests/test_a.py::test_setter"])
+    );
+    assert_eq!(carried(&v["scope"]), Vec::<String>::new(), "{}", v["scope"]);
+}
+
 #[test]
 fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introduced() {
     let repo = registry_repo();

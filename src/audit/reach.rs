@@ -111,6 +111,24 @@ impl Names {
         self.of_code(code, base)
     }
 
+    /// The names the functions that ran while the suite was collected hold (`code`, the
+    /// session's recording), or `None` when a file is not read or they reach globals without
+    /// naming them. What they computed may be any test's (a `pytest_generate_tests` hook's
+    /// parameters). Code outside functions (modules' and classes' bodies, their lambdas and
+    /// comprehensions) is left out: what it computed is bound in the modules' globals, which
+    /// the state pass and [`Names::reaching`] see.
+    pub(crate) fn of_collection(&self, code: &CodeRan, base: bool) -> Option<BTreeSet<&str>> {
+        let mut out = BTreeSet::new();
+        for (path, firsts) in code {
+            let file = self.file(path, base)?;
+            for &line in firsts {
+                out.extend(file.around(line).into_iter().flatten().map(String::as_str));
+            }
+        }
+        let dynamic = pysrc::DYNAMIC_READ.iter().any(|d| out.contains(d));
+        (!dynamic).then_some(out)
+    }
+
     /// The names the recorded `code` holds (its lines the base's when `base`), or `None` when
     /// some code object is outside every function, or the code reaches globals without
     /// naming them.

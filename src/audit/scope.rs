@@ -422,13 +422,25 @@ fn scope(
             (m, reach.names.reaching(m, names))
         })
         .collect();
+    // A written module the functions run while collecting name: what they computed (a
+    // `pytest_generate_tests` hook's parameters) may be held by any test, which reads it then.
+    // Where their names cannot tell, every test is read by what it sees.
+    let collection = reach
+        .names
+        .of_collection(session, matches!(lines, Lines::Base));
+    let read_at_collection = |m: &String| match (&collection, &reaching[m]) {
+        (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),
+        _ => false,
+    };
     let mut run: BTreeSet<String> = affected.union(&writers).cloned().collect();
     for t in &file.tests {
         let id = t.nodeid.as_str();
         // What the test's code names, where that tells what it reaches (reach.rs).
-        let words =
-            (t.code.as_ref()).and_then(|code| reach.names.of_test(id, code, lines.base_test(id)));
+        let words = (t.code.as_ref())
+            .and_then(|code| reach.names.of_test(id, code, lines.base_test(id)))
+            .filter(|_| collection.is_some());
         let reads_module = |m: &String| match (&words, &reaching[m]) {
+            _ if read_at_collection(m) => true,
             (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),
             _ => seen[id].contains(m),
         };
