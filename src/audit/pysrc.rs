@@ -458,6 +458,12 @@ pub(crate) fn parse(text: &str) -> Source {
                 w.extend(words(&statement).map(str::to_owned));
             }
         }
+        // `global X` in a function binds X in the module when the function runs.
+        if in_function && l.tokens[0].text == "global" {
+            if let (Some(g), Some(names)) = (globals.as_mut(), bound(&l.tokens)) {
+                g.extend(names.into_iter().map(str::to_owned));
+            }
+        }
         if !in_function {
             if statement.iter().any(|t| DYNAMIC_BIND.contains(&t.text)) {
                 globals = None;

@@ -247,11 +247,18 @@ mod tests {
                 "c.py",
                 "for i in range(3):\n    pass\nwith open('f') as fh:\n    pass\n",
             ),
+            (
+                "d.py",
+                "def init():\n    global CACHE, OTHER\n    CACHE = {}\n",
+            ),
         ]);
         assert_eq!(n.reaching("a.py", std::iter::empty()), None);
         assert_eq!(n.reaching("b.py", std::iter::empty()), None);
         let c = n.reaching("c.py", std::iter::empty()).unwrap();
         assert!(c.contains("i") && c.contains("fh") && c.contains("c"));
+        // A name a function binds with `global` is the module's.
+        let d = n.reaching("d.py", std::iter::empty()).unwrap();
+        assert!(d.contains("CACHE") && d.contains("OTHER") && d.contains("init"));
     }
 
     #[test]
