@@ -29,18 +29,18 @@ struct File {
 }
 
 impl File {
-    fn new(source: &Source) -> File {
+    fn new(source: Source) -> File {
         let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
-        for d in &source.defs {
+        for d in source.defs {
             if !defs.iter().any(|(a, b, ..)| *a <= d.start && d.end <= *b) {
                 let name = d.key.split('#').next().unwrap_or_default().to_owned();
-                defs.push((d.start, d.end, name, d.words.clone()));
+                defs.push((d.start, d.end, name, d.words));
             }
         }
         File {
             defs,
-            globals: source.globals.clone(),
+            globals: source.globals,
         }
     }
 
@@ -70,11 +70,11 @@ pub(crate) struct Names {
 
 impl Names {
     /// From the head's Python files and the base's versions of the changed ones, parsed.
-    pub(crate) fn build(head: &[(String, Source)], base_changed: &[(String, Source)]) -> Names {
-        let read = |files: &[(String, Source)]| {
+    pub(crate) fn build(head: Vec<(String, Source)>, base_changed: Vec<(String, Source)>) -> Names {
+        let read = |files: Vec<(String, Source)>| {
             files
-                .iter()
-                .map(|(p, s)| (p.clone(), File::new(s)))
+                .into_iter()
+                .map(|(p, s)| (p, File::new(s)))
                 .collect::<BTreeMap<_, _>>()
         };
         Names {
@@ -184,7 +184,7 @@ mod tests {
             .iter()
             .map(|(p, t)| (p.to_string(), pysrc::parse(t)))
             .collect();
-        Names::build(&parsed, &[])
+        Names::build(parsed, Vec::new())
     }
 
     fn code(entries: &[(&str, &[u32])]) -> CodeRan {

@@ -437,8 +437,8 @@ fn scope(
         let id = t.nodeid.as_str();
         // What the test's code names, where that tells what it reaches (reach.rs).
         let words = (t.code.as_ref())
-            .and_then(|code| reach.names.of_test(id, code, lines.base_test(id)))
-            .filter(|_| collection.is_some());
+            .filter(|_| !written_modules.is_empty() && collection.is_some())
+            .and_then(|code| reach.names.of_test(id, code, lines.base_test(id)));
         let reads_module = |m: &String| match (&words, &reaching[m]) {
             _ if read_at_collection(m) => true,
             (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),

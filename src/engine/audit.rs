@@ -157,6 +157,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 processes: AtomicU32::new(0),
                 warnings: Mutex::new(Vec::new()),
                 remote: executor.clone(),
+                sources: std::sync::OnceLock::new(),
             };
             let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::audit::footprint::{self, Change, Imports};
+use crate::audit::footprint::{self, Change, Footprint, Imports};
 use crate::audit::pysrc::{self, Source};
 use crate::audit::reach::Names;
 use crate::audit::scope::{self, Full, Impact, Lines, Scope};
@@ -50,9 +50,17 @@ fn changes(engine: &Engine) -> Vec<Change> {
     changes
 }
 
-/// The head's imports among its Python files, and what their code reaches by name (with the
-/// base's versions of the changed files, for code the base's runs numbered).
-fn sources(engine: &Engine, changes: &[Change]) -> (Imports, Names) {
+/// What the scope rule reads of the two snapshots: the patch's footprint, the head's imports
+/// among its Python files, and what their code reaches by name (with the base's versions of
+/// the changed files, for code the base's runs numbered).
+pub(crate) struct Sources {
+    footprint: Footprint,
+    imports: Imports,
+    names: Names,
+}
+
+fn read_sources(engine: &Engine) -> Sources {
+    let changes = changes(engine);
     let head = &engine.head.snapshot;
     let git = head.open_git().ok().flatten();
     let files: Vec<(String, Source)> = head
@@ -75,10 +83,11 @@ fn sources(engine: &Engine, changes: &[Change]) -> (Imports, Names) {
             Some((c.path.clone(), pysrc::parse(&String::from_utf8_lossy(text))))
         })
         .collect();
-    (
-        Imports::from_parsed(&files),
-        Names::build(&files, &base_changed),
-    )
+    Sources {
+        footprint: footprint::footprint(&changes),
+        imports: Imports::from_parsed(&files),
+        names: Names::build(files, base_changed),
+    }
 }
 
 /// What the patch affects and the scope of the shuffled orders of a scoped audit, from runs
@@ -91,16 +100,15 @@ pub(crate) fn impact(
     edited: &BTreeSet<String>,
     lines: Lines,
 ) -> Impact {
-    let changes = changes(engine);
-    let (imports, names) = sources(engine, &changes);
+    let sources = engine.sources.get_or_init(|| read_sources(engine));
     scope::impact(
         file,
         reversed,
-        &footprint::footprint(&changes),
+        &sources.footprint,
         edited,
         &scope::Reach {
-            imports: &imports,
-            names: &names,
+            imports: &sources.imports,
+            names: &sources.names,
         },
         lines,
     )

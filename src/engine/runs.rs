@@ -115,6 +115,8 @@ pub(crate) struct Engine<'l, 'a> {
     pub(crate) warnings: Mutex<Vec<String>>,
     /// Where runs execute when not here (`--remote-executor`).
     pub(crate) remote: Option<Arc<Executor>>,
+    /// What the scope rule reads of the two snapshots, read once per audit.
+    pub(crate) sources: std::sync::OnceLock<crate::engine::impact::Sources>,
 }
 
 impl Engine<'_, '_> {

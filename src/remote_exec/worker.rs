@@ -152,13 +152,7 @@ pub(crate) fn serve(
     remote.headers = config.headers.clone();
     remote.request_timeout = POLL + Duration::from_secs(30);
     remote.connect_timeout = Duration::from_secs(10);
-    let conn = open_when_free(&remote, &interrupted).map_err(|e| match e {
-        Opened::Interrupted => Error::Interrupted,
-        Opened::Failed(e) => Error::Infra(format!(
-            "fixgate worker cannot reach {}: {e}",
-            config.server
-        )),
-    })?;
+    let conn = open_when_free(&remote, &config.server, &interrupted)?;
     std::fs::create_dir_all(&config.work_dir)
         .map_err(|e| Error::io("create", &config.work_dir, e))?;
     let bot = Arc::new(Bot {
@@ -353,27 +347,28 @@ fn now() -> Timestamp {
     }
 }
 
-/// Why the worker has no connection.
-enum Opened {
-    Interrupted,
-    Failed(fixgate_cache::RemoteError),
-}
-
 /// The connection, asked for again for as long as the service answers that it is busy (its
 /// `GetCapabilities` refused: clients' streams hold every thread), as `CreateBotSession` is: a
 /// worker that gave up there would leave the queue that keeps the service busy without one.
 fn open_when_free(
     remote: &RemoteConfig,
+    server: &str,
     interrupted: &AtomicBool,
-) -> std::result::Result<GrpcConnection, Opened> {
+) -> Result<GrpcConnection> {
     let mut pause = crate::remote_exec::Backoff::new(BUSY_PAUSE, Duration::from_secs(1));
     loop {
         match GrpcConnection::open(remote) {
-            Err(fixgate_cache::RemoteError::Busy(_)) if !interrupted.load(Ordering::SeqCst) => {
+            Err(fixgate_cache::RemoteError::Busy(_)) if interrupted.load(Ordering::SeqCst) => {
+                return Err(Error::Interrupted)
+            }
+            Err(fixgate_cache::RemoteError::Busy(_)) => {
                 pause.sleep();
             }
-            Err(fixgate_cache::RemoteError::Busy(_)) => return Err(Opened::Interrupted),
-            other => return other.map_err(Opened::Failed),
+            other => {
+                return other.map_err(|e| {
+                    Error::Infra(format!("fixgate worker cannot reach {server}: {e}"))
+                })
+            }
         }
     }
 }
