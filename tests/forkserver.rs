@@ -170,6 +170,61 @@ fn forked_runs_equal_fresh_ones_with_crashes_leases_traces_subtests_xfail_and_sc
 }
 
 #[test]
+fn the_heap_collection_made_is_frozen_in_every_run_unless_the_repository_watches_the_collector() {
+    // Every run freezes what collection made (gc.freeze), forked or fresh: a test that looks
+    // for it (without naming the gc module) sees it frozen both ways.
+    let frozen = TestRepo::new();
+    frozen.write(
+        "tests/test_frozen.py",
+        "import sys\n\n\
+         def test_the_collected_heap_is_frozen():\n    \
+             collector = sys.modules['g' + 'c']\n    \
+             assert collector.get_freeze_count() > 0\n",
+    );
+    frozen.commit("base");
+    let (forked, _) = same_both_ways(
+        &frozen,
+        &["run", "--seed", "0", "--format", "json"],
+        "result",
+    );
+    assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
+    assert_eq!(
+        outcome(&forked, "test_the_collected_heap_is_frozen"),
+        "passed"
+    );
+
+    // A repository whose code names the gc module gets plain pytest's collector: a cycle made
+    // at import and dropped by a test is collected, as without fixgate.
+    let watching = TestRepo::new();
+    watching.write(
+        "tests/test_collector.py",
+        "import gc, weakref\n\n\
+         class Node:\n    pass\n\n\
+         HOLDER = {}\n\n\
+         def _cycle():\n    \
+             node = Node()\n    node.me = node\n    HOLDER['node'] = node\n    \
+             return weakref.ref(node)\n\n\
+         REF = _cycle()\n\n\
+         def test_a_dropped_cycle_is_collected():\n    \
+             del HOLDER['node']\n    gc.collect()\n    assert REF() is None\n\n\
+         def test_nothing_is_frozen():\n    assert gc.get_freeze_count() == 0\n",
+    );
+    watching.commit("base");
+    let (forked, _) = same_both_ways(
+        &watching,
+        &["run", "--seed", "0", "--format", "json"],
+        "result",
+    );
+    assert_eq!(forked["forkserver"]["forks"], 1, "{}", forked["forkserver"]);
+    for name in [
+        "test_a_dropped_cycle_is_collected",
+        "test_nothing_is_frozen",
+    ] {
+        assert_eq!(outcome(&forked, name), "passed", "{name}");
+    }
+}
+
+#[test]
 fn a_test_past_the_timeout_is_killed_in_a_forked_run_as_in_a_fresh_one() {
     let repo = TestRepo::new();
     repo.write(

@@ -22,10 +22,17 @@ sandbox before each command (the zygote never touches it) and may kill the child
 (its timeout). The child returns into pytest's session, set up for its run by the plugin, and
 runs the rest of the session as a fresh process would after collection. End of the commands: the
 zygote exits.
+
+Before the first test every run, forked or fresh, freezes the heap collection made
+(freeze_collected): without it each forked run's garbage collections (pytest runs five full ones
+at its end) walk every object the zygote holds, the collected items included, copying their
+pages from the zygote as they go, which cost 0.5 s a run at 20,000 tests.
 """
 
+import gc
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -36,6 +43,44 @@ from fixgate_plugin_trace import _Quiet
 _PR_SET_PDEATHSIG = 1
 _SIGKILL = 9
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+# A repository file naming the `gc` module (`import gc`, `gc.collect()`): its code may watch the
+# collector, which cannot collect what freeze_collected froze.
+_NAMES_GC = re.compile(rb"\bgc\b")
+
+
+def freeze_collected(classifier):
+    """Collects what collection left as garbage, then moves every object alive to the
+    collector's permanent generation (gc.freeze), which its collections never walk; returns
+    whether it did. Every run does this at the same point, after collection and before the
+    first test, so forked runs equal fresh ones.
+
+    What it changes against plain pytest: an object alive now that a test later drops inside
+    a reference cycle is never collected in the run (its finalizer does not run, a weak
+    reference to it stays alive), and gc.get_objects() and gc.get_referrers() do not list it.
+    Only code that watches the collector can tell, so nothing is frozen when a Python file of
+    the repository that the process has loaded names the gc module."""
+    freeze = getattr(gc, "freeze", None)
+    if freeze is None or classifier is None:  # not CPython; no events, nothing to compare
+        return False
+    with _Quiet():
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if not isinstance(path, str) or not path.endswith(".py"):
+                continue
+            try:
+                kind, _text, interp = classifier.classify(os.path.abspath(path))
+                if kind != "rel" or interp:
+                    continue
+                with open(path, "rb") as f:
+                    if _NAMES_GC.search(f.read()):
+                        return False
+            except Exception:
+                return False
+    gc.collect()
+    freeze()
+    return True
 
 
 def _say(fd, line):

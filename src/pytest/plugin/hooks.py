@@ -777,6 +777,12 @@ class _FixgatePlugin(object):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
+        option = session.config.option
+        if not option.collectonly and (
+            not session.testsfailed or option.continue_on_collection_errors
+        ):
+            # Before the recording stops: a finalizer of collection's garbage is collection's.
+            _forkserver.freeze_collected(self.run.classifier)
         if self.recording is not None:
             self.recording.collection_done(session.config.pluginmanager)
         if self.forkserver_fd is not None:
