@@ -494,6 +494,21 @@ fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries
 }
 
 /// The tests a scoped audit carried, sorted.
+/// A rejecting scoped audit in which each of `victims` is order-dependent, polluted by `setter`
+/// alone.
+fn assert_polluted(v: &Value, victims: &[&str], setter: &str) {
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    for victim in victims {
+        assert_eq!(bucket(v, victim), "order-dependent", "{victim}: {v}");
+        assert_eq!(
+            pair_of(v, victim)["culprits"],
+            serde_json::json!([setter]),
+            "{victim}"
+        );
+    }
+}
+
 fn carried(scope: &Value) -> Vec<String> {
     let mut out: Vec<String> = scope["carried"]
         .as_array()
@@ -552,27 +567,103 @@ fn every_way_a_test_reaches_a_written_global_puts_it_in_the_scope() {
     repo.write("tests/test_a.py", setter(5, "True"));
     repo.commit("head: the setter writes what breaks its readers");
     let v = scoped_audit(&repo, &[]);
-    assert_eq!(v["verdict"], "reject", "{v}");
-    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
-    for victim in [
-        "tests/test_b.py::test_cfg",
-        "tests/test_b.py::test_helper",
-        "tests/test_b.py::test_dynamic",
-        "tests/test_b.py::TestHeld::test_held",
-    ] {
-        assert_eq!(bucket(&v, victim), "order-dependent", "{victim}: {v}");
-        assert_eq!(
-            pair_of(&v, victim)["culprits"],
-            serde_json::json!(["tests/test_a.py::test_setter"]),
-            "{victim}"
-        );
-    }
+    assert_polluted(
+        &v,
+        &[
+            "tests/test_b.py::test_cfg",
+            "tests/test_b.py::test_helper",
+            "tests/test_b.py::test_dynamic",
+            "tests/test_b.py::TestHeld::test_held",
+        ],
+        "tests/test_a.py::test_setter",
+    );
     assert_eq!(
         carried(&v["scope"]),
         [
             "tests/test_a.py::test_0",
             "tests/test_b.py::test_0",
             "tests/test_c.py::test_0"
+        ],
+        "{}",
+        v["scope"]
+    );
+}
+
+/// A test method reads what its class can give it through `self`: what its class's text
+/// names (a `setUpClass` ran in the class's first test only, yet set the attribute every test
+/// of the class reads) and what the repository's classes it derives from name (the middle test
+/// of `TestInherits` is no writer in either recorded order: only its base's `setUpClass` names
+/// the registry; only `TestHeldByBase`'s base holds it). Methods whose class and bases name
+/// nothing written are carried, unittest's and pytest's alike; before the class rule they
+/// read all their file imports. Without the bases, `TestHeldByBase` was carried and the scoped
+/// audit missed it.
+#[test]
+fn a_test_method_reads_what_its_class_and_its_bases_name() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pkg/registry.py", "VALUES = {}\n")
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "tests/cases.py",
+            "import unittest\n\nfrom pkg import registry\n\n\n\
+             class RegistryCase(unittest.TestCase):\n    @classmethod\n    \
+             def setUpClass(cls):\n        cls.values = registry.VALUES\n\n\n\
+             class HeldCase(unittest.TestCase):\n    values = registry.VALUES\n",
+        );
+    let setter = |offset: u32| {
+        format!(
+            "from pkg import m, registry\n\n\ndef test_setter():\n    \
+             registry.VALUES['offset'] = {offset}\n\n\ndef test_0():\n    assert m.add(0) == 1\n"
+        )
+    };
+    repo.write("tests/test_a.py", setter(0));
+    repo.write(
+        "tests/test_b.py",
+        "import unittest\n\nfrom cases import RegistryCase\nfrom pkg import registry\n\n\n\
+         class TestInherits(RegistryCase):\n    def test_one(self):\n        \
+         assert self.values.get('offset', 0) == 0\n\n    def test_two(self):\n        \
+         assert self.values.get('offset', 0) == 0\n\n    def test_three(self):\n        \
+         assert self.values.get('offset', 0) == 0\n\n\n\
+         class TestOwn(unittest.TestCase):\n    @classmethod\n    def setUpClass(cls):\n        \
+         cls.values = registry.VALUES\n\n    def test_first(self):\n        \
+         assert self.values is not None\n\n    def test_second(self):\n        \
+         assert self.values.get('offset', 0) == 0\n",
+    );
+    // The file imports the registry, but its classes do not name it: they are carried (by
+    // what the file imports they would all read it).
+    repo.write(
+        "tests/test_c.py",
+        "import unittest\n\nfrom cases import HeldCase\nfrom pkg import m, registry\n\n\n\
+         def test_reader():\n    assert registry.VALUES.get('offset', 0) == 0\n\n\n\
+         class TestHeldByBase(HeldCase):\n    def test_held(self):\n        \
+         assert self.values.get('offset', 0) == 0\n\n\n\
+         class TestPlain(unittest.TestCase):\n    def test_add(self):\n        \
+         assert m.add(1) == 2\n\n\n\
+         class TestPlainPy:\n    def test_add(self):\n        assert m.add(2) == 3\n",
+    );
+    repo.commit("base");
+    repo.write("tests/test_a.py", setter(5));
+    repo.commit("head: the setter writes what breaks the classes' readers");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &[
+            "tests/test_b.py::TestInherits::test_one",
+            "tests/test_b.py::TestInherits::test_two",
+            "tests/test_b.py::TestInherits::test_three",
+            "tests/test_b.py::TestOwn::test_second",
+            "tests/test_c.py::test_reader",
+            "tests/test_c.py::TestHeldByBase::test_held",
+        ],
+        "tests/test_a.py::test_setter",
+    );
+    assert_eq!(
+        carried(&v["scope"]),
+        [
+            "tests/test_a.py::test_0",
+            "tests/test_c.py::TestPlain::test_add",
+            "tests/test_c.py::TestPlainPy::test_add",
         ],
         "{}",
         v["scope"]

@@ -7,7 +7,7 @@
 //! lines and blocks. What it cannot read (an unterminated string) it reads to the end of the
 //! file, which only makes a span larger.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One function or method: where it is and a digest of its tokens (decorators, signature and
 /// body, nested definitions included).
@@ -26,6 +26,21 @@ pub(crate) struct Def {
     pub(crate) words: BTreeSet<String>,
 }
 
+/// One class: where it is, and the names its whole text holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Class {
+    /// Dotted names of the enclosing classes and functions, then its own.
+    pub(crate) key: String,
+    /// 1-based, first decorator to last line of the body.
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    /// The names its tokens hold (decorators, bases, body, methods and nested classes
+    /// included), as [`Def::words`].
+    pub(crate) words: BTreeSet<String>,
+    /// The names its decorators and its `class` line hold (its bases among them).
+    pub(crate) header: BTreeSet<String>,
+}
+
 /// An `import` or `from ... import` statement, anywhere in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Import {
@@ -41,6 +56,8 @@ pub(crate) struct Import {
 #[derive(Clone, Debug)]
 pub(crate) struct Source {
     pub(crate) defs: Vec<Def>,
+    /// Every class, nested ones included, in source order.
+    pub(crate) classes: Vec<Class>,
     /// Everything outside the functions' bodies (class bodies included), each function standing
     /// as one `def NAME` token: a change here, an added, removed or moved function included, is
     /// a change at module level.
@@ -51,6 +68,13 @@ pub(crate) struct Source {
     /// bind names no statement shows (`globals()`, `setattr`, `vars`, `exec`, a module
     /// `__getattr__`).
     pub(crate) globals: Option<BTreeSet<String>>,
+    /// The names of `globals` that only imports bind, each with the first name of every
+    /// module its statements import (`""` for a relative import): a name bound by importing
+    /// from outside the repository holds nothing of it.
+    pub(crate) imported: BTreeMap<String, BTreeSet<String>>,
+    /// The names `from ... import` statements outside functions bind (a class among them,
+    /// perhaps under another name).
+    pub(crate) from_imported: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -245,8 +269,12 @@ fn is_def(tokens: &[Token]) -> Option<(bool, String)> {
 struct Open {
     indent: usize,
     name: String,
-    /// The function's index in `defs`, its hasher and its words so far; `None` for a class.
-    def: Option<(usize, blake3::Hasher, BTreeSet<String>)>,
+    /// The function's index in `defs` and its hasher; `None` for a class.
+    def: Option<(usize, blake3::Hasher)>,
+    /// The class's index in `classes`; `None` for a function.
+    class: Option<usize>,
+    /// Its words so far.
+    words: BTreeSet<String>,
 }
 
 /// Names that read a module's globals without naming them: code that holds one may read any
@@ -421,20 +449,30 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut decorators: Vec<usize> = Vec::new();
     let mut prev_last = 0u32;
     let mut globals: Option<BTreeSet<String>> = Some(BTreeSet::new());
-    let close = |o: Open, defs: &mut Vec<Def>, last: u32| {
-        if let Some((d, h, w)) = o.def {
+    let mut classes: Vec<Class> = Vec::new();
+    // Names bound outside functions by statements other than imports, and by imports (with
+    // the modules they import from).
+    let mut assigned: BTreeSet<String> = BTreeSet::new();
+    let mut imported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut from_imported: BTreeSet<String> = BTreeSet::new();
+    let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
+        if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
             defs[d].digest = h.finalize();
-            defs[d].words = w;
+            defs[d].words = o.words;
+        } else if let Some(c) = o.class {
+            classes[c].end = last.max(classes[c].start);
+            classes[c].words = o.words;
         }
     };
     for (n, l) in lines.iter().enumerate() {
         while open.last().is_some_and(|o| l.indent <= o.indent) {
             let o = open.pop().expect("checked");
-            close(o, &mut defs, prev_last);
+            close(o, &mut defs, &mut classes, prev_last);
         }
-        if let Some(import) = read_import(&l.tokens) {
-            imports.push(import);
+        let import = read_import(&l.tokens);
+        if let Some(import) = &import {
+            imports.push(import.clone());
         }
         if l.tokens[0].text == "@" {
             decorators.push(n);
@@ -453,10 +491,10 @@ pub(crate) fn parse(text: &str) -> Source {
         }
         statement.extend(l.tokens.iter().cloned());
         for o in open.iter_mut() {
-            if let Some((_, h, w)) = o.def.as_mut() {
+            if let Some((_, h)) = o.def.as_mut() {
                 feed(h, &statement);
-                w.extend(words(&statement).map(str::to_owned));
             }
+            o.words.extend(words(&statement).map(str::to_owned));
         }
         // `global X` in a function binds X in the module when the function runs.
         if in_function && l.tokens[0].text == "global" {
@@ -471,7 +509,22 @@ pub(crate) fn parse(text: &str) -> Source {
             match bound(&l.tokens) {
                 Some(names) => {
                     if let Some(g) = globals.as_mut() {
-                        g.extend(names.into_iter().map(str::to_owned));
+                        g.extend(names.iter().map(|n| n.to_string()));
+                    }
+                    match &import {
+                        Some(import) => {
+                            if l.tokens[0].text == "from" {
+                                from_imported.extend(names.iter().map(|n| n.to_string()));
+                            }
+                            let from = import.first_names();
+                            for n in names {
+                                imported
+                                    .entry(n.to_owned())
+                                    .or_default()
+                                    .extend(from.iter().cloned());
+                            }
+                        }
+                        None => assigned.extend(names.into_iter().map(str::to_owned)),
                     }
                 }
                 None => globals = None,
@@ -501,34 +554,46 @@ pub(crate) fn parse(text: &str) -> Source {
                     digest: blake3::hash(b""),
                     words: BTreeSet::new(),
                 });
-                (
-                    defs.len() - 1,
-                    h,
-                    words(&statement).map(str::to_owned).collect(),
-                )
+                (defs.len() - 1, h)
+            });
+            let class = (!is_function).then(|| {
+                classes.push(Class {
+                    key: qual,
+                    start: statement[0].line,
+                    end: l.last,
+                    words: BTreeSet::new(),
+                    header: words(&statement).map(str::to_owned).collect(),
+                });
+                classes.len() - 1
             });
             let block = Open {
                 indent: l.indent,
                 name,
                 def,
+                class,
+                words: words(&statement).map(str::to_owned).collect(),
             };
             // `def f(): return 1` has no indented body.
             if l.tokens.last().is_some_and(|t| t.text == ":") {
                 open.push(block);
             } else {
-                close(block, &mut defs, l.last);
+                close(block, &mut defs, &mut classes, l.last);
             }
         }
         prev_last = l.last;
     }
     while let Some(o) = open.pop() {
-        close(o, &mut defs, prev_last);
+        close(o, &mut defs, &mut classes, prev_last);
     }
+    imported.retain(|n, _| !assigned.contains(n));
     Source {
         defs,
+        classes,
         module: module.finalize(),
         imports,
         globals,
+        imported,
+        from_imported,
     }
 }
 
@@ -601,6 +666,23 @@ fn read_import(tokens: &[Token]) -> Option<Import> {
 }
 
 impl Import {
+    /// The first name of every module the statement imports from (`""` when relative).
+    fn first_names(&self) -> BTreeSet<String> {
+        if self.level > 0 {
+            return BTreeSet::from([String::new()]);
+        }
+        let first = |m: &str| m.split('.').next().unwrap_or_default().to_owned();
+        let mut out = BTreeSet::from([first(&self.module)]);
+        // `import a, b`: the further modules are names marked with a NUL (read_import).
+        out.extend(
+            self.names
+                .iter()
+                .filter_map(|n| n.strip_prefix('\0'))
+                .map(first),
+        );
+        out
+    }
+
     /// The absolute dotted names this import may load, for a file whose own dotted name is
     /// `me` (`pkg.mod`, or `pkg` for `pkg/__init__.py`, with `package` telling which).
     pub(crate) fn targets(&self, me: &str, package: bool) -> Vec<String> {

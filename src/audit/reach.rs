@@ -8,8 +8,8 @@
 //! each is read as the outermost function around it, its decorators, signature and nested
 //! definitions included, with the words inside its strings (`monkeypatch.setattr(
 //! "pkg.reg.VALUES", ...)`). Where that cannot tell, the caller falls back to what the test
-//! sees (its file and what that imports): a code object outside any function, a method of a
-//! class (its class's attributes are reached through `self`), code that reaches globals
+//! sees (its file and what that imports): a code object outside any function, a test that is
+//! no function or method of its file the recording saw run, code that reaches globals
 //! without naming them (`getattr`, `globals()`, `sys.modules`, `importlib`, `eval`: see
 //! [`pysrc::DYNAMIC_READ`]), a module that binds globals no statement shows.
 
@@ -24,12 +24,29 @@ struct File {
     /// The outermost functions and methods: first line, last line, name (with its classes),
     /// the names they hold.
     defs: Vec<(u32, u32, String, BTreeSet<String>)>,
-    /// The names it binds outside functions (`None`: not all are known).
+    /// Its classes, nested ones included.
+    classes: Vec<Class>,
+    /// The names it binds outside functions (`None`: not all are known), less those that only
+    /// imports from outside the repository bind (`from itertools import chain` holds nothing
+    /// of the repository's).
     globals: Option<BTreeSet<String>>,
+    /// The names `from` imports of the repository's modules bind: one may be a class under
+    /// another name (`from .cases import Base as B`).
+    from_repo: BTreeSet<String>,
+}
+
+/// A class as this rule reads it: its dotted name, the names its whole text holds, the names
+/// its decorators and `class` line hold (its bases among them).
+#[derive(Clone, Debug)]
+struct Class {
+    key: String,
+    words: BTreeSet<String>,
+    header: BTreeSet<String>,
 }
 
 impl File {
-    fn new(source: Source) -> File {
+    /// `repo`: the names of the repository's files and folders (a module outside it is none).
+    fn new(source: Source, repo: &BTreeSet<String>) -> File {
         let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
         for d in source.defs {
@@ -38,9 +55,26 @@ impl File {
                 defs.push((d.start, d.end, name, d.words));
             }
         }
+        // Whether a name may hold the repository's objects: bound by an assignment, a
+        // definition, or an import of one of its modules (relative, `""`, or by first name).
+        let imported = &source.imported;
+        let repo_held = |n: &String| {
+            imported.get(n).is_none_or(|from| {
+                from.iter()
+                    .any(|m| m.is_empty() || repo.contains(m.as_str()))
+            })
+        };
         File {
             defs,
-            globals: source.globals,
+            classes: (source.classes.into_iter())
+                .map(|c| Class {
+                    key: c.key,
+                    words: c.words,
+                    header: c.header,
+                })
+                .collect(),
+            globals: (source.globals).map(|g| g.into_iter().filter(repo_held).collect()),
+            from_repo: source.from_imported.into_iter().filter(repo_held).collect(),
         }
     }
 
@@ -52,11 +86,19 @@ impl File {
             .map(|(.., w)| w)
     }
 
-    /// Whether the module-level function `name` is among the code objects `firsts`.
+    /// Whether the function `name` (dotted with its classes) is among the code objects `firsts`.
     fn ran(&self, name: &str, firsts: &[u32]) -> bool {
         self.defs
             .iter()
             .any(|(a, _, n, _)| n == name && firsts.contains(a))
+    }
+
+    /// The class `key` and the classes nested in it.
+    fn within(&self, key: &str) -> Vec<&Class> {
+        let inside = |c: &&Class| {
+            c.key == key || (c.key.strip_prefix(key)).is_some_and(|rest| rest.starts_with('.'))
+        };
+        self.classes.iter().filter(inside).collect()
     }
 }
 
@@ -66,20 +108,43 @@ impl File {
 pub(crate) struct Names {
     head: BTreeMap<String, File>,
     base: BTreeMap<String, File>,
+    /// Every class of those files by its own name: (the base's file, path, index).
+    classes: BTreeMap<String, Vec<(bool, String, usize)>>,
 }
 
 impl Names {
     /// From the head's Python files and the base's versions of the changed ones, parsed.
     pub(crate) fn build(head: Vec<(String, Source)>, base_changed: Vec<(String, Source)>) -> Names {
+        let repo: BTreeSet<String> = (head.iter().chain(&base_changed))
+            .flat_map(|(p, _)| p.split('/'))
+            .map(|part| part.strip_suffix(".py").unwrap_or(part).to_owned())
+            .collect();
         let read = |files: Vec<(String, Source)>| {
             files
                 .into_iter()
-                .map(|(p, s)| (p, File::new(s)))
+                .map(|(p, s)| {
+                    let file = File::new(s, &repo);
+                    (p, file)
+                })
                 .collect::<BTreeMap<_, _>>()
         };
+        let (head, base) = (read(head), read(base_changed));
+        let mut classes: BTreeMap<String, Vec<(bool, String, usize)>> = BTreeMap::new();
+        for (is_base, files) in [(false, &head), (true, &base)] {
+            for (path, file) in files {
+                for (i, c) in file.classes.iter().enumerate() {
+                    let name = c.key.rsplit('.').next().unwrap_or(&c.key);
+                    classes
+                        .entry(name.to_owned())
+                        .or_default()
+                        .push((is_base, path.clone(), i));
+                }
+            }
+        }
         Names {
-            head: read(head),
-            base: read(base_changed),
+            head,
+            base,
+            classes,
         }
     }
 
@@ -92,11 +157,14 @@ impl Names {
     }
 
     /// The names the code of test `nodeid` holds (`code`: what its recording says it ran, by
-    /// the base's lines when `base`), or `None` when they cannot tell what it reaches: a
-    /// method of a class (its class's attributes are reached through `self`), a test that is
-    /// no function of its file that the recording saw run (a doctest, another plugin's item:
-    /// their code is not the repository's functions), code outside every function, code that
-    /// reaches globals without naming them.
+    /// the base's lines when `base`), or `None` when they cannot tell what it reaches: a test
+    /// that is no function or method of its file that the recording saw run (a doctest,
+    /// another plugin's item, an inherited test method: their code is not the repository's
+    /// functions), code outside every function, code that reaches globals without naming
+    /// them. A method also holds what its class can give it through `self`: the names of its
+    /// whole class (a `setUpClass` runs in the class's first test only) and of the
+    /// repository's classes it derives from; `None` when a base may be a class of the
+    /// repository under another name.
     pub(crate) fn of_test(
         &self,
         nodeid: &str,
@@ -105,10 +173,51 @@ impl Names {
     ) -> Option<BTreeSet<&str>> {
         let plain = nodeid.split('[').next().unwrap_or(nodeid);
         let (path, name) = plain.split_once("::")?;
-        if name.contains("::") || !self.file(path, base)?.ran(name, code.get(path)?) {
+        let file = self.file(path, base)?;
+        if !file.ran(&name.replace("::", "."), code.get(path)?) {
             return None;
         }
-        self.of_code(code, base)
+        let mut out = self.of_code(code, base)?;
+        if let Some((class, _)) = name.split_once("::") {
+            out.extend(self.of_class(file, class)?);
+            if pysrc::DYNAMIC_READ.iter().any(|d| out.contains(d)) {
+                return None;
+            }
+        }
+        Some(out)
+    }
+
+    /// The names the module-level class `key` of `file` holds, with the classes nested in it
+    /// and the repository's classes their headers name (bases, decorators), through theirs;
+    /// `None` when a header names what a `from` import of the repository bound, which may be
+    /// a class under another name.
+    fn of_class<'a>(&'a self, file: &'a File, key: &str) -> Option<BTreeSet<&'a str>> {
+        let mut out: BTreeSet<&str> = BTreeSet::new();
+        let mut seen: BTreeSet<(bool, &str, usize)> = BTreeSet::new();
+        let mut todo: Vec<(&File, Vec<&Class>)> = vec![(file, file.within(key))];
+        while let Some((f, classes)) = todo.pop() {
+            for c in classes {
+                out.extend(c.words.iter().map(String::as_str));
+                for w in &c.header {
+                    match self.classes.get(w) {
+                        Some(named) => {
+                            for (is_base, path, i) in named {
+                                if !seen.insert((*is_base, path.as_str(), *i)) {
+                                    continue;
+                                }
+                                let files = if *is_base { &self.base } else { &self.head };
+                                let other = &files[path];
+                                let key = other.classes[*i].key.as_str();
+                                todo.push((other, other.within(key)));
+                            }
+                        }
+                        None if f.from_repo.contains(w) => return None,
+                        None => {}
+                    }
+                }
+            }
+        }
+        Some(out)
     }
 
     /// The names the functions that ran while the suite was collected hold (`code`, the
@@ -211,7 +320,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             reach.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["CFG", "Config", "VALUES", "debug", "get", "os", "reg"]
+            ["CFG", "Config", "VALUES", "debug", "get", "reg"]
         );
         let plain = n
             .of_code(&code(&[("tests/test_a.py", &[5])]), false)
@@ -272,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_module_level_test_function_the_recording_saw_run_is_read_by_its_names() {
+    fn a_test_function_or_method_the_recording_saw_run_is_read_by_its_names() {
         let n = names(&[(
             "tests/t.py",
             "import reg\n\n\ndef test_a():\n    assert reg.X\n\n\nclass TestB:\n    def test_b(self):\n        assert self.x\n\n\ndef helper():\n    \"\"\"\n    >>> reg.X\n    \"\"\"\n",
@@ -282,13 +391,93 @@ mod tests {
             .of_test("tests/t.py::test_a[1-x::y]", &ran(&[4]), false)
             .unwrap();
         assert!(a.contains("reg") && a.contains("X"));
-        // A method, a doctest, a test whose own function is not in its recording.
-        assert_eq!(
-            n.of_test("tests/t.py::TestB::test_b", &ran(&[9]), false),
-            None
-        );
+        // A method holds its class's names.
+        let b = n
+            .of_test("tests/t.py::TestB::test_b", &ran(&[9]), false)
+            .unwrap();
+        assert!(b.contains("x") && !b.contains("reg"), "{b:?}");
+        // A doctest, a test whose own function is not in its recording.
         assert_eq!(n.of_test("tests/t.py::t.helper", &ran(&[13]), false), None);
         assert_eq!(n.of_test("tests/t.py::test_a", &ran(&[13]), false), None);
         assert_eq!(n.of_test("tests/t.py::test_a", &code(&[]), false), None);
+        assert_eq!(
+            n.of_test("tests/t.py::TestB::test_b", &ran(&[4]), false),
+            None
+        );
+    }
+
+    #[test]
+    fn a_method_holds_its_whole_class_and_the_repository_s_classes_it_derives_from() {
+        let n = names(&[
+            (
+                "tests/cases.py",
+                "import unittest\nfrom pkg import reg\n\n\nclass Base(unittest.TestCase):\n    \
+                 @classmethod\n    def setUpClass(cls):\n        cls.values = reg.VALUES\n",
+            ),
+            (
+                "tests/t.py",
+                "import unittest\nfrom cases import Base\nfrom cases import Base as Aliased\n\n\n\
+                 class TestOwn(unittest.TestCase):\n    @classmethod\n    def setUpClass(cls):\n        \
+                 cls.held = OWN\n\n    def test_own(self):\n        assert self.held\n\n\n\
+                 class TestDerived(Base):\n    def test_derived(self):\n        assert self.values\n\n\n\
+                 class TestAliased(Aliased):\n    def test_aliased(self):\n        assert self.values\n\n\n\
+                 class TestOuter:\n    class TestInner(Base):\n        def test_inner(self):\n            \
+                 assert self.values\n\n\n\
+                 class TestChild(TestOwn):\n    pass\n",
+            ),
+        ]);
+        let ran = |lines: &[u32]| code(&[("tests/t.py", lines)]);
+        // setUpClass ran in another test: the class's own text still names what it set.
+        let own = n
+            .of_test("tests/t.py::TestOwn::test_own", &ran(&[11]), false)
+            .unwrap();
+        assert!(own.contains("OWN") && own.contains("held"), "{own:?}");
+        // A base of the repository's, by its own name: its class's text too.
+        let derived = n
+            .of_test("tests/t.py::TestDerived::test_derived", &ran(&[16]), false)
+            .unwrap();
+        assert!(
+            derived.contains("reg") && derived.contains("VALUES"),
+            "{derived:?}"
+        );
+        let inner = n
+            .of_test(
+                "tests/t.py::TestOuter::TestInner::test_inner",
+                &ran(&[27]),
+                false,
+            )
+            .unwrap();
+        assert!(inner.contains("reg"), "{inner:?}");
+        // A base imported from the repository under another name is not known.
+        assert_eq!(
+            n.of_test("tests/t.py::TestAliased::test_aliased", &ran(&[21]), false),
+            None
+        );
+        // An inherited test method is not the class's own function.
+        assert_eq!(
+            n.of_test("tests/t.py::TestChild::test_own", &ran(&[11]), false),
+            None
+        );
+    }
+
+    #[test]
+    fn a_name_only_an_import_from_outside_the_repository_binds_does_not_reach_a_module() {
+        let n = names(&[
+            (
+                "pkg/reg.py",
+                "from itertools import chain\nfrom functools import lru_cache as cache\n\
+                 from . import util\nfrom pkg.util import helper\nimport os\nimport pkg.other as other\n\
+                 from collections import deque\ndeque = list\n\n\n\
+                 @cache\ndef shift(n):\n    return n\n",
+            ),
+            ("pkg/util.py", "def helper():\n    pass\n"),
+        ]);
+        let reach = n.reaching("pkg/reg.py", std::iter::empty()).unwrap();
+        for name in ["reg", "util", "helper", "other", "deque", "shift"] {
+            assert!(reach.contains(name), "{name}: {reach:?}");
+        }
+        for name in ["chain", "cache", "os"] {
+            assert!(!reach.contains(name), "{name}: {reach:?}");
+        }
     }
 }

@@ -33,6 +33,7 @@ import gc
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -66,14 +67,18 @@ def freeze_collected(classifier):
         return False
     with _Quiet():
         for module in list(sys.modules.values()):
-            path = getattr(module, "__file__", None)
-            if not isinstance(path, str) or not path.endswith(".py"):
-                continue
             try:
+                path = getattr(module, "__file__", None)
+                if not isinstance(path, str) or not path.endswith(".py"):
+                    continue
                 kind, _text, interp = classifier.classify(os.path.abspath(path))
                 if kind != "rel" or interp:
                     continue
-                with open(path, "rb") as f:
+                # A regular file only (opened without blocking): a FIFO would never end.
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                with os.fdopen(fd, "rb") as f:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        return False
                     if _NAMES_GC.search(f.read()):
                         return False
             except Exception:
