@@ -404,10 +404,16 @@ fn a_library_global_rebound_to_an_equal_copy_then_filled_in_place_is_nobodys_lea
 
 /// Three source modules and their tests; the first test file also sets a value in a shared
 /// registry that one test of the last file reads.
+/// The registry's own function that fills it at import runs while the suite is collected and
+/// names what the setter writes: it hands nothing to a test (what it computed is the module's
+/// global), so the registry is not read by every test for it.
 fn registry_repo() -> TestRepo {
     let repo = TestRepo::new();
     repo.write("pkg/__init__.py", "")
-        .write("pkg/registry.py", "VALUES = {}\n")
+        .write(
+            "pkg/registry.py",
+            "VALUES = {}\n\n\ndef _defaults():\n    VALUES.setdefault('seeded', True)\n\n\n_defaults()\n",
+        )
         .write("pyproject.toml", "[tool.pytest.ini_options]\n");
     for k in 0..3 {
         repo.write(

@@ -309,13 +309,20 @@ const DYNAMIC_BIND: &[&str] = &[
 ];
 
 /// The names a statement's tokens hold: identifiers, and the words inside strings
-/// (`monkeypatch.setattr("pkg.reg.VALUES", ...)`), except the name a `def` or `class` defines.
+/// (`monkeypatch.setattr("pkg.reg.VALUES", ...)`), except the name a `def` or `class` defines
+/// and a `getattr` whose attribute is a plain string (`getattr(x, "index", None)` reads
+/// `x.index`, whose name the string gives: it is no dynamic read).
 fn words<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
     tokens.iter().enumerate().flat_map(move |(i, t)| {
         let string = is_string(t.text);
         let defined = i > 0 && matches!(tokens[i - 1].text, "def" | "class");
-        let whole = (is_name(t.text) && !string && !defined && !KEYWORDS.contains(&t.text))
-            .then_some(t.text);
+        let named_getattr = t.text == "getattr" && getattr_names(&tokens[i + 1..]);
+        let whole = (is_name(t.text)
+            && !string
+            && !defined
+            && !named_getattr
+            && !KEYWORDS.contains(&t.text))
+        .then_some(t.text);
         let inner = string
             .then(|| {
                 t.text
@@ -326,6 +333,35 @@ fn words<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
             .flatten();
         whole.into_iter().chain(inner)
     })
+}
+
+/// Whether the tokens after a `getattr` are a call whose second argument is one plain string
+/// literal (no f-string, no concatenation): `(obj, "name")` or `(obj, "name", default)`.
+fn getattr_names(after: &[Token]) -> bool {
+    if after.first().map(|t| t.text) != Some("(") {
+        return false;
+    }
+    let mut depth = 0usize;
+    for (k, t) in after.iter().enumerate() {
+        match t.text {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return false; // one argument only
+                }
+            }
+            "," if depth == 1 => {
+                let attr = after.get(k + 1).map(|t| t.text).unwrap_or_default();
+                let next = after.get(k + 2).map(|t| t.text);
+                let prefix = attr.chars().take_while(|c| !matches!(c, '\'' | '"'));
+                let plain = is_string(attr) && !prefix.into_iter().any(|c| matches!(c, 'f' | 'F'));
+                return plain && matches!(next, Some("," | ")"));
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether a token is a name (an identifier or a keyword; a string with a prefix too, which
@@ -756,6 +792,20 @@ mod tests {
         let q = parse("def f():\n    def g():\n        return 2\n    return g\n");
         assert_ne!(p.defs[0].digest, q.defs[0].digest);
         assert_ne!(p.defs[1].digest, q.defs[1].digest);
+    }
+
+    #[test]
+    fn a_getattr_of_a_plain_string_is_no_dynamic_read() {
+        let held = |src: &str| parse(src).defs[0].words.contains("getattr");
+        assert!(!held("def f(x):\n    return getattr(x, 'index', None)\n"));
+        assert!(!held("def f(x):\n    return getattr(x, \"index\")\n"));
+        assert!(held("def f(x, name):\n    return getattr(x, name)\n"));
+        assert!(held("def f(x, n):\n    return getattr(x, f'{n}_x')\n"));
+        assert!(held("def f(x):\n    return getattr(x, 'a' 'b')\n"));
+        assert!(held("def f(x):\n    g = getattr\n    return g(x, 'a')\n"));
+        assert!(parse("def f(x):\n    return getattr(x, 'index')\n").defs[0]
+            .words
+            .contains("index"));
     }
 
     #[test]

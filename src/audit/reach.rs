@@ -80,10 +80,13 @@ impl File {
 
     /// The names of the outermost function around `line`.
     fn around(&self, line: u32) -> Option<&BTreeSet<String>> {
-        self.defs
-            .iter()
-            .find(|(a, b, ..)| *a <= line && line <= *b)
-            .map(|(.., w)| w)
+        self.def_around(line).map(|(.., w)| w)
+    }
+
+    /// The outermost function around `line`.
+    #[allow(clippy::type_complexity)]
+    fn def_around(&self, line: u32) -> Option<&(u32, u32, String, BTreeSet<String>)> {
+        self.defs.iter().find(|(a, b, ..)| *a <= line && line <= *b)
     }
 
     /// Whether the function `name` (dotted with its classes) is among the code objects `firsts`.
@@ -220,22 +223,32 @@ impl Names {
         Some(out)
     }
 
-    /// The names the functions that ran while the suite was collected hold (`code`, the
-    /// session's recording), or `None` when a file is not read or they reach globals without
-    /// naming them. What they computed may be any test's (a `pytest_generate_tests` hook's
+    /// The functions that ran while the suite was collected (`code`, the session's
+    /// recording), or `None` when a file is not read or they reach globals without naming
+    /// them. What they computed may be any test's (a `pytest_generate_tests` hook's
     /// parameters). Code outside functions (modules' and classes' bodies, their lambdas and
     /// comprehensions) is left out: what it computed is bound in the modules' globals, which
     /// the state pass and [`Names::reaching`] see.
-    pub(crate) fn of_collection(&self, code: &CodeRan, base: bool) -> Option<BTreeSet<&str>> {
-        let mut out = BTreeSet::new();
+    pub(crate) fn of_collection<'a>(
+        &'a self,
+        code: &'a CodeRan,
+        base: bool,
+    ) -> Option<Collection<'a>> {
+        let mut functions = Vec::new();
         for (path, firsts) in code {
             let file = self.file(path, base)?;
             for &line in firsts {
-                out.extend(file.around(line).into_iter().flatten().map(String::as_str));
+                if let Some((.., name, words)) = file.def_around(line) {
+                    let own = name.rsplit('.').next().unwrap_or(name);
+                    let hook = own.starts_with("pytest_");
+                    if pysrc::DYNAMIC_READ.iter().any(|d| words.contains(*d)) {
+                        return None;
+                    }
+                    functions.push((path.as_str(), hook, words));
+                }
             }
         }
-        let dynamic = pysrc::DYNAMIC_READ.iter().any(|d| out.contains(d));
-        (!dynamic).then_some(out)
+        Some(Collection { functions })
     }
 
     /// The names the recorded `code` holds (its lines the base's when `base`), or `None` when
@@ -277,6 +290,27 @@ impl Names {
     }
 }
 
+/// The functions that ran while the suite was collected, as [`Names::of_collection`] reads
+/// them: each one's file, whether it is a pytest hook (`pytest_*`), the names it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct Collection<'a> {
+    functions: Vec<(&'a str, bool, &'a BTreeSet<String>)>,
+}
+
+impl Collection<'_> {
+    /// Whether a function run while collecting names one of `names`, those that reach module
+    /// `path`'s globals: what it computed may then hold what that module holds. The module's
+    /// own functions other than hooks do not count: what they computed reaches a test through
+    /// a caller outside the module (a hook, a decorator of the test's, each naming the
+    /// function it called) or through the module's globals (`_PRIMES = tuple(sieve(211))`),
+    /// both of which the rule sees.
+    pub(crate) fn names(&self, path: &str, names: &BTreeSet<String>) -> bool {
+        (self.functions.iter())
+            .filter(|(p, hook, _)| *p != path || *hook)
+            .any(|(.., words)| words.iter().any(|w| names.contains(w)))
+    }
+}
+
 /// The name a module is bound by when imported: its file's stem, or its package's name.
 fn module_name(path: &str) -> &str {
     let stem = path.strip_suffix(".py").unwrap_or(path);
@@ -312,7 +346,7 @@ mod tests {
             ),
             (
                 "tests/test_a.py",
-                "from pkg import reg\nfrom pkg import m\n\n\ndef test_plain():\n    assert m.add(1) == 2\n\n\ndef test_reader():\n    assert reg.VALUES.get('x') is None\n\n\n@pytest.mark.parametrize('x', [1])\ndef test_patched(monkeypatch, x):\n    monkeypatch.setattr(\"pkg.other.THING\", x)\n\n\ndef test_dynamic():\n    assert getattr(m, 'X')\n",
+                "from pkg import reg\nfrom pkg import m\n\n\ndef test_plain():\n    assert m.add(1) == 2\n\n\ndef test_reader():\n    assert reg.VALUES.get('x') is None\n\n\n@pytest.mark.parametrize('x', [1])\ndef test_patched(monkeypatch, x):\n    monkeypatch.setattr(\"pkg.other.THING\", x)\n\n\ndef test_dynamic():\n    name = 'X'\n    assert getattr(m, name)\n",
             ),
         ]);
         let reach = n
@@ -458,6 +492,33 @@ mod tests {
             n.of_test("tests/t.py::TestChild::test_own", &ran(&[11]), false),
             None
         );
+    }
+
+    #[test]
+    fn a_module_s_own_functions_run_while_collecting_do_not_read_it_for_every_test_but_its_hooks_do(
+    ) {
+        let n = names(&[
+            (
+                "pkg/reg.py",
+                "VALUES = {}\n\n\ndef _fill():\n    VALUES['x'] = 1\n\n\n_fill()\n\n\n\
+                 def pytest_generate_tests(metafunc):\n    metafunc.parametrize('v', [VALUES])\n",
+            ),
+            (
+                "tests/conftest.py",
+                "from pkg import reg\n\n\ndef make():\n    return reg.VALUES\n",
+            ),
+        ]);
+        let reaching = n.reaching("pkg/reg.py", ["VALUES"].into_iter()).unwrap();
+        let fill = code(&[("pkg/reg.py", &[4])]);
+        let hook = code(&[("pkg/reg.py", &[12])]);
+        let other = code(&[("tests/conftest.py", &[4])]);
+        let at = |c| n.of_collection(c, false).unwrap();
+        assert!(!at(&fill).names("pkg/reg.py", &reaching));
+        assert!(at(&hook).names("pkg/reg.py", &reaching));
+        assert!(at(&other).names("pkg/reg.py", &reaching));
+        // Another module's function naming it reads it for every test, its own does not.
+        let values: BTreeSet<String> = ["VALUES".to_string()].into();
+        assert!(at(&fill).names("tests/conftest.py", &values));
     }
 
     #[test]

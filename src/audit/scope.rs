@@ -429,7 +429,7 @@ fn scope(
         .names
         .of_collection(session, matches!(lines, Lines::Base));
     let read_at_collection = |m: &String| match (&collection, &reaching[m]) {
-        (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),
+        (Some(collection), Some(names)) => collection.names(m, names),
         _ => false,
     };
     let mut run: BTreeSet<String> = affected.union(&writers).cloned().collect();
