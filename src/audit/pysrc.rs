@@ -75,6 +75,10 @@ pub(crate) struct Source {
     /// The names `from ... import` statements outside functions bind (a class among them,
     /// perhaps under another name).
     pub(crate) from_imported: BTreeSet<String>,
+    /// The names of `globals` that only plain functions bind: undecorated, with no default
+    /// or annotation that names anything. Such a function object holds nothing of the module
+    /// a test could reach but through its code, which the recording sees run.
+    pub(crate) plain_defs: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -364,6 +368,34 @@ fn getattr_names(after: &[Token]) -> bool {
     false
 }
 
+/// Whether a `def` line's defaults or annotations name anything (`d=VALUES`, `x: Config`,
+/// `-> Reg`): the function object then holds what they named.
+fn signature_holds(tokens: &[Token]) -> bool {
+    let name = |t: &Token| is_name(t.text) && !is_string(t.text) && !KEYWORDS.contains(&t.text);
+    let Some(open) = tokens.iter().position(|t| t.text == "(") else {
+        return false;
+    };
+    let mut depth = 0usize;
+    let mut value = false;
+    for (k, t) in tokens.iter().enumerate().skip(open) {
+        match t.text {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    // A return annotation: anything named before the closing colon.
+                    return tokens[k + 1..].iter().any(|t| name(t));
+                }
+            }
+            "=" | ":" if depth == 1 => value = true,
+            "," if depth == 1 => value = false,
+            _ if value && name(t) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Whether a token is a name (an identifier or a keyword; a string with a prefix too, which
 /// [`is_string`] tells apart).
 fn is_name(text: &str) -> bool {
@@ -491,6 +523,7 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut assigned: BTreeSet<String> = BTreeSet::new();
     let mut imported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut from_imported: BTreeSet<String> = BTreeSet::new();
+    let mut plain_defs: BTreeSet<String> = BTreeSet::new();
     let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
         if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
@@ -535,7 +568,8 @@ pub(crate) fn parse(text: &str) -> Source {
         // `global X` in a function binds X in the module when the function runs.
         if in_function && l.tokens[0].text == "global" {
             if let (Some(g), Some(names)) = (globals.as_mut(), bound(&l.tokens)) {
-                g.extend(names.into_iter().map(str::to_owned));
+                g.extend(names.iter().map(|n| n.to_string()));
+                assigned.extend(names.into_iter().map(str::to_owned));
             }
         }
         if !in_function {
@@ -559,6 +593,12 @@ pub(crate) fn parse(text: &str) -> Source {
                                     .or_default()
                                     .extend(from.iter().cloned());
                             }
+                        }
+                        None if matches!(header, Some((true, _)))
+                            && decorated.is_empty()
+                            && !signature_holds(&l.tokens) =>
+                        {
+                            plain_defs.extend(names.into_iter().map(str::to_owned))
                         }
                         None => assigned.extend(names.into_iter().map(str::to_owned)),
                     }
@@ -622,6 +662,7 @@ pub(crate) fn parse(text: &str) -> Source {
         close(o, &mut defs, &mut classes, prev_last);
     }
     imported.retain(|n, _| !assigned.contains(n));
+    plain_defs.retain(|n| !assigned.contains(n) && !imported.contains_key(n));
     Source {
         defs,
         classes,
@@ -630,6 +671,7 @@ pub(crate) fn parse(text: &str) -> Source {
         globals,
         imported,
         from_imported,
+        plain_defs,
     }
 }
 
@@ -792,6 +834,18 @@ mod tests {
         let q = parse("def f():\n    def g():\n        return 2\n    return g\n");
         assert_ne!(p.defs[0].digest, q.defs[0].digest);
         assert_ne!(p.defs[1].digest, q.defs[1].digest);
+    }
+
+    #[test]
+    fn a_function_holds_only_what_its_decorators_defaults_and_annotations_name() {
+        let src = "import functools\n\n\ndef plain(a, b=1, *c, d='x', **e):\n    return VALUES\n\n\n\
+                   def held(d=VALUES):\n    pass\n\n\ndef typed(x: Config) -> None:\n    pass\n\n\n\
+                   def returns() -> Reg:\n    pass\n\n\n@functools.cache\ndef cached():\n    pass\n\n\n\
+                   def later():\n    pass\n\n\nlater = functools.cache(later)\n\n\n\
+                   class C:\n    def method(self):\n        pass\n";
+        let parsed = parse(src);
+        let plain: Vec<&str> = parsed.plain_defs.iter().map(String::as_str).collect();
+        assert_eq!(plain, ["method", "plain"]);
     }
 
     #[test]

@@ -73,7 +73,11 @@ impl File {
                     header: c.header,
                 })
                 .collect(),
-            globals: (source.globals).map(|g| g.into_iter().filter(repo_held).collect()),
+            globals: (source.globals).map(|g| {
+                g.into_iter()
+                    .filter(|n| repo_held(n) && !source.plain_defs.contains(n))
+                    .collect()
+            }),
             from_repo: source.from_imported.into_iter().filter(repo_held).collect(),
         }
     }
@@ -401,7 +405,9 @@ mod tests {
         assert!(c.contains("i") && c.contains("fh") && c.contains("c"));
         // A name a function binds with `global` is the module's.
         let d = n.reaching("d.py", std::iter::empty()).unwrap();
-        assert!(d.contains("CACHE") && d.contains("OTHER") && d.contains("init"));
+        assert!(d.contains("CACHE") && d.contains("OTHER"));
+        // A plain function holds nothing a test reaches but through its code.
+        assert!(!d.contains("init"));
     }
 
     #[test]
