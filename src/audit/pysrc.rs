@@ -384,7 +384,7 @@ fn signature_holds(tokens: &[Token]) -> bool {
                 depth = depth.saturating_sub(1);
                 if depth == 0 {
                     // A return annotation: anything named before the closing colon.
-                    return tokens[k + 1..].iter().any(|t| name(t));
+                    return tokens[k + 1..].iter().any(name);
                 }
             }
             "=" | ":" if depth == 1 => value = true,
