@@ -676,6 +676,65 @@ fn a_test_method_reads_what_its_class_and_its_bases_name() {
     );
 }
 
+/// Two readers whose code names nothing the writer wrote: a test that gets the registry from a
+/// session fixture set up in an earlier test (its recorded code is the fixture's, which names
+/// only the module's plain function that returns the registry), and a method that reads a
+/// class attribute its class's other test set (`type(self).cache`), naming only its class.
+#[test]
+fn a_registry_a_fixture_handed_out_earlier_and_a_class_its_own_test_wrote_are_read() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/reg.py",
+            "_REG = {}\n\n\ndef get_registry():\n    return _REG\n",
+        )
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "tests/conftest.py",
+            "import pytest\n\nfrom pkg.reg import get_registry\n\n\n\
+             @pytest.fixture(scope='session')\ndef registry():\n    return get_registry()\n",
+        )
+        .write(
+            "tests/test_b.py",
+            "def test_first(registry):\n    assert registry.get('offset', 0) == 0\n\n\n\
+             def test_second(registry):\n    assert registry.get('offset', 0) == 0\n",
+        );
+    let write = |offset: u32| {
+        repo.write(
+            "tests/test_a.py",
+            format!(
+                "from pkg import reg\n\n\ndef test_setter():\n    reg._REG['offset'] = {offset}\n"
+            ),
+        )
+        .write(
+            "tests/test_c.py",
+            format!(
+                "class TestCounter:\n    def test_set(self):\n        \
+                 type(self).cache = [{offset}]\n\n    def test_mid(self):\n        pass\n\n    \
+                 def test_use(self):\n        assert getattr(type(self), 'cache', [0]) == [0]\n"
+            ),
+        );
+    };
+    write(0);
+    repo.commit("base");
+    write(5);
+    repo.commit("head: both writers write what breaks their readers");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &[
+            "tests/test_b.py::test_first",
+            "tests/test_b.py::test_second",
+        ],
+        "tests/test_a.py::test_setter",
+    );
+    assert_polluted(
+        &v,
+        &["tests/test_c.py::TestCounter::test_use"],
+        "tests/test_c.py::TestCounter::test_set",
+    );
+}
+
 /// A written object a `pytest_generate_tests` hook hands a test as a parameter: the hook ran
 /// while the suite was collected and the test's code names only the parameter, so a module
 /// that code names is read by every test (what it computed may be anyone's).

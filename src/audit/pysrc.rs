@@ -79,6 +79,11 @@ pub(crate) struct Source {
     /// or annotation that names anything. Such a function object holds nothing of the module
     /// a test could reach but through its code, which the recording sees run.
     pub(crate) plain_defs: BTreeSet<String>,
+    /// The names `import` statements outside functions bind (modules).
+    pub(crate) modules_imported: BTreeSet<String>,
+    /// The names `from ... import x as y` statements outside functions bind under another
+    /// name (`y`).
+    pub(crate) from_aliases: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -368,6 +373,14 @@ fn getattr_names(after: &[Token]) -> bool {
     false
 }
 
+/// The names an import statement binds with `as` (`y` of `from m import x as y`).
+fn aliases<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
+    tokens
+        .windows(2)
+        .filter(|w| w[0].text == "as")
+        .map(|w| w[1].text)
+}
+
 /// Whether a `def` line's defaults or annotations name anything (`d=VALUES`, `x: Config`,
 /// `-> Reg`): the function object then holds what they named.
 fn signature_holds(tokens: &[Token]) -> bool {
@@ -524,6 +537,8 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut imported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut from_imported: BTreeSet<String> = BTreeSet::new();
     let mut plain_defs: BTreeSet<String> = BTreeSet::new();
+    let mut modules_imported: BTreeSet<String> = BTreeSet::new();
+    let mut from_aliases: BTreeSet<String> = BTreeSet::new();
     let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
         if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
@@ -585,6 +600,9 @@ pub(crate) fn parse(text: &str) -> Source {
                         Some(import) => {
                             if l.tokens[0].text == "from" {
                                 from_imported.extend(names.iter().map(|n| n.to_string()));
+                                from_aliases.extend(aliases(&l.tokens).map(str::to_owned));
+                            } else {
+                                modules_imported.extend(names.iter().map(|n| n.to_string()));
                             }
                             let from = import.first_names();
                             for n in names {
@@ -672,6 +690,8 @@ pub(crate) fn parse(text: &str) -> Source {
         imported,
         from_imported,
         plain_defs,
+        modules_imported,
+        from_aliases,
     }
 }
 

@@ -33,6 +33,16 @@ struct File {
     /// The names `from` imports of the repository's modules bind: one may be a class under
     /// another name (`from .cases import Base as B`).
     from_repo: BTreeSet<String>,
+    /// The names `from ... import x as y` binds under another name.
+    from_aliases: BTreeSet<String>,
+    /// The names `import` statements bind (modules).
+    modules: BTreeSet<String>,
+    /// Every name it binds outside functions (empty when not all are known).
+    bound: BTreeSet<String>,
+    /// The plain functions left out of `globals`, each with the names its text holds: one that
+    /// names what the module holds can hand it out (`def get(): return _REG`), even to a test
+    /// that got the result from a wider-scoped fixture and did not run it.
+    plain: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A class as this rule reads it: its dotted name, the names its whole text holds, the names
@@ -47,6 +57,17 @@ struct Class {
 impl File {
     /// `repo`: the names of the repository's files and folders (a module outside it is none).
     fn new(source: Source, repo: &BTreeSet<String>) -> File {
+        let mut plain: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for d in &source.defs {
+            let qual = d.key.split('#').next().unwrap_or_default();
+            let own = qual.rsplit('.').next().unwrap_or(qual);
+            if source.plain_defs.contains(own) {
+                plain
+                    .entry(own.to_owned())
+                    .or_default()
+                    .extend(d.words.iter().cloned());
+            }
+        }
         let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
         for d in source.defs {
@@ -65,6 +86,10 @@ impl File {
             })
         };
         File {
+            plain,
+            from_aliases: source.from_aliases,
+            modules: source.modules_imported,
+            bound: source.globals.clone().unwrap_or_default(),
             defs,
             classes: (source.classes.into_iter())
                 .map(|c| Class {
@@ -117,6 +142,8 @@ pub(crate) struct Names {
     base: BTreeMap<String, File>,
     /// Every class of those files by its own name: (the base's file, path, index).
     classes: BTreeMap<String, Vec<(bool, String, usize)>>,
+    /// Every name any of those files binds outside functions.
+    bound: BTreeSet<String>,
 }
 
 impl Names {
@@ -148,10 +175,14 @@ impl Names {
                 }
             }
         }
+        let bound = (head.values().chain(base.values()))
+            .flat_map(|f| f.bound.iter().cloned())
+            .collect();
         Names {
             head,
             base,
             classes,
+            bound,
         }
     }
 
@@ -187,6 +218,17 @@ impl Names {
         let mut out = self.of_code(code, base)?;
         if let Some((class, _)) = name.split_once("::") {
             out.extend(self.of_class(file, class)?);
+            // Its classes' own names: `type(self).cache = ...` writes the class.
+            let qual = name.replace("::", ".");
+            let mut key = String::new();
+            for part in qual.split('.').take(qual.split('.').count() - 1) {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(part);
+                let c = file.classes.iter().find(|c| c.key == key)?;
+                out.insert(c.key.rsplit('.').next().unwrap_or(&c.key));
+            }
             if pysrc::DYNAMIC_READ.iter().any(|d| out.contains(d)) {
                 return None;
             }
@@ -206,6 +248,16 @@ impl Names {
             for c in classes {
                 out.extend(c.words.iter().map(String::as_str));
                 for w in &c.header {
+                    // A module (`unittest` of `unittest.TestCase`): its attribute is a word of
+                    // its own. A name bound under another name, or by something other than a
+                    // class statement (an assignment, a function, a call's result): the class
+                    // it stands for is not known.
+                    if f.modules.contains(w) {
+                        continue;
+                    }
+                    if f.from_aliases.contains(w) {
+                        return None;
+                    }
                     match self.classes.get(w) {
                         Some(named) => {
                             for (is_base, path, i) in named {
@@ -218,7 +270,7 @@ impl Names {
                                 todo.push((other, other.within(key)));
                             }
                         }
-                        None if f.from_repo.contains(w) => return None,
+                        None if f.from_repo.contains(w) || self.bound.contains(w) => return None,
                         None => {}
                     }
                 }
@@ -290,6 +342,23 @@ impl Names {
         }
         out.insert(module_name(path).to_owned());
         out.extend(written.map(str::to_owned));
+        // A plain function that names what reaches the module can hand it out.
+        let plain: Vec<&BTreeMap<String, BTreeSet<String>>> =
+            [self.head.get(path), self.base.get(path)]
+                .into_iter()
+                .flatten()
+                .map(|f| &f.plain)
+                .collect();
+        loop {
+            let more: Vec<String> = (plain.iter().flat_map(|p| p.iter()))
+                .filter(|(n, words)| !out.contains(*n) && words.iter().any(|w| out.contains(w)))
+                .map(|(n, _)| n.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            out.extend(more);
+        }
         Some(out)
     }
 }
@@ -406,8 +475,8 @@ mod tests {
         // A name a function binds with `global` is the module's.
         let d = n.reaching("d.py", std::iter::empty()).unwrap();
         assert!(d.contains("CACHE") && d.contains("OTHER"));
-        // A plain function holds nothing a test reaches but through its code.
-        assert!(!d.contains("init"));
+        // A plain function that names what the module holds can hand it out.
+        assert!(d.contains("init"));
     }
 
     #[test]
@@ -525,6 +594,56 @@ mod tests {
         // Another module's function naming it reads it for every test, its own does not.
         let values: BTreeSet<String> = ["VALUES".to_string()].into();
         assert!(at(&fill).names("tests/conftest.py", &values));
+    }
+
+    #[test]
+    fn a_plain_function_reaches_its_module_only_when_it_names_what_the_module_holds() {
+        let n = names(&[(
+            "pkg/reg.py",
+            "_REG = {}\n\n\ndef add(x):\n    return x + 1\n\n\ndef get():\n    return _REG\n\n\n\
+             def wrap():\n    return get()\n",
+        )]);
+        let reach = n.reaching("pkg/reg.py", std::iter::empty()).unwrap();
+        assert!(reach.contains("get") && reach.contains("wrap"), "{reach:?}");
+        assert!(!reach.contains("add"), "{reach:?}");
+    }
+
+    #[test]
+    fn a_method_names_its_classes_and_a_base_it_cannot_resolve_falls_back() {
+        let n = names(&[
+            ("tests/cases.py", "class Base:\n    pass\n\n\nclass Other:\n    pass\n"),
+            (
+                "tests/t.py",
+                "import unittest\nimport cases\nfrom cases import Other as Base\n\n\n\
+                 Made = cases.Base\n\n\n\
+                 class TestX(unittest.TestCase):\n    def test_use(self):\n        assert self.cache\n\n\n\
+                 class TestAliased(Base):\n    def test_a(self):\n        pass\n\n\n\
+                 class TestMade(Made):\n    def test_m(self):\n        pass\n",
+            ),
+            (
+                "tests/u.py",
+                "import cases\n\n\nclass TestDotted(cases.Base):\n    def test_d(self):\n        pass\n",
+            ),
+        ]);
+        let ran = |lines: &[u32]| code(&[("tests/t.py", lines)]);
+        let x = n
+            .of_test("tests/t.py::TestX::test_use", &ran(&[10]), false)
+            .unwrap();
+        assert!(x.contains("TestX"), "{x:?}");
+        // An alias shadowing a class of the same name, a base bound by an assignment.
+        assert_eq!(
+            n.of_test("tests/t.py::TestAliased::test_a", &ran(&[15]), false),
+            None
+        );
+        assert_eq!(
+            n.of_test("tests/t.py::TestMade::test_m", &ran(&[20]), false),
+            None
+        );
+        // A module's attribute: the class by its own name.
+        let dotted = code(&[("tests/u.py", &[5])]);
+        assert!(n
+            .of_test("tests/u.py::TestDotted::test_d", &dotted, false)
+            .is_some());
     }
 
     #[test]

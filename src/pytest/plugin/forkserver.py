@@ -37,6 +37,7 @@ import stat
 import sys
 import threading
 import time
+import types
 import warnings
 
 from fixgate_plugin_trace import _Quiet
@@ -66,19 +67,34 @@ def freeze_collected(classifier):
     if freeze is None or classifier is None:  # not CPython; no events, nothing to compare
         return False
     with _Quiet():
-        for module in list(sys.modules.values()):
+        try:
+            modules = list(sys.modules.values())
+        except Exception:
+            return False
+        for module in modules:
             try:
-                path = getattr(module, "__file__", None)
+                # Read from the module's own dict: an attribute of a lazy module (or of another
+                # object in sys.modules) would run its code here, untraced.
+                if not isinstance(module, types.ModuleType):
+                    continue
+                path = object.__getattribute__(module, "__dict__").get("__file__")
                 if not isinstance(path, str) or not path.endswith(".py"):
                     continue
                 kind, _text, interp = classifier.classify(os.path.abspath(path))
                 if kind != "rel" or interp:
                     continue
                 # A regular file only (opened without blocking): a FIFO would never end.
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                fd = os.open(path, flags)
+                try:
+                    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+                except Exception:
+                    os.close(fd)
+                    raise
+                if not regular:
+                    os.close(fd)
+                    return False
                 with os.fdopen(fd, "rb") as f:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        return False
                     if _NAMES_GC.search(f.read()):
                         return False
             except Exception:
