@@ -37,7 +37,8 @@ struct File {
     from_aliases: BTreeSet<String>,
     /// The names `import` statements bind (modules).
     modules: BTreeSet<String>,
-    /// Every name it binds outside functions (empty when not all are known).
+    /// Every name it binds outside functions but by imports from outside the repository
+    /// (empty when not all are known).
     bound: BTreeSet<String>,
     /// The plain functions left out of `globals`, each with the names its text holds: one that
     /// names what the module holds can hand it out (`def get(): return _REG`), even to a test
@@ -87,9 +88,14 @@ impl File {
         };
         File {
             plain,
-            from_aliases: source.from_aliases,
+            from_aliases: source.from_aliases.into_iter().filter(repo_held).collect(),
             modules: source.modules_imported,
-            bound: source.globals.clone().unwrap_or_default(),
+            // What may stand for a class of the repository: not a name only an import from
+            // outside it binds (`TestCase`).
+            bound: (source.globals.iter().flatten())
+                .filter(|n| repo_held(n))
+                .cloned()
+                .collect(),
             defs,
             classes: (source.classes.into_iter())
                 .map(|c| Class {
@@ -624,6 +630,10 @@ mod tests {
                 "tests/u.py",
                 "import cases\n\n\nclass TestDotted(cases.Base):\n    def test_d(self):\n        pass\n",
             ),
+            (
+                "tests/v.py",
+                "from unittest import TestCase\n\n\nclass TestV(TestCase):\n    def test_v(self):\n        pass\n",
+            ),
         ]);
         let ran = |lines: &[u32]| code(&[("tests/t.py", lines)]);
         let x = n
@@ -640,6 +650,9 @@ mod tests {
             None
         );
         // A module's attribute: the class by its own name.
+        // A base from outside the repository, imported by its name.
+        let v = code(&[("tests/v.py", &[5])]);
+        assert!(n.of_test("tests/v.py::TestV::test_v", &v, false).is_some());
         let dotted = code(&[("tests/u.py", &[5])]);
         assert!(n
             .of_test("tests/u.py::TestDotted::test_d", &dotted, false)
