@@ -225,6 +225,58 @@ fn the_heap_collection_made_is_frozen_in_every_run_unless_the_repository_watches
 }
 
 #[test]
+fn the_freeze_reads_no_module_attribute_and_no_file_that_is_not_a_regular_one() {
+    // The freeze looks through sys.modules for repository files that name gc. A hostile test
+    // module puts there a module whose attribute reads run its code (and record that they
+    // ran), and one whose __file__ is a FIFO of the tree that nobody writes: opened to be read
+    // as files are, it would block the run before its first test. Neither may be touched.
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_hostile.py",
+        "import os, sys, types\n\n\
+         TOUCHED = []\n\n\
+         class Lazy(types.ModuleType):\n    \
+             def __getattribute__(self, name):\n        \
+                 TOUCHED.append(name)\n        \
+                 return types.ModuleType.__getattribute__(self, name)\n\n    \
+             def __getattr__(self, name):\n        \
+                 TOUCHED.append(name)\n        \
+                 raise AttributeError(name)\n\n\
+         sys.modules['lazy_mod'] = Lazy('lazy_mod')\n\n\
+         FIFO = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fifo_mod.py')\n\
+         if not os.path.exists(FIFO):\n    os.mkfifo(FIFO)\n\
+         PIPE = types.ModuleType('fifo_mod')\n\
+         PIPE.__file__ = FIFO\n\
+         sys.modules['fifo_mod'] = PIPE\n\n\
+         def test_no_attribute_of_the_lazy_module_was_read():\n    \
+             assert TOUCHED == []\n\n\
+         def test_the_fifo_was_not_read_so_nothing_was_frozen():\n    \
+             collector = sys.modules['g' + 'c']\n    \
+             assert collector.get_freeze_count() == 0\n",
+    );
+    repo.commit("base");
+    let (forked, _) = same_both_ways(
+        &repo,
+        &[
+            "run",
+            "--seed",
+            "0",
+            "--test-timeout",
+            "20",
+            "--format",
+            "json",
+        ],
+        "result",
+    );
+    for name in [
+        "test_no_attribute_of_the_lazy_module_was_read",
+        "test_the_fifo_was_not_read_so_nothing_was_frozen",
+    ] {
+        assert_eq!(outcome(&forked, name), "passed", "{name}: {forked}");
+    }
+}
+
+#[test]
 fn a_test_past_the_timeout_is_killed_in_a_forked_run_as_in_a_fresh_one() {
     let repo = TestRepo::new();
     repo.write(
