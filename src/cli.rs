@@ -449,7 +449,8 @@ pub(crate) struct SandboxArgs {
     #[arg(long = "pass-env", value_name = "NAME")]
     pub(crate) pass_env: Vec<String>,
     /// Kill a test (and its process group) that runs longer than this, record it as timeout,
-    /// and go on with the rest of the order
+    /// and go on with the rest of the order; a pytest process that spends as long outside any
+    /// test (collecting, starting or ending its session) is killed too, and says why
     #[arg(
         long,
         value_name = "SECS",

@@ -1062,3 +1062,78 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
         "a warning names the damage: {v}"
     );
 }
+
+#[test]
+fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
+    // A test module that sleeps at import: its collection never ends. The test timeout bounds
+    // every stretch of a process outside a test, so the head is rejected as not collecting
+    // (before, the audit waited for ever).
+    let (repo, base) = price_repo();
+    let hangs = patch(
+        &repo,
+        &base,
+        "a test module that never finishes importing",
+        &[(
+            "tests/test_slow.py",
+            "import time\n\ntime.sleep(10 ** 6)\n\n\ndef test_never():\n    pass\n",
+        )],
+    );
+    let run = fixgate(
+        &repo,
+        repo.cache.path(),
+        &[
+            "audit",
+            "--base",
+            &base,
+            "--head",
+            &hangs,
+            "--seeds",
+            "1",
+            "--test-timeout",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
+    let v = run.json();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    let said = v.to_string();
+    assert!(
+        said.contains("no test ran for --test-timeout 3s while pytest was collecting"),
+        "the finding says why: {v}"
+    );
+
+    // A conftest hook that never returns once the tests ran: the run keeps every result, and
+    // its process is killed at the timeout.
+    let ends_never = patch(
+        &repo,
+        &base,
+        "a session end that never returns",
+        &[(
+            "tests/conftest.py",
+            "import time\n\n\ndef pytest_sessionfinish(session):\n    time.sleep(10 ** 6)\n",
+        )],
+    );
+    git(repo.path(), &["checkout", "-q", "--detach", &ends_never]);
+    let run = fixgate(
+        &repo,
+        repo.cache.path(),
+        &[
+            "run",
+            "--seed",
+            "0",
+            "--test-timeout",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
+    let v = run.json();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        outcome_of(&v, "tests/test_price.py::test_total").0,
+        "passed",
+        "{v}"
+    );
+}

@@ -365,6 +365,13 @@ impl Runner {
             if let Some(found) = self.collect_warm(snapshot, record_code, spare) {
                 return Ok(found);
             }
+            // A collection that did not end in time would not end in a fresh process either.
+            if let Some(why) = self.forkserver.stalled(snapshot) {
+                return Err(Error::NotCollected(format!(
+                    "pytest could not collect {}: {why}",
+                    snapshot.rev_label()
+                )));
+            }
         }
         let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
         if !errors.is_empty() {
@@ -459,6 +466,7 @@ impl Runner {
             host: &self.host,
             record_code,
             purpose,
+            stall_after: self.test_timeout,
         })
     }
 
@@ -477,7 +485,13 @@ impl Runner {
             0,
             &["--collect-only".into(), "--fixgate-collect".into()],
         )?;
-        let status = wait_interruptibly(&mut p, &self.interrupted)?;
+        let Some(status) = wait_interruptibly(&mut p, &self.interrupted, self.test_timeout)? else {
+            return Err(Error::NotCollected(format!(
+                "pytest could not collect {}: {}",
+                snapshot.rev_label(),
+                stalled("collecting the suite", self.test_timeout)
+            )));
+        };
         let mut items = None;
         let mut deselected = Vec::new();
         let mut skipped_collectors = Vec::new();
@@ -605,7 +619,20 @@ impl Runner {
         });
         let place = match lease {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => Place::Own(self.sandbox(snapshot, overlay)?),
+            None => {
+                // A warm interpreter that never finished collecting: a fresh one would not.
+                if let Some(why) = self
+                    .forkserver
+                    .stalled(snapshot)
+                    .filter(|_| overlay.is_empty())
+                {
+                    return Err(Error::Infra(format!(
+                        "pytest did not run the tests of {}: {why}",
+                        snapshot.rev_label()
+                    )));
+                }
+                Place::Own(self.sandbox(snapshot, overlay)?)
+            }
         };
         self.drive(place, snapshot, order, groups, record, progress)
     }
@@ -860,6 +887,11 @@ impl Runner {
             }
         );
         let mut filled = None;
+        // Since when no test runs (collection, the session's start and end): bounded by the
+        // test timeout too, else a hook or an import that never returns holds the run.
+        let mut outside = Some(Instant::now());
+        let before = result.tests.len();
+        let mut stalled_at = None;
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
@@ -946,10 +978,23 @@ impl Runner {
                 p.abort();
                 return Err(Error::Interrupted);
             }
-            if let Some((_, started, _)) = &current {
-                if started.elapsed() > self.test_timeout && !timed_out {
-                    p.kill();
-                    timed_out = true;
+            match &current {
+                Some((_, started, _)) => {
+                    outside = None;
+                    if started.elapsed() > self.test_timeout && !timed_out {
+                        p.kill();
+                        timed_out = true;
+                    }
+                }
+                None => {
+                    let since = *outside.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.test_timeout && stalled_at.is_none() && !timed_out {
+                        p.kill();
+                        stalled_at = Some(match result.tests.len() == before {
+                            true => "collecting the suite or starting its session",
+                            false => "ending its session",
+                        });
+                    }
                 }
             }
             if filled.is_none() {
@@ -995,6 +1040,9 @@ impl Runner {
             if let Some(pb) = progress {
                 pb.inc(1);
             }
+        }
+        if let Some(doing) = stalled_at {
+            problems.push(format!("stalled: {}", stalled(doing, self.test_timeout)));
         }
         Ok(ProcessOutcome {
             status: status.code(),
@@ -1233,20 +1281,38 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The process's exit, or `None` once it has run `limit` without exiting (then killed).
 fn wait_interruptibly(
     p: &mut Process,
     interrupted: &AtomicBool,
-) -> Result<std::process::ExitStatus> {
+    limit: Duration,
+) -> Result<Option<std::process::ExitStatus>> {
+    let started = Instant::now();
     loop {
         if let Some(s) = p.try_wait()? {
-            return Ok(s);
+            return Ok(Some(s));
         }
         if interrupted.load(Ordering::SeqCst) {
             p.abort();
             return Err(Error::Interrupted);
         }
+        if started.elapsed() > limit {
+            p.abort();
+            return Ok(None);
+        }
         p.pause();
     }
+}
+
+/// Why a process was killed outside any test: it spent longer than the test timeout `doing`
+/// something that is no test (an import or a hook that never returns would hold the audit
+/// forever).
+pub(crate) fn stalled(doing: &str, timeout: Duration) -> String {
+    format!(
+        "no test ran for --test-timeout {}s while pytest was {doing} (an import, a fixture or a \
+         hook that does not return?); killed. Raise --test-timeout if the suite needs longer",
+        timeout.as_secs()
+    )
 }
 
 fn now_secs() -> f64 {

@@ -143,6 +143,25 @@ pub(crate) struct Launch<'a> {
     pub(crate) record_code: bool,
     /// What the zygote is checked out for.
     pub(crate) purpose: Purpose,
+    /// How long its collection may take (the test timeout: outside any test a process is
+    /// bounded by it too), after which it is killed and its snapshot runs fresh.
+    pub(crate) stall_after: Duration,
+}
+
+/// Why a zygote did not start: the reason to report, and whether it was killed for taking
+/// longer than [`Launch::stall_after`] to collect (which a fresh process would do as well).
+struct StartFailure {
+    reason: String,
+    stalled: bool,
+}
+
+impl From<String> for StartFailure {
+    fn from(reason: String) -> StartFailure {
+        StartFailure {
+            reason,
+            stalled: false,
+        }
+    }
 }
 
 /// What a zygote is checked out for.
@@ -177,6 +196,8 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Zygote>>,
     /// Snapshots that run fresh, with the reason.
     refused: Mutex<HashMap<Key, String>>,
+    /// Snapshots whose zygote did not finish collecting in time, with the reason.
+    stalled: Mutex<HashMap<Key, String>>,
     /// The node ids the audit's collection of each snapshot listed (a fresh process's or the
     /// first zygote's), in order.
     collections: Mutex<HashMap<Key, Vec<String>>>,
@@ -193,6 +214,7 @@ impl Pool {
             live: AtomicUsize::new(0),
             idle: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
+            stalled: Mutex::new(HashMap::new()),
             collections: Mutex::new(HashMap::new()),
             stats,
         }
@@ -213,6 +235,12 @@ impl Pool {
         if let Ok(mut c) = self.collections.lock() {
             c.insert(identity(snapshot), ids);
         }
+    }
+
+    /// Why a zygote of `snapshot` was killed before it finished collecting: a fresh
+    /// collection would take as long, so the suite's collection failed.
+    pub(crate) fn stalled(&self, snapshot: &Snapshot) -> Option<String> {
+        self.stalled.lock().ok()?.get(&identity(snapshot)).cloned()
     }
 
     fn refuse(&self, key: Key, reason: String) {
@@ -277,15 +305,21 @@ impl Pool {
                         }
                         z
                     }
-                    Err(reason) => {
+                    Err(failure) => {
                         self.live.fetch_sub(1, Ordering::SeqCst);
                         // A cancelled start says nothing about the snapshot: under `fixgate
-                        // watch` the next audit may fork from it. Nor does a collection's:
-                        // the fresh one after it tells.
-                        if !launch.interrupted.load(Ordering::SeqCst)
+                        // watch` the next audit may fork from it. Nor does a collection's
+                        // failure: the fresh one after it tells. A collection that never
+                        // ended does: a fresh one would take as long.
+                        if failure.stalled {
+                            if let Ok(mut s) = self.stalled.lock() {
+                                s.insert(snap, failure.reason.clone());
+                            }
+                            self.refuse(snap, failure.reason);
+                        } else if !launch.interrupted.load(Ordering::SeqCst)
                             && launch.purpose != Purpose::Collect
                         {
-                            self.refuse(snap, reason);
+                            self.refuse(snap, failure.reason);
                         }
                         return None;
                     }
@@ -451,7 +485,7 @@ impl Zygote {
         snapshot: &Snapshot,
         key: Key,
         stats: &Arc<ForkStats>,
-    ) -> Result<Zygote, String> {
+    ) -> Result<Zygote, StartFailure> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
         let sandbox = (launch.sandbox)(snapshot).map_err(|e| why(e.to_string()))?;
         let materialized = sandbox
@@ -519,27 +553,41 @@ impl Zygote {
             log,
             stats: stats.clone(),
         };
+        let started = Instant::now();
         let reply = loop {
             if launch.interrupted.load(Ordering::SeqCst) {
-                return Err("interrupted while the warm interpreter collected".to_owned());
+                return Err("interrupted while the warm interpreter collected"
+                    .to_owned()
+                    .into());
             }
             match zygote.replies.line(POLL_MS) {
                 Ok(Some(line)) => break line,
+                // Dropping the zygote kills it.
+                Ok(None) if started.elapsed() > launch.stall_after => {
+                    return Err(StartFailure {
+                        reason: crate::pytest::driver::stalled(
+                            "collecting the suite",
+                            launch.stall_after,
+                        ),
+                        stalled: true,
+                    });
+                }
                 Ok(None) => continue,
                 Err(()) => {
                     let status = zygote.process.wait().ok();
                     return Err(format!(
                         "the warm interpreter exited during collection ({})",
                         status.map_or("no status".to_owned(), |s| s.to_string())
-                    ));
+                    )
+                    .into());
                 }
             }
         };
         if let Some(reason) = reply.strip_prefix("fallback ") {
-            return Err(reason.to_owned());
+            return Err(reason.to_owned().into());
         }
         if reply != "ready" {
-            return Err(format!("the warm interpreter said {reply:?}, not ready"));
+            return Err(format!("the warm interpreter said {reply:?}, not ready").into());
         }
         let mut collection = None;
         let mut described = None;
