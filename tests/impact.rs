@@ -676,6 +676,57 @@ fn a_test_method_reads_what_its_class_and_its_bases_name() {
     );
 }
 
+/// The names a class body binds (`Stats.mean`, `Config.size`) reach the module only through
+/// the class: a test that names `mean` as a local is no reader of a module whose dataclass
+/// has that field, when neither the dataclass nor anything it names was written; a test that
+/// reads `size` from an instance of a written class, held by another module under another
+/// name, is one.
+#[test]
+fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is_not() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/recipes.py",
+            "import functools\nfrom dataclasses import dataclass\n\n\n\
+             @functools.lru_cache(maxsize=None)\ndef shift(n):\n    return n + 1\n\n\n\
+             @dataclass\nclass Stats:\n    size: int\n    mean: float\n\n\n\
+             class Config:\n    size = 0\n\n\nDEFAULT = Config()\n",
+        )
+        .write(
+            "pkg/other.py",
+            "from pkg.recipes import DEFAULT as HOLDER\n",
+        )
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n");
+    let setter = |size: u32| {
+        format!(
+            "from pkg import recipes\n\n\ndef test_cache():\n    assert recipes.shift(3) == 4\n\n\n\
+             def test_setter():\n    recipes.Config.size = {size}\n"
+        )
+    };
+    repo.write("tests/test_a.py", setter(0));
+    repo.write(
+        "tests/test_b.py",
+        "from pkg.other import HOLDER\n\n\n\
+         def test_default_size():\n    assert HOLDER.size == 0\n\n\n\
+         def test_local_mean():\n    mean = 2\n    assert mean * 2 == 4\n",
+    );
+    repo.commit("base");
+    repo.write("tests/test_a.py", setter(5));
+    repo.commit("head: the setter leaves the class field changed");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &["tests/test_b.py::test_default_size"],
+        "tests/test_a.py::test_setter",
+    );
+    assert_eq!(
+        carried(&v["scope"]),
+        ["tests/test_b.py::test_local_mean"],
+        "{}",
+        v["scope"]
+    );
+}
+
 /// Two readers whose code names nothing the writer wrote: a test that gets the registry from a
 /// session fixture set up in an earlier test (its recorded code is the fixture's, which names
 /// only the module's plain function that returns the registry), and a method that reads a

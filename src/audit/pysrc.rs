@@ -39,6 +39,9 @@ pub(crate) struct Class {
     pub(crate) words: BTreeSet<String>,
     /// The names its decorators and its `class` line hold (its bases among them).
     pub(crate) header: BTreeSet<String>,
+    /// The names its own body binds (fields, methods, nested classes): reached only through
+    /// the class or its instances.
+    pub(crate) bound: BTreeSet<String>,
 }
 
 /// An `import` or `from ... import` statement, anywhere in the file.
@@ -84,6 +87,9 @@ pub(crate) struct Source {
     /// The names `from ... import x as y` statements outside functions bind under another
     /// name (`y`).
     pub(crate) from_aliases: BTreeSet<String>,
+    /// The names of `globals` that only class bodies bind ([`Class::bound`]): no module
+    /// global, an attribute of a class.
+    pub(crate) class_only: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -539,6 +545,8 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut plain_defs: BTreeSet<String> = BTreeSet::new();
     let mut modules_imported: BTreeSet<String> = BTreeSet::new();
     let mut from_aliases: BTreeSet<String> = BTreeSet::new();
+    // Names bound at the module's own level (or by `global` in a function).
+    let mut module_level: BTreeSet<String> = BTreeSet::new();
     let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
         if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
@@ -584,6 +592,7 @@ pub(crate) fn parse(text: &str) -> Source {
         if in_function && l.tokens[0].text == "global" {
             if let (Some(g), Some(names)) = (globals.as_mut(), bound(&l.tokens)) {
                 g.extend(names.iter().map(|n| n.to_string()));
+                module_level.extend(names.iter().map(|n| n.to_string()));
                 assigned.extend(names.into_iter().map(str::to_owned));
             }
         }
@@ -595,6 +604,11 @@ pub(crate) fn parse(text: &str) -> Source {
                 Some(names) => {
                     if let Some(g) = globals.as_mut() {
                         g.extend(names.iter().map(|n| n.to_string()));
+                    }
+                    // Outside functions, every open block is a class: the innermost binds.
+                    match open.last().and_then(|o| o.class) {
+                        Some(c) => classes[c].bound.extend(names.iter().map(|n| n.to_string())),
+                        None => module_level.extend(names.iter().map(|n| n.to_string())),
                     }
                     match &import {
                         Some(import) => {
@@ -657,6 +671,7 @@ pub(crate) fn parse(text: &str) -> Source {
                     end: l.last,
                     words: BTreeSet::new(),
                     header: words(&statement).map(str::to_owned).collect(),
+                    bound: BTreeSet::new(),
                 });
                 classes.len() - 1
             });
@@ -681,6 +696,10 @@ pub(crate) fn parse(text: &str) -> Source {
     }
     imported.retain(|n, _| !assigned.contains(n));
     plain_defs.retain(|n| !assigned.contains(n) && !imported.contains_key(n));
+    let class_only = (classes.iter().flat_map(|c| c.bound.iter()))
+        .filter(|n| !module_level.contains(*n))
+        .cloned()
+        .collect();
     Source {
         defs,
         classes,
@@ -692,6 +711,7 @@ pub(crate) fn parse(text: &str) -> Source {
         plain_defs,
         modules_imported,
         from_aliases,
+        class_only,
     }
 }
 

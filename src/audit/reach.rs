@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::audit::pysrc::{self, Source};
+use crate::audit::pysrc::{self, Class, Source};
 use crate::pytest::events::CodeRan;
 
 /// One file as this rule reads it.
@@ -44,15 +44,6 @@ struct File {
     /// names what the module holds can hand it out (`def get(): return _REG`), even to a test
     /// that got the result from a wider-scoped fixture and did not run it.
     plain: BTreeMap<String, BTreeSet<String>>,
-}
-
-/// A class as this rule reads it: its dotted name, the names its whole text holds, the names
-/// its decorators and `class` line hold (its bases among them).
-#[derive(Clone, Debug)]
-struct Class {
-    key: String,
-    words: BTreeSet<String>,
-    header: BTreeSet<String>,
 }
 
 impl File {
@@ -97,20 +88,61 @@ impl File {
                 .cloned()
                 .collect(),
             defs,
-            classes: (source.classes.into_iter())
-                .map(|c| Class {
-                    key: c.key,
-                    words: c.words,
-                    header: c.header,
-                })
-                .collect(),
+            classes: source.classes,
+            // A name only a class body binds is an attribute of the class, reached through it
+            // (see `Names::reaching`).
             globals: (source.globals).map(|g| {
                 g.into_iter()
-                    .filter(|n| repo_held(n) && !source.plain_defs.contains(n))
+                    .filter(|n| {
+                        repo_held(n)
+                            && !source.plain_defs.contains(n)
+                            && !source.class_only.contains(n)
+                    })
                     .collect()
             }),
             from_repo: source.from_imported.into_iter().filter(repo_held).collect(),
         }
+    }
+
+    /// The classes that may hold what a writer changed among the globals `written`: to a
+    /// fixpoint, a class whose text (bases, decorators, body, methods) names a written
+    /// global, a name the module binds otherwise than by `def` or `class` (an assignment or
+    /// an import may hold anything), or a class or module-level function that may hold it,
+    /// or that reaches globals without naming them. A written class holds what was written.
+    fn holding(&self, written: &BTreeSet<&str>) -> Vec<&Class> {
+        let own = |key: &str| key.rsplit('.').next().unwrap_or(key).to_owned();
+        let functions: Vec<(&str, &BTreeSet<String>)> = (self.defs.iter())
+            .filter(|(.., name, _)| !name.contains('.'))
+            .map(|(.., name, words)| (name.as_str(), words))
+            .collect();
+        let defined: BTreeSet<String> = (self.classes.iter().map(|c| own(&c.key)))
+            .chain(functions.iter().map(|(n, _)| n.to_string()))
+            .collect();
+        let mut holds: BTreeSet<String> = (self.globals.iter().flatten())
+            .filter(|n| !defined.contains(*n))
+            .cloned()
+            .chain(written.iter().map(|w| w.to_string()))
+            .collect();
+        let may_hold = |words: &BTreeSet<String>, holds: &BTreeSet<String>| {
+            words
+                .iter()
+                .any(|w| holds.contains(w) || pysrc::DYNAMIC_READ.contains(&w.as_str()))
+        };
+        loop {
+            let more: Vec<String> = (self.classes.iter())
+                .map(|c| (own(&c.key), &c.words))
+                .chain(functions.iter().map(|(n, w)| (n.to_string(), *w)))
+                .filter(|(name, words)| !holds.contains(name) && may_hold(words, &holds))
+                .map(|(name, _)| name)
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            holds.extend(more);
+        }
+        (self.classes.iter())
+            .filter(|c| holds.contains(&own(&c.key)))
+            .collect()
     }
 
     /// The names of the outermost function around `line`.
@@ -331,23 +363,30 @@ impl Names {
     /// The names through which code reaches the globals of module `path`: its own name, the
     /// names it binds and `written` (the globals a writer changed, whatever bound them), or
     /// `None` when it binds names no statement shows or is not a Python file of the tree.
+    /// The names a class body binds count only for a class that may hold what was written
+    /// (see [`File::holding`]): `Stats.size` holds nothing of an `lru_cache` the class never
+    /// names.
     pub(crate) fn reaching<'a>(
         &self,
         path: &str,
         written: impl Iterator<Item = &'a str>,
     ) -> Option<BTreeSet<String>> {
+        let written: BTreeSet<&str> = written.collect();
         let mut out: BTreeSet<String> = BTreeSet::new();
         for file in [self.head.get(path), self.base.get(path)]
             .into_iter()
             .flatten()
         {
             out.extend(file.globals.as_ref()?.iter().cloned());
+            for c in file.holding(&written) {
+                out.extend(c.bound.iter().cloned());
+            }
         }
         if !self.head.contains_key(path) && !self.base.contains_key(path) {
             return None;
         }
         out.insert(module_name(path).to_owned());
-        out.extend(written.map(str::to_owned));
+        out.extend(written.iter().map(|w| w.to_string()));
         // A plain function that names what reaches the module can hand it out.
         let plain: Vec<&BTreeMap<String, BTreeSet<String>>> =
             [self.head.get(path), self.base.get(path)]
@@ -458,6 +497,37 @@ mod tests {
         assert_eq!(n.of_code(&code(&[("tests/test_a.py", &[0])]), false), None);
         assert_eq!(n.of_code(&code(&[("tests/other.py", &[3])]), false), None);
         assert_eq!(n.reaching("src/pkg/missing.py", std::iter::empty()), None);
+    }
+
+    #[test]
+    fn a_class_bodys_names_reach_the_module_only_through_a_class_that_may_hold_what_was_written() {
+        let n = names(&[(
+            "pkg/recipes.py",
+            "from dataclasses import dataclass\nfrom functools import lru_cache\n\n\
+             _marker = object()\n\n\n@lru_cache\ndef _shift(n):\n    return n\n\n\n\
+             @dataclass\nclass Stats:\n    size: int\n    mean: float\n\n\n\
+             class Holder:\n    def __init__(self):\n        self.f = _shift\n\n    \
+             def call(self):\n        return self.f(1)\n\n\n\
+             class Outer(Holder):\n    limit = 3\n\n\n\
+             class Flags:\n    on = _marker\n\n\n\
+             class Looked:\n    def find(self, name):\n        return globals()[name]\n",
+        )]);
+        let reach = n
+            .reaching("pkg/recipes.py", ["_shift"].into_iter())
+            .unwrap();
+        // The dataclass names nothing that may hold the cache: its fields are no way to it.
+        for field in ["size", "mean"] {
+            assert!(!reach.contains(field), "{field}: {reach:?}");
+        }
+        // A class whose method keeps the cached function, one that inherits from it, one
+        // whose field is a global an assignment bound, one that reaches globals by a string.
+        for name in ["call", "limit", "on", "find", "_marker", "Stats"] {
+            assert!(reach.contains(name), "{name}: {reach:?}");
+        }
+        // A written class: its fields are what changed.
+        let written = n.reaching("pkg/recipes.py", ["Stats"].into_iter()).unwrap();
+        assert!(written.contains("size") && written.contains("mean"));
+        assert!(!written.contains("call"), "{written:?}");
     }
 
     #[test]
