@@ -676,11 +676,11 @@ fn a_test_method_reads_what_its_class_and_its_bases_name() {
     );
 }
 
-/// The names a class body binds (`Stats.mean`, `Config.size`) reach the module only through
-/// the class: a test that names `mean` as a local is no reader of a module whose dataclass
-/// has that field, when neither the dataclass nor anything it names was written; a test that
-/// reads `size` from an instance of a written class, held by another module under another
-/// name, is one.
+/// A name reaches what was written only when it may hold it: a test that names `mean` as a
+/// local is no reader of a module whose dataclass has that field, nor one that names the
+/// module's sentinel, when nothing written is held there; a test that reads `size` from an
+/// instance of a written class, held by another module under another name, is one, and so
+/// is one that calls the module's function that hands out the filled cache.
 #[test]
 fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is_not() {
     let repo = TestRepo::new();
@@ -690,7 +690,8 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
             "import functools\nfrom dataclasses import dataclass\n\n\n\
              @functools.lru_cache(maxsize=None)\ndef shift(n):\n    return n + 1\n\n\n\
              @dataclass\nclass Stats:\n    size: int\n    mean: float\n\n\n\
-             class Config:\n    size = 0\n\n\nDEFAULT = Config()\n",
+             class Config:\n    size = 0\n\n\nDEFAULT = Config()\n_marker = object()\n\n\n\
+             def cached():\n    return shift\n",
         )
         .write(
             "pkg/other.py",
@@ -706,9 +707,11 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
     repo.write("tests/test_a.py", setter(0));
     repo.write(
         "tests/test_b.py",
-        "from pkg.other import HOLDER\n\n\n\
+        "from pkg.other import HOLDER\nfrom pkg.recipes import _marker, cached\n\n\n\
          def test_default_size():\n    assert HOLDER.size == 0\n\n\n\
-         def test_local_mean():\n    mean = 2\n    assert mean * 2 == 4\n",
+         def test_local_mean():\n    mean = 2\n    assert mean * 2 == 4\n\n\n\
+         def test_sentinel():\n    assert _marker is not None\n\n\n\
+         def test_the_cache():\n    assert cached()(1) == 2\n",
     );
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5));
@@ -719,9 +722,14 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
         &["tests/test_b.py::test_default_size"],
         "tests/test_a.py::test_setter",
     );
+    // A local named like a field, and a sentinel, hold nothing written; a function that
+    // hands out the filled cache does.
     assert_eq!(
         carried(&v["scope"]),
-        ["tests/test_b.py::test_local_mean"],
+        [
+            "tests/test_b.py::test_local_mean",
+            "tests/test_b.py::test_sentinel"
+        ],
         "{}",
         v["scope"]
     );

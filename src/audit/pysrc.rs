@@ -90,6 +90,13 @@ pub(crate) struct Source {
     /// The names of `globals` that only class bodies bind ([`Class::bound`]): no module
     /// global, an attribute of a class.
     pub(crate) class_only: BTreeSet<String>,
+    /// The names statements at the module's own level bind otherwise than by `def`, `class`
+    /// or an import (assignments, `for`, `with`), each with the names those statements hold:
+    /// what its value may hold.
+    pub(crate) assigned_words: BTreeMap<String, BTreeSet<String>>,
+    /// The names an import at the module's own level binds, and those a function rebinds
+    /// (`global X`): they may hold anything.
+    pub(crate) bound_opaquely: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -547,6 +554,8 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut from_aliases: BTreeSet<String> = BTreeSet::new();
     // Names bound at the module's own level (or by `global` in a function).
     let mut module_level: BTreeSet<String> = BTreeSet::new();
+    let mut assigned_words: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut bound_opaquely: BTreeSet<String> = BTreeSet::new();
     let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
         if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
@@ -593,6 +602,7 @@ pub(crate) fn parse(text: &str) -> Source {
             if let (Some(g), Some(names)) = (globals.as_mut(), bound(&l.tokens)) {
                 g.extend(names.iter().map(|n| n.to_string()));
                 module_level.extend(names.iter().map(|n| n.to_string()));
+                bound_opaquely.extend(names.iter().map(|n| n.to_string()));
                 assigned.extend(names.into_iter().map(str::to_owned));
             }
         }
@@ -608,7 +618,25 @@ pub(crate) fn parse(text: &str) -> Source {
                     // Outside functions, every open block is a class: the innermost binds.
                     match open.last().and_then(|o| o.class) {
                         Some(c) => classes[c].bound.extend(names.iter().map(|n| n.to_string())),
-                        None => module_level.extend(names.iter().map(|n| n.to_string())),
+                        None => {
+                            module_level.extend(names.iter().map(|n| n.to_string()));
+                            match (&import, &header) {
+                                (Some(_), _) => {
+                                    bound_opaquely.extend(names.iter().map(|n| n.to_string()))
+                                }
+                                (None, None) => {
+                                    for n in &names {
+                                        assigned_words
+                                            .entry(n.to_string())
+                                            .or_default()
+                                            .extend(words(&statement).map(str::to_owned));
+                                    }
+                                }
+                                // A definition's value is its own text (`Source::defs`,
+                                // `Source::classes`).
+                                (None, Some(_)) => {}
+                            }
+                        }
                     }
                     match &import {
                         Some(import) => {
@@ -712,6 +740,8 @@ pub(crate) fn parse(text: &str) -> Source {
         modules_imported,
         from_aliases,
         class_only,
+        assigned_words,
+        bound_opaquely,
     }
 }
 

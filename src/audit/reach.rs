@@ -40,26 +40,16 @@ struct File {
     /// Every name it binds outside functions but by imports from outside the repository
     /// (empty when not all are known).
     bound: BTreeSet<String>,
-    /// The plain functions left out of `globals`, each with the names its text holds: one that
-    /// names what the module holds can hand it out (`def get(): return _REG`), even to a test
-    /// that got the result from a wider-scoped fixture and did not run it.
-    plain: BTreeMap<String, BTreeSet<String>>,
+    /// The names its assignments (and `for`, `with`) at the module's own level bind, each
+    /// with the names those statements hold.
+    assigned: BTreeMap<String, BTreeSet<String>>,
+    /// The names bound by an import of the repository's, or rebound by a function (`global`).
+    opaque: BTreeSet<String>,
 }
 
 impl File {
     /// `repo`: the names of the repository's files and folders (a module outside it is none).
     fn new(source: Source, repo: &BTreeSet<String>) -> File {
-        let mut plain: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for d in &source.defs {
-            let qual = d.key.split('#').next().unwrap_or_default();
-            let own = qual.rsplit('.').next().unwrap_or(qual);
-            if source.plain_defs.contains(own) {
-                plain
-                    .entry(own.to_owned())
-                    .or_default()
-                    .extend(d.words.iter().cloned());
-            }
-        }
         let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
         for d in source.defs {
@@ -78,7 +68,10 @@ impl File {
             })
         };
         File {
-            plain,
+            assigned: source.assigned_words,
+            opaque: (source.bound_opaquely.into_iter())
+                .filter(repo_held)
+                .collect(),
             from_aliases: source.from_aliases.into_iter().filter(repo_held).collect(),
             modules: source.modules_imported,
             // What may stand for a class of the repository: not a name only an import from
@@ -104,22 +97,28 @@ impl File {
         }
     }
 
-    /// The classes that may hold what a writer changed among the globals `written`: to a
-    /// fixpoint, a class whose text (bases, decorators, body, methods) names a written
-    /// global, a name the module binds otherwise than by `def` or `class` (an assignment or
-    /// an import may hold anything), or a class or module-level function that may hold it,
-    /// or that reaches globals without naming them. A written class holds what was written.
-    fn holding(&self, written: &BTreeSet<&str>) -> Vec<&Class> {
+    /// The names of this module that may hold what a writer changed among its globals
+    /// `written`, and the classes among them: to a fixpoint, a written global; a name bound by
+    /// an import of the repository's or rebound by a function (either may hold anything); a
+    /// name whose assignments, a module-level function or a class (bases, decorators, body,
+    /// methods) whose text names one that may hold it or reaches globals without naming them
+    /// (`CFG = Config()` when `Config` was written; `def get(): return _REG`). Any other name
+    /// holds nothing written: `_marker = object()` holds no `lru_cache`, nor do the fields of a
+    /// dataclass that names none of these.
+    fn holding(&self, written: &BTreeSet<&str>) -> (BTreeSet<String>, Vec<&Class>) {
         let own = |key: &str| key.rsplit('.').next().unwrap_or(key).to_owned();
-        let functions: Vec<(&str, &BTreeSet<String>)> = (self.defs.iter())
+        let functions = (self.defs.iter())
             .filter(|(.., name, _)| !name.contains('.'))
-            .map(|(.., name, words)| (name.as_str(), words))
+            .map(|(.., name, words)| (name.clone(), words));
+        // Each name with the text its value comes from.
+        let valued: Vec<(String, &BTreeSet<String>)> = (self.classes.iter())
+            .map(|c| (own(&c.key), &c.words))
+            .chain(functions)
+            .chain(self.assigned.iter().map(|(n, w)| (n.clone(), w)))
             .collect();
-        let defined: BTreeSet<String> = (self.classes.iter().map(|c| own(&c.key)))
-            .chain(functions.iter().map(|(n, _)| n.to_string()))
-            .collect();
+        let known: BTreeSet<&str> = valued.iter().map(|(n, _)| n.as_str()).collect();
         let mut holds: BTreeSet<String> = (self.globals.iter().flatten())
-            .filter(|n| !defined.contains(*n))
+            .filter(|n| !known.contains(n.as_str()) || self.opaque.contains(*n))
             .cloned()
             .chain(written.iter().map(|w| w.to_string()))
             .collect();
@@ -129,20 +128,19 @@ impl File {
                 .any(|w| holds.contains(w) || pysrc::DYNAMIC_READ.contains(&w.as_str()))
         };
         loop {
-            let more: Vec<String> = (self.classes.iter())
-                .map(|c| (own(&c.key), &c.words))
-                .chain(functions.iter().map(|(n, w)| (n.to_string(), *w)))
+            let more: Vec<String> = (valued.iter())
                 .filter(|(name, words)| !holds.contains(name) && may_hold(words, &holds))
-                .map(|(name, _)| name)
+                .map(|(name, _)| name.clone())
                 .collect();
             if more.is_empty() {
                 break;
             }
             holds.extend(more);
         }
-        (self.classes.iter())
+        let classes = (self.classes.iter())
             .filter(|c| holds.contains(&own(&c.key)))
-            .collect()
+            .collect();
+        (holds, classes)
     }
 
     /// The names of the outermost function around `line`.
@@ -360,12 +358,10 @@ impl Names {
         (!dynamic).then_some(out)
     }
 
-    /// The names through which code reaches the globals of module `path`: its own name, the
-    /// names it binds and `written` (the globals a writer changed, whatever bound them), or
-    /// `None` when it binds names no statement shows or is not a Python file of the tree.
-    /// The names a class body binds count only for a class that may hold what was written
-    /// (see [`File::holding`]): `Stats.size` holds nothing of an `lru_cache` the class never
-    /// names.
+    /// The names through which code reaches what a writer changed among the globals of module
+    /// `path` (`written`): its own name, `written`, the names it binds that may hold what was
+    /// written, and the names the bodies of such classes bind ([`File::holding`]); `None` when
+    /// it binds names no statement shows or is not a Python file of the tree.
     pub(crate) fn reaching<'a>(
         &self,
         path: &str,
@@ -377,8 +373,10 @@ impl Names {
             .into_iter()
             .flatten()
         {
-            out.extend(file.globals.as_ref()?.iter().cloned());
-            for c in file.holding(&written) {
+            file.globals.as_ref()?;
+            let (holds, classes) = file.holding(&written);
+            out.extend(holds);
+            for c in classes {
                 out.extend(c.bound.iter().cloned());
             }
         }
@@ -387,23 +385,6 @@ impl Names {
         }
         out.insert(module_name(path).to_owned());
         out.extend(written.iter().map(|w| w.to_string()));
-        // A plain function that names what reaches the module can hand it out.
-        let plain: Vec<&BTreeMap<String, BTreeSet<String>>> =
-            [self.head.get(path), self.base.get(path)]
-                .into_iter()
-                .flatten()
-                .map(|f| &f.plain)
-                .collect();
-        loop {
-            let more: Vec<String> = (plain.iter().flat_map(|p| p.iter()))
-                .filter(|(n, words)| !out.contains(*n) && words.iter().any(|w| out.contains(w)))
-                .map(|(n, _)| n.clone())
-                .collect();
-            if more.is_empty() {
-                break;
-            }
-            out.extend(more);
-        }
         Some(out)
     }
 }
@@ -470,9 +451,11 @@ mod tests {
         let reach = n
             .reaching("src/pkg/reg.py", ["Config"].into_iter())
             .unwrap();
+        // An instance of the written class holds it; a dict of its own, and the function that
+        // returns that dict, hold nothing of it.
         assert_eq!(
             reach.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["CFG", "Config", "VALUES", "debug", "get", "reg"]
+            ["CFG", "Config", "debug", "reg"]
         );
         let plain = n
             .of_code(&code(&[("tests/test_a.py", &[5])]), false)
@@ -520,9 +503,13 @@ mod tests {
             assert!(!reach.contains(field), "{field}: {reach:?}");
         }
         // A class whose method keeps the cached function, one that inherits from it, one
-        // whose field is a global an assignment bound, one that reaches globals by a string.
-        for name in ["call", "limit", "on", "find", "_marker", "Stats"] {
+        // that reaches globals by a string.
+        for name in ["Holder", "call", "Outer", "limit", "Looked", "find"] {
             assert!(reach.contains(name), "{name}: {reach:?}");
+        }
+        // A sentinel, and a class whose field is that sentinel, hold no cache.
+        for name in ["_marker", "Flags", "on", "Stats"] {
+            assert!(!reach.contains(name), "{name}: {reach:?}");
         }
         // A written class: its fields are what changed.
         let written = n.reaching("pkg/recipes.py", ["Stats"].into_iter()).unwrap();
@@ -546,8 +533,12 @@ mod tests {
         ]);
         assert_eq!(n.reaching("a.py", std::iter::empty()), None);
         assert_eq!(n.reaching("b.py", std::iter::empty()), None);
-        let c = n.reaching("c.py", std::iter::empty()).unwrap();
-        assert!(c.contains("i") && c.contains("fh") && c.contains("c"));
+        // `for` and `with` bind names; what they hold comes from their statements.
+        let c = n.reaching("c.py", ["fh"].into_iter()).unwrap();
+        assert!(
+            c.contains("fh") && c.contains("c") && !c.contains("i"),
+            "{c:?}"
+        );
         // A name a function binds with `global` is the module's.
         let d = n.reaching("d.py", std::iter::empty()).unwrap();
         assert!(d.contains("CACHE") && d.contains("OTHER"));
@@ -679,7 +670,7 @@ mod tests {
             "_REG = {}\n\n\ndef add(x):\n    return x + 1\n\n\ndef get():\n    return _REG\n\n\n\
              def wrap():\n    return get()\n",
         )]);
-        let reach = n.reaching("pkg/reg.py", std::iter::empty()).unwrap();
+        let reach = n.reaching("pkg/reg.py", ["_REG"].into_iter()).unwrap();
         assert!(reach.contains("get") && reach.contains("wrap"), "{reach:?}");
         assert!(!reach.contains("add"), "{reach:?}");
     }
@@ -741,7 +732,9 @@ mod tests {
             ),
             ("pkg/util.py", "def helper():\n    pass\n"),
         ]);
-        let reach = n.reaching("pkg/reg.py", std::iter::empty()).unwrap();
+        // The repository's modules and functions it imports may hold anything (a name bound
+        // both ways too); a function of its own holds what was written only when it names it.
+        let reach = n.reaching("pkg/reg.py", ["shift"].into_iter()).unwrap();
         for name in ["reg", "util", "helper", "other", "deque", "shift"] {
             assert!(reach.contains(name), "{name}: {reach:?}");
         }
