@@ -306,6 +306,7 @@ pub(crate) const DYNAMIC_READ: &[&str] = &[
     "vars",
     "locals",
     "getattr",
+    "__getattribute__",
     "__dict__",
     "__globals__",
     "__import__",

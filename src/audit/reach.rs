@@ -332,7 +332,9 @@ impl Names {
             for &line in firsts {
                 if let Some((.., name, words)) = file.def_around(line) {
                     let own = name.rsplit('.').next().unwrap_or(name);
-                    let hook = own.starts_with("pytest_");
+                    // A hook by its name, or by pluggy's marker under another name
+                    // (`@pytest.hookimpl(specname="pytest_generate_tests")`).
+                    let hook = own.starts_with("pytest_") || words.contains("hookimpl");
                     if pysrc::DYNAMIC_READ.iter().any(|d| words.contains(*d)) {
                         return None;
                     }
@@ -643,7 +645,9 @@ mod tests {
             (
                 "pkg/reg.py",
                 "VALUES = {}\n\n\ndef _fill():\n    VALUES['x'] = 1\n\n\n_fill()\n\n\n\
-                 def pytest_generate_tests(metafunc):\n    metafunc.parametrize('v', [VALUES])\n",
+                 def pytest_generate_tests(metafunc):\n    metafunc.parametrize('v', [VALUES])\n\n\n\
+                 @pytest.hookimpl(specname='pytest_generate_tests')\n\
+                 def _params(metafunc):\n    metafunc.parametrize('w', [VALUES])\n",
             ),
             (
                 "tests/conftest.py",
@@ -657,6 +661,9 @@ mod tests {
         let at = |c| n.of_collection(c, false).unwrap();
         assert!(!at(&fill).names("pkg/reg.py", &reaching));
         assert!(at(&hook).names("pkg/reg.py", &reaching));
+        // A hook under another name.
+        let renamed = code(&[("pkg/reg.py", &[16])]);
+        assert!(at(&renamed).names("pkg/reg.py", &reaching));
         assert!(at(&other).names("pkg/reg.py", &reaching));
         // Another module's function naming it reads it for every test, its own does not.
         let values: BTreeSet<String> = ["VALUES".to_string()].into();
