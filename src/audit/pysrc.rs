@@ -451,6 +451,13 @@ const KEYWORDS: &[&str] = &[
 /// target (`d[k] = v` gives `d` and `k`).
 fn bound<'a>(tokens: &'a [Token<'a>]) -> Option<Vec<&'a str>> {
     let name = |t: &Token| is_name(t.text) && !is_string(t.text) && !KEYWORDS.contains(&t.text);
+    // `try: import x`: what the header binds (`with a as b:`), then what the import does.
+    if let Some(body) = one_line_import(tokens) {
+        let header = &tokens[..tokens.len() - body.len()];
+        let mut out: Vec<&str> = header.iter().filter(|t| name(t)).map(|t| t.text).collect();
+        out.extend(bound(body)?);
+        return Some(out);
+    }
     let texts: Vec<&str> = tokens.iter().map(|t| t.text).collect();
     match texts[0] {
         "def" | "class" => return Some(texts.get(1).copied().into_iter().collect()),
@@ -641,9 +648,10 @@ pub(crate) fn parse(text: &str) -> Source {
                     }
                     match &import {
                         Some(import) => {
-                            if l.tokens[0].text == "from" {
+                            let statement = one_line_import(&l.tokens).unwrap_or(&l.tokens);
+                            if statement[0].text == "from" {
                                 from_imported.extend(names.iter().map(|n| n.to_string()));
-                                from_aliases.extend(aliases(&l.tokens).map(str::to_owned));
+                                from_aliases.extend(aliases(statement).map(str::to_owned));
                             } else {
                                 modules_imported.extend(names.iter().map(|n| n.to_string()));
                             }
@@ -747,7 +755,34 @@ pub(crate) fn parse(text: &str) -> Source {
 }
 
 /// The import a logical line makes, if it is one.
+/// The import a one-line compound statement makes after its header (`try: import x`,
+/// `if TYPE_CHECKING: from a import b`), if it is one.
+fn one_line_import<'a, 'b>(tokens: &'b [Token<'a>]) -> Option<&'b [Token<'a>]> {
+    const HEADERS: &[&str] = &[
+        "try", "else", "finally", "if", "elif", "while", "for", "with", "except", "async",
+    ];
+    if !HEADERS.contains(&tokens.first()?.text) {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (i, t) in tokens.iter().enumerate() {
+        match t.text {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth = depth.saturating_sub(1),
+            ":" if depth == 0 => {
+                let body = &tokens[i + 1..];
+                return matches!(body.first()?.text, "import" | "from").then_some(body);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 fn read_import(tokens: &[Token]) -> Option<Import> {
+    if let Some(body) = one_line_import(tokens) {
+        return read_import(body);
+    }
     let texts: Vec<&str> = tokens.iter().map(|t| t.text).collect();
     match *texts.first()? {
         "import" => {
@@ -865,6 +900,24 @@ impl Import {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_import_in_a_one_line_block_binds_and_imports() {
+        let s = parse(
+            "try: import pkg.helpers as h\nexcept ImportError: h = None\n\
+             if TYPE_CHECKING: from pkg.reg import VALUES as V\n",
+        );
+        let globals = s.globals.clone().unwrap();
+        assert!(
+            globals.contains("h") && globals.contains("V"),
+            "{globals:?}"
+        );
+        let modules: Vec<&str> = s.imports.iter().map(|i| i.module.as_str()).collect();
+        assert_eq!(modules, ["pkg.helpers", "pkg.reg"]);
+        assert!(s.modules_imported.contains("h"));
+        assert!(s.from_imported.contains("V") && s.from_aliases.contains("V"));
+        assert!(s.bound_opaquely.contains("h") && s.bound_opaquely.contains("V"));
+    }
 
     fn keys(s: &Source) -> Vec<(&str, u32, u32)> {
         s.defs
