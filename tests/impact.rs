@@ -735,6 +735,42 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
     );
 }
 
+/// A name the module fills by a statement that binds nothing (`ALIASES.setdefault(...)`, a
+/// function called at import) holds what it was filled with: a test that reads the registry
+/// only through it is a reader (a review found it carried, and the scoped audit passing what
+/// the whole one rejects).
+#[test]
+fn a_name_filled_with_the_registry_at_import_reads_what_the_writer_changed() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write(
+            "pkg/reg.py",
+            "_REG = {'mode': 'fast'}\nALIASES = {}\nALIASES.setdefault('default', _REG)\n\
+             TABLE = {}\n\n\ndef _init():\n    TABLE['main'] = _REG\n\n\n_init()\n",
+        )
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n");
+    let writer = |mode: &str| {
+        format!("from pkg import reg\n\n\ndef test_writer():\n    reg._REG['mode'] = '{mode}'\n")
+    };
+    repo.write("tests/test_a.py", writer("fast"));
+    repo.write(
+        "tests/test_b.py",
+        "from pkg.reg import ALIASES, TABLE\n\n\n\
+         def test_alias():\n    assert ALIASES['default']['mode'] == 'fast'\n\n\n\
+         def test_table():\n    assert TABLE['main']['mode'] == 'fast'\n\n\n\
+         def test_other():\n    assert 1 + 1 == 2\n",
+    );
+    repo.commit("base");
+    repo.write("tests/test_a.py", writer("slow"));
+    repo.commit("head: the writer leaves the registry changed");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &["tests/test_b.py::test_alias", "tests/test_b.py::test_table"],
+        "tests/test_a.py::test_writer",
+    );
+}
+
 /// Two readers whose code names nothing the writer wrote: a test that gets the registry from a
 /// session fixture set up in an earlier test (its recorded code is the fixture's, which names
 /// only the module's plain function that returns the registry), and a method that reads a

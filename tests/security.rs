@@ -1136,4 +1136,49 @@ fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
         "passed",
         "{v}"
     );
+    assert!(
+        v["result"]["warnings"].to_string().contains("was killed"),
+        "the kill is said: {v}"
+    );
+
+    // A suite slow to collect and slow to end, each under the bound, in fresh processes: the
+    // two stretches are bounded apart (a review saw their sum killed).
+    let slow = patch(
+        &repo,
+        &base,
+        "slow to collect and to end",
+        &[
+            (
+                "tests/conftest.py",
+                "import time\n\ntime.sleep(2)\n\n\n\
+                 def pytest_sessionfinish(session):\n    time.sleep(2)\n",
+            ),
+            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+        ],
+    );
+    git(repo.path(), &["checkout", "-q", "--detach", &slow]);
+    let run = fixgate(
+        &repo,
+        repo.cache.path(),
+        &[
+            "run",
+            "--seed",
+            "0",
+            "--test-timeout",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
+    let v = run.json();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        outcome_of(&v, "tests/test_price.py::test_total").0,
+        "passed",
+        "{v}"
+    );
+    assert!(
+        !v["result"]["warnings"].to_string().contains("was killed"),
+        "{v}"
+    );
 }

@@ -97,6 +97,9 @@ pub(crate) struct Source {
     /// The names an import at the module's own level binds, and those a function rebinds
     /// (`global X`): they may hold anything.
     pub(crate) bound_opaquely: BTreeSet<String>,
+    /// The names each statement at the module's own level holds (definitions aside), whether
+    /// it binds a name or not: `ALIASES.setdefault("d", _REG)` puts what one holds in another.
+    pub(crate) statements: Vec<BTreeSet<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -564,6 +567,7 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut module_level: BTreeSet<String> = BTreeSet::new();
     let mut assigned_words: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut bound_opaquely: BTreeSet<String> = BTreeSet::new();
+    let mut statements: Vec<BTreeSet<String>> = Vec::new();
     let close = |o: Open, defs: &mut Vec<Def>, classes: &mut Vec<Class>, last: u32| {
         if let Some((d, h)) = o.def {
             defs[d].end = last.max(defs[d].start);
@@ -613,6 +617,9 @@ pub(crate) fn parse(text: &str) -> Source {
                 bound_opaquely.extend(names.iter().map(|n| n.to_string()));
                 assigned.extend(names.into_iter().map(str::to_owned));
             }
+        }
+        if open.is_empty() && header.is_none() {
+            statements.push(words(&statement).map(str::to_owned).collect());
         }
         if !in_function {
             if statement.iter().any(|t| DYNAMIC_BIND.contains(&t.text)) {
@@ -751,6 +758,7 @@ pub(crate) fn parse(text: &str) -> Source {
         class_only,
         assigned_words,
         bound_opaquely,
+        statements,
     }
 }
 

@@ -45,6 +45,8 @@ struct File {
     assigned: BTreeMap<String, BTreeSet<String>>,
     /// The names bound by an import of the repository's, or rebound by a function (`global`).
     opaque: BTreeSet<String>,
+    /// The names each statement at the module's own level holds (definitions aside).
+    statements: Vec<BTreeSet<String>>,
 }
 
 impl File {
@@ -68,6 +70,7 @@ impl File {
             })
         };
         File {
+            statements: source.statements,
             assigned: source.assigned_words,
             opaque: (source.bound_opaquely.into_iter())
                 .filter(repo_held)
@@ -102,9 +105,12 @@ impl File {
     /// an import of the repository's or rebound by a function (either may hold anything); a
     /// name whose assignments, a module-level function or a class (bases, decorators, body,
     /// methods) whose text names one that may hold it or reaches globals without naming them
-    /// (`CFG = Config()` when `Config` was written; `def get(): return _REG`). Any other name
-    /// holds nothing written: `_marker = object()` holds no `lru_cache`, nor do the fields of a
-    /// dataclass that names none of these.
+    /// (`CFG = Config()` when `Config` was written; `def get(): return _REG`); and every name
+    /// of the module that a statement at its own level, a function or a class names beside one
+    /// that may hold it (`ALIASES.setdefault("d", _REG)`, `def init(): TABLE["r"] = _REG`, a
+    /// call `configure(SETTINGS)` of a function that stores the registry in its argument).
+    /// Any other name holds nothing written: `_marker = object()` holds no `lru_cache`, nor do
+    /// the fields of a dataclass that names none of these.
     fn holding(&self, written: &BTreeSet<&str>) -> (BTreeSet<String>, Vec<&Class>) {
         let own = |key: &str| key.rsplit('.').next().unwrap_or(key).to_owned();
         let functions = (self.defs.iter())
@@ -127,11 +133,25 @@ impl File {
                 .iter()
                 .any(|w| holds.contains(w) || pysrc::DYNAMIC_READ.contains(&w.as_str()))
         };
+        // The module's names, and every text that may put what one holds into another.
+        let names: BTreeSet<&str> = (self.globals.iter().flatten().map(String::as_str))
+            .chain(known.iter().copied())
+            .collect();
+        let texts: Vec<&BTreeSet<String>> = (valued.iter().map(|(_, w)| *w))
+            .chain(self.statements.iter())
+            .collect();
         loop {
-            let more: Vec<String> = (valued.iter())
+            let mut more: BTreeSet<String> = (valued.iter())
                 .filter(|(name, words)| !holds.contains(name) && may_hold(words, &holds))
                 .map(|(name, _)| name.clone())
                 .collect();
+            for text in texts.iter().filter(|t| may_hold(t, &holds)) {
+                more.extend(
+                    (text.iter())
+                        .filter(|w| names.contains(w.as_str()) && !holds.contains(*w))
+                        .cloned(),
+                );
+            }
             if more.is_empty() {
                 break;
             }
@@ -517,6 +537,27 @@ mod tests {
         let written = n.reaching("pkg/recipes.py", ["Stats"].into_iter()).unwrap();
         assert!(written.contains("size") && written.contains("mean"));
         assert!(!written.contains("call"), "{written:?}");
+    }
+
+    #[test]
+    fn a_name_that_a_statement_or_function_fills_with_what_may_hold_the_written_object_holds_it() {
+        let n = names(&[(
+            "pkg/reg.py",
+            "import collections\n\n_REG = {'mode': 'fast'}\nALIASES = {}\n\
+             ALIASES.setdefault('default', _REG)\nTABLE = {}\n\n\n\
+             def _init():\n    TABLE['main'] = _REG\n\n\n_init()\n\n\n\
+             class Settings:\n    pass\n\n\nSETTINGS = Settings()\n\n\n\
+             def _configure(s):\n    s.table = _REG\n\n\n_configure(SETTINGS)\n\
+             VIEW = collections.ChainMap()\nVIEW.maps.append(_REG)\n\
+             ALIAS = None\nALIAS >>= _REG\nOTHER = {}\n",
+        )]);
+        let reach = n.reaching("pkg/reg.py", ["_REG"].into_iter()).unwrap();
+        for name in [
+            "ALIASES", "TABLE", "_init", "SETTINGS", "Settings", "VIEW", "ALIAS",
+        ] {
+            assert!(reach.contains(name), "{name}: {reach:?}");
+        }
+        assert!(!reach.contains("OTHER"), "{reach:?}");
     }
 
     #[test]

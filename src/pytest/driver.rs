@@ -365,13 +365,6 @@ impl Runner {
             if let Some(found) = self.collect_warm(snapshot, record_code, spare) {
                 return Ok(found);
             }
-            // A collection that did not end in time would not end in a fresh process either.
-            if let Some(why) = self.forkserver.stalled(snapshot) {
-                return Err(Error::NotCollected(format!(
-                    "pytest could not collect {}: {why}",
-                    snapshot.rev_label()
-                )));
-            }
         }
         let (collection, trace, errors) = self.collect_overlaid(snapshot, &Overlay::new())?;
         if !errors.is_empty() {
@@ -619,20 +612,7 @@ impl Runner {
         });
         let place = match lease {
             Some(lease) => Place::Warm(Box::new(lease)),
-            None => {
-                // A warm interpreter that never finished collecting: a fresh one would not.
-                if let Some(why) = self
-                    .forkserver
-                    .stalled(snapshot)
-                    .filter(|_| overlay.is_empty())
-                {
-                    return Err(Error::Infra(format!(
-                        "pytest did not run the tests of {}: {why}",
-                        snapshot.rev_label()
-                    )));
-                }
-                Place::Own(self.sandbox(snapshot, overlay)?)
-            }
+            None => Place::Own(self.sandbox(snapshot, overlay)?),
         };
         self.drive(place, snapshot, order, groups, record, progress)
     }
@@ -895,6 +875,9 @@ impl Runner {
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
+                // Any event is progress: the time outside a test counts from the last one (a
+                // quick test's start and end can come in one read).
+                outside = None;
                 match ev {
                     Event::TestStart { nodeid } => {
                         if let Some(pb) = progress {
@@ -1005,6 +988,11 @@ impl Runner {
             }
             p.pause();
         };
+        // A test that started just as the process was killed for stalling outside a test is
+        // not charged with it: the next process runs it again.
+        if stalled_at.is_some() && !timed_out {
+            current = None;
+        }
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
             let (outcome, message) = if let Some(size) = filled {
@@ -1042,7 +1030,21 @@ impl Runner {
             }
         }
         if let Some(doing) = stalled_at {
-            problems.push(format!("stalled: {}", stalled(doing, self.test_timeout)));
+            let why = stalled(doing, self.test_timeout);
+            // What the session reports at its end (the code and the files of collection and
+            // session fixtures) never came: nothing may be judged from its absence.
+            result.incomplete_trace = true;
+            if result.session_code.is_some() {
+                result.session_code = None;
+                result
+                    .recording_error
+                    .get_or_insert_with(|| format!("a pytest process was killed: {why}"));
+            }
+            let warning = format!("a pytest process was killed: {why}");
+            if !result.warnings.contains(&warning) {
+                result.warnings.push(warning);
+            }
+            problems.push(format!("stalled: {why}"));
         }
         Ok(ProcessOutcome {
             status: status.code(),
@@ -1281,13 +1283,15 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The process's exit, or `None` once it has run `limit` without exiting (then killed).
+/// The process's exit, or `None` once it has gone `limit` without exiting or writing an event
+/// (then killed): collecting, then ending its session, each gets the whole bound.
 fn wait_interruptibly(
     p: &mut Process,
     interrupted: &AtomicBool,
     limit: Duration,
 ) -> Result<Option<std::process::ExitStatus>> {
-    let started = Instant::now();
+    let mut since = Instant::now();
+    let mut written = 0;
     loop {
         if let Some(s) = p.try_wait()? {
             return Ok(Some(s));
@@ -1296,7 +1300,12 @@ fn wait_interruptibly(
             p.abort();
             return Err(Error::Interrupted);
         }
-        if started.elapsed() > limit {
+        let now = std::fs::metadata(&p.events).map_or(0, |m| m.len());
+        if now != written {
+            written = now;
+            since = Instant::now();
+        }
+        if since.elapsed() > limit {
             p.abort();
             return Ok(None);
         }

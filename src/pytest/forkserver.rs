@@ -144,12 +144,12 @@ pub(crate) struct Launch<'a> {
     /// What the zygote is checked out for.
     pub(crate) purpose: Purpose,
     /// How long its collection may take (the test timeout: outside any test a process is
-    /// bounded by it too), after which it is killed and its snapshot runs fresh.
+    /// bounded by it too), after which it is killed and its snapshot's runs start fresh.
     pub(crate) stall_after: Duration,
 }
 
 /// Why a zygote did not start: the reason to report, and whether it was killed for taking
-/// longer than [`Launch::stall_after`] to collect (which a fresh process would do as well).
+/// longer than [`Launch::stall_after`] to collect.
 struct StartFailure {
     reason: String,
     stalled: bool,
@@ -196,8 +196,6 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Zygote>>,
     /// Snapshots that run fresh, with the reason.
     refused: Mutex<HashMap<Key, String>>,
-    /// Snapshots whose zygote did not finish collecting in time, with the reason.
-    stalled: Mutex<HashMap<Key, String>>,
     /// The node ids the audit's collection of each snapshot listed (a fresh process's or the
     /// first zygote's), in order.
     collections: Mutex<HashMap<Key, Vec<String>>>,
@@ -214,7 +212,6 @@ impl Pool {
             live: AtomicUsize::new(0),
             idle: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
-            stalled: Mutex::new(HashMap::new()),
             collections: Mutex::new(HashMap::new()),
             stats,
         }
@@ -235,12 +232,6 @@ impl Pool {
         if let Ok(mut c) = self.collections.lock() {
             c.insert(identity(snapshot), ids);
         }
-    }
-
-    /// Why a zygote of `snapshot` was killed before it finished collecting: a fresh
-    /// collection would take as long, so the suite's collection failed.
-    pub(crate) fn stalled(&self, snapshot: &Snapshot) -> Option<String> {
-        self.stalled.lock().ok()?.get(&identity(snapshot)).cloned()
     }
 
     fn refuse(&self, key: Key, reason: String) {
@@ -309,16 +300,12 @@ impl Pool {
                         self.live.fetch_sub(1, Ordering::SeqCst);
                         // A cancelled start says nothing about the snapshot: under `fixgate
                         // watch` the next audit may fork from it. Nor does a collection's
-                        // failure: the fresh one after it tells. A collection that never
-                        // ended does: a fresh one would take as long.
-                        if failure.stalled {
-                            if let Ok(mut s) = self.stalled.lock() {
-                                s.insert(snap, failure.reason.clone());
-                            }
-                            self.refuse(snap, failure.reason);
-                        } else if !launch.interrupted.load(Ordering::SeqCst)
-                            && launch.purpose != Purpose::Collect
-                        {
+                        // failure: the fresh one after it tells. A collection that did not end
+                        // in time does: this snapshot's runs start fresh (each bounded alike,
+                        // with what it did).
+                        let said = !launch.interrupted.load(Ordering::SeqCst)
+                            && launch.purpose != Purpose::Collect;
+                        if failure.stalled || said {
                             self.refuse(snap, failure.reason);
                         }
                         return None;

@@ -507,6 +507,8 @@ class _FixgatePlugin(object):
 
     def __init__(self, config):
         self.config = config
+        # Whether other plugins read test reports (see _line_tracebacks); asked once.
+        self._others_read_reports = None
         self.session_trace = set()
         self.collect_event = bool(config.getoption("fixgate_collect", False))
         # Whether the collected event describes each item: a --collect-only run's, or a fork
@@ -835,7 +837,7 @@ class _FixgatePlugin(object):
         @pytest.hookimpl(wrapper=True, tryfirst=True)
         def pytest_runtest_makereport(self, item, call):
             self._note_raised(item, call)
-            style = self._line_tracebacks(call)
+            style = self._line_tracebacks(item, call)
             try:
                 return (yield)
             finally:
@@ -852,20 +854,28 @@ class _FixgatePlugin(object):
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_runtest_makereport(self, item, call):
             self._note_raised(item, call)
-            style = self._line_tracebacks(call)
+            style = self._line_tracebacks(item, call)
             try:
                 yield
             finally:
                 self._restore_tracebacks(style)
 
-    def _line_tracebacks(self, call):
+    def _line_tracebacks(self, item, call):
         """While a failed phase's report is made, pytest's `--tb=line` style: the report keeps
         its crash line (`reprcrash`, the only part of a test's failure fixgate reads) and skips
         the source of every traceback entry, which the default style parses anew per entry (8
         ms a failing test, most of a run where fifty tests fail). A collector's failure, whose
-        text fixgate does read, is made elsewhere and keeps the suite's style. Returns the
-        style to put back, or None when nothing was changed."""
-        if call.excinfo is None:
+        text fixgate does read, is made elsewhere and keeps the suite's style. Only where no
+        other code sees the report's text: a conftest or a plugin that implements
+        `pytest_runtest_makereport` or `pytest_runtest_logreport` could read its traceback
+        (and decide an outcome by it). Returns the style to put back, or None when nothing was
+        changed."""
+        # unittest's failure waits on the item until pytest's own makereport puts it on call.
+        if call.excinfo is None and not getattr(item, "_excinfo", None):
+            return None
+        if self._others_read_reports is None:
+            self._others_read_reports = self._reports_read_elsewhere()
+        if self._others_read_reports:
             return None
         option = getattr(self.config, "option", None)
         style = getattr(option, "tbstyle", None)
@@ -873,6 +883,28 @@ class _FixgatePlugin(object):
             return None
         option.tbstyle = "line"
         return style
+
+    def _reports_read_elsewhere(self):
+        """Whether a plugin other than pytest's own and fixgate's implements a hook that gets
+        a test's report while it is made or logged."""
+        try:
+            hooks = self.config.pluginmanager.hook
+            impls = list(hooks.pytest_runtest_makereport.get_hookimpls())
+            impls += hooks.pytest_runtest_logreport.get_hookimpls()
+        except Exception:
+            return True
+        for impl in impls:
+            plugin = impl.plugin
+            if plugin is self or plugin is self.run:
+                continue
+            # A module is its own plugin (`_pytest.runner`); an object, its class's module.
+            module = getattr(plugin, "__name__", None) if isinstance(plugin, type(sys)) else None
+            if module is None:
+                module = getattr(type(plugin), "__module__", None)
+            if isinstance(module, str) and module.startswith(("_pytest.", "fixgate_plugin_")):
+                continue
+            return True
+        return False
 
     def _restore_tracebacks(self, style):
         if style is not None:
