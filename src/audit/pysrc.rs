@@ -24,6 +24,9 @@ pub(crate) struct Def {
     /// included; the words inside its strings too), except the name each `def` or `class` of
     /// it defines: what its code can reach by name.
     pub(crate) words: BTreeSet<String>,
+    /// The identifiers among `words` (none from inside a string): what its code can store
+    /// one value of in another.
+    pub(crate) idents: BTreeSet<String>,
 }
 
 /// One class: where it is, and the names its whole text holds.
@@ -42,6 +45,8 @@ pub(crate) struct Class {
     /// The names its own body binds (fields, methods, nested classes): reached only through
     /// the class or its instances.
     pub(crate) bound: BTreeSet<String>,
+    /// The identifiers among `words`, as [`Def::idents`].
+    pub(crate) idents: BTreeSet<String>,
 }
 
 /// An `import` or `from ... import` statement, anywhere in the file.
@@ -97,7 +102,7 @@ pub(crate) struct Source {
     /// The names an import at the module's own level binds, and those a function rebinds
     /// (`global X`): they may hold anything.
     pub(crate) bound_opaquely: BTreeSet<String>,
-    /// The names each statement at the module's own level holds (definitions aside), whether
+    /// The identifiers of each statement at the module's own level (definitions aside), whether
     /// it binds a name or not: `ALIASES.setdefault("d", _REG)` puts what one holds in another.
     pub(crate) statements: Vec<BTreeSet<String>>,
 }
@@ -300,6 +305,8 @@ struct Open {
     class: Option<usize>,
     /// Its words so far.
     words: BTreeSet<String>,
+    /// Its identifiers so far.
+    idents: BTreeSet<String>,
 }
 
 /// Names that read a module's globals without naming them: code that holds one may read any
@@ -338,6 +345,15 @@ const DYNAMIC_BIND: &[&str] = &[
 /// (`monkeypatch.setattr("pkg.reg.VALUES", ...)`), except the name a `def` or `class` defines
 /// and a `getattr` whose attribute is a plain string (`getattr(x, "index", None)` reads
 /// `x.index`, whose name the string gives: it is no dynamic read).
+/// The identifiers of `tokens`: [`words`] without those inside strings.
+fn idents<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
+    tokens.iter().enumerate().filter_map(move |(i, t)| {
+        let defined = i > 0 && matches!(tokens[i - 1].text, "def" | "class");
+        (is_name(t.text) && !is_string(t.text) && !defined && !KEYWORDS.contains(&t.text))
+            .then_some(t.text)
+    })
+}
+
 fn words<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
     tokens.iter().enumerate().flat_map(move |(i, t)| {
         let string = is_string(t.text);
@@ -573,9 +589,11 @@ pub(crate) fn parse(text: &str) -> Source {
             defs[d].end = last.max(defs[d].start);
             defs[d].digest = h.finalize();
             defs[d].words = o.words;
+            defs[d].idents = o.idents;
         } else if let Some(c) = o.class {
             classes[c].end = last.max(classes[c].start);
             classes[c].words = o.words;
+            classes[c].idents = o.idents;
         }
     };
     for (n, l) in lines.iter().enumerate() {
@@ -608,6 +626,7 @@ pub(crate) fn parse(text: &str) -> Source {
                 feed(h, &statement);
             }
             o.words.extend(words(&statement).map(str::to_owned));
+            o.idents.extend(idents(&statement).map(str::to_owned));
         }
         // `global X` in a function binds X in the module when the function runs.
         if in_function && l.tokens[0].text == "global" {
@@ -619,7 +638,7 @@ pub(crate) fn parse(text: &str) -> Source {
             }
         }
         if open.is_empty() && header.is_none() {
-            statements.push(words(&statement).map(str::to_owned).collect());
+            statements.push(idents(&statement).map(str::to_owned).collect());
         }
         if !in_function {
             if statement.iter().any(|t| DYNAMIC_BIND.contains(&t.text)) {
@@ -705,6 +724,7 @@ pub(crate) fn parse(text: &str) -> Source {
                     end: l.last,
                     digest: blake3::hash(b""),
                     words: BTreeSet::new(),
+                    idents: BTreeSet::new(),
                 });
                 (defs.len() - 1, h)
             });
@@ -716,6 +736,7 @@ pub(crate) fn parse(text: &str) -> Source {
                     words: BTreeSet::new(),
                     header: words(&statement).map(str::to_owned).collect(),
                     bound: BTreeSet::new(),
+                    idents: BTreeSet::new(),
                 });
                 classes.len() - 1
             });
@@ -725,6 +746,7 @@ pub(crate) fn parse(text: &str) -> Source {
                 def,
                 class,
                 words: words(&statement).map(str::to_owned).collect(),
+                idents: idents(&statement).map(str::to_owned).collect(),
             };
             // `def f(): return 1` has no indented body.
             if l.tokens.last().is_some_and(|t| t.text == ":") {

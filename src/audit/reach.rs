@@ -45,13 +45,22 @@ struct File {
     assigned: BTreeMap<String, BTreeSet<String>>,
     /// The names bound by an import of the repository's, or rebound by a function (`global`).
     opaque: BTreeSet<String>,
-    /// The names each statement at the module's own level holds (definitions aside).
+    /// The identifiers of each statement at the module's own level (definitions aside).
     statements: Vec<BTreeSet<String>>,
+    /// The identifiers of each function at the module's own level, by its name.
+    function_idents: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl File {
     /// `repo`: the names of the repository's files and folders (a module outside it is none).
     fn new(source: Source, repo: &BTreeSet<String>) -> File {
+        let mut function_idents: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for d in &source.defs {
+            let name = d.key.split('#').next().unwrap_or_default();
+            if !name.contains('.') {
+                (function_idents.entry(name.to_owned()).or_default()).extend(d.idents.clone());
+            }
+        }
         let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
         for d in source.defs {
@@ -71,6 +80,7 @@ impl File {
         };
         File {
             statements: source.statements,
+            function_idents,
             assigned: source.assigned_words,
             opaque: (source.bound_opaquely.into_iter())
                 .filter(repo_held)
@@ -137,7 +147,10 @@ impl File {
         let names: BTreeSet<&str> = (self.globals.iter().flatten().map(String::as_str))
             .chain(known.iter().copied())
             .collect();
-        let texts: Vec<&BTreeSet<String>> = (valued.iter().map(|(_, w)| *w))
+        // Their identifiers: the words inside a string (`__all__`, a docstring's example) move
+        // no value.
+        let texts: Vec<&BTreeSet<String>> = (self.classes.iter().map(|c| &c.idents))
+            .chain(self.function_idents.values())
             .chain(self.statements.iter())
             .collect();
         loop {
@@ -549,7 +562,8 @@ mod tests {
              class Settings:\n    pass\n\n\nSETTINGS = Settings()\n\n\n\
              def _configure(s):\n    s.table = _REG\n\n\n_configure(SETTINGS)\n\
              VIEW = collections.ChainMap()\nVIEW.maps.append(_REG)\n\
-             ALIAS = None\nALIAS >>= _REG\nOTHER = {}\n",
+             ALIAS = None\nALIAS >>= _REG\nOTHER = {}\n__all__ = ['ALIASES', 'OTHER']\n\n\n\
+             def lookup(name):\n    \"\"\"`lookup('OTHER')` is like `_REG`.\"\"\"\n    return ALIASES[name]\n",
         )]);
         let reach = n.reaching("pkg/reg.py", ["_REG"].into_iter()).unwrap();
         for name in [
@@ -557,6 +571,7 @@ mod tests {
         ] {
             assert!(reach.contains(name), "{name}: {reach:?}");
         }
+        // A name in a string beside one (`__all__`, a docstring) is not filled by it.
         assert!(!reach.contains("OTHER"), "{reach:?}");
     }
 
