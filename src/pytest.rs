@@ -12,6 +12,7 @@ pub(crate) mod lease;
 pub(crate) mod order;
 pub(crate) mod outside;
 pub(crate) mod plugin;
+pub(crate) mod progress;
 pub(crate) mod result;
 pub(crate) mod rewrites;
 pub(crate) mod stream;

@@ -1182,3 +1182,147 @@ fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
         "{v}"
     );
 }
+
+/// A conftest that finds its process's event stream (the newest `events-*.jsonl` beside the
+/// tree), forges a result for a test it was not given, and, hanging at session end, keeps
+/// writing lines: a second start, a second collection, the start of a test that reported,
+/// errors. The stream is the process's own; none of it is progress.
+const SPAMS_ITS_EVENTS: &str = r#"import glob
+import os
+import time
+
+
+def _stream():
+    sandbox = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = glob.glob(os.path.join(sandbox, "events-*.jsonl"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def pytest_sessionfinish(session):
+    path = _stream()
+    if path is None:
+        raise SystemExit("the attack found no event stream to write")
+    with open(path, "a") as f:
+        f.write('{"event":"test","nodeid":"tests/test_price.py::test_forged","outcome":"passed"}\n')
+        f.flush()
+        while True:
+            for line in (
+                '{"event":"start"}',
+                '{"event":"collected","items":[]}',
+                '{"event":"test_start","nodeid":"tests/test_price.py::test_total"}',
+                '{"event":"finish"}',
+                '{"event":"error","kind":"noise","message":"still working"}',
+            ):
+                f.write(line + "\n")
+            f.flush()
+            time.sleep(0.1)
+"#;
+
+#[test]
+fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
+    // Before, the time outside a test counted from the stream's last line (and a collection's
+    // from the events file's last growth): this conftest held the run for ever.
+    let (repo, base) = price_repo();
+    for (fork, label) in [("false", "fresh"), ("true", "forked")] {
+        let spams = patch(
+            &repo,
+            &base,
+            "a session end that writes events for ever",
+            &[
+                ("tests/conftest.py", SPAMS_ITS_EVENTS),
+                (
+                    "pyproject.toml",
+                    &format!("[tool.fixgate]\nfork = {fork}\n"),
+                ),
+            ],
+        );
+        git(repo.path(), &["checkout", "-q", "--detach", &spams]);
+        let py = common::python();
+        let run = common::fixgate_within(
+            repo.path(),
+            repo.cache.path(),
+            &[("FIXGATE_NO_NAMESPACES", "")],
+            &[
+                "run",
+                "--seed",
+                "0",
+                "--test-timeout",
+                "3",
+                "--format",
+                "json",
+                "--python",
+                py.to_str().unwrap(),
+            ],
+            std::time::Duration::from_secs(120),
+        );
+        let v = run.json();
+        assert_eq!(run.code, 0, "{label}: {run:?}");
+        assert_eq!(
+            outcome_of(&v, "tests/test_price.py::test_total").0,
+            "passed",
+            "{label}: {v}"
+        );
+        let warnings = v["result"]["warnings"].to_string();
+        assert!(
+            warnings.contains("was killed"),
+            "{label}: the kill is said: {v}"
+        );
+        assert!(
+            warnings.contains("tests/test_price.py::test_forged, a test it was not given"),
+            "{label}: the forged result is ignored and said (so the attack reached the stream): {v}"
+        );
+        assert!(
+            v["result"]["tests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t["nodeid"] != "tests/test_price.py::test_forged"),
+            "{label}: {v}"
+        );
+    }
+
+    // The same at collection, where the time counted from the events file's last growth: a
+    // conftest that writes lines while it never finishes importing. The head does not collect.
+    let spams_at_import = SPAMS_ITS_EVENTS
+        .replace("def pytest_sessionfinish(session):", "def _spam():")
+        + "\n\n_spam()\n";
+    let spams = patch(
+        &repo,
+        &base,
+        "a conftest that writes events for ever while importing",
+        &[
+            ("tests/conftest.py", &spams_at_import),
+            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+        ],
+    );
+    let py = common::python();
+    let run = common::fixgate_within(
+        repo.path(),
+        repo.cache.path(),
+        &[("FIXGATE_NO_NAMESPACES", "")],
+        &[
+            "audit",
+            "--base",
+            &base,
+            "--head",
+            &spams,
+            "--seeds",
+            "1",
+            "--test-timeout",
+            "3",
+            "--format",
+            "json",
+            "--python",
+            py.to_str().unwrap(),
+        ],
+        std::time::Duration::from_secs(180),
+    );
+    let v = run.json();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert!(
+        v.to_string()
+            .contains("no test ran for --test-timeout 3s while pytest was collecting"),
+        "{v}"
+    );
+}

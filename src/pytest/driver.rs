@@ -20,8 +20,9 @@ use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::forkserver::{Launch, Lease, Pool, Purpose, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
+use crate::pytest::progress::{Once, Progress};
 use crate::pytest::result::{Outcome, RunResult, TestResult};
-use crate::pytest::stream::{read_events, EventReader};
+use crate::pytest::stream::EventReader;
 use crate::sandbox::{Overlay, Sandbox};
 use crate::snapshot::Snapshot;
 
@@ -478,7 +479,9 @@ impl Runner {
             0,
             &["--collect-only".into(), "--fixgate-collect".into()],
         )?;
-        let Some(status) = wait_interruptibly(&mut p, &self.interrupted, self.test_timeout)? else {
+        let Some((status, events)) =
+            wait_interruptibly(&mut p, &self.interrupted, self.test_timeout)?
+        else {
             return Err(Error::NotCollected(format!(
                 "pytest could not collect {}: {}",
                 snapshot.rev_label(),
@@ -491,12 +494,13 @@ impl Runner {
         let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
-        for ev in read_events(&p.events)? {
+        for ev in events {
             match ev {
+                // The first collection counts, as when following a run.
                 Event::Collected {
                     items: i,
                     deselected: d,
-                } => {
+                } if items.is_none() => {
                     items = Some(i);
                     deselected = d;
                 }
@@ -852,9 +856,9 @@ impl Runner {
     ) -> Result<ProcessOutcome> {
         let mut reader = EventReader::open(&p.events)?;
         // The test running now: named by `test_start`, or, after a result, the next one in the
-        // announced order (the plugin writes `test_start` only when that would be wrong).
+        // order (the plugin writes `test_start` only when that would be wrong).
         let mut current: Option<(String, Instant, f64)> = None;
-        let mut announced = order.map(Announced::new);
+        let mut progress_of = Progress::new(order);
         let mut problems = Vec::new();
         let mut collected = None;
         let mut collect_errors = Vec::new();
@@ -868,27 +872,41 @@ impl Runner {
         );
         let mut filled = None;
         // Since when no test runs (collection, the session's start and end): bounded by the
-        // test timeout too, else a hook or an import that never returns holds the run.
-        let mut outside = Some(Instant::now());
+        // test timeout too, else a hook or an import that never returns holds the run. It counts
+        // from the last progress (see `Progress`), not from the last line: the process writes
+        // its own stream.
+        let mut outside = Instant::now();
         let before = result.tests.len();
         let mut stalled_at = None;
         let status = loop {
             let exited = p.try_wait()?;
             for ev in reader.read_new()? {
-                // Any event is progress: the time outside a test counts from the last one (a
-                // quick test's start and end can come in one read).
-                outside = None;
                 match ev {
                     Event::TestStart { nodeid } => {
+                        if !progress_of.start(&nodeid) {
+                            continue;
+                        }
+                        outside = Instant::now();
                         if let Some(pb) = progress {
                             pb.set_message(nodeid.clone());
                         }
                         current = Some((nodeid, Instant::now(), now_secs()));
                     }
                     Event::Test(t) => {
-                        current = announced
-                            .as_ref()
-                            .and_then(|a| a.after(&t.nodeid))
+                        if !progress_of.result(&t.nodeid) {
+                            let w = format!(
+                                "a pytest process reported a result for {}, a test it was not \
+                                 given (or reported twice): ignored",
+                                t.nodeid
+                            );
+                            if !result.warnings.contains(&w) {
+                                result.warnings.push(w);
+                            }
+                            continue;
+                        }
+                        outside = Instant::now();
+                        current = progress_of
+                            .after(&t.nodeid)
                             .map(|next| (next.to_owned(), Instant::now(), now_secs()));
                         if let (Some(pb), Some((next, _, _))) = (progress, &current) {
                             pb.set_message(next.clone());
@@ -922,16 +940,21 @@ impl Runner {
                     // inferred to follow the last result never started (a plugin or conftest
                     // stopped the session between tests).
                     Event::Finish { running, .. } => {
+                        if !progress_of.once(Once::Finish) {
+                            continue;
+                        }
+                        outside = Instant::now();
                         current = running.map(|id| match current.take() {
                             Some(c) if c.0 == id => c,
                             _ => (id, Instant::now(), now_secs()),
                         });
                     }
                     Event::Collected { items, .. } => {
-                        if announced.is_none() {
-                            let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
-                            announced = Some(Announced::new(&ids));
+                        let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
+                        if !progress_of.collected(&ids) {
+                            continue;
                         }
+                        outside = Instant::now();
                         collected = Some(items)
                     }
                     Event::CollectError {
@@ -940,6 +963,10 @@ impl Runner {
                         longrepr,
                     } => collect_errors.push((nodeid, with_location(message, &longrepr))),
                     Event::Start { neutralised, .. } => {
+                        if !progress_of.once(Once::Start) {
+                            continue;
+                        }
+                        outside = Instant::now();
                         for n in neutralised {
                             let w = n.warning();
                             if !result.warnings.contains(&w) {
@@ -963,15 +990,13 @@ impl Runner {
             }
             match &current {
                 Some((_, started, _)) => {
-                    outside = None;
                     if started.elapsed() > self.test_timeout && !timed_out {
                         p.kill();
                         timed_out = true;
                     }
                 }
                 None => {
-                    let since = *outside.get_or_insert_with(Instant::now);
-                    if since.elapsed() > self.test_timeout && stalled_at.is_none() && !timed_out {
+                    if outside.elapsed() > self.test_timeout && stalled_at.is_none() && !timed_out {
                         p.kill();
                         stalled_at = Some(match result.tests.len() == before {
                             true => "collecting the suite or starting its session",
@@ -1121,31 +1146,6 @@ pub(crate) struct RecordedProcess {
     pub(crate) timed_out: bool,
 }
 
-/// The order a process runs its tests in, to tell which test follows a finished one.
-struct Announced {
-    ids: Vec<String>,
-    position: HashMap<String, usize>,
-}
-
-impl Announced {
-    fn new(ids: &[String]) -> Announced {
-        Announced {
-            position: ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.clone(), i))
-                .collect(),
-            ids: ids.to_vec(),
-        }
-    }
-
-    /// The test after `nodeid`, `None` after the last one (or for an id not announced).
-    fn after(&self, nodeid: &str) -> Option<&str> {
-        let i = self.position.get(nodeid)?;
-        self.ids.get(i + 1).map(String::as_str)
-    }
-}
-
 /// A file pytest could not collect: its node id and pytest's message with where it broke.
 pub(crate) type CollectFailure = (String, String);
 
@@ -1283,27 +1283,41 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The process's exit, or `None` once it has gone `limit` without exiting or writing an event
-/// (then killed): collecting, then ending its session, each gets the whole bound.
+/// The process's exit and its events, or `None` once it has gone `limit` without exiting or
+/// progressing (then killed): collecting, then ending its session, each gets the whole bound.
+/// Lines that are no progress (see [`Progress`]) do not move the clock: the process writes them.
 fn wait_interruptibly(
     p: &mut Process,
     interrupted: &AtomicBool,
     limit: Duration,
-) -> Result<Option<std::process::ExitStatus>> {
+) -> Result<Option<(std::process::ExitStatus, Vec<Event>)>> {
     let mut since = Instant::now();
-    let mut written = 0;
+    let mut reader = EventReader::open(&p.events)?;
+    let mut events = Vec::new();
+    let mut progress = Progress::new(None);
     loop {
-        if let Some(s) = p.try_wait()? {
-            return Ok(Some(s));
+        let exited = p.try_wait()?;
+        for ev in reader.read_new()? {
+            let moved = match &ev {
+                Event::Start { .. } => progress.once(Once::Start),
+                Event::Finish { .. } => progress.once(Once::Finish),
+                Event::Collected { items, .. } => {
+                    let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
+                    progress.collected(&ids)
+                }
+                _ => false,
+            };
+            if moved {
+                since = Instant::now();
+            }
+            events.push(ev);
+        }
+        if let Some(s) = exited {
+            return Ok(Some((s, events)));
         }
         if interrupted.load(Ordering::SeqCst) {
             p.abort();
             return Err(Error::Interrupted);
-        }
-        let now = std::fs::metadata(&p.events).map_or(0, |m| m.len());
-        if now != written {
-            written = now;
-            since = Instant::now();
         }
         if since.elapsed() > limit {
             p.abort();

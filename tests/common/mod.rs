@@ -169,6 +169,46 @@ pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str])
     }
 }
 
+/// Like [`fixgate_at`], for a run that must end by itself: killed, and the test failed with
+/// what it wrote, once it has run `limit`.
+pub fn fixgate_within(
+    cwd: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    limit: std::time::Duration,
+) -> Run {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
+    let mut child = fixgate_at_command(cwd, cache, env, args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("fixgate runs");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "fixgate {args:?} was still running after {}s (stopped):\n{}",
+                limit.as_secs(),
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
+    }
+}
+
 /// Every file under `dir` (except `.git`) with its bytes, for "the tree is unchanged" checks.
 pub fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
