@@ -688,7 +688,7 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
         .write(
             "pkg/recipes.py",
             "import functools\nfrom dataclasses import dataclass\n\n\n\
-             @functools.lru_cache(maxsize=None)\ndef shift(n):\n    return n + 1\n\n\n\
+             @functools.lru_cache(maxsize=None)\ndef shift(n):\n    return [n + 1]\n\n\n\
              @dataclass\nclass Stats:\n    size: int\n    mean: float\n\n\n\
              class Config:\n    size = 0\n\n\nDEFAULT = Config()\n_marker = object()\n\n\n\
              def cached():\n    return shift\n",
@@ -700,7 +700,7 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
         .write("pyproject.toml", "[tool.pytest.ini_options]\n");
     let setter = |size: u32| {
         format!(
-            "from pkg import recipes\n\n\ndef test_cache():\n    assert recipes.shift(3) == 4\n\n\n\
+            "from pkg import recipes\n\n\ndef test_cache():\n    assert recipes.shift(3) == [4]\n\n\n\
              def test_setter():\n    recipes.Config.size = {size}\n"
         )
     };
@@ -711,7 +711,7 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
          def test_default_size():\n    assert HOLDER.size == 0\n\n\n\
          def test_local_mean():\n    mean = 2\n    assert mean * 2 == 4\n\n\n\
          def test_sentinel():\n    assert _marker is not None\n\n\n\
-         def test_the_cache():\n    assert cached()(1) == 2\n",
+         def test_the_cache():\n    assert cached()(1) == [2]\n",
     );
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5));
@@ -723,7 +723,8 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
         "tests/test_a.py::test_setter",
     );
     // A local named like a field, and a sentinel, hold nothing written; a function that
-    // hands out the filled cache does.
+    // hands out the filled cache does (a cache of lists: one of frozen values filled by a
+    // pure function is no written state).
     assert_eq!(
         carried(&v["scope"]),
         [
@@ -997,6 +998,103 @@ fn a_conftest_change_falls_back_to_full_orders_and_says_why() {
     assert_eq!(scope["runs"]["1"], 11);
 }
 
+/// A test that fills the `lru_cache` of a function reading nothing but its arguments, with
+/// values nothing changes in place, leaves no state another test can tell (more-itertools'
+/// `_shift_to_odd`): it is no writer. One whose function reads a global, or whose cache hands
+/// out a list a caller may change, stays a writer, and so do their readers.
+#[test]
+fn a_test_that_fills_a_pure_functions_cache_with_frozen_values_is_no_writer() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "pkg/cached.py",
+            "from functools import lru_cache\n\nFACTOR = 3\n\n\n\
+             @lru_cache\ndef _shift(n):\n    'Return s, d such that 2**s * d == n'\n    \
+             s = ((n - 1) ^ n).bit_length() - 1\n    d = n >> s\n    return s, d\n\n\n\
+             def odd_part(n):\n    return _shift(n)[1]\n\n\n\
+             @lru_cache(maxsize=None)\ndef parts(n):\n    return [n, n + 1]\n\n\n\
+             @lru_cache\ndef scaled(n):\n    return n * FACTOR\n",
+        )
+        .write(
+            "tests/test_pure.py",
+            "from pkg.cached import odd_part\n\n\n\
+             def test_pure():\n    assert odd_part(12) == 3\n",
+        )
+        .write(
+            "tests/test_cached.py",
+            "from pkg.cached import parts, scaled\n\n\n\
+             def test_list():\n    assert parts(1) == [1, 2]\n\n\n\
+             def test_scaled():\n    assert scaled(2) == 6\n",
+        )
+        .write("pkg/m.py", "def add(x):\n    return x + 1\n")
+        .write(
+            "tests/test_m.py",
+            "from pkg import m\n\n\ndef test_add():\n    assert m.add(1) == 2\n",
+        );
+    repo.commit("base");
+    repo.write("pkg/m.py", "def add(x):\n    return 1 + x\n");
+    repo.commit("head: m rewritten");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    let scope = &v["scope"];
+    assert_eq!(scope["mode"], "scoped", "{scope}");
+    assert_eq!(
+        scope["writers"],
+        serde_json::json!([
+            "tests/test_cached.py::test_list",
+            "tests/test_cached.py::test_scaled"
+        ]),
+        "{scope}"
+    );
+    assert!(
+        carried(scope).contains(&"tests/test_pure.py::test_pure".to_string()),
+        "{scope}"
+    );
+    // The fill is still said, by what it is.
+    let leaks = findings(&v, "leaks-state");
+    assert!(
+        leaks
+            .iter()
+            .any(|f| f.to_string().contains("lru_cache of _shift")),
+        "{leaks:?}"
+    );
+}
+
+/// The cache of a function that reads nothing but its arguments, handing out a list: a test
+/// that changes the list it got changes what the next caller gets. The plugin sees the list
+/// among the cache's results, so the test is a writer and its reader is found as by the whole
+/// orders (the code alone would call the function pure).
+#[test]
+fn a_pure_functions_cache_that_hands_out_a_list_a_test_changes_is_written_state() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "pkg/cached.py",
+            "from functools import lru_cache\n\n\n\
+             @lru_cache(maxsize=None)\ndef parts(n):\n    return [n, n + 1]\n",
+        )
+        .write(
+            "tests/test_reads.py",
+            "from pkg import cached\n\n\ndef test_reads():\n    assert cached.parts(5) == [5, 6]\n",
+        );
+    let filler = |body: &str| format!("from pkg import cached\n\n\ndef test_fill():\n    {body}\n");
+    repo.write(
+        "tests/test_fill.py",
+        filler("assert cached.parts(5)[0] == 5"),
+    );
+    repo.commit("base");
+    repo.write("tests/test_fill.py", filler("cached.parts(5).append(0)"));
+    repo.commit("head: the filler changes the list the cache hands out");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &["tests/test_reads.py::test_reads"],
+        "tests/test_fill.py::test_fill",
+    );
+}
+
 #[test]
 fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_them() {
     // No registry this time: a test of one module touches nothing of the others.
@@ -1211,7 +1309,7 @@ fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
              m = types.ModuleType(name); m.__file__ = '/repo/%s.py' % name\n    \
              exec(src, m.__dict__); sys.modules[name] = m; return m\n\
          a = module('fx_a', 'import functools\\nREG = {{}}\\nL = []\\nN = 1\\nD = {{\"k\": []}}\\nS = set()\\nNAN = float(\"nan\")\\n\
-class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n')\n\
+class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n@functools.lru_cache(maxsize=None)\\ndef g(x):\\n    return [x]\\n@functools.lru_cache()\\ndef h(x):\\n    return {{x: 1}}\\n')\n\
          s = st.State(Repo()); s.baseline()\n\
          def step(change, want):\n    \
              change(); got = s.after_test()\n    \
@@ -1226,7 +1324,11 @@ class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass
          step(lambda: (setattr(a.UT, '_classSetupFailed', False), setattr(a.UT, '_class_cleanups', [])), [])\n\
          step(lambda: setattr(a.UT, 'tearDown_exceptions', []), [])\n\
          step(lambda: setattr(a.UT, 'shared', 1), ['global:fx_a.py:UT'])\n\
-         step(lambda: a.f(3), ['global:fx_a.py:f'])\n\
+         step(lambda: a.f(3), ['cache:fx_a.py:f'])\n\
+         step(lambda: a.f((1, 'x', None, 2.5)), ['cache:fx_a.py:f'])\n\
+         step(lambda: a.g(3), ['global:fx_a.py:g'])\n\
+         step(lambda: a.h(3), ['global:fx_a.py:h'])\n\
+         step(lambda: a.f([1].__class__), ['global:fx_a.py:f'])\n\
          step(lambda: setattr(a, 'NEW', 1), ['global:fx_a.py:NEW'])\n\
          step(lambda: setattr(a, 'NAN', a.NAN), [])\n\
          step(lambda: module('fx_b', 'X = []\\n'), [])\n\

@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod purity;
+
 /// One function or method: where it is and a digest of its tokens (decorators, signature and
 /// body, nested definitions included).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +29,8 @@ pub(crate) struct Def {
     /// The identifiers among `words` (none from inside a string): what its code can store
     /// one value of in another.
     pub(crate) idents: BTreeSet<String>,
+    /// Whether its code reads nothing but its arguments ([`purity`]).
+    pub(crate) pure: bool,
 }
 
 /// One class: where it is, and the names its whole text holds.
@@ -83,10 +87,6 @@ pub(crate) struct Source {
     /// The names `from ... import` statements outside functions bind (a class among them,
     /// perhaps under another name).
     pub(crate) from_imported: BTreeSet<String>,
-    /// The names of `globals` that only plain functions bind: undecorated, with no default
-    /// or annotation that names anything. Such a function object holds nothing of the module
-    /// a test could reach but through its code, which the recording sees run.
-    pub(crate) plain_defs: BTreeSet<String>,
     /// The names `import` statements outside functions bind (modules).
     pub(crate) modules_imported: BTreeSet<String>,
     /// The names `from ... import x as y` statements outside functions bind under another
@@ -307,6 +307,8 @@ struct Open {
     words: BTreeSet<String>,
     /// Its identifiers so far.
     idents: BTreeSet<String>,
+    /// What a function's code reads so far; `None` for a class.
+    purity: Option<purity::Purity>,
 }
 
 /// Names that read a module's globals without naming them: code that holds one may read any
@@ -412,34 +414,6 @@ fn aliases<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
         .windows(2)
         .filter(|w| w[0].text == "as")
         .map(|w| w[1].text)
-}
-
-/// Whether a `def` line's defaults or annotations name anything (`d=VALUES`, `x: Config`,
-/// `-> Reg`): the function object then holds what they named.
-fn signature_holds(tokens: &[Token]) -> bool {
-    let name = |t: &Token| is_name(t.text) && !is_string(t.text) && !KEYWORDS.contains(&t.text);
-    let Some(open) = tokens.iter().position(|t| t.text == "(") else {
-        return false;
-    };
-    let mut depth = 0usize;
-    let mut value = false;
-    for (k, t) in tokens.iter().enumerate().skip(open) {
-        match t.text {
-            "(" | "[" | "{" => depth += 1,
-            ")" | "]" | "}" => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    // A return annotation: anything named before the closing colon.
-                    return tokens[k + 1..].iter().any(name);
-                }
-            }
-            "=" | ":" if depth == 1 => value = true,
-            "," if depth == 1 => value = false,
-            _ if value && name(t) => return true,
-            _ => {}
-        }
-    }
-    false
 }
 
 /// Whether a token is a name (an identifier or a keyword; a string with a prefix too, which
@@ -576,7 +550,6 @@ pub(crate) fn parse(text: &str) -> Source {
     let mut assigned: BTreeSet<String> = BTreeSet::new();
     let mut imported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut from_imported: BTreeSet<String> = BTreeSet::new();
-    let mut plain_defs: BTreeSet<String> = BTreeSet::new();
     let mut modules_imported: BTreeSet<String> = BTreeSet::new();
     let mut from_aliases: BTreeSet<String> = BTreeSet::new();
     // Names bound at the module's own level (or by `global` in a function).
@@ -590,6 +563,7 @@ pub(crate) fn parse(text: &str) -> Source {
             defs[d].digest = h.finalize();
             defs[d].words = o.words;
             defs[d].idents = o.idents;
+            defs[d].pure = o.purity.is_some_and(|p| p.pure(&o.name));
         } else if let Some(c) = o.class {
             classes[c].end = last.max(classes[c].start);
             classes[c].words = o.words;
@@ -627,6 +601,9 @@ pub(crate) fn parse(text: &str) -> Source {
             }
             o.words.extend(words(&statement).map(str::to_owned));
             o.idents.extend(idents(&statement).map(str::to_owned));
+            if let Some(p) = o.purity.as_mut() {
+                p.statement(&statement);
+            }
         }
         // `global X` in a function binds X in the module when the function runs.
         if in_function && l.tokens[0].text == "global" {
@@ -689,12 +666,6 @@ pub(crate) fn parse(text: &str) -> Source {
                                     .extend(from.iter().cloned());
                             }
                         }
-                        None if matches!(header, Some((true, _)))
-                            && decorated.is_empty()
-                            && !signature_holds(&l.tokens) =>
-                        {
-                            plain_defs.extend(names.into_iter().map(str::to_owned))
-                        }
                         None => assigned.extend(names.into_iter().map(str::to_owned)),
                     }
                 }
@@ -725,6 +696,7 @@ pub(crate) fn parse(text: &str) -> Source {
                     digest: blake3::hash(b""),
                     words: BTreeSet::new(),
                     idents: BTreeSet::new(),
+                    pure: false,
                 });
                 (defs.len() - 1, h)
             });
@@ -747,6 +719,7 @@ pub(crate) fn parse(text: &str) -> Source {
                 class,
                 words: words(&statement).map(str::to_owned).collect(),
                 idents: idents(&statement).map(str::to_owned).collect(),
+                purity: is_function.then(|| purity::Purity::new(&statement)),
             };
             // `def f(): return 1` has no indented body.
             if l.tokens.last().is_some_and(|t| t.text == ":") {
@@ -761,7 +734,6 @@ pub(crate) fn parse(text: &str) -> Source {
         close(o, &mut defs, &mut classes, prev_last);
     }
     imported.retain(|n, _| !assigned.contains(n));
-    plain_defs.retain(|n| !assigned.contains(n) && !imported.contains_key(n));
     let class_only = (classes.iter().flat_map(|c| c.bound.iter()))
         .filter(|n| !module_level.contains(*n))
         .cloned()
@@ -774,7 +746,6 @@ pub(crate) fn parse(text: &str) -> Source {
         globals,
         imported,
         from_imported,
-        plain_defs,
         modules_imported,
         from_aliases,
         class_only,
@@ -988,18 +959,6 @@ mod tests {
         let q = parse("def f():\n    def g():\n        return 2\n    return g\n");
         assert_ne!(p.defs[0].digest, q.defs[0].digest);
         assert_ne!(p.defs[1].digest, q.defs[1].digest);
-    }
-
-    #[test]
-    fn a_function_holds_only_what_its_decorators_defaults_and_annotations_name() {
-        let src = "import functools\n\n\ndef plain(a, b=1, *c, d='x', **e):\n    return VALUES\n\n\n\
-                   def held(d=VALUES):\n    pass\n\n\ndef typed(x: Config) -> None:\n    pass\n\n\n\
-                   def returns() -> Reg:\n    pass\n\n\n@functools.cache\ndef cached():\n    pass\n\n\n\
-                   def later():\n    pass\n\n\nlater = functools.cache(later)\n\n\n\
-                   class C:\n    def method(self):\n        pass\n";
-        let parsed = parse(src);
-        let plain: Vec<&str> = parsed.plain_defs.iter().map(String::as_str).collect();
-        assert_eq!(plain, ["method", "plain"]);
     }
 
     #[test]

@@ -18,12 +18,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::audit::pysrc::{self, Class, Source};
 use crate::pytest::events::CodeRan;
 
+/// One outermost function or method of a file.
+#[derive(Clone, Debug)]
+struct Function {
+    /// Its first and last lines.
+    start: u32,
+    end: u32,
+    /// Its name, dotted with its classes.
+    name: String,
+    /// The names it holds ([`pysrc::Def::words`]), and its identifiers among them.
+    words: BTreeSet<String>,
+    idents: BTreeSet<String>,
+    /// Whether its code reads nothing but its arguments ([`pysrc::Def::pure`]).
+    pure: bool,
+}
+
 /// One file as this rule reads it.
 #[derive(Clone, Debug)]
 struct File {
-    /// The outermost functions and methods: first line, last line, name (with its classes),
-    /// the names they hold.
-    defs: Vec<(u32, u32, String, BTreeSet<String>)>,
+    /// The outermost functions and methods, in source order.
+    defs: Vec<Function>,
     /// Its classes, nested ones included.
     classes: Vec<Class>,
     /// The names it binds outside functions (`None`: not all are known), less those that only
@@ -47,26 +61,23 @@ struct File {
     opaque: BTreeSet<String>,
     /// The identifiers of each statement at the module's own level (definitions aside).
     statements: Vec<BTreeSet<String>>,
-    /// The identifiers of each function at the module's own level, by its name.
-    function_idents: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl File {
     /// `repo`: the names of the repository's files and folders (a module outside it is none).
     fn new(source: Source, repo: &BTreeSet<String>) -> File {
-        let mut function_idents: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for d in &source.defs {
-            let name = d.key.split('#').next().unwrap_or_default();
-            if !name.contains('.') {
-                (function_idents.entry(name.to_owned()).or_default()).extend(d.idents.clone());
-            }
-        }
-        let mut defs: Vec<(u32, u32, String, BTreeSet<String>)> = Vec::new();
+        let mut defs: Vec<Function> = Vec::new();
         // `defs` is in source order, each before the functions nested in it.
         for d in source.defs {
-            if !defs.iter().any(|(a, b, ..)| *a <= d.start && d.end <= *b) {
-                let name = d.key.split('#').next().unwrap_or_default().to_owned();
-                defs.push((d.start, d.end, name, d.words));
+            if !defs.iter().any(|f| f.start <= d.start && d.end <= f.end) {
+                defs.push(Function {
+                    start: d.start,
+                    end: d.end,
+                    name: d.key.split('#').next().unwrap_or_default().to_owned(),
+                    words: d.words,
+                    idents: d.idents,
+                    pure: d.pure,
+                });
             }
         }
         // Whether a name may hold the repository's objects: bound by an assignment, a
@@ -80,7 +91,6 @@ impl File {
         };
         File {
             statements: source.statements,
-            function_idents,
             assigned: source.assigned_words,
             opaque: (source.bound_opaquely.into_iter())
                 .filter(repo_held)
@@ -99,11 +109,7 @@ impl File {
             // (see `Names::reaching`).
             globals: (source.globals).map(|g| {
                 g.into_iter()
-                    .filter(|n| {
-                        repo_held(n)
-                            && !source.plain_defs.contains(n)
-                            && !source.class_only.contains(n)
-                    })
+                    .filter(|n| repo_held(n) && !source.class_only.contains(n))
                     .collect()
             }),
             from_repo: source.from_imported.into_iter().filter(repo_held).collect(),
@@ -123,13 +129,11 @@ impl File {
     /// the fields of a dataclass that names none of these.
     fn holding(&self, written: &BTreeSet<&str>) -> (BTreeSet<String>, Vec<&Class>) {
         let own = |key: &str| key.rsplit('.').next().unwrap_or(key).to_owned();
-        let functions = (self.defs.iter())
-            .filter(|(.., name, _)| !name.contains('.'))
-            .map(|(.., name, words)| (name.clone(), words));
+        let functions = || self.defs.iter().filter(|f| !f.name.contains('.'));
         // Each name with the text its value comes from.
         let valued: Vec<(String, &BTreeSet<String>)> = (self.classes.iter())
             .map(|c| (own(&c.key), &c.words))
-            .chain(functions)
+            .chain(functions().map(|f| (f.name.clone(), &f.words)))
             .chain(self.assigned.iter().map(|(n, w)| (n.clone(), w)))
             .collect();
         let known: BTreeSet<&str> = valued.iter().map(|(n, _)| n.as_str()).collect();
@@ -150,7 +154,7 @@ impl File {
         // Their identifiers: the words inside a string (`__all__`, a docstring's example) move
         // no value.
         let texts: Vec<&BTreeSet<String>> = (self.classes.iter().map(|c| &c.idents))
-            .chain(self.function_idents.values())
+            .chain(functions().map(|f| &f.idents))
             .chain(self.statements.iter())
             .collect();
         loop {
@@ -178,20 +182,19 @@ impl File {
 
     /// The names of the outermost function around `line`.
     fn around(&self, line: u32) -> Option<&BTreeSet<String>> {
-        self.def_around(line).map(|(.., w)| w)
+        self.def_around(line).map(|f| &f.words)
     }
 
     /// The outermost function around `line`.
-    #[allow(clippy::type_complexity)]
-    fn def_around(&self, line: u32) -> Option<&(u32, u32, String, BTreeSet<String>)> {
-        self.defs.iter().find(|(a, b, ..)| *a <= line && line <= *b)
+    fn def_around(&self, line: u32) -> Option<&Function> {
+        self.defs.iter().find(|f| f.start <= line && line <= f.end)
     }
 
     /// Whether the function `name` (dotted with its classes) is among the code objects `firsts`.
     fn ran(&self, name: &str, firsts: &[u32]) -> bool {
         self.defs
             .iter()
-            .any(|(a, _, n, _)| n == name && firsts.contains(a))
+            .any(|f| f.name == name && firsts.contains(&f.start))
     }
 
     /// The class `key` and the classes nested in it.
@@ -363,7 +366,7 @@ impl Names {
         for (path, firsts) in code {
             let file = self.file(path, base)?;
             for &line in firsts {
-                if let Some((.., name, words)) = file.def_around(line) {
+                if let Some(Function { name, words, .. }) = file.def_around(line) {
                     let own = name.rsplit('.').next().unwrap_or(name);
                     // A hook by its name, or by pluggy's marker under another name
                     // (`@pytest.hookimpl(specname="pytest_generate_tests")`).
@@ -421,6 +424,27 @@ impl Names {
         out.insert(module_name(path).to_owned());
         out.extend(written.iter().map(|w| w.to_string()));
         Some(out)
+    }
+
+    /// Whether the global `name` of module `path` is only ever a function that reads nothing
+    /// but its arguments (in the base and in the head): a cache of it that holds only frozen
+    /// values (`StateChange::Cache`) is what calls would compute again. Not when the module
+    /// binds the name any other way (`f = lru_cache(g)`, an import, a `global` rebind).
+    pub(crate) fn pure_function(&self, path: &str, name: &str) -> bool {
+        let files: Vec<&File> = [self.head.get(path), self.base.get(path)]
+            .into_iter()
+            .flatten()
+            .collect();
+        !files.is_empty()
+            && files.iter().all(|file| {
+                let defs: Vec<&Function> = (file.defs.iter()).filter(|f| f.name == name).collect();
+                !defs.is_empty()
+                    && defs.iter().all(|f| f.pure)
+                    && !file.assigned.contains_key(name)
+                    && !file.opaque.contains(name)
+                    && !file.from_repo.contains(name)
+                    && !file.modules.contains(name)
+            })
     }
 }
 
@@ -736,6 +760,34 @@ mod tests {
         let reach = n.reaching("pkg/reg.py", ["_REG"].into_iter()).unwrap();
         assert!(reach.contains("get") && reach.contains("wrap"), "{reach:?}");
         assert!(!reach.contains("add"), "{reach:?}");
+    }
+
+    #[test]
+    fn a_function_holds_what_its_decorators_defaults_and_annotations_name() {
+        let n = names(&[(
+            "pkg/reg.py",
+            "import functools\n\nVALUES = {}\n\n\ndef plain(a, b=1, *c, d='x', **e):\n    pass\n\n\n\
+             def held(d=VALUES):\n    pass\n\n\ndef typed(x: VALUES) -> None:\n    pass\n\n\n\
+             def returns() -> VALUES:\n    pass\n\n\n@functools.cache\ndef cached():\n    pass\n\n\n\
+             def later():\n    pass\n\n\nlater = functools.cache(later)\n",
+        )]);
+        let reach = n.reaching("pkg/reg.py", ["VALUES"].into_iter()).unwrap();
+        for held in ["held", "typed", "returns"] {
+            assert!(reach.contains(held), "{held}: {reach:?}");
+        }
+        assert!(!reach.contains("plain"), "{reach:?}");
+        // A cache is written through its function, not through what it names.
+        let reach = n
+            .reaching("pkg/reg.py", ["cached", "later"].into_iter())
+            .unwrap();
+        assert!(
+            reach.contains("cached") && reach.contains("later"),
+            "{reach:?}"
+        );
+        assert!(
+            !reach.contains("plain") && !reach.contains("held"),
+            "{reach:?}"
+        );
     }
 
     #[test]

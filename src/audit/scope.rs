@@ -387,7 +387,14 @@ fn scope(
                     change: change.clone(),
                 });
             }
-            if let StateChange::Global { path, name } = change {
+            // A pure function's cache holding frozen values: what a later call gets from it is
+            // what it would compute (see `Names::pure_function`).
+            if let StateChange::Cache { path, name } = change {
+                if reach.names.pure_function(path, name) {
+                    continue;
+                }
+            }
+            if let StateChange::Global { path, name } | StateChange::Cache { path, name } = change {
                 written_modules
                     .entry(path.clone())
                     .or_default()

@@ -304,6 +304,13 @@ pub(crate) enum StateChange {
         path: String,
         name: String,
     },
+    /// An `lru_cache` global of the repository's module filled or emptied in place, holding
+    /// only values nothing can change in place (numbers, strings, tuples of them): no change
+    /// when its function reads nothing but its arguments, a `Global` change otherwise.
+    Cache {
+        path: String,
+        name: String,
+    },
     /// A global of a module outside the repository (the standard library's, an installed
     /// package's) rebound or removed: `json.dumps` replaced for good.
     Outside {
@@ -336,6 +343,13 @@ impl StateChange {
                 },
                 None => StateChange::Other(text.to_string()),
             },
+            "cache" => match detail.rsplit_once(':') {
+                Some((path, name)) => StateChange::Cache {
+                    path: path.to_string(),
+                    name: name.to_string(),
+                },
+                None => StateChange::Other(text.to_string()),
+            },
             "outside" => match detail.rsplit_once(':') {
                 Some((module, name)) => StateChange::Outside {
                     module: module.to_string(),
@@ -354,7 +368,7 @@ impl StateChange {
     /// import system, another module's global, a process setting, a thread that keeps
     /// running), as against a module's values or a file, whose readers the recording tells.
     pub(crate) fn read_by_anyone(&self) -> bool {
-        !matches!(self, StateChange::Global { .. })
+        !matches!(self, StateChange::Global { .. } | StateChange::Cache { .. })
     }
 }
 
@@ -366,6 +380,7 @@ impl std::fmt::Display for StateChange {
             StateChange::SysPath => f.write_str("sys.path:"),
             StateChange::SysModules(name) => write!(f, "sys.modules:{name}"),
             StateChange::Global { path, name } => write!(f, "global:{path}:{name}"),
+            StateChange::Cache { path, name } => write!(f, "cache:{path}:{name}"),
             StateChange::Outside { module, name } => write!(f, "outside:{module}:{name}"),
             StateChange::Setting(name) => write!(f, "setting:{name}"),
             StateChange::Threads(n) => write!(f, "threads:{n}"),

@@ -10,7 +10,9 @@ change), and for the globals that can change in place (containers, instances, cl
 lru_cache) their shallow contents (a dict's keys and values, a list's items, a class's or an
 instance's attributes, a set's size and the sum of its items' identities), the sizes of the
 containers those hold, and an lru_cache's fill. Only when that pass differs is each module looked
-at by name, to say which global changed. A change deeper down, or inside an object whose state
+at by name, to say which global changed (an lru_cache filled with values nothing changes in place
+is named `cache:` by its function's file and name: fixgate decides from the function's source
+whether that is state). A change deeper down, or inside an object whose state
 lives in C, is not seen (docs/impact.md says so). The pass costs a few microseconds per hundred
 globals; the per-global fingerprints before it cost a Python call per global and module after
 every test (docs/performance.md).
@@ -131,6 +133,71 @@ def _lru_fill(v):
         return v.cache_info().currsize
     except Exception:
         return -1
+
+
+# Values no code can change in place: what an lru_cache holding only these hands out is what a
+# call would compute again, when the function reads nothing but its arguments (fixgate tells
+# that from its source). A bare object() is the cache's own keyword marker.
+_FROZEN = frozenset([int, float, complex, str, bytes, bool, type(None), object])
+
+
+def _frozen(v, depth=0):
+    t = type(v)
+    if t in _FROZEN:
+        return True
+    if (t is tuple or t is frozenset) and depth < 8 and len(v) <= _MAX_ITEMS:
+        return all(_frozen(x, depth + 1) for x in v)
+    return False
+
+
+def _lru_types():
+    """The types an lru_cache wrapper lists among what it holds: its links' and its
+    cache_info's (a class as a key or a result is no frozen value)."""
+    import functools
+
+    @functools.lru_cache
+    def probe(x):
+        return x
+
+    probe(0)
+    kinds = [r for r in (_REFERENTS(probe) if _REFERENTS else ()) if isinstance(r, type)]
+    link = next((t for t in kinds if t.__name__ == "_lru_list_elem"), None)
+    info = next((t for t in kinds if t.__name__ == "CacheInfo"), None)
+    return link, info
+
+
+try:
+    _LRU_LINK, _CACHE_INFO = _lru_types()
+except Exception:
+    _LRU_LINK = _CACHE_INFO = None
+
+
+def _lru_frozen(v):
+    """Whether every key and result an lru_cache holds is a value nothing can change in place,
+    read through gc (CPython's wrapper lists its links' keys and results, its cache dict, its
+    function, its keyword marker and its types); False where that cannot be told."""
+    if _REFERENTS is None or _LRU_LINK is None or _CACHE_INFO is None:
+        return False
+    try:
+        own = getattr(v, "__dict__", None)
+        func = getattr(v, "__wrapped__", None)
+        held = []
+        caches = []
+        for r in _REFERENTS(v):
+            if r is own or r is func or r is type(v) or r is _LRU_LINK or r is _CACHE_INFO:
+                continue
+            if type(r) is dict:
+                caches.append(r)
+            else:
+                held.append(r)
+        # The cache: keys to results (unbounded) or to the links whose keys and results are
+        # listed above. Another dict is a result, which is no frozen value.
+        if len(caches) != 1 or len(caches[0]) != v.cache_info().currsize:
+            return False
+        held.extend(x for x in _REFERENTS(caches[0]) if type(x) is not _LRU_LINK)
+        return len(held) <= 4 * _MAX_ITEMS and all(map(_frozen, held))
+    except Exception:
+        return False
 
 
 class _Deep(object):
@@ -510,9 +577,23 @@ class State(object):
         self._refresh_modules()
         self._take_modules()
         after_deep = self.per_global
+        lrus = dict(zip(self.deep.names.get("lru", ()), self.deep.groups.get("lru", ())))
         for key, contents in after_deep.items():
             if key in before_deep and not _same(before_deep[key], contents):
-                line = "global:%s:%s" % (self.repo_modules[key[0]][0], key[1])
-                if line not in out:
-                    out.append(line)
+                path = self.repo_modules[key[0]][0]
+                line = "global:%s:%s" % (path, key[1])
+                if line in out:
+                    continue
+                # An lru_cache filled (or emptied) in place that holds only frozen values, named
+                # by where its function is defined (a module-level function of the
+                # repository's), whichever module's global it was seen through.
+                if key in lrus and _lru_frozen(lrus[key]):
+                    f = getattr(lrus[key], "__wrapped__", None)
+                    home = self.repo_modules.get(getattr(f, "__module__", None))
+                    qual = getattr(f, "__qualname__", None)
+                    if home is not None and isinstance(qual, str) and qual.isidentifier():
+                        line = "cache:%s:%s" % (home[0], qual)
+                        if line in out:
+                            continue
+                out.append(line)
         return out
