@@ -1095,6 +1095,44 @@ fn a_pure_functions_cache_that_hands_out_a_list_a_test_changes_is_written_state(
     );
 }
 
+/// A cache of a function that reads a global, filled while a test had the global patched, then
+/// read through another module's alias of it: the filler writes the alias's module too, and a
+/// test that names only the alias is its reader (a review found the alias lost when the fill
+/// was named by the function's own module alone).
+#[test]
+fn a_cache_filled_under_a_patched_global_is_read_through_an_alias() {
+    let repo = TestRepo::new();
+    repo.write("pkg/__init__.py", "")
+        .write("pyproject.toml", "[tool.pytest.ini_options]\n")
+        .write(
+            "pkg/a.py",
+            "from functools import lru_cache\n\nFACTOR = 3\n\n\n\
+             @lru_cache\ndef scaled(n):\n    return n * FACTOR\n",
+        )
+        .write("pkg/b.py", "from pkg.a import scaled as times\n")
+        .write(
+            "tests/test_reader.py",
+            "from pkg.b import times\n\n\ndef test_times():\n    assert times(2) == 6\n",
+        );
+    let filler = |factor: u32| {
+        format!(
+            "from pkg import a\n\n\ndef test_fill(monkeypatch):\n    \
+             monkeypatch.setattr(a, 'FACTOR', {factor})\n    assert a.scaled(2) == {}\n",
+            2 * factor
+        )
+    };
+    repo.write("tests/test_fill.py", filler(3));
+    repo.commit("base");
+    repo.write("tests/test_fill.py", filler(10));
+    repo.commit("head: the filler fills the cache under another factor");
+    let v = scoped_audit(&repo, &[]);
+    assert_polluted(
+        &v,
+        &["tests/test_reader.py::test_times"],
+        "tests/test_fill.py::test_fill",
+    );
+}
+
 #[test]
 fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_them() {
     // No registry this time: a test of one module touches nothing of the others.
@@ -1307,7 +1345,7 @@ fn the_state_fingerprint_names_each_global_a_test_changed_and_nothing_else() {
                  return ('rel', p[len('/repo/'):], False) if p.startswith('/repo/') else ('outside', p, False)\n\
          def module(name, src):\n    \
              m = types.ModuleType(name); m.__file__ = '/repo/%s.py' % name\n    \
-             exec(src, m.__dict__); sys.modules[name] = m; return m\n\
+             exec(compile(src, m.__file__, 'exec'), m.__dict__); sys.modules[name] = m; return m\n\
          a = module('fx_a', 'import functools\\nREG = {{}}\\nL = []\\nN = 1\\nD = {{\"k\": []}}\\nS = set()\\nNAN = float(\"nan\")\\n\
 class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass\\n@functools.lru_cache()\\ndef f(x):\\n    return x\\n@functools.lru_cache(maxsize=None)\\ndef g(x):\\n    return [x]\\n@functools.lru_cache()\\ndef h(x):\\n    return {{x: 1}}\\n')\n\
          s = st.State(Repo()); s.baseline()\n\
@@ -1324,8 +1362,9 @@ class K:\\n    x = 1\\nimport unittest\\nclass UT(unittest.TestCase):\\n    pass
          step(lambda: (setattr(a.UT, '_classSetupFailed', False), setattr(a.UT, '_class_cleanups', [])), [])\n\
          step(lambda: setattr(a.UT, 'tearDown_exceptions', []), [])\n\
          step(lambda: setattr(a.UT, 'shared', 1), ['global:fx_a.py:UT'])\n\
-         step(lambda: a.f(3), ['cache:fx_a.py:f'])\n\
-         step(lambda: a.f((1, 'x', None, 2.5)), ['cache:fx_a.py:f'])\n\
+         step(lambda: a.f(3), ['cache:fx_a.py:f:fx_a.py:f'])\n\
+         step(lambda: a.f((1, 'x', None, b'2')), ['cache:fx_a.py:f:fx_a.py:f'])\n\
+         step(lambda: a.f(2.5), ['global:fx_a.py:f'])\n\
          step(lambda: a.g(3), ['global:fx_a.py:g'])\n\
          step(lambda: a.h(3), ['global:fx_a.py:h'])\n\
          step(lambda: a.f([1].__class__), ['global:fx_a.py:f'])\n\

@@ -1218,6 +1218,101 @@ def pytest_sessionfinish(session):
             time.sleep(0.1)
 "#;
 
+/// A conftest that writes `lines` (a Python expression giving an iterable of lines) into its
+/// process's event stream at `hook`, then ends as `then` says.
+fn forges_events(hook: &str, lines: &str, then: &str) -> String {
+    format!(
+        "import glob\nimport os\n\n\n\
+         def _stream():\n    \
+             sandbox = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n    \
+             found = glob.glob(os.path.join(sandbox, 'events-*.jsonl'))\n    \
+             return max(found, key=os.path.getmtime) if found else None\n\n\n\
+         def {hook}(session):\n    \
+             path = _stream()\n    \
+             if path is None:\n        raise SystemExit('the attack found no event stream to write')\n    \
+             with open(path, 'a') as f:\n        \
+                 for line in {lines}:\n            f.write(line + '\\n')\n    \
+             {then}\n"
+    )
+}
+
+#[test]
+fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
+    let (repo, base) = price_repo();
+    let py = common::python();
+    let run_seed_0 = |head: &str| {
+        git(repo.path(), &["checkout", "-q", "--detach", head]);
+        common::fixgate_within(
+            repo.path(),
+            repo.cache.path(),
+            &[("FIXGATE_NO_NAMESPACES", "")],
+            &[
+                "run",
+                "--seed",
+                "0",
+                "--format",
+                "json",
+                "--python",
+                py.to_str().unwrap(),
+            ],
+            std::time::Duration::from_secs(120),
+        )
+    };
+    // A session end that names a test it was never given as running, in every process: once
+    // the runner charged it a crash and started the order again, for ever.
+    let loops = patch(
+        &repo,
+        &base,
+        "a session that says a test it was not given was running",
+        &[
+            (
+                "tests/conftest.py",
+                &forges_events(
+                    "pytest_sessionstart",
+                    r#"['{"event":"finish","running":"tests/test_price.py::test_not_given"}']"#,
+                    "os._exit(0)",
+                ),
+            ),
+            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+        ],
+    );
+    let run = run_seed_0(&loops);
+    assert_ne!(run.code, 0, "no test ran: {run:?}");
+    assert!(!run.stdout.contains("test_not_given"), "{run:?}");
+    // A hundred thousand results for tests it was not given: one warning that counts them.
+    let floods = patch(
+        &repo,
+        &base,
+        "a session end that reports results for tests it was not given",
+        &[(
+            "tests/conftest.py",
+            &forges_events(
+                "pytest_sessionfinish",
+                r#"('{"event":"test","nodeid":"tests/x.py::t%d","outcome":"passed"}' % i for i in range(100000))"#,
+                "pass",
+            ),
+        )],
+    );
+    let run = run_seed_0(&floods);
+    let v = run.json();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        outcome_of(&v, "tests/test_price.py::test_total").0,
+        "passed",
+        "{v}"
+    );
+    let warnings: Vec<&str> = (v["result"]["warnings"].as_array().unwrap().iter())
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains("tests it was not given"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("100000 result(s)") && warnings[0].contains("tests/x.py::t0"),
+        "{warnings:?}"
+    );
+    assert_eq!(v["result"]["tests"].as_array().unwrap().len(), 1, "{v}");
+}
+
 #[test]
 fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
     // Before, the time outside a test counted from the stream's last line (and a collection's
@@ -1268,7 +1363,7 @@ fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
             "{label}: the kill is said: {v}"
         );
         assert!(
-            warnings.contains("tests/test_price.py::test_forged, a test it was not given"),
+            warnings.contains("tests it was not given or reported more often than listed (the first: tests/test_price.py::test_forged)"),
             "{label}: the forged result is ignored and said (so the attack reached the stream): {v}"
         );
         assert!(

@@ -291,7 +291,9 @@ pub(crate) fn describe_leak(change: &StateChange) -> String {
         StateChange::SysPath => "sys.path".into(),
         StateChange::SysModules(name) => format!("the module {name} in sys.modules"),
         StateChange::Global { path, name } => format!("the module global {name} of {path}"),
-        StateChange::Cache { path, name } => format!("the lru_cache of {name} in {path}"),
+        StateChange::Cache { home, function, .. } => {
+            format!("the lru_cache of {function} in {home}")
+        }
         StateChange::Outside { module, name } => {
             format!("{module}.{name} (a global outside the repository)")
         }

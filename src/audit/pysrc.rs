@@ -105,6 +105,9 @@ pub(crate) struct Source {
     /// The identifiers of each statement at the module's own level (definitions aside), whether
     /// it binds a name or not: `ALIASES.setdefault("d", _REG)` puts what one holds in another.
     pub(crate) statements: Vec<BTreeSet<String>>,
+    /// Whether its code reads or resets a cache's own state (`f.cache_info()`,
+    /// `.cache_clear()`, `.cache_parameters()`, or those names in a string, for `getattr`).
+    pub(crate) cache_api: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -423,6 +426,11 @@ fn is_name(text: &str) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
 
+/// A cache's own state: what it holds (`cache_info`) and its reset.
+fn cache_api_name(name: &str) -> bool {
+    matches!(name, "cache_info" | "cache_clear" | "cache_parameters")
+}
+
 /// Whether a token is a string literal (with its prefix).
 fn is_string(text: &str) -> bool {
     text.trim_start_matches(|c: char| "rRbBuUfF".contains(c))
@@ -563,14 +571,27 @@ pub(crate) fn parse(text: &str) -> Source {
             defs[d].digest = h.finalize();
             defs[d].words = o.words;
             defs[d].idents = o.idents;
-            defs[d].pure = o.purity.is_some_and(|p| p.pure(&o.name));
+            defs[d].pure = o.purity.is_some_and(|p| p.pure());
         } else if let Some(c) = o.class {
             classes[c].end = last.max(classes[c].start);
             classes[c].words = o.words;
             classes[c].idents = o.idents;
         }
     };
+    let mut cache_api = false;
     for (n, l) in lines.iter().enumerate() {
+        cache_api |= l
+            .tokens
+            .iter()
+            .enumerate()
+            .any(|(i, t)| match is_string(t.text) {
+                true => cache_api_name(
+                    t.text
+                        .trim_start_matches(|c: char| "rRbBuUfF".contains(c))
+                        .trim_matches(['\'', '"']),
+                ),
+                false => i > 0 && l.tokens[i - 1].text == "." && cache_api_name(t.text),
+            });
         while open.last().is_some_and(|o| l.indent <= o.indent) {
             let o = open.pop().expect("checked");
             close(o, &mut defs, &mut classes, prev_last);
@@ -734,6 +755,14 @@ pub(crate) fn parse(text: &str) -> Source {
         close(o, &mut defs, &mut classes, prev_last);
     }
     imported.retain(|n, _| !assigned.contains(n));
+    // A module that binds a builtin's name (`def len(x)`, `from m import sorted`, or names no
+    // statement shows) calls its own, not the builtin: no function of it is called pure.
+    let shadows = |n: &String| purity::PURE_BUILTINS.contains(&n.as_str());
+    if globals.is_none() || module_level.iter().any(shadows) {
+        for d in &mut defs {
+            d.pure = false;
+        }
+    }
     let class_only = (classes.iter().flat_map(|c| c.bound.iter()))
         .filter(|n| !module_level.contains(*n))
         .cloned()
@@ -752,6 +781,7 @@ pub(crate) fn parse(text: &str) -> Source {
         assigned_words,
         bound_opaquely,
         statements,
+        cache_api,
     }
 }
 

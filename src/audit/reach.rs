@@ -61,6 +61,8 @@ struct File {
     opaque: BTreeSet<String>,
     /// The identifiers of each statement at the module's own level (definitions aside).
     statements: Vec<BTreeSet<String>>,
+    /// Whether its code reads or resets a cache's own state ([`pysrc::Source::cache_api`]).
+    cache_api: bool,
 }
 
 impl File {
@@ -91,6 +93,7 @@ impl File {
         };
         File {
             statements: source.statements,
+            cache_api: source.cache_api,
             assigned: source.assigned_words,
             opaque: (source.bound_opaquely.into_iter())
                 .filter(repo_held)
@@ -426,6 +429,13 @@ impl Names {
         Some(out)
     }
 
+    /// Whether any code of the repository, base or head, names a cache's own state
+    /// (`f.cache_info()`, `.cache_clear()`, `.cache_parameters()`): a test that reads how full a
+    /// cache is reads what filled it.
+    fn inspects_caches(&self) -> bool {
+        (self.head.values().chain(self.base.values())).any(|f| f.cache_api)
+    }
+
     /// Whether the global `name` of module `path` is only ever a function that reads nothing
     /// but its arguments (in the base and in the head): a cache of it that holds only frozen
     /// values (`StateChange::Cache`) is what calls would compute again. Not when the module
@@ -436,6 +446,7 @@ impl Names {
             .flatten()
             .collect();
         !files.is_empty()
+            && !self.inspects_caches()
             && files.iter().all(|file| {
                 let defs: Vec<&Function> = (file.defs.iter()).filter(|f| f.name == name).collect();
                 !defs.is_empty()
@@ -788,6 +799,28 @@ mod tests {
             !reach.contains("plain") && !reach.contains("held"),
             "{reach:?}"
         );
+    }
+
+    #[test]
+    fn a_pure_cached_function_is_pure_unless_the_repository_reads_a_caches_state() {
+        let module = (
+            "pkg/m.py",
+            "from functools import lru_cache\n\n\n@lru_cache\ndef odd(n):\n    return n >> 1\n\n\n\
+             @lru_cache\ndef scaled(n):\n    return n * FACTOR\n\n\nFACTOR = 2\n\n\n\
+             def window(xs):\n    cache = []\n    cache_clear = cache.clear\n    cache_clear()\n",
+        );
+        let n = names(&[module]);
+        // `window`'s local `cache_clear` reads no cache's state.
+        assert!(n.pure_function("pkg/m.py", "odd"));
+        assert!(!n.pure_function("pkg/m.py", "scaled"), "reads a global");
+        assert!(!n.pure_function("pkg/other.py", "odd"), "not its file");
+        for reads in [
+            "from pkg.m import odd\n\n\ndef test_fill():\n    assert odd.cache_info().hits == 0\n",
+            "from pkg import m\n\n\ndef test_reset():\n    getattr(m.odd, 'cache_clear')()\n",
+        ] {
+            let n = names(&[module, ("tests/test_m.py", reads)]);
+            assert!(!n.pure_function("pkg/m.py", "odd"), "{reads}");
+        }
     }
 
     #[test]

@@ -389,12 +389,14 @@ fn scope(
             }
             // A pure function's cache holding frozen values: what a later call gets from it is
             // what it would compute (see `Names::pure_function`).
-            if let StateChange::Cache { path, name } = change {
-                if reach.names.pure_function(path, name) {
+            if let StateChange::Cache { home, function, .. } = change {
+                if reach.names.pure_function(home, function) {
                     continue;
                 }
             }
-            if let StateChange::Global { path, name } | StateChange::Cache { path, name } = change {
+            if let StateChange::Global { path, name } | StateChange::Cache { path, name, .. } =
+                change
+            {
                 written_modules
                     .entry(path.clone())
                     .or_default()

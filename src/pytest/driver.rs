@@ -801,6 +801,7 @@ impl Runner {
             for t in &result.tests[before..] {
                 *done.entry(t.nodeid.as_str()).or_default() += 1;
             }
+            let waiting = left.len();
             left.retain(|id| match done.get_mut(id.as_str()) {
                 Some(n) if *n > 0 => {
                     *n -= 1;
@@ -808,6 +809,14 @@ impl Runner {
                 }
                 _ => true,
             });
+            // Every result kept is one of the order's (`Progress`): a process that took none of
+            // its tests would be started again for ever.
+            if left.len() == waiting && !left.is_empty() {
+                return Err(outcome.failure(
+                    "reported results for none of the tests it was given",
+                    snapshot,
+                ));
+            }
         }
         let order = result.order.clone();
         scrub_sandbox_paths(&mut result, &sandbox_dir);
@@ -878,9 +887,18 @@ impl Runner {
         let mut outside = Instant::now();
         let before = result.tests.len();
         let mut stalled_at = None;
+        // Results for tests the process was not given (or reported too often): the first one's
+        // id and how many.
+        let mut dropped: Option<(String, usize)> = None;
         let status = loop {
             let exited = p.try_wait()?;
-            for ev in reader.read_new()? {
+            // A running process's stream is read a batch at a time, so that the clocks are
+            // looked at between batches however fast it writes; an exited one's to its end.
+            let batch = match exited {
+                Some(_) => reader.read_all()?,
+                None => reader.read_new()?,
+            };
+            for ev in batch {
                 match ev {
                     Event::TestStart { nodeid } => {
                         if !progress_of.start(&nodeid) {
@@ -890,18 +908,14 @@ impl Runner {
                         if let Some(pb) = progress {
                             pb.set_message(nodeid.clone());
                         }
-                        current = Some((nodeid, Instant::now(), now_secs()));
+                        // The test inferred to run next keeps its clock.
+                        if current.as_ref().is_none_or(|c| c.0 != nodeid) {
+                            current = Some((nodeid, Instant::now(), now_secs()));
+                        }
                     }
                     Event::Test(t) => {
                         if !progress_of.result(&t.nodeid) {
-                            let w = format!(
-                                "a pytest process reported a result for {}, a test it was not \
-                                 given (or reported twice): ignored",
-                                t.nodeid
-                            );
-                            if !result.warnings.contains(&w) {
-                                result.warnings.push(w);
-                            }
+                            dropped.get_or_insert_with(|| (t.nodeid.clone(), 0)).1 += 1;
                             continue;
                         }
                         outside = Instant::now();
@@ -944,9 +958,12 @@ impl Runner {
                             continue;
                         }
                         outside = Instant::now();
-                        current = running.map(|id| match current.take() {
-                            Some(c) if c.0 == id => c,
-                            _ => (id, Instant::now(), now_secs()),
+                        // Only a test of the order still to report can have been running.
+                        current = running.filter(|id| progress_of.pending(id)).map(|id| {
+                            match current.take() {
+                                Some(c) if c.0 == id => c,
+                                _ => (id, Instant::now(), now_secs()),
+                            }
                         });
                     }
                     Event::Collected { items, .. } => {
@@ -1013,6 +1030,12 @@ impl Runner {
             }
             p.pause();
         };
+        if let Some((first, n)) = dropped {
+            result.warnings.push(format!(
+                "a pytest process reported {n} result(s) for tests it was not given or reported \
+                 more often than listed (the first: {first}): ignored"
+            ));
+        }
         // A test that started just as the process was killed for stalling outside a test is
         // not charged with it: the next process runs it again.
         if stalled_at.is_some() && !timed_out {
@@ -1297,7 +1320,11 @@ fn wait_interruptibly(
     let mut progress = Progress::new(None);
     loop {
         let exited = p.try_wait()?;
-        for ev in reader.read_new()? {
+        let batch = match exited {
+            Some(_) => reader.read_all()?,
+            None => reader.read_new()?,
+        };
+        for ev in batch {
             let moved = match &ev {
                 Event::Start { .. } => progress.once(Once::Start),
                 Event::Finish { .. } => progress.once(Once::Finish),

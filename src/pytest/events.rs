@@ -304,12 +304,15 @@ pub(crate) enum StateChange {
         path: String,
         name: String,
     },
-    /// An `lru_cache` global of the repository's module filled or emptied in place, holding
-    /// only values nothing can change in place (numbers, strings, tuples of them): no change
-    /// when its function reads nothing but its arguments, a `Global` change otherwise.
+    /// An `lru_cache` global `name` of the repository's module `path` filled or emptied in
+    /// place, holding only values nothing can change in place (numbers, strings, tuples of
+    /// them), whose function is `function` of the file `home`: no change when that function
+    /// reads nothing but its arguments, a `Global` change of `name` otherwise.
     Cache {
         path: String,
         name: String,
+        home: String,
+        function: String,
     },
     /// A global of a module outside the repository (the standard library's, an installed
     /// package's) rebound or removed: `json.dumps` replaced for good.
@@ -343,12 +346,15 @@ impl StateChange {
                 },
                 None => StateChange::Other(text.to_string()),
             },
-            "cache" => match detail.rsplit_once(':') {
-                Some((path, name)) => StateChange::Cache {
+            // The plugin writes it only for paths without a colon.
+            "cache" => match detail.split(':').collect::<Vec<_>>()[..] {
+                [path, name, home, function] => StateChange::Cache {
                     path: path.to_string(),
                     name: name.to_string(),
+                    home: home.to_string(),
+                    function: function.to_string(),
                 },
-                None => StateChange::Other(text.to_string()),
+                _ => StateChange::Other(text.to_string()),
             },
             "outside" => match detail.rsplit_once(':') {
                 Some((module, name)) => StateChange::Outside {
@@ -380,7 +386,12 @@ impl std::fmt::Display for StateChange {
             StateChange::SysPath => f.write_str("sys.path:"),
             StateChange::SysModules(name) => write!(f, "sys.modules:{name}"),
             StateChange::Global { path, name } => write!(f, "global:{path}:{name}"),
-            StateChange::Cache { path, name } => write!(f, "cache:{path}:{name}"),
+            StateChange::Cache {
+                path,
+                name,
+                home,
+                function,
+            } => write!(f, "cache:{path}:{name}:{home}:{function}"),
             StateChange::Outside { module, name } => write!(f, "outside:{module}:{name}"),
             StateChange::Setting(name) => write!(f, "setting:{name}"),
             StateChange::Threads(n) => write!(f, "threads:{n}"),

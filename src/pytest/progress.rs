@@ -98,6 +98,12 @@ impl Progress {
         true
     }
 
+    /// Whether `nodeid` is a test of the order still to report: what a session's end may say
+    /// was running.
+    pub(crate) fn pending(&self, nodeid: &str) -> bool {
+        self.results.get(nodeid).is_some_and(|n| *n > 0)
+    }
+
     /// The test that follows the last reported run of `nodeid` in the order, when it is still
     /// to run.
     pub(crate) fn after(&self, nodeid: &str) -> Option<&str> {
@@ -137,6 +143,7 @@ mod tests {
         assert!(p.result("a"));
         assert_eq!(p.after("a"), Some("b"));
         assert!(!p.result("x"), "a test not given is no result");
+        assert!(!p.pending("x") && p.pending("b"));
         assert!(p.result("b"));
         assert_eq!(p.after("b"), Some("a"));
         assert!(p.start("a"), "listed twice: starts twice");

@@ -9,9 +9,12 @@ use crate::pytest::events::Event;
 
 /// Reads every event of a finished stream.
 pub(crate) fn read_events(path: &Path) -> Result<Vec<Event>> {
-    let mut r = EventReader::open(path)?;
-    r.read_new()
+    EventReader::open(path)?.read_all()
 }
+
+/// The most lines one read of a stream still being written takes: its reader looks at the
+/// clocks between reads, however fast the process writes.
+const BATCH: usize = 4096;
 
 /// Reads complete lines appended to the events file since the last call.
 pub(crate) struct EventReader {
@@ -28,10 +31,20 @@ impl EventReader {
         })
     }
 
-    /// The events of the lines completed since the last call; a line still being written waits.
+    /// The events of the lines completed since the last call, at most [`BATCH`] lines; a line
+    /// still being written waits.
     pub(crate) fn read_new(&mut self) -> Result<Vec<Event>> {
+        self.read(BATCH)
+    }
+
+    /// The events of every line completed since the last call (a finished stream's rest).
+    pub(crate) fn read_all(&mut self) -> Result<Vec<Event>> {
+        self.read(usize::MAX)
+    }
+
+    fn read(&mut self, most: usize) -> Result<Vec<Event>> {
         let mut out = Vec::new();
-        loop {
+        for _ in 0..most {
             let mut line = String::new();
             let n = self
                 .file

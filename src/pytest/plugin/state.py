@@ -11,7 +11,7 @@ lru_cache) their shallow contents (a dict's keys and values, a list's items, a c
 instance's attributes, a set's size and the sum of its items' identities), the sizes of the
 containers those hold, and an lru_cache's fill. Only when that pass differs is each module looked
 at by name, to say which global changed (an lru_cache filled with values nothing changes in place
-is named `cache:` by its function's file and name: fixgate decides from the function's source
+is named `cache:`, with its function's file and name: fixgate decides from the function's source
 whether that is state). A change deeper down, or inside an object whose state
 lives in C, is not seen (docs/impact.md says so). The pass costs a few microseconds per hundred
 globals; the per-global fingerprints before it cost a Python call per global and module after
@@ -150,6 +150,23 @@ def _frozen(v, depth=0):
     return False
 
 
+# What a cache's keys may hold: a later call with an equal argument hits the entry, so an
+# argument that equals one of another type or sign (1.0 and True for 1, -0.0 for 0.0, equal
+# frozensets that iterate apart) would get what the other computed. A bare object() is the
+# keyword marker; builtin types are what `typed=True` adds.
+_KEY_FROZEN = frozenset([int, str, bytes, type(None), object])
+_KEY_TYPES = frozenset([int, str, bytes, type(None), tuple, float, bool])
+
+
+def _key_frozen(v, depth=0):
+    t = type(v)
+    if t in _KEY_FROZEN or v in _KEY_TYPES:
+        return True
+    if t is tuple and depth < 8 and len(v) <= _MAX_ITEMS:
+        return all(_key_frozen(x, depth + 1) for x in v)
+    return False
+
+
 def _lru_types():
     """The types an lru_cache wrapper lists among what it holds: its links' and its
     cache_info's (a class as a key or a result is no frozen value)."""
@@ -163,13 +180,13 @@ def _lru_types():
     kinds = [r for r in (_REFERENTS(probe) if _REFERENTS else ()) if isinstance(r, type)]
     link = next((t for t in kinds if t.__name__ == "_lru_list_elem"), None)
     info = next((t for t in kinds if t.__name__ == "CacheInfo"), None)
-    return link, info
+    return type(probe), link, info
 
 
 try:
-    _LRU_LINK, _CACHE_INFO = _lru_types()
+    _LRU_TYPE, _LRU_LINK, _CACHE_INFO = _lru_types()
 except Exception:
-    _LRU_LINK = _CACHE_INFO = None
+    _LRU_TYPE = _LRU_LINK = _CACHE_INFO = None
 
 
 def _lru_frozen(v):
@@ -178,6 +195,8 @@ def _lru_frozen(v):
     function, its keyword marker and its types); False where that cannot be told."""
     if _REFERENTS is None or _LRU_LINK is None or _CACHE_INFO is None:
         return False
+    if type(v) is not _LRU_TYPE:
+        return False  # a class of the same name, whose state lives where this does not look
     try:
         own = getattr(v, "__dict__", None)
         func = getattr(v, "__wrapped__", None)
@@ -193,6 +212,8 @@ def _lru_frozen(v):
         # The cache: keys to results (unbounded) or to the links whose keys and results are
         # listed above. Another dict is a result, which is no frozen value.
         if len(caches) != 1 or len(caches[0]) != v.cache_info().currsize:
+            return False
+        if not all(map(_key_frozen, caches[0])):
             return False
         held.extend(x for x in _REFERENTS(caches[0]) if type(x) is not _LRU_LINK)
         return len(held) <= 4 * _MAX_ITEMS and all(map(_frozen, held))
@@ -557,6 +578,27 @@ class State(object):
         self._outside_snapshot(values)
         return out
 
+    def _cached_function(self, wrapper):
+        """The repository's file and the name of the plain module-level function an lru_cache
+        wraps, by its code (its file and name), or None: a function wrapped again, a closure,
+        one defined elsewhere than its module says."""
+        try:
+            f = wrapper.__wrapped__
+            code = f.__code__
+            if getattr(f, "__wrapped__", None) is not None or f.__closure__ is not None:
+                return None
+            home = self.repo_modules.get(f.__module__)
+            name = code.co_name
+            if home is None or f.__qualname__ != name or not name.isidentifier():
+                return None
+            if os.path.abspath(code.co_filename) != os.path.abspath(home[1].__file__):
+                return None
+            if ":" in home[0]:
+                return None
+            return home[0], name
+        except Exception:
+            return None
+
     def _which(self):
         """Names what changed, global by global, and takes the new snapshot."""
         before_names = self.names
@@ -584,16 +626,12 @@ class State(object):
                 line = "global:%s:%s" % (path, key[1])
                 if line in out:
                     continue
-                # An lru_cache filled (or emptied) in place that holds only frozen values, named
-                # by where its function is defined (a module-level function of the
-                # repository's), whichever module's global it was seen through.
+                # An lru_cache filled (or emptied) in place that holds only frozen values: the
+                # global it was seen through, then where its function is defined (a plain
+                # module-level function of the repository's).
                 if key in lrus and _lru_frozen(lrus[key]):
-                    f = getattr(lrus[key], "__wrapped__", None)
-                    home = self.repo_modules.get(getattr(f, "__module__", None))
-                    qual = getattr(f, "__qualname__", None)
-                    if home is not None and isinstance(qual, str) and qual.isidentifier():
-                        line = "cache:%s:%s" % (home[0], qual)
-                        if line in out:
-                            continue
+                    home = self._cached_function(lrus[key])
+                    if home is not None and ":" not in path and str(key[1]).isidentifier():
+                        line = "cache:%s:%s:%s:%s" % (path, key[1], home[0], home[1])
                 out.append(line)
         return out
