@@ -890,14 +890,15 @@ impl Runner {
         // Results for tests the process was not given (or reported too often): the first one's
         // id and how many.
         let mut dropped: Option<(String, usize)> = None;
+        let mut exited = None;
         let status = loop {
-            let exited = p.try_wait()?;
-            // A running process's stream is read a batch at a time, so that the clocks are
-            // looked at between batches however fast it writes; an exited one's to its end.
-            let batch = match exited {
-                Some(_) => reader.read_all()?,
-                None => reader.read_new()?,
-            };
+            if exited.is_none() {
+                exited = p.try_wait()?;
+            }
+            // The stream is read a batch at a time, so that the clocks are looked at between
+            // batches however fast the process writes, and an exited one's rest is not held
+            // whole in memory.
+            let batch = reader.read_new()?;
             for ev in batch {
                 match ev {
                     Event::TestStart { nodeid } => {
@@ -999,7 +1000,10 @@ impl Runner {
                 }
             }
             if let Some(status) = exited {
-                break status;
+                if reader.drained() {
+                    break status;
+                }
+                continue;
             }
             if self.interrupted.load(Ordering::SeqCst) {
                 p.abort();
@@ -1318,13 +1322,12 @@ fn wait_interruptibly(
     let mut reader = EventReader::open(&p.events)?;
     let mut events = Vec::new();
     let mut progress = Progress::new(None);
+    let mut exited = None;
     loop {
-        let exited = p.try_wait()?;
-        let batch = match exited {
-            Some(_) => reader.read_all()?,
-            None => reader.read_new()?,
-        };
-        for ev in batch {
+        if exited.is_none() {
+            exited = p.try_wait()?;
+        }
+        for ev in reader.read_new()? {
             let moved = match &ev {
                 Event::Start { .. } => progress.once(Once::Start),
                 Event::Finish { .. } => progress.once(Once::Finish),
@@ -1337,10 +1340,31 @@ fn wait_interruptibly(
             if moved {
                 since = Instant::now();
             }
-            events.push(ev);
+            // What a collection says; no more of it than a suite writes (a file per error).
+            let kept = matches!(
+                ev,
+                Event::Collected { .. }
+                    | Event::SessionTrace { .. }
+                    | Event::CollectSkip { .. }
+                    | Event::CollectError { .. }
+                    | Event::Error { .. }
+            );
+            if kept {
+                if events.len() >= COLLECTION_EVENTS {
+                    p.abort();
+                    return Err(Error::NotCollected(format!(
+                        "pytest wrote more than {COLLECTION_EVENTS} events while collecting (a \
+                         conftest writing the plugin's stream?)"
+                    )));
+                }
+                events.push(ev);
+            }
         }
         if let Some(s) = exited {
-            return Ok(Some((s, events)));
+            if reader.drained() {
+                return Ok(Some((s, events)));
+            }
+            continue;
         }
         if interrupted.load(Ordering::SeqCst) {
             p.abort();
@@ -1353,6 +1377,10 @@ fn wait_interruptibly(
         p.pause();
     }
 }
+
+/// The most events a collection may report: its items, its traces, a skip or an error per
+/// file.
+const COLLECTION_EVENTS: usize = 1_000_000;
 
 /// Why a process was killed outside any test: it spent longer than the test timeout `doing`
 /// something that is no test (an import or a hook that never returns would hold the audit

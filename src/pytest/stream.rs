@@ -20,6 +20,8 @@ const BATCH: usize = 4096;
 pub(crate) struct EventReader {
     file: BufReader<std::fs::File>,
     partial: String,
+    /// Whether the last read reached the end of what was written.
+    drained: bool,
 }
 
 impl EventReader {
@@ -28,6 +30,7 @@ impl EventReader {
         Ok(EventReader {
             file: BufReader::new(file),
             partial: String::new(),
+            drained: false,
         })
     }
 
@@ -42,8 +45,15 @@ impl EventReader {
         self.read(usize::MAX)
     }
 
+    /// Whether the last read reached the end of what was written (a line still being
+    /// written included): a finished stream's reader is then done.
+    pub(crate) fn drained(&self) -> bool {
+        self.drained
+    }
+
     fn read(&mut self, most: usize) -> Result<Vec<Event>> {
         let mut out = Vec::new();
+        self.drained = false;
         for _ in 0..most {
             let mut line = String::new();
             let n = self
@@ -51,11 +61,13 @@ impl EventReader {
                 .read_line(&mut line)
                 .map_err(|e| Error::Infra(format!("failed to read the plugin's events: {e}")))?;
             if n == 0 {
+                self.drained = true;
                 break;
             }
             if !line.ends_with('\n') {
                 // A line the plugin is still writing: keep it for the next call.
                 self.partial.push_str(&line);
+                self.drained = true;
                 break;
             }
             let full = std::mem::take(&mut self.partial) + &line;
@@ -87,6 +99,7 @@ mod tests {
             "{first:?}"
         );
         assert!(r.read_new().unwrap().is_empty(), "half a line is no event");
+        assert!(r.drained(), "the rest is being written");
         w.write_all(b"art\",\"nodeid\":\"t.py::b\"}\nnot json\n")
             .unwrap();
         let second = r.read_new().unwrap();
@@ -95,5 +108,18 @@ mod tests {
             "{second:?}"
         );
         assert_eq!(read_events(&path).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_long_stream_is_read_a_batch_at_a_time_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let line = "{\"event\":\"test_start\",\"nodeid\":\"t.py::a\"}\n";
+        std::fs::write(&path, line.repeat(BATCH + 1)).unwrap();
+        let mut r = EventReader::open(&path).unwrap();
+        assert_eq!(r.read_new().unwrap().len(), BATCH);
+        assert!(!r.drained());
+        assert_eq!(r.read_new().unwrap().len(), 1);
+        assert!(r.drained());
     }
 }

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use super::{is_name, is_string, Token, KEYWORDS};
 
 /// Builtins that compute from their arguments alone, with no effect outside their result, and
-/// the exceptions a function may raise. Not `print`, `open`, `input`, `id`, `globals`...
+/// the exceptions a function may raise. Not `print`, `open`, `input`, `id`, `globals`, nor
+/// `format` (its `n` type reads the locale, a process setting)...
 pub(super) const PURE_BUILTINS: &[&str] = &[
     "abs",
     "all",
@@ -28,7 +29,6 @@ pub(super) const PURE_BUILTINS: &[&str] = &[
     "enumerate",
     "filter",
     "float",
-    "format",
     "frozenset",
     "hash",
     "hex",
