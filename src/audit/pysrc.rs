@@ -29,7 +29,8 @@ pub(crate) struct Def {
     /// The identifiers among `words` (none from inside a string): what its code can store
     /// one value of in another.
     pub(crate) idents: BTreeSet<String>,
-    /// Whether its code reads nothing but its arguments ([`purity`]).
+    /// Whether it is a module-level function whose code reads nothing but its arguments
+    /// ([`purity`]).
     pub(crate) pure: bool,
 }
 
@@ -350,15 +351,6 @@ const DYNAMIC_BIND: &[&str] = &[
 /// (`monkeypatch.setattr("pkg.reg.VALUES", ...)`), except the name a `def` or `class` defines
 /// and a `getattr` whose attribute is a plain string (`getattr(x, "index", None)` reads
 /// `x.index`, whose name the string gives: it is no dynamic read).
-/// The identifiers of `tokens`: [`words`] without those inside strings.
-fn idents<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
-    tokens.iter().enumerate().filter_map(move |(i, t)| {
-        let defined = i > 0 && matches!(tokens[i - 1].text, "def" | "class");
-        (is_name(t.text) && !is_string(t.text) && !defined && !KEYWORDS.contains(&t.text))
-            .then_some(t.text)
-    })
-}
-
 fn words<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
     tokens.iter().enumerate().flat_map(move |(i, t)| {
         let string = is_string(t.text);
@@ -409,6 +401,15 @@ fn getattr_names(after: &[Token]) -> bool {
         }
     }
     false
+}
+
+/// The identifiers of `tokens`: [`words`] without those inside strings.
+fn idents<'a>(tokens: &'a [Token<'a>]) -> impl Iterator<Item = &'a str> {
+    tokens.iter().enumerate().filter_map(move |(i, t)| {
+        let defined = i > 0 && matches!(tokens[i - 1].text, "def" | "class");
+        (is_name(t.text) && !is_string(t.text) && !defined && !KEYWORDS.contains(&t.text))
+            .then_some(t.text)
+    })
 }
 
 /// The names an import statement binds with `as` (`y` of `from m import x as y`).
@@ -740,7 +741,8 @@ pub(crate) fn parse(text: &str) -> Source {
                 class,
                 words: words(&statement).map(str::to_owned).collect(),
                 idents: idents(&statement).map(str::to_owned).collect(),
-                purity: is_function.then(|| purity::Purity::new(&statement)),
+                // Only a module-level function's cache is a global a test fills.
+                purity: (is_function && open.is_empty()).then(|| purity::Purity::new(&statement)),
             };
             // `def f(): return 1` has no indented body.
             if l.tokens.last().is_some_and(|t| t.text == ":") {

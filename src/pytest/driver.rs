@@ -968,8 +968,7 @@ impl Runner {
                         });
                     }
                     Event::Collected { items, .. } => {
-                        let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
-                        if !progress_of.collected(&ids) {
+                        if !progress_of.collected(items.iter().map(|i| i.nodeid.as_str())) {
                             continue;
                         }
                         outside = Instant::now();
@@ -1331,10 +1330,7 @@ fn wait_interruptibly(
             let moved = match &ev {
                 Event::Start { .. } => progress.once(Once::Start),
                 Event::Finish { .. } => progress.once(Once::Finish),
-                Event::Collected { items, .. } => {
-                    let ids: Vec<String> = items.iter().map(|i| i.nodeid.clone()).collect();
-                    progress.collected(&ids)
-                }
+                Event::Collected { .. } => progress.once(Once::Collected),
                 _ => false,
             };
             if moved {

@@ -12,21 +12,28 @@ pub(crate) struct Progress {
     /// The order, to tell which test follows a finished one (`None` until the process has
     /// collected, when it runs its own collection's order).
     ids: Option<Vec<String>>,
-    /// Where each id stands in `ids` (every place, for an id listed twice).
-    places: HashMap<String, Vec<usize>>,
-    /// How many more results each test may report.
-    results: HashMap<String, usize>,
-    /// How many more times each test may start.
-    starts: HashMap<String, usize>,
+    /// Each test of the order.
+    tests: HashMap<String, Listed>,
     started: bool,
     collected: bool,
     finished: bool,
+}
+
+/// One test of a process's order.
+#[derive(Default)]
+struct Listed {
+    /// Its places in the order (a test listed twice has two).
+    places: Vec<usize>,
+    /// How many more results it may report, and how many more times it may start.
+    results: usize,
+    starts: usize,
 }
 
 /// A session event that counts once per process.
 #[derive(Clone, Copy)]
 pub(crate) enum Once {
     Start,
+    Collected,
     Finish,
 }
 
@@ -35,32 +42,32 @@ impl Progress {
     pub(crate) fn new(order: Option<&[String]>) -> Progress {
         let mut p = Progress {
             ids: None,
-            places: HashMap::new(),
-            results: HashMap::new(),
-            starts: HashMap::new(),
+            tests: HashMap::new(),
             started: false,
             collected: false,
             finished: false,
         };
         if let Some(order) = order {
-            p.expect(order);
+            p.expect(order.to_vec());
         }
         p
     }
 
-    fn expect(&mut self, order: &[String]) {
+    fn expect(&mut self, order: Vec<String>) {
         for (i, id) in order.iter().enumerate() {
-            self.places.entry(id.clone()).or_default().push(i);
-            *self.results.entry(id.clone()).or_default() += 1;
+            let t = self.tests.entry(id.clone()).or_default();
+            t.places.push(i);
+            t.results += 1;
+            t.starts += 1;
         }
-        self.starts = self.results.clone();
-        self.ids = Some(order.to_vec());
+        self.ids = Some(order);
     }
 
-    /// The session started or ended: progress the first time only.
+    /// The session started, collected or ended: progress the first time only.
     pub(crate) fn once(&mut self, what: Once) -> bool {
         let seen = match what {
             Once::Start => &mut self.started,
+            Once::Collected => &mut self.collected,
             Once::Finish => &mut self.finished,
         };
         !std::mem::replace(seen, true)
@@ -68,12 +75,12 @@ impl Progress {
 
     /// The process collected `ids`: progress the first time only. A process that runs its own
     /// collection's order is expected to run these; one given an order still runs that one.
-    pub(crate) fn collected(&mut self, ids: &[String]) -> bool {
-        if std::mem::replace(&mut self.collected, true) {
+    pub(crate) fn collected<'a>(&mut self, ids: impl Iterator<Item = &'a str>) -> bool {
+        if !self.once(Once::Collected) {
             return false;
         }
         if self.ids.is_none() {
-            self.expect(ids);
+            self.expect(ids.map(str::to_owned).collect());
         }
         true
     }
@@ -81,48 +88,43 @@ impl Progress {
     /// `nodeid` starts: progress when it is a test of the order that has not started as often as
     /// it is listed.
     pub(crate) fn start(&mut self, nodeid: &str) -> bool {
-        take(&mut self.starts, nodeid)
+        match self.tests.get_mut(nodeid) {
+            Some(t) if t.starts > 0 => {
+                t.starts -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// `nodeid` reported its result: `false` for a test that is not in the order or reported as
     /// often as it is listed already (the result is then no result of this run).
     pub(crate) fn result(&mut self, nodeid: &str) -> bool {
-        if !take(&mut self.results, nodeid) {
-            return false;
+        match self.tests.get_mut(nodeid) {
+            Some(t) if t.results > 0 => {
+                t.results -= 1;
+                // A result implies its start, announced or not.
+                t.starts = t.starts.min(t.results);
+                true
+            }
+            _ => false,
         }
-        // A result implies its start, announced or not.
-        let left = self.results[nodeid];
-        if let Some(s) = self.starts.get_mut(nodeid) {
-            *s = (*s).min(left);
-        }
-        true
     }
 
     /// Whether `nodeid` is a test of the order still to report: what a session's end may say
     /// was running.
     pub(crate) fn pending(&self, nodeid: &str) -> bool {
-        self.results.get(nodeid).is_some_and(|n| *n > 0)
+        self.tests.get(nodeid).is_some_and(|t| t.results > 0)
     }
 
     /// The test that follows the last reported run of `nodeid` in the order, when it is still
     /// to run.
     pub(crate) fn after(&self, nodeid: &str) -> Option<&str> {
-        let places = self.places.get(nodeid)?;
-        let reported = places.len() - self.results.get(nodeid).copied().unwrap_or(0);
-        let i = places.get(reported.checked_sub(1)?)?;
+        let t = self.tests.get(nodeid)?;
+        let reported = t.places.len() - t.results;
+        let i = t.places.get(reported.checked_sub(1)?)?;
         let next = self.ids.as_ref()?.get(i + 1)?;
-        (self.starts.get(next).copied().unwrap_or(0) > 0).then_some(next.as_str())
-    }
-}
-
-/// Takes one from `id`'s count: `false` when none is left.
-fn take(counts: &mut HashMap<String, usize>, id: &str) -> bool {
-    match counts.get_mut(id) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            true
-        }
-        _ => false,
+        (self.tests.get(next).is_some_and(|n| n.starts > 0)).then_some(next.as_str())
     }
 }
 
@@ -163,8 +165,11 @@ mod tests {
     fn a_process_that_collects_expects_its_first_collection_only() {
         let mut p = Progress::new(None);
         assert!(!p.start("a"), "nothing is expected before the collection");
-        assert!(p.collected(&ids(&["a", "b"])));
-        assert!(!p.collected(&ids(&["a", "b", "c"])), "a second collection");
+        assert!(p.collected(["a", "b"].into_iter()));
+        assert!(
+            !p.collected(["a", "b", "c"].into_iter()),
+            "a second collection"
+        );
         assert!(!p.result("c"));
         assert!(p.result("a"));
         assert!(!p.start("a"), "a result implies the start");
@@ -176,7 +181,7 @@ mod tests {
     #[test]
     fn a_process_given_an_order_keeps_it_whatever_it_collects() {
         let mut p = Progress::new(Some(&ids(&["b"])));
-        assert!(p.collected(&ids(&["a", "b"])));
+        assert!(p.collected(["a", "b"].into_iter()));
         assert!(!p.result("a"));
         assert!(p.result("b"));
     }
