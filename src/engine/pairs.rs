@@ -122,6 +122,28 @@ pub(crate) fn search_pairs(
     let mut unchecked: Option<(usize, PairRun)> = None;
     let mut offered = 0;
     let mut wave = 0;
+    // Sets known before this audit's searches (cached answers, then sets remembered from
+    // earlier audits of the base) are proven at once for the victims that share one, as this
+    // audit would prove a set it found: an audit of the same runs finds that batch's runs in
+    // the cache and repeats nothing, a later head runs one batch instead of a check per victim.
+    for (set, before) in known_before(engine, matrix, &questions) {
+        let open: Vec<usize> = before.keys().copied().collect();
+        let batch = Batch {
+            kind: set.0,
+            culprits: &set.1,
+            searched: None,
+            before: &before,
+        };
+        for (i, a) in batched(engine, matrix, &questions, &open, &answers, &tried, &batch)? {
+            answers[i] = Some(a);
+        }
+        for &i in &open {
+            tried[i].push(set.1.clone());
+        }
+        if open.iter().any(|&i| answers[i].is_some()) && !established.contains(&set) {
+            established.push(set);
+        }
+    }
     loop {
         let open: Vec<usize> = (0..questions.len())
             .filter(|&i| answers[i].is_none())
@@ -138,8 +160,9 @@ pub(crate) fn search_pairs(
                 kind: set.0,
                 culprits: &set.1,
                 searched: unchecked.as_ref(),
+                before: &BTreeMap::new(),
             };
-            for (i, a) in batched(engine, matrix, &questions, &open, &answers, &batch)? {
+            for (i, a) in batched(engine, matrix, &questions, &open, &answers, &tried, &batch)? {
                 tried[i].push(set.1.clone());
                 answers[i] = Some(a);
                 proven.push(set.clone());
@@ -287,12 +310,65 @@ fn prior(matrix: &Matrix, q: &Question, culprits: &[String]) -> search::Prior {
     search::Prior::of(q.known_flaky, q.kind, culprits, &orders)
 }
 
-/// A batched proof to make: a culprit set and the anomaly it causes, and the victim whose
-/// search just found it, if that search's answer is not checked yet.
+/// A batched proof to make: a culprit set and the anomaly it causes, the victim whose search
+/// just found it, if that search's answer is not checked yet, and how the set was known before
+/// this audit for the victims it was known for.
 struct Batch<'a> {
     kind: PairKind,
     culprits: &'a [String],
     searched: Option<&'a (usize, PairRun)>,
+    before: &'a BTreeMap<usize, Before>,
+}
+
+/// How a victim's culprit set was known before this audit searched anything.
+enum Before {
+    /// The victim's cached answer (an audit of the same runs): its search stays the report's.
+    Cached(Box<search::Answer>),
+    /// A set remembered for the victim from an earlier audit of the base.
+    Remembered,
+}
+
+/// The victims' culprit sets known before any search, grouped by set (in the order of the
+/// first victim of each), only the sets at least [`BATCH_FROM`] victims may share
+/// ([`batchable`]): each victim's cached answer when it found a set, else the newest set
+/// remembered for it that ran before it in the order that asked. The others are answered one
+/// by one, as before.
+fn known_before(
+    engine: &Engine,
+    matrix: &Matrix,
+    questions: &[Question],
+) -> Vec<(Established, BTreeMap<usize, Before>)> {
+    let mut groups: Vec<(Established, BTreeMap<usize, Before>)> = Vec::new();
+    for (i, q) in questions.iter().enumerate() {
+        let cached = engine
+            .live
+            .lookup(&pair_node(q, None), &q.asked)
+            .and_then(|bytes| decode_answer(&bytes).ok());
+        let batches = |set: &[String]| batchable(matrix, q, q.kind, set);
+        let (culprits, before) = match cached {
+            // A cached answer that explains nothing is checked on its own.
+            Some(answer) if answer.search.outcome.is_found() && batches(&answer.culprits) => {
+                (answer.culprits.clone(), Before::Cached(Box::new(answer)))
+            }
+            Some(_) => continue,
+            None => match culprits::recall(engine.store, &engine.base_tree, &q.id)
+                .into_iter()
+                .find(|set| batches(set))
+            {
+                Some(set) => (set, Before::Remembered),
+                None => continue,
+            },
+        };
+        let set = (q.kind, culprits);
+        match groups.iter_mut().find(|(s, _)| *s == set) {
+            Some((_, victims)) => {
+                victims.insert(i, before);
+            }
+            None => groups.push((set, BTreeMap::from([(i, before)]))),
+        }
+    }
+    groups.retain(|(_, victims)| victims.len() >= BATCH_FROM);
+    groups
 }
 
 impl Batch<'_> {
@@ -342,6 +418,7 @@ fn batched(
     questions: &[Question],
     open: &[usize],
     answers: &[Option<Answered>],
+    tried: &[Vec<Vec<String>>],
     batch: &Batch,
 ) -> Result<Vec<(usize, Answered)>> {
     let (kind, culprits) = (batch.kind, batch.culprits);
@@ -350,6 +427,7 @@ fn batched(
         .iter()
         .copied()
         .filter(|&i| answers[i].is_none() && batch.admits(i))
+        .filter(|&i| !tried[i].iter().any(|t| t == culprits))
         .filter(|&i| batchable(matrix, &questions[i], kind, culprits))
         .collect();
     if eligible.len() < BATCH_FROM {
@@ -378,17 +456,20 @@ fn batched(
         let (victim_flaky, last) =
             search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
         culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
-        let (search, found) = match searched.filter(|(j, _)| *j == i) {
-            Some((_, run)) => (run.pair.search.clone(), run.pair.found),
-            None => (
-                crate::audit::bisect::Search {
-                    culprits: indices,
-                    runs: 0,
-                    method: crate::audit::bisect::Method::Reused,
-                    outcome: crate::audit::bisect::SearchOutcome::Found,
-                },
-                Found::ReusedThisAudit,
-            ),
+        let reused = |found| {
+            let search = crate::audit::bisect::Search {
+                culprits: indices.clone(),
+                runs: 0,
+                method: crate::audit::bisect::Method::Reused,
+                outcome: crate::audit::bisect::SearchOutcome::Found,
+            };
+            (search, found)
+        };
+        let (search, found) = match (searched.filter(|(j, _)| *j == i), batch.before.get(&i)) {
+            (Some((_, run)), _) => (run.pair.search.clone(), run.pair.found),
+            (None, Some(Before::Cached(answer))) => (answer.search.clone(), answer.found),
+            (None, Some(Before::Remembered)) => reused(Found::ReusedEarlierAudit),
+            (None, None) => reused(Found::ReusedThisAudit),
         };
         let answer = search::Answer {
             kind,
