@@ -92,39 +92,12 @@ fn audit_within(
     limit: Duration,
     service: &Server,
 ) -> Run {
-    let out = tempfile::tempdir().unwrap();
-    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
     let args = audit_args(extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let path = client_path();
-    let mut child = common::fixgate_at_command(dir, cache, &[("PATH", &path)], &args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("fixgate runs");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the remote audit was not done after {}s (stopped):\n{}\nBuildGrid said:\n{}",
-                limit.as_secs(),
-                std::fs::read_to_string(&stderr).unwrap_or_default(),
-                service.log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
-    }
+    common::fixgate_within_telling(dir, cache, &[("PATH", &path)], &args, limit, || {
+        format!("BuildGrid said:\n{}", service.log())
+    })
 }
 
 /// A local audit and a remote one of the repository in `dir` agree; the remote one ran its

@@ -432,10 +432,14 @@ fn cache_api_name(name: &str) -> bool {
     matches!(name, "cache_info" | "cache_clear" | "cache_parameters")
 }
 
+/// A token without its string prefix (`rb'x'` is `'x'`).
+fn unprefixed(text: &str) -> &str {
+    text.trim_start_matches(|c: char| "rRbBuUfF".contains(c))
+}
+
 /// Whether a token is a string literal (with its prefix).
 fn is_string(text: &str) -> bool {
-    text.trim_start_matches(|c: char| "rRbBuUfF".contains(c))
-        .starts_with(['\'', '"'])
+    unprefixed(text).starts_with(['\'', '"'])
 }
 
 /// Python's keywords: no name any code reaches a value by.
@@ -586,11 +590,7 @@ pub(crate) fn parse(text: &str) -> Source {
             .iter()
             .enumerate()
             .any(|(i, t)| match is_string(t.text) {
-                true => cache_api_name(
-                    t.text
-                        .trim_start_matches(|c: char| "rRbBuUfF".contains(c))
-                        .trim_matches(['\'', '"']),
-                ),
+                true => cache_api_name(unprefixed(t.text).trim_matches(['\'', '"'])),
                 false => i > 0 && l.tokens[i - 1].text == "." && cache_api_name(t.text),
             });
         while open.last().is_some_and(|o| l.indent <= o.indent) {

@@ -178,6 +178,18 @@ pub fn fixgate_within(
     args: &[&str],
     limit: std::time::Duration,
 ) -> Run {
+    fixgate_within_telling(cwd, cache, env, args, limit, String::new)
+}
+
+/// [`fixgate_within`], whose failure also says what `context` gives then (a server's log).
+pub fn fixgate_within_telling(
+    cwd: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    limit: std::time::Duration,
+    context: impl Fn() -> String,
+) -> Run {
     let out = tempfile::tempdir().unwrap();
     let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
     let mut child = fixgate_at_command(cwd, cache, env, args)
@@ -195,9 +207,10 @@ pub fn fixgate_within(
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "fixgate {args:?} was still running after {}s (stopped):\n{}",
+                "fixgate {args:?} was still running after {}s (stopped):\n{}\n{}",
                 limit.as_secs(),
-                std::fs::read_to_string(&stderr).unwrap_or_default()
+                std::fs::read_to_string(&stderr).unwrap_or_default(),
+                context()
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
