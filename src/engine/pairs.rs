@@ -1,9 +1,11 @@
-//! The polluter (or state-setter) search of every order-dependent test. Victims are answered in
-//! waves: every open victim at once tries what is already known (its cached answer, checked
-//! again, or a culprit set established for another victim), and then the first victim that
-//! nothing known explains is searched, alone, so that what it finds is offered to the others
-//! in the next wave. Which sets are offered in which wave depends only on the victims' order, so
-//! the answers do not depend on how many jobs run them.
+//! The polluter (or state-setter) search of every order-dependent test. First, a set known
+//! before the audit (a victim's cached answer, or a set remembered for it from an earlier audit
+//! of the base) that several victims share is proven for them in one batch. Then victims are
+//! answered in waves: every open victim at once tries what is already known (its cached answer,
+//! checked again, or a culprit set established for another victim), and then the first victim
+//! that nothing known explains is searched, alone, so that what it finds is offered to the
+//! others in the next wave. Which sets are offered in which wave depends only on the victims'
+//! order, so the answers do not depend on how many jobs run them.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -126,6 +128,10 @@ pub(crate) fn search_pairs(
     // earlier audits of the base) are proven at once for the victims that share one, as this
     // audit would prove a set it found: an audit of the same runs finds that batch's runs in
     // the cache and repeats nothing, a later head runs one batch instead of a check per victim.
+    // The sets it proves are offered to the other victims from the second wave on, as sets
+    // established from the cache always were: the first wave reads every victim's own cached
+    // answer before anything else.
+    let mut held: Vec<Established> = Vec::new();
     for (set, before) in known_before(engine, matrix, &questions) {
         let open: Vec<usize> = before.keys().copied().collect();
         let batch = Batch {
@@ -140,8 +146,8 @@ pub(crate) fn search_pairs(
         for &i in &open {
             tried[i].push(set.1.clone());
         }
-        if open.iter().any(|&i| answers[i].is_some()) && !established.contains(&set) {
-            established.push(set);
+        if open.iter().any(|&i| answers[i].is_some()) && !held.contains(&set) {
+            held.push(set);
         }
     }
     loop {
@@ -200,6 +206,13 @@ pub(crate) fn search_pairs(
             if let Some(a) = answered {
                 establish(&mut established, &a.answer);
                 answers[i] = Some(a);
+            }
+        }
+        if wave == 0 {
+            for set in held.drain(..) {
+                if !established.contains(&set) {
+                    established.push(set);
+                }
             }
         }
         wave += 1;
@@ -346,8 +359,14 @@ fn known_before(
             .and_then(|bytes| decode_answer(&bytes).ok());
         let batches = |set: &[String]| batchable(matrix, q, q.kind, set);
         let (culprits, before) = match cached {
-            // A cached answer that explains nothing is checked on its own.
-            Some(answer) if answer.search.outcome.is_found() && batches(&answer.culprits) => {
+            // A cached answer that explains nothing, or whose victim showed its anomaly alone
+            // (its check was the strict one, more runs than a batch makes), is checked on its
+            // own.
+            Some(answer)
+                if answer.search.outcome.is_found()
+                    && !answer.victim_flaky
+                    && batches(&answer.culprits) =>
+            {
                 (answer.culprits.clone(), Before::Cached(Box::new(answer)))
             }
             Some(_) => continue,
@@ -427,7 +446,10 @@ fn batched(
         .iter()
         .copied()
         .filter(|&i| answers[i].is_none() && batch.admits(i))
-        .filter(|&i| !tried[i].iter().any(|t| t == culprits))
+        // A set a victim tried is not tried for it again, unless its own search found it.
+        .filter(|&i| {
+            searched.is_some_and(|(j, _)| *j == i) || !tried[i].iter().any(|t| t == culprits)
+        })
         .filter(|&i| batchable(matrix, &questions[i], kind, culprits))
         .collect();
     if eligible.len() < BATCH_FROM {
@@ -471,6 +493,8 @@ fn batched(
             (None, Some(Before::Remembered)) => reused(Found::ReusedEarlierAudit),
             (None, None) => reused(Found::ReusedThisAudit),
         };
+        let victim_flaky = victim_flaky
+            || matches!(batch.before.get(&i), Some(Before::Cached(a)) if a.victim_flaky);
         let answer = search::Answer {
             kind,
             culprits: culprits.to_vec(),
@@ -537,8 +561,15 @@ fn known_answer(
 ) -> Result<(Option<Answered>, Vec<Vec<String>>)> {
     let mut now_tried = Vec::new();
     if first_wave {
-        if let Some(bytes) = engine.live.lookup(&pair_node(q, None), &q.asked) {
-            let answer = decode_answer(&bytes)?;
+        // A cached set the batch before the waves did not prove for the victim is not
+        // checked again on its own: the victim is searched.
+        let cached = engine
+            .live
+            .lookup(&pair_node(q, None), &q.asked)
+            .map(|bytes| decode_answer(&bytes).map(|a| (a, bytes)))
+            .transpose()?
+            .filter(|(a, _)| !tried.contains(&a.culprits));
+        if let Some((answer, bytes)) = cached {
             now_tried.push(answer.culprits.clone());
             let holds = match answer.search.outcome.is_found() {
                 true => {
