@@ -1311,6 +1311,35 @@ fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
         "{warnings:?}"
     );
     assert_eq!(v["result"]["tests"].as_array().unwrap().len(), 1, "{v}");
+    // One line of 65 MiB with no end in sight for a reader that buffers lines: dropped as it is
+    // read, never held whole, and said (before, the runner held it in memory, and a stream of
+    // up to the run's disk limit, 16 GiB by default, held that much).
+    let long = patch(
+        &repo,
+        &base,
+        "a session end that writes one line of 65 MiB",
+        &[(
+            "tests/conftest.py",
+            &forges_events(
+                "pytest_sessionfinish",
+                r#"['{"event":"error","kind":"x","message":"' + 'x' * (65 << 20) + '"}']"#,
+                "pass",
+            ),
+        )],
+    );
+    let run = run_seed_0(&long);
+    let v = run.json();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        outcome_of(&v, "tests/test_price.py::test_total").0,
+        "passed",
+        "{v}"
+    );
+    let warnings = v["result"]["warnings"].to_string();
+    assert!(
+        warnings.contains("1 line(s) longer than 64 MiB"),
+        "{warnings}"
+    );
 }
 
 #[test]

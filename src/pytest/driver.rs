@@ -479,7 +479,7 @@ impl Runner {
             0,
             &["--collect-only".into(), "--fixgate-collect".into()],
         )?;
-        let Some((status, events)) =
+        let Some((status, events, dropped)) =
             wait_interruptibly(&mut p, &self.interrupted, self.test_timeout)?
         else {
             return Err(Error::NotCollected(format!(
@@ -494,6 +494,11 @@ impl Runner {
         let mut trace = Trace::default();
         let mut errors = Vec::new();
         let mut problems = Vec::new();
+        // A cut stream does not say everything the collection read: it depends on every file.
+        if let Some(why) = dropped {
+            trace.unknown.push(why.clone());
+            problems.push(why);
+        }
         for ev in events {
             match ev {
                 // The first collection counts, as when following a run.
@@ -1033,6 +1038,13 @@ impl Runner {
             }
             p.pause();
         };
+        // Lines no plugin writes were dropped: what the process reported is incomplete.
+        if let Some(why) = reader.dropped() {
+            result
+                .warnings
+                .push(format!("a pytest process wrote too much: {why}"));
+            result.incomplete_trace = true;
+        }
         if let Some((first, n)) = dropped {
             result.warnings.push(format!(
                 "a pytest process reported {n} result(s) for tests it was not given or reported \
@@ -1309,14 +1321,19 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The process's exit and its events, or `None` once it has gone `limit` without exiting or
+/// A process waited for to its end: its exit, its events, and what its stream dropped
+/// ([`EventReader::dropped`]).
+type Waited = (std::process::ExitStatus, Vec<Event>, Option<String>);
+
+/// The process's exit, its events and what its stream dropped ([`Waited`]), or
+/// `None` once it has gone `limit` without exiting or
 /// progressing (then killed): collecting, then ending its session, each gets the whole bound.
 /// Lines that are no progress (see [`Progress`]) do not move the clock: the process writes them.
 fn wait_interruptibly(
     p: &mut Process,
     interrupted: &AtomicBool,
     limit: Duration,
-) -> Result<Option<(std::process::ExitStatus, Vec<Event>)>> {
+) -> Result<Option<Waited>> {
     let mut since = Instant::now();
     let mut reader = EventReader::open(&p.events)?;
     let mut events = Vec::new();
@@ -1358,7 +1375,7 @@ fn wait_interruptibly(
         }
         if let Some(s) = exited {
             if reader.drained() {
-                return Ok(Some((s, events)));
+                return Ok(Some((s, events, reader.dropped())));
             }
             continue;
         }

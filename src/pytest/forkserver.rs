@@ -580,7 +580,13 @@ impl Zygote {
         let mut described = None;
         let mut skipped_collectors = Vec::new();
         let mut complete = false;
-        for ev in crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))? {
+        let (events, dropped) =
+            crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))?;
+        // A collection whose stream was cut is not described whole: a fresh one is.
+        if let Some(dropped) = dropped {
+            return Err(why(format!("the warm interpreter's collection: {dropped}")).into());
+        }
+        for ev in events {
             match ev {
                 Event::Collected { items, deselected } => {
                     zygote.collected = items.iter().map(|i| i.nodeid.clone()).collect();
