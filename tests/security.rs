@@ -1279,27 +1279,32 @@ fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
     let run = run_seed_0(&loops);
     assert_ne!(run.code, 0, "no test ran: {run:?}");
     assert!(!run.stdout.contains("test_not_given"), "{run:?}");
+    // A head whose conftest writes `lines` into the stream at its session's end: its own test
+    // still passes, and the run's report is returned.
+    let passes_with_forged_end = |what: &str, lines: &str| {
+        let head = patch(
+            &repo,
+            &base,
+            what,
+            &[(
+                "tests/conftest.py",
+                &forges_events("pytest_sessionfinish", lines, "pass"),
+            )],
+        );
+        let run = run_seed_0(&head);
+        let v = run.json();
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_eq!(
+            outcome_of(&v, "tests/test_price.py::test_total").0,
+            "passed",
+            "{v}"
+        );
+        v
+    };
     // A hundred thousand results for tests it was not given: one warning that counts them.
-    let floods = patch(
-        &repo,
-        &base,
+    let v = passes_with_forged_end(
         "a session end that reports results for tests it was not given",
-        &[(
-            "tests/conftest.py",
-            &forges_events(
-                "pytest_sessionfinish",
-                r#"('{"event":"test","nodeid":"tests/x.py::t%d","outcome":"passed"}' % i for i in range(100000))"#,
-                "pass",
-            ),
-        )],
-    );
-    let run = run_seed_0(&floods);
-    let v = run.json();
-    assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        outcome_of(&v, "tests/test_price.py::test_total").0,
-        "passed",
-        "{v}"
+        r#"('{"event":"test","nodeid":"tests/x.py::t%d","outcome":"passed"}' % i for i in range(100000))"#,
     );
     let warnings: Vec<&str> = (v["result"]["warnings"].as_array().unwrap().iter())
         .filter_map(|w| w.as_str())
@@ -1314,26 +1319,9 @@ fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
     // One line of 65 MiB with no end in sight for a reader that buffers lines: dropped as it is
     // read, never held whole, and said (before, the runner held it in memory, and a stream of
     // up to the run's disk limit, 16 GiB by default, held that much).
-    let long = patch(
-        &repo,
-        &base,
+    let v = passes_with_forged_end(
         "a session end that writes one line of 65 MiB",
-        &[(
-            "tests/conftest.py",
-            &forges_events(
-                "pytest_sessionfinish",
-                r#"['{"event":"error","kind":"x","message":"' + 'x' * (65 << 20) + '"}']"#,
-                "pass",
-            ),
-        )],
-    );
-    let run = run_seed_0(&long);
-    let v = run.json();
-    assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        outcome_of(&v, "tests/test_price.py::test_total").0,
-        "passed",
-        "{v}"
+        r#"['{"event":"error","kind":"x","message":"' + 'x' * (65 << 20) + '"}']"#,
     );
     let warnings = v["result"]["warnings"].to_string();
     assert!(
