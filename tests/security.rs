@@ -1218,6 +1218,23 @@ def pytest_sessionfinish(session):
             time.sleep(0.1)
 "#;
 
+/// `fixgate run --seed 0` (and `extra`) of `head`, checked out in `repo`, without namespaces,
+/// stopped and failed if it is still running after two minutes.
+fn run_seed_0_within(repo: &TestRepo, head: &str, extra: &[&str]) -> common::Run {
+    git(repo.path(), &["checkout", "-q", "--detach", head]);
+    let py = common::python();
+    let mut args = vec!["run", "--seed", "0", "--format", "json", "--python"];
+    args.push(py.to_str().unwrap());
+    args.extend_from_slice(extra);
+    common::fixgate_within(
+        repo.path(),
+        repo.cache.path(),
+        &[("FIXGATE_NO_NAMESPACES", "")],
+        &args,
+        std::time::Duration::from_secs(120),
+    )
+}
+
 /// A conftest that writes `lines` (a Python expression giving an iterable of lines) into its
 /// process's event stream at `hook`, then ends as `then` says.
 fn forges_events(hook: &str, lines: &str, then: &str) -> String {
@@ -1239,25 +1256,7 @@ fn forges_events(hook: &str, lines: &str, then: &str) -> String {
 #[test]
 fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
     let (repo, base) = price_repo();
-    let py = common::python();
-    let run_seed_0 = |head: &str| {
-        git(repo.path(), &["checkout", "-q", "--detach", head]);
-        common::fixgate_within(
-            repo.path(),
-            repo.cache.path(),
-            &[("FIXGATE_NO_NAMESPACES", "")],
-            &[
-                "run",
-                "--seed",
-                "0",
-                "--format",
-                "json",
-                "--python",
-                py.to_str().unwrap(),
-            ],
-            std::time::Duration::from_secs(120),
-        )
-    };
+    let run_seed_0 = |head: &str| run_seed_0_within(&repo, head, &[]);
     // A session end that names a test it was never given as running, in every process: once
     // the runner charged it a crash and started the order again, for ever.
     let loops = patch(
@@ -1348,25 +1347,7 @@ fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
                 ),
             ],
         );
-        git(repo.path(), &["checkout", "-q", "--detach", &spams]);
-        let py = common::python();
-        let run = common::fixgate_within(
-            repo.path(),
-            repo.cache.path(),
-            &[("FIXGATE_NO_NAMESPACES", "")],
-            &[
-                "run",
-                "--seed",
-                "0",
-                "--test-timeout",
-                "3",
-                "--format",
-                "json",
-                "--python",
-                py.to_str().unwrap(),
-            ],
-            std::time::Duration::from_secs(120),
-        );
+        let run = run_seed_0_within(&repo, &spams, &["--test-timeout", "3"]);
         let v = run.json();
         assert_eq!(run.code, 0, "{label}: {run:?}");
         assert_eq!(
