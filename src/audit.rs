@@ -12,6 +12,7 @@ pub(crate) mod footprint;
 pub(crate) mod freeze;
 pub(crate) mod gates;
 pub(crate) mod hidden;
+pub(crate) mod itemize;
 pub(crate) mod message;
 pub(crate) mod nio;
 pub(crate) mod order;

@@ -10,6 +10,7 @@ mod confirm;
 mod culprits;
 pub(crate) mod digests;
 mod impact;
+mod itemize;
 mod judge;
 pub(crate) mod kind;
 pub(crate) mod matrix;

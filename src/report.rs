@@ -311,6 +311,19 @@ pub(crate) struct ScopeReport {
     pub(crate) whole_reason: Option<String>,
     /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
     pub(crate) carried: Vec<Carried>,
+    /// How the head's collection was made, in a scoped audit of a head against another base
+    /// (docs/impact.md, "The head's collection").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) collection: Option<CollectionReport>,
+}
+
+/// Of the base's test modules, how many the head's collection made the items of (the others'
+/// items are the base's: the patch cannot change them), or why it made them all.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct CollectionReport {
+    pub(crate) modules: u64,
+    pub(crate) itemized: u64,
+    pub(crate) whole_reason: Option<String>,
 }
 
 /// Whether the shuffled orders ran a scope of the selection or all of it.

@@ -443,6 +443,15 @@ fn registry_repo() -> TestRepo {
     repo
 }
 
+/// The head that rewrites m1 of the registry suites equivalently.
+fn rewrite_m1(repo: &TestRepo) {
+    repo.write(
+        "pkg/m1.py",
+        "def add(x):\n    # the same sum\n    return 1 + x\n",
+    );
+    repo.commit("head: m1 rewritten");
+}
+
 fn scoped_audit(repo: &TestRepo, extra: &[&str]) -> Value {
     let mut args = vec![
         "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
@@ -471,11 +480,7 @@ fn bucket(v: &Value, nodeid: &str) -> String {
 #[test]
 fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries_the_rest() {
     let repo = registry_repo();
-    repo.write(
-        "pkg/m1.py",
-        "def add(x):\n    # the same sum\n    return 1 + x\n",
-    );
-    repo.commit("head: m1 rewritten");
+    rewrite_m1(&repo);
     let v = scoped_audit(&repo, &[]);
     assert_eq!(v["verdict"], "pass", "{v}");
     let scope = &v["scope"];
@@ -1553,4 +1558,129 @@ fn a_new_test_that_replaces_a_library_function_for_good_makes_the_whole_runs_who
             .contains(&serde_json::json!("leaks-state:outside:json:dumps")),
         "{quiet}"
     );
+}
+
+/// The registry suite with two more modules nothing of the patches below reaches: a class
+/// with a parametrized and a skipped test, and plain tests.
+fn wider_registry_repo() -> TestRepo {
+    let repo = registry_repo();
+    repo.write("pkg/m3.py", "def mul(x):\n    return 3 * x\n")
+        .write(
+            "tests/test_m3.py",
+            "import pytest\n\nfrom pkg import m3\n\n\nclass TestM3:\n    \
+             @pytest.mark.parametrize('x', [1, 2])\n    def test_mul(self, x):\n        \
+             assert m3.mul(x) == 3 * x\n\n    @pytest.mark.skip(reason='not yet')\n    \
+             def test_later(self):\n        assert False\n",
+        )
+        .write("pkg/m4.py", "def neg(x):\n    return -x\n")
+        .write(
+            "tests/test_m4.py",
+            "from pkg import m4\n\n\ndef test_neg():\n    assert m4.neg(1) == -1\n",
+        );
+    repo.commit("base: two more modules");
+    repo
+}
+
+/// The head's collection of a scoped audit makes the items of the modules the patch or the
+/// scope reaches (m1's tests, the setter's file, the reader's file), imports the others without
+/// making theirs, and takes their items from the base's collection, in their place: the same
+/// tests, buckets and verdict as the whole orders (which collect whole).
+#[test]
+fn a_head_collection_makes_only_the_items_of_the_modules_the_patch_or_the_scope_reaches() {
+    let repo = wider_registry_repo();
+    rewrite_m1(&repo);
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    let scope = &v["scope"];
+    assert_eq!(
+        scope["collection"],
+        serde_json::json!({"modules": 5, "itemized": 3, "whole_reason": null}),
+        "{scope}"
+    );
+    assert_eq!(
+        bucket(&v, "tests/test_m3.py::TestM3::test_mul[2]"),
+        "stable"
+    );
+    assert_eq!(
+        bucket(&v, "tests/test_m3.py::TestM3::test_later"),
+        "skipped"
+    );
+    assert_eq!(bucket(&v, "tests/test_m4.py::test_neg"), "stable");
+    assert_eq!(v["tests"].as_array().unwrap().len(), 11 + 3 + 1, "{v}");
+    // In the order a whole collection gives (the file order's).
+    let ids = |v: &Value| -> Vec<String> {
+        v["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["nodeid"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let run = repo.fixgate_py(&[
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
+        "2",
+    ]);
+    let whole: Value = serde_json::from_str(&run.stdout).expect("the report is JSON");
+    assert_eq!(ids(&v), ids(&whole));
+}
+
+/// Where an untouched module's items may be other in the head, the head's collection makes
+/// every item and the report says why: a change at module level (its import may change what
+/// another module's items are made of), a changed signature (defaults run at import), a
+/// collection hook of the repository (it would see only some items), and a changed function
+/// that ran while the suite was collected (it computed a parametrization).
+#[test]
+fn a_head_collection_is_whole_where_an_untouched_modules_items_may_change_and_says_why() {
+    let whole = |repo: &TestRepo, why: &str| {
+        let v = scoped_audit(repo, &[]);
+        let collection = &v["scope"]["collection"];
+        assert_eq!(
+            collection["itemized"], collection["modules"],
+            "{collection}"
+        );
+        let reason = collection["whole_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{why:?} not in {collection}");
+        v
+    };
+    let repo = wider_registry_repo();
+    repo.write(
+        "pkg/m1.py",
+        "LIMIT = 3\n\n\ndef add(x):\n    return x + 1\n",
+    );
+    repo.commit("head: a module-level line");
+    whole(&repo, "pkg/m1.py changed at module level");
+
+    let repo = wider_registry_repo();
+    repo.write("pkg/m1.py", "def add(x, y=0):\n    return x + 1 + y\n");
+    repo.commit("head: another signature");
+    whole(
+        &repo,
+        "a changed function of pkg/m1.py has other decorators or another signature",
+    );
+
+    let repo = wider_registry_repo();
+    repo.write(
+        "tests/conftest.py",
+        "def pytest_collection_modifyitems(items):\n    items.sort(key=lambda i: i.nodeid)\n",
+    );
+    repo.commit("base: a conftest that sorts the items");
+    rewrite_m1(&repo);
+    whole(
+        &repo,
+        "tests/conftest.py defines pytest_collection_modifyitems",
+    );
+
+    let repo = wider_registry_repo();
+    repo.write("pkg/cases.py", "def values():\n    return [1, 2]\n")
+        .write(
+            "tests/test_m4.py",
+            "import pytest\n\nfrom pkg import cases, m4\n\n\n\
+             @pytest.mark.parametrize('v', cases.values())\ndef test_neg(v):\n    \
+             assert m4.neg(v) == -v\n",
+        );
+    repo.commit("base: cases computed at import");
+    repo.write("pkg/cases.py", "def values():\n    return [1, 2, 3]\n");
+    repo.commit("head: one more case");
+    let v = whole(&repo, "ran while the suite was collected");
+    assert_eq!(bucket(&v, "tests/test_m4.py::test_neg[3]"), "stable", "{v}");
 }

@@ -67,6 +67,9 @@ pub(crate) struct Footprint {
     pub(crate) base_functions: BTreeMap<String, Vec<(u32, u32)>>,
     /// Every other changed file.
     pub(crate) files: BTreeSet<String>,
+    /// Python files with a changed function whose decorators or `def` statement changed
+    /// (they run when the module is imported, in the module's code).
+    pub(crate) signatures: BTreeSet<String>,
 }
 
 const CONFIGURATION: [&str; 7] = [
@@ -157,6 +160,18 @@ pub(crate) fn footprint(changes: &[Change]) -> Footprint {
         if removed {
             out.modules.insert(c.path.clone());
         } else if !spans.is_empty() {
+            let headers: BTreeMap<&str, blake3::Hash> = base
+                .defs
+                .iter()
+                .map(|d| (d.key.as_str(), d.header))
+                .collect();
+            if head
+                .defs
+                .iter()
+                .any(|d| headers.get(d.key.as_str()) != Some(&d.header))
+            {
+                out.signatures.insert(c.path.clone());
+            }
             out.functions.insert(c.path.clone(), spans);
             out.base_functions.insert(c.path.clone(), base_spans);
         }
@@ -219,6 +234,26 @@ impl Imports {
     /// The repository files `path` imports.
     pub(crate) fn of(&self, path: &str) -> impl Iterator<Item = &String> {
         self.by_file.get(path).into_iter().flatten()
+    }
+
+    /// The files that import one of `targets`, directly or through others.
+    pub(crate) fn importers(&self, targets: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut importers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (file, imports) in &self.by_file {
+            for i in imports {
+                importers.entry(i.as_str()).or_default().push(file.as_str());
+            }
+        }
+        let mut reached: BTreeSet<String> = BTreeSet::new();
+        let mut open: Vec<&str> = targets.iter().map(String::as_str).collect();
+        while let Some(t) = open.pop() {
+            for &f in importers.get(t).into_iter().flatten() {
+                if reached.insert(f.to_owned()) {
+                    open.push(f);
+                }
+            }
+        }
+        reached
     }
 }
 

@@ -22,6 +22,9 @@ pub(crate) struct Def {
     pub(crate) start: u32,
     pub(crate) end: u32,
     pub(crate) digest: blake3::Hash,
+    /// A digest of its decorators and its `def` statement (the signature, defaults
+    /// included): what runs where it is defined, not when it is called.
+    pub(crate) header: blake3::Hash,
     /// The names its tokens hold (decorators, signature and body, nested definitions
     /// included; the words inside its strings too), except the name each `def` or `class` of
     /// it defines: what its code can reach by name.
@@ -711,11 +714,14 @@ pub(crate) fn parse(text: &str) -> Source {
             let def = is_function.then(|| {
                 let mut h = blake3::Hasher::new();
                 feed(&mut h, &statement);
+                let mut header = blake3::Hasher::new();
+                feed(&mut header, &statement);
                 defs.push(Def {
                     key,
                     start: statement[0].line,
                     end: l.last,
                     digest: blake3::hash(b""),
+                    header: header.finalize(),
                     words: BTreeSet::new(),
                     idents: BTreeSet::new(),
                     pure: false,

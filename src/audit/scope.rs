@@ -104,6 +104,8 @@ pub(crate) struct Impact {
     pub(crate) whole: Option<BTreeSet<String>>,
     /// Why a scoped audit's file-order and reversed runs ran the whole selection.
     pub(crate) whole_why: Option<WholeWhy>,
+    /// How the head's collection was made (`None`: every item, unasked).
+    pub(crate) head_collection: Option<crate::audit::itemize::HeadCollection>,
 }
 
 /// Why a scoped audit's file-order and reversed runs on the head could not carry tests from the
@@ -277,6 +279,7 @@ pub(crate) fn impact(
         scope,
         whole: None,
         whole_why: None,
+        head_collection: None,
     }
 }
 

@@ -34,8 +34,8 @@ use crate::engine::runs::{Engine, Role};
 use crate::engine::sides::Sides;
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
-    base_check, base_suite, carry, check, confirm, impact, matrix, nio, pairs, replay, shard,
-    source_replay, source_tamper, steps,
+    base_check, base_suite, carry, check, confirm, impact, itemize, matrix, nio, pairs, replay,
+    shard, source_replay, source_tamper, steps,
 };
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
@@ -273,9 +273,14 @@ fn phases(
         });
     }
 
-    let (base_collected, head_collected) =
-        steps::collect_both(engine, fixtures.lock_node, scoped(opts, sides))?;
-    let head_collected = match head_collected {
+    let collections = itemize::collect(
+        engine,
+        fixtures.lock_node,
+        scoped(opts, sides),
+        &frozen(&gates),
+    )?;
+    let (base_collected, read) = (collections.base, collections.read);
+    let head_collected = match collections.head {
         Ok(c) => c,
         Err(failed) => {
             // The base collects and the head does not: the patch broke the suite, a reject
@@ -325,6 +330,7 @@ fn phases(
         &gates,
         &base_collected,
         &head_collected,
+        read,
         selection,
     )?;
     Ok(Phased {
@@ -366,6 +372,7 @@ fn judged(
     gates: &Gates,
     base_collected: &Collected,
     head_collected: &Collected,
+    read: itemize::Read,
     selection: Vec<CollectedItem>,
 ) -> Result<(Judgment, Decision, Vec<String>)> {
     let (base_snapshot, head_snapshot) = (&sides.base.snapshot, &sides.head.snapshot);
@@ -402,8 +409,10 @@ fn judged(
                 base_selection: &base_selection,
                 base_collection: base_collected.node,
                 edited: &edited,
+                base_runs: read.base_runs.as_ref(),
             };
-            let carried = carry::whole_runs(engine, &inputs)?;
+            let mut carried = carry::whole_runs(engine, &inputs)?;
+            carried.impact.head_collection = read.head_collection;
             let mut started = carried.started;
             started.add_scoped(
                 engine,

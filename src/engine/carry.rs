@@ -46,6 +46,79 @@ pub(crate) struct Inputs<'a> {
     pub(crate) base_collection: NodeId,
     /// The tests the patch edited or added.
     pub(crate) edited: &'a BTreeSet<String>,
+    /// The base's recorded runs, when the head's collection read them already.
+    pub(crate) base_runs: Option<&'a std::result::Result<BaseRuns, WholeWhy>>,
+}
+
+/// The base's recorded file-order and reversed runs over its selection: what the head's runs
+/// carry tests from.
+pub(crate) struct BaseRuns {
+    nodes: BTreeMap<OrderLabel, NodeId>,
+    runs: BTreeMap<OrderLabel, RunResult>,
+    /// The impact last read off them, with the edited tests it was read for (the head's
+    /// collection and its runs each ask, most often for the same).
+    read: std::sync::Mutex<Option<(BTreeSet<String>, Impact)>>,
+}
+
+impl BaseRuns {
+    /// The impact the base's recording gives (`edited`: the tests the patch edited or added).
+    pub(crate) fn impact(&self, engine: &Engine, edited: &BTreeSet<String>) -> Impact {
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((for_edited, impact)) = read.as_ref() {
+            if for_edited == edited {
+                return impact.clone();
+            }
+        }
+        let impact = impact::impact(
+            engine,
+            &self.runs[&OrderLabel::File],
+            &self.runs[&OrderLabel::Reversed],
+            edited,
+            Lines::Base,
+        );
+        *read = Some((edited.clone(), impact.clone()));
+        impact
+    }
+}
+
+/// Runs (or finds cached) the base's recorded runs of the two whole orders over `selection`;
+/// why they cannot carry when one failed.
+pub(crate) fn base_runs(
+    engine: &Engine,
+    selection: &[CollectedItem],
+    collection: NodeId,
+) -> Result<std::result::Result<BaseRuns, WholeWhy>> {
+    let mut nodes = BTreeMap::new();
+    for l in WHOLE {
+        let req = RunRequest::new(
+            NodeKind::SeedRun.tagged(l, "base"),
+            NodeKind::SeedRun,
+            Role::Base,
+            l.order(selection),
+        )
+        .inputs(&[collection])
+        .record(matrix::record(l, true));
+        nodes.insert(l, engine.add_run(&req)?);
+    }
+    let mut runs = BTreeMap::new();
+    for (l, id) in &nodes {
+        match engine.wait_run(*id)? {
+            Ok(run) => {
+                runs.insert(*l, run);
+            }
+            Err(error) => {
+                return Ok(Err(WholeWhy::BaseRunFailed {
+                    order: l.to_string(),
+                    error,
+                }))
+            }
+        }
+    }
+    Ok(Ok(BaseRuns {
+        nodes,
+        runs,
+        read: Default::default(),
+    }))
 }
 
 /// Runs the head's file-order and reversed runs of a scoped audit, carrying from the base what
@@ -77,45 +150,25 @@ fn whole_head_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
 /// The carried runs, or why the head's runs must be whole.
 fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<Whole, WholeWhy>> {
     // The base's recorded runs, over the base's selection in its own orders.
-    let mut base = BTreeMap::new();
-    for l in WHOLE {
-        let req = RunRequest::new(
-            NodeKind::SeedRun.tagged(l, "base"),
-            NodeKind::SeedRun,
-            Role::Base,
-            l.order(inputs.base_selection),
-        )
-        .inputs(&[inputs.base_collection])
-        .record(matrix::record(l, true));
-        base.insert(l, engine.add_run(&req)?);
-    }
-    let mut base_runs = BTreeMap::new();
-    for (l, id) in &base {
-        match engine.wait_run(*id)? {
-            Ok(run) => {
-                base_runs.insert(*l, run);
-            }
-            Err(error) => {
-                return Ok(Err(WholeWhy::BaseRunFailed {
-                    order: l.to_string(),
-                    error,
-                }))
-            }
+    let read;
+    let base = match inputs.base_runs {
+        Some(base) => base,
+        None => {
+            read = base_runs(engine, inputs.base_selection, inputs.base_collection)?;
+            &read
         }
-    }
-    let base_impact = impact::impact(
-        engine,
-        &base_runs[&OrderLabel::File],
-        &base_runs[&OrderLabel::Reversed],
-        inputs.edited,
-        Lines::Base,
-    );
+    };
+    let base = match base {
+        Ok(base) => base,
+        Err(why) => return Ok(Err(why.clone())),
+    };
+    let base_impact = base.impact(engine, inputs.edited);
     let scope = match &base_impact.scope {
         Scope::Scoped { run, .. } => run,
         Scope::Full(why) => return Ok(Err(WholeWhy::Base(why.clone()))),
     };
     // The head's runs: the scope, and every test the base's file-order run does not have.
-    let in_base = |id: &str| base_runs[&OrderLabel::File].test(id).is_some();
+    let in_base = |id: &str| base.runs[&OrderLabel::File].test(id).is_some();
     let keep: BTreeSet<String> = inputs
         .selection
         .iter()
@@ -129,7 +182,7 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
             engine,
             l,
             started.nodes[&l],
-            base[&l],
+            base.nodes[&l],
             &l.order(inputs.selection),
             &keep,
         )?;

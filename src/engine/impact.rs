@@ -5,10 +5,12 @@
 use std::collections::BTreeSet;
 
 use crate::audit::footprint::{self, Change, Footprint, Imports};
+use crate::audit::itemize;
 use crate::audit::pysrc::{self, Source};
 use crate::audit::reach::Names;
 use crate::audit::scope::{self, Full, Impact, Lines, Scope};
 use crate::engine::runs::Engine;
+use crate::pytest::events::CollectedItem;
 use crate::pytest::result::RunResult;
 
 /// Whether a file's bytes matter to the footprint (the others count by their path alone).
@@ -57,6 +59,23 @@ pub(crate) struct Sources {
     footprint: Footprint,
     imports: Imports,
     names: Names,
+    /// The first collection hook the head's files define (path, hook), if any
+    /// ([`itemize::COLLECTION_HOOKS`]).
+    hook: Option<(String, String)>,
+}
+
+/// The first collection hook `files` define, by any def's own name (a conftest's function, a
+/// plugin class's method).
+fn collection_hook(files: &[(String, Source)]) -> Option<(String, String)> {
+    files.iter().find_map(|(path, source)| {
+        source.defs.iter().find_map(|d| {
+            let name = d.key.split('#').next().unwrap_or(&d.key);
+            let name = name.rsplit('.').next().unwrap_or(name);
+            itemize::COLLECTION_HOOKS
+                .contains(&name)
+                .then(|| (path.clone(), name.to_owned()))
+        })
+    })
 }
 
 fn read_sources(engine: &Engine) -> Sources {
@@ -86,6 +105,7 @@ fn read_sources(engine: &Engine) -> Sources {
     Sources {
         footprint: footprint::footprint(&changes),
         imports: Imports::from_parsed(&files),
+        hook: collection_hook(&files),
         names: Names::build(files, base_changed),
     }
 }
@@ -114,6 +134,23 @@ pub(crate) fn impact(
     )
 }
 
+/// The base's test modules whose items a scoped head's collection takes from the base's
+/// (`scope`: the tests the head's runs run), or why it makes them all.
+pub(crate) fn carried_modules(
+    engine: &Engine,
+    base: &[CollectedItem],
+    scope: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, itemize::Whole> {
+    let sources = engine.sources.get_or_init(|| read_sources(engine));
+    itemize::carried(&itemize::Inputs {
+        footprint: &sources.footprint,
+        hook: sources.hook.as_ref(),
+        imports: &sources.imports,
+        base,
+        scope,
+    })
+}
+
 /// The impact of an audit that is not scoped: nothing was recorded, every order runs whole
 /// (`full`: `--full` said so, else scoping was not asked for).
 pub(crate) fn not_scoped(full: bool) -> Impact {
@@ -125,5 +162,6 @@ pub(crate) fn not_scoped(full: bool) -> Impact {
         }),
         whole: None,
         whole_why: None,
+        head_collection: None,
     }
 }

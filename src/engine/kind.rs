@@ -20,6 +20,9 @@ pub(crate) enum NodeKind {
     Delta,
     /// A snapshot's collection.
     Collect,
+    /// A scoped head's collection put together from its own items of the modules the patch
+    /// or the scope reaches and the base's of the others (`crate::engine::itemize`).
+    CarriedCollect,
     /// One order of the matrix.
     SeedRun,
     /// A scoped audit's file-order or reversed run on the head, carried from the base's run
@@ -71,6 +74,7 @@ impl NodeKind {
             NodeKind::LockCheck => "lock-check",
             NodeKind::Delta => "delta",
             NodeKind::Collect => "collect",
+            NodeKind::CarriedCollect => "carried-collect",
             NodeKind::SeedRun => "seed-run",
             NodeKind::CarriedRun => "carried-run",
             NodeKind::Matrix => "matrix",

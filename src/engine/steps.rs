@@ -10,7 +10,7 @@ use crate::audit::gates::LockCheck;
 use crate::delta::{self, Delta};
 use crate::engine::digests::TreeDigests;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine};
+use crate::engine::runs::{node_bug, Engine, Role};
 use crate::error::{Error, Result};
 use crate::manifest::{self, Hashing, Manifest};
 use crate::pytest::driver::CollectIn;
@@ -213,26 +213,64 @@ pub(crate) fn collect_both(
     // base's tree shares its zygotes: the two collecting ones serve both, no spare.
     let same =
         crate::pytest::forkserver::same_snapshot(&engine.base.snapshot, &engine.head.snapshot);
-    let how = |spare| match engine.remote {
+    let b = add_collection(
+        engine,
+        gate,
+        Role::Base,
+        how(engine, scoped, scoped && !same),
+    )?;
+    let h = add_collection(engine, gate, Role::Head, how(engine, scoped, !same))?;
+    let base = wait_collected(engine, b)?;
+    let head = wait_head(engine, h)?;
+    Ok((base, head))
+}
+
+/// Where a side's collection runs: a warm interpreter here (which traced its collection in a
+/// scoped audit, with a `spare` beside it), a fresh process when the runs execute elsewhere.
+pub(crate) fn how(engine: &Engine, scoped: bool, spare: bool) -> CollectIn {
+    match engine.remote {
         Some(_) => CollectIn::Fresh,
         None => CollectIn::Warm {
             record_code: scoped,
             spare,
+            carried: Default::default(),
         },
+    }
+}
+
+/// Adds a side's collection after `gate` (the lock check: no test runs before the gates held).
+pub(crate) fn add_collection(
+    engine: &Engine,
+    gate: NodeId,
+    role: Role,
+    how: CollectIn,
+) -> Result<NodeId> {
+    let side = match role {
+        Role::Base => &engine.base,
+        Role::Head => &engine.head,
     };
-    let add_side = |role, side: &std::sync::Arc<TreeDigests>, how| {
-        engine
-            .live
-            .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
-            .map_err(|e| Error::bug(e.to_string()))
-    };
-    let b = add_side("base", &engine.base, how(scoped && !same))?;
-    let h = add_side("head", &engine.head, how(!same))?;
-    let base = outputs(engine, &[b])?;
-    let base = Collected {
-        node: b,
-        collection: decode(&base[0])?,
-    };
+    engine
+        .live
+        .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
+        .map_err(|e| Error::bug(e.to_string()))
+}
+
+/// A collection that must be had: the base's (else nothing can be judged), or one put together
+/// from others.
+pub(crate) fn wait_collected(engine: &Engine, node: NodeId) -> Result<Collected> {
+    let bytes = outputs(engine, &[node])?;
+    Ok(Collected {
+        node,
+        collection: decode(&bytes[0])?,
+    })
+}
+
+/// The head's collection, or, when its own code failed to collect (the patch's doing), its
+/// error text.
+pub(crate) fn wait_head(
+    engine: &Engine,
+    h: NodeId,
+) -> Result<std::result::Result<Collected, Failed>> {
     let head = engine.live.wait(h);
     if engine
         .runner
@@ -241,12 +279,11 @@ pub(crate) fn collect_both(
     {
         return Err(Error::Interrupted);
     }
-    let head = match head {
+    Ok(match head {
         fixgate_graph::Outcome::Output(bytes) => Ok(Collected {
             node: h,
             collection: decode(&bytes)?,
         }),
-        // The head's own code failed to collect: the patch's doing.
         fixgate_graph::Outcome::Missing(fixgate_graph::Status::Failed {
             error: NodeError::Data(why),
             ..
@@ -258,8 +295,7 @@ pub(crate) fn collect_both(
                 engine.live.label(h)
             )));
         }
-    };
-    Ok((base, head))
+    })
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
@@ -271,30 +307,37 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 /// collecting (plus the startup files and the set of paths), so a README change re-collects
 /// nothing. Where it collects (`how`) is not part of its key: a warm interpreter reports
 /// the collection a fresh `--collect-only` process does.
-fn collect_node(
-    engine: &Engine,
-    role: &'static str,
-    side: Arc<TreeDigests>,
-    how: CollectIn,
-) -> Node {
+fn collect_node(engine: &Engine, role: Role, side: Arc<TreeDigests>, how: CollectIn) -> Node {
     let runner = engine.runner.clone();
     let compute_side = side.clone();
     let kind = NodeKind::Collect;
-    let mut node = Node::new(kind.of(role), kind.as_str(), move |_| {
-        let (items, trace) =
-            runner
-                .collect_traced(&compute_side.snapshot, how)
-                .map_err(|e| match e {
-                    // The suite's own failure (a file that does not import, a conftest that
-                    // raises: pytest ran and exited with its code) is data; a process that
-                    // could not start or was killed is not.
-                    Error::NotCollected(m) => NodeError::Data(m),
-                    e => crate::engine::runs::node_error(e),
-                })?;
+    let name = match role {
+        Role::Base => "base",
+        Role::Head => "head",
+    };
+    // A collection that makes only some modules' items is another node, and says so.
+    let carried = match &how {
+        CollectIn::Warm { carried, .. } if !carried.is_empty() => Some(carried.clone()),
+        _ => None,
+    };
+    let label = match &carried {
+        Some(_) => kind.tagged(name, "carried"),
+        None => kind.of(name),
+    };
+    let mut node = Node::new(label, kind.as_str(), move |_| {
+        let (items, trace) = runner
+            .collect_traced(&compute_side.snapshot, how.clone())
+            .map_err(|e| match e {
+                // The suite's own failure (a file that does not import, a conftest that
+                // raises: pytest ran and exited with its code) is data; a process that
+                // could not start or was killed is not.
+                Error::NotCollected(m) => NodeError::Data(m),
+                e => crate::engine::runs::node_error(e),
+            })?;
         let deps = collection_deps(&trace, &compute_side.snapshot, |p| compute_side.digest(p));
         Ok(json(&items)?.with_reads(deps))
     })
-    .param("role", role)
+    .param("role", name)
     .param("paths", side.paths_digest().to_string())
     .param(
         "interpreter",
@@ -302,6 +345,9 @@ fn collect_node(
     )
     .param("plugin", crate::pytest::plugin::digest())
     .param("limits", engine.runner.limits.key());
+    if let Some(carried) = carried {
+        node = node.param("carried", carried.digest());
+    }
     for (path, digest) in side.startup_files() {
         node = node.file(path, digest);
     }
@@ -309,8 +355,6 @@ fn collect_node(
     node.traced(move |p| probe.digest(p))
 }
 
-/// What a collection depended on: every file it read, imported or listed (every file of the
-/// tree when it ran something untraced), by its digest now (`probe`).
 pub(crate) fn collection_deps(
     trace: &crate::pytest::events::Trace,
     snapshot: &crate::snapshot::Snapshot,

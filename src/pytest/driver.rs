@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::pytest::command::PreparedCommand;
 use crate::pytest::events::{CodeRan, CollectedItem, Collection, Event, Trace};
 use crate::pytest::exit_watch::ExitWatch;
-use crate::pytest::forkserver::{Launch, Lease, Pool, Purpose, Zygote};
+use crate::pytest::forkserver::{Carried, Launch, Lease, Pool, Purpose, Zygote};
 use crate::pytest::interpreter::Interpreter;
 use crate::pytest::lease::lease_violations;
 use crate::pytest::progress::{Once, Progress};
@@ -80,7 +80,7 @@ pub(crate) struct Runner {
 }
 
 /// Where a collection runs ([`Runner::collect_traced`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum CollectIn {
     /// A pytest process of its own (`--collect-only`).
     Fresh,
@@ -89,8 +89,14 @@ pub(crate) enum CollectIn {
     /// as a run that records the code each test ran needs. `spare`: with two job slots or
     /// more, a second (plain) one is started beside it for the other slot's runs, which
     /// would otherwise start theirs only once the collection is done. A fresh process
-    /// collects when no warm interpreter can be had.
-    Warm { record_code: bool, spare: bool },
+    /// collects when no warm interpreter can be had. `carried`: the test modules it imports
+    /// without making their items (the collection then says where their items go:
+    /// [`Collection::unitemized`]); a fresh process makes every item.
+    Warm {
+        record_code: bool,
+        spare: bool,
+        carried: Arc<Carried>,
+    },
 }
 
 /// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
@@ -360,10 +366,15 @@ impl Runner {
         snapshot: &Snapshot,
         how: CollectIn,
     ) -> Result<(Collection, Trace)> {
-        if let CollectIn::Warm { record_code, spare } = how {
+        if let CollectIn::Warm {
+            record_code,
+            spare,
+            carried,
+        } = how
+        {
             self.check_interrupted()?;
             let spare = spare && self.forkserver.slots() >= 2;
-            if let Some(found) = self.collect_warm(snapshot, record_code, spare) {
+            if let Some(found) = self.collect_warm(snapshot, record_code, spare, &carried) {
                 return Ok(found);
             }
         }
@@ -382,11 +393,12 @@ impl Runner {
         snapshot: &Snapshot,
         record_code: bool,
         spare: bool,
+        carried: &Carried,
     ) -> Option<(Collection, Trace)> {
         let (collection, trace) = std::thread::scope(|scope| {
             let spare = spare.then(|| {
                 scope.spawn(|| {
-                    self.with_launch(false, Purpose::Spare, |launch| {
+                    self.with_launch(false, Purpose::Spare, carried, |launch| {
                         // Left idle, for the first run that asks.
                         drop(
                             self.forkserver
@@ -395,7 +407,7 @@ impl Runner {
                     })
                 })
             });
-            let found = self.with_launch(record_code, Purpose::Collect, |launch| {
+            let found = self.with_launch(record_code, Purpose::Collect, carried, |launch| {
                 let mut lease =
                     self.forkserver
                         .checkout(launch, snapshot, &Overlay::new(), None)?;
@@ -408,6 +420,7 @@ impl Runner {
         })?;
         self.forkserver.note_collection(
             snapshot,
+            carried,
             collection.items.iter().map(|i| i.nodeid.clone()).collect(),
         );
         Some((collection, trace))
@@ -425,7 +438,7 @@ impl Runner {
             let starts: Vec<_> = (0..count)
                 .map(|_| {
                     scope.spawn(|| {
-                        self.with_launch(false, Purpose::Prewarm, |launch| {
+                        self.with_launch(false, Purpose::Prewarm, &Carried::default(), |launch| {
                             self.forkserver
                                 .checkout(launch, snapshot, &Overlay::new(), None)
                         })
@@ -446,6 +459,7 @@ impl Runner {
         &self,
         record_code: bool,
         purpose: Purpose,
+        carried: &Carried,
         f: impl FnOnce(&Launch) -> R,
     ) -> R {
         // A warm interpreter's sandbox (restored to its post-collection bytes), or a new one.
@@ -460,6 +474,7 @@ impl Runner {
             host: &self.host,
             record_code,
             purpose,
+            carried,
             stall_after: self.test_timeout,
         })
     }
@@ -550,13 +565,17 @@ impl Runner {
             });
         };
         if overlay.is_empty() && errors.is_empty() {
-            self.forkserver
-                .note_collection(snapshot, items.iter().map(|i| i.nodeid.clone()).collect());
+            self.forkserver.note_collection(
+                snapshot,
+                &Carried::default(),
+                items.iter().map(|i| i.nodeid.clone()).collect(),
+            );
         }
         let collection = Collection {
             items,
             skipped_collectors,
             deselected,
+            unitemized: None,
         };
         Ok((collection, trace, errors))
     }
@@ -616,7 +635,7 @@ impl Runner {
         progress: Option<&ProgressBar>,
     ) -> Result<RunResult> {
         self.check_interrupted()?;
-        let lease = self.with_launch(record.code, Purpose::Run, |launch| {
+        let lease = self.with_launch(record.code, Purpose::Run, &Carried::default(), |launch| {
             self.forkserver.checkout(launch, snapshot, overlay, order)
         });
         let place = match lease {

@@ -20,6 +20,9 @@ pub(crate) enum Event {
         #[serde(default)]
         deselected: Vec<String>,
     },
+    /// The modules of `--fixgate-carry-modules` that collection imported without making
+    /// items, each with how many items were collected before it.
+    Unitemized(Unitemized),
     CollectError {
         #[serde(default)]
         nodeid: String,
@@ -143,6 +146,27 @@ pub(crate) struct Collection {
     /// an option (`-k`, `-m`, `--deselect`).
     #[serde(default)]
     pub(crate) deselected: Vec<String>,
+    /// A collection that made the items of some modules only (`--fixgate-carry-modules`):
+    /// where the others' would go. Never part of an audit's collection, which is whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unitemized: Option<Unitemized>,
+}
+
+/// The test modules a collection imported without making their items
+/// (`--fixgate-carry-modules`), in collection order.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub(crate) struct Unitemized {
+    pub(crate) modules: Vec<UnitemizedModule>,
+    /// Whether the session's items are in the order they were collected, none taken out:
+    /// else where the modules' items go is not known.
+    pub(crate) in_order: bool,
+}
+
+/// One module imported without its items, and how many items were collected before it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub(crate) struct UnitemizedModule {
+    pub(crate) nodeid: String,
+    pub(crate) at: usize,
 }
 
 impl CollectedItem {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::pytest::command::PreparedCommand;
-use crate::pytest::events::{CollectedItem, Collection, Event, Trace};
+use crate::pytest::events::{CollectedItem, Collection, Event, Trace, Unitemized};
 use crate::sandbox::{Overlay, Sandbox, TreeState};
 use crate::snapshot::Snapshot;
 
@@ -117,10 +117,49 @@ pub(crate) fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
     identity(a) == identity(b)
 }
 
-/// The key of a zygote: its snapshot's identity, and whether it traced its collection.
-fn zygote_key(snapshot: &Key, record_code: bool) -> Key {
+/// The test modules a zygote imports without making their items, by node id (a head's
+/// collection whose other items are the base's: `crate::audit::itemize`). Empty: it makes every
+/// item, as pytest does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Carried(pub(crate) BTreeSet<String>);
+
+impl Carried {
+    /// Whether every module makes its items.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A digest of the modules, for the key of a collection that makes no items of them.
+    pub(crate) fn digest(&self) -> String {
+        let mut h = blake3::Hasher::new_derive_key("fixgate carried modules v1");
+        for m in &self.0 {
+            h.update(&(m.len() as u64).to_le_bytes());
+            h.update(m.as_bytes());
+        }
+        h.finalize().to_hex().to_string()
+    }
+
+    /// What its collection is known by beside the snapshot: a snapshot's collection and its
+    /// collection without some modules' items are two collections.
+    fn collection_key(&self, snapshot: &Key) -> Key {
+        if self.is_empty() {
+            return *snapshot;
+        }
+        let mut h = blake3::Hasher::new_derive_key("fixgate carried modules v1");
+        h.update(snapshot);
+        for m in &self.0 {
+            h.update(&(m.len() as u64).to_le_bytes());
+            h.update(m.as_bytes());
+        }
+        *h.finalize().as_bytes()
+    }
+}
+
+/// The key of a zygote: its collection's (the snapshot's identity, and the modules it made no
+/// items of), and whether it traced its collection.
+fn zygote_key(collection: &Key, record_code: bool) -> Key {
     let mut h = blake3::Hasher::new_derive_key("fixgate zygote v1");
-    h.update(snapshot);
+    h.update(collection);
     h.update(&[u8::from(record_code)]);
     *h.finalize().as_bytes()
 }
@@ -143,6 +182,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) record_code: bool,
     /// What the zygote is checked out for.
     pub(crate) purpose: Purpose,
+    /// The test modules a new zygote imports without making their items (only a collection's
+    /// and its spare's: a run forks from one whose items hold every test of its order).
+    pub(crate) carried: &'a Carried,
     /// How long its collection may take (the test timeout: outside any test a process is
     /// bounded by it too), after which it is killed and its snapshot's runs start fresh.
     pub(crate) stall_after: Duration,
@@ -227,10 +269,11 @@ impl Pool {
         &self.stats
     }
 
-    /// Remembers what the audit's collection of `snapshot` listed, to check zygotes against.
-    pub(crate) fn note_collection(&self, snapshot: &Snapshot, ids: Vec<String>) {
+    /// Remembers what the audit's collection of `snapshot` listed (without the items of the
+    /// `carried` modules), to check zygotes of the same collection against.
+    pub(crate) fn note_collection(&self, snapshot: &Snapshot, carried: &Carried, ids: Vec<String>) {
         if let Ok(mut c) = self.collections.lock() {
-            c.insert(identity(snapshot), ids);
+            c.insert(carried.collection_key(&identity(snapshot)), ids);
         }
     }
 
@@ -264,7 +307,8 @@ impl Pool {
         if self.refused.lock().ok()?.contains_key(&snap) {
             return None;
         }
-        let key = zygote_key(&snap, launch.record_code);
+        let collection = launch.carried.collection_key(&snap);
+        let key = zygote_key(&collection, launch.record_code);
         let pyproject = snapshot.read_path("pyproject.toml").ok().flatten();
         if pyproject.is_some_and(|b| crate::config::fork_setting(&b) == Some(false)) {
             self.refuse(snap, "[tool.fixgate] fork = false".to_owned());
@@ -283,13 +327,21 @@ impl Pool {
             }
             (Purpose::Prewarm, true) => self.take_idle(key),
         };
+        // A run may fork from a zygote that made only some modules' items when its order is
+        // among them.
+        let idle = match (idle, launch.purpose, order) {
+            (None, Purpose::Run, Some(order)) => self.take_idle_where(|z| {
+                z.snapshot == snap && (z.records || !launch.record_code) && z.makes_all(order)
+            }),
+            (idle, ..) => idle,
+        };
         let mut zygote = match idle {
             Some(z) => z,
             None => {
                 if !self.make_room(launch.purpose != Purpose::Prewarm) {
                     return None; // every slot busy: this run starts fresh
                 }
-                match Zygote::start(launch, snapshot, key, &self.stats) {
+                match Zygote::start(launch, snapshot, (snap, collection, key), &self.stats) {
                     Ok(z) => {
                         if launch.purpose == Purpose::Prewarm {
                             self.stats.prewarmed.fetch_add(1, Ordering::Relaxed);
@@ -313,7 +365,12 @@ impl Pool {
                 }
             }
         };
-        let fresh = self.collections.lock().ok()?.get(&snap).cloned();
+        let fresh = self
+            .collections
+            .lock()
+            .ok()?
+            .get(&zygote.collection_key)
+            .cloned();
         if let Some(fresh) = fresh {
             if fresh != zygote.collected {
                 drop(zygote);
@@ -351,8 +408,12 @@ impl Pool {
     }
 
     fn take_idle(&self, key: Key) -> Option<Zygote> {
+        self.take_idle_where(|z| z.key == key)
+    }
+
+    fn take_idle_where(&self, f: impl Fn(&Zygote) -> bool) -> Option<Zygote> {
         let mut idle = self.idle.lock().ok()?;
-        let i = idle.iter().position(|z| z.key == key)?;
+        let i = idle.iter().position(f)?;
         Some(idle.swap_remove(i))
     }
 
@@ -445,6 +506,13 @@ impl Drop for Lease<'_> {
 /// One warm interpreter: a pytest process that collected in `sandbox` and waits for commands.
 pub(crate) struct Zygote {
     key: Key,
+    /// Its snapshot's identity and its collection's ([`Carried::collection_key`]).
+    snapshot: Key,
+    collection_key: Key,
+    /// Whether it traced its collection.
+    records: bool,
+    /// Whether it made only some modules' items (see [`Zygote::makes_all`]).
+    partial: bool,
     process: Child,
     commands: std::fs::File,
     replies: Replies,
@@ -470,7 +538,7 @@ impl Zygote {
     fn start(
         launch: &Launch,
         snapshot: &Snapshot,
-        key: Key,
+        (snap, collection, key): (Key, Key, Key),
         stats: &Arc<ForkStats>,
     ) -> Result<Zygote, StartFailure> {
         let why = |e: String| format!("the warm interpreter could not start: {e}");
@@ -495,6 +563,17 @@ impl Zygote {
         }
         if launch.purpose == Purpose::Collect {
             prepared.args.push("--fixgate-collect-items".into());
+        }
+        // The modules whose items it does not make, in a file beside its events (fixgate's,
+        // outside the tree; the plugin reads it before any test module is imported).
+        if !launch.carried.is_empty() {
+            let path = sandbox.dir().join("carried-modules.json");
+            let list: Vec<&String> = launch.carried.0.iter().collect();
+            let bytes = serde_json::to_vec(&list).map_err(|e| why(e.to_string()))?;
+            std::fs::write(&path, bytes).map_err(|e| why(e.to_string()))?;
+            prepared
+                .args
+                .push(format!("--fixgate-carry-modules={}", path.display()));
         }
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
@@ -527,6 +606,10 @@ impl Zygote {
         let commands = std::fs::File::from(command_write);
         let mut zygote = Zygote {
             key,
+            snapshot: snap,
+            collection_key: collection,
+            records: launch.record_code,
+            partial: !launch.carried.is_empty(),
             process,
             commands,
             replies: Replies::new(read),
@@ -579,6 +662,9 @@ impl Zygote {
         let mut collection = None;
         let mut described = None;
         let mut skipped_collectors = Vec::new();
+        // A collection that made only some modules' items and did not say where the others
+        // go cannot be put together: its items are not known to be in order.
+        let mut unitemized = (!launch.carried.is_empty()).then(Unitemized::default);
         let mut complete = false;
         let (events, dropped) =
             crate::pytest::stream::read_events(&events).map_err(|e| why(e.to_string()))?;
@@ -595,6 +681,7 @@ impl Zygote {
                 Event::CollectSkip { nodeid, reason } => {
                     skipped_collectors.push(CollectedItem::skipped_collector(nodeid, reason))
                 }
+                Event::Unitemized(u) if unitemized.is_some() => unitemized = Some(u),
                 Event::SessionTrace { trace, partial } => {
                     complete = !partial;
                     collection = Some(trace);
@@ -609,6 +696,7 @@ impl Zygote {
                 items,
                 skipped_collectors,
                 deselected,
+                unitemized,
             };
             zygote.items = Some((described, trace.clone()));
         }
@@ -767,6 +855,16 @@ impl Zygote {
         if self.running.is_some() {
             self.healthy = false;
         }
+    }
+
+    /// Whether its items hold every test of `order` (a zygote that made every module's
+    /// items holds what the audit's collection does).
+    fn makes_all(&self, order: &[String]) -> bool {
+        if !self.partial {
+            return true;
+        }
+        let known: HashSet<&str> = self.collected.iter().map(String::as_str).collect();
+        order.iter().all(|id| known.contains(id.as_str()))
     }
 
     /// Whether a run that crashed (or timed out) may continue in a forked child: only when a

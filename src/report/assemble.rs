@@ -3,6 +3,7 @@
 //! judges (the rules are in `crate::audit`) and nothing is read back out of a report.
 
 use crate::audit::findings::{self, freeze_suggestions, test_introduced};
+use crate::audit::itemize::HeadCollection;
 use crate::audit::message;
 use crate::audit::order::OrderLabel;
 use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Side};
@@ -395,6 +396,26 @@ fn scope(j: &Judgment) -> report::ScopeReport {
         .collect();
     let whole_reason = j.impact.whole_why.as_ref().map(|w| w.to_string());
     let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
+    let collection = j.impact.head_collection.as_ref().map(|c| match c {
+        HeadCollection::Partial { modules, itemized } => report::CollectionReport {
+            modules: *modules as u64,
+            itemized: *itemized as u64,
+            whole_reason: None,
+        },
+        HeadCollection::Whole(why) => {
+            let modules = j
+                .selection
+                .iter()
+                .map(|i| i.nodeid.split("::").next().unwrap_or(&i.nodeid))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len() as u64;
+            report::CollectionReport {
+                modules,
+                itemized: modules,
+                whole_reason: Some(why.to_string()),
+            }
+        }
+    });
     match &j.impact.scope {
         Scope::Full(why) => report::ScopeReport {
             mode: match why {
@@ -408,6 +429,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             runs,
             whole_reason,
             carried: Vec::new(),
+            collection,
         },
         Scope::Scoped { run, writers } => report::ScopeReport {
             mode: report::ScopeMode::Scoped,
@@ -430,6 +452,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
                     evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
                 })
                 .collect(),
+            collection,
         },
     }
 }

@@ -111,6 +111,23 @@ def pytest_addoption(parser):
         "markers) and what was deselected, as --collect-only does, and always send the "
         "collection's trace: the warm interpreter's collection is the audit's.",
     )
+    group.addoption(
+        "--fixgate-carry-modules",
+        dest="fixgate_carry_modules",
+        default=None,
+        metavar="PATH",
+        help="fixgate: a JSON list of test module node ids to import without making their "
+        "items (fixgate takes them from another collection); one 'unitemized' event says "
+        "where each would have been.",
+    )
+
+
+def _read_carried(path):
+    """The module node ids of --fixgate-carry-modules (a JSON list), or None."""
+    if path is None:
+        return None
+    with open(path) as f:
+        return frozenset(json.load(f))
 
 
 def pytest_configure(config):
@@ -521,6 +538,11 @@ class _FixgatePlugin(object):
         # plugin deselected or dropped some (pytest_itemcollected sees each item as it is made).
         self.collected_ids = [] if self.collect_items else None
         self.recording = None  # what --fixgate-record asks for (fixgate_plugin_record)
+        # --fixgate-carry-modules: the modules imported without items, each with how many items
+        # were collected before it, and every item collected, in collection order.
+        self.carried = _read_carried(config.getoption("fixgate_carry_modules", None))
+        self.unitemized = []
+        self.itemized = []
 
         try:
             invocation = str(config.invocation_params.dir)
@@ -658,6 +680,29 @@ class _FixgatePlugin(object):
     def pytest_itemcollected(self, item):
         if self.collected_ids is not None:
             self.collected_ids.append(item.nodeid)
+        if self.carried is not None:
+            self.itemized.append(item.nodeid)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_pycollect_makemodule(self, parent):
+        """A module of --fixgate-carry-modules is imported when collection reaches it, as every
+        module is, and makes no items: only a plain `pytest.Module` (a package, or a plugin's
+        own module class, collects as it would)."""
+        outcome = yield
+        if self.carried is None or outcome.excinfo is not None:
+            return
+        module = outcome.get_result()
+        nodeid = _path_text(module.nodeid)
+        if type(module) is not pytest.Module or nodeid not in self.carried:
+            return
+        plugin = self
+
+        def collect():
+            module.obj  # the import Module.collect starts with, its errors included
+            plugin.unitemized.append({"nodeid": nodeid, "at": len(plugin.itemized)})
+            return []
+
+        module.collect = collect
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_collection_modifyitems(self, session, config, items):
@@ -684,6 +729,16 @@ class _FixgatePlugin(object):
         if self.collect_event and run.streaming:
             try:
                 nodeids = [it.nodeid for it in session.items]
+                if self.carried is not None and self.collect_items:
+                    # Where each carried module's items go holds only while the session's
+                    # items are in the order they were collected, none taken out.
+                    run.emit(
+                        {
+                            "event": "unitemized",
+                            "modules": self.unitemized,
+                            "in_order": nodeids == self.itemized,
+                        }
+                    )
                 if self.collect_items:
                     items = [self._item_info(it) for it in session.items]
                     event = {"event": "collected", "items": items}

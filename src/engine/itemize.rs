@@ -1,0 +1,197 @@
+//! The collection phase: the base's and the head's collections. In a scoped audit of a head
+//! against another base, the base's recorded file-order and reversed runs come first: from
+//! them and the patch the rule of `crate::audit::itemize` gives the test modules whose items
+//! the head's collection takes from the base's (it imports them, and makes no items of them),
+//! and the head's collection is put together from the two.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use fixgate_graph::{Node, NodeId, Output};
+
+use crate::audit::edited::edited_tests;
+use crate::audit::itemize::{self, HeadCollection, Whole};
+use crate::audit::scope::{Scope, WholeWhy};
+use crate::engine::carry::{self, BaseRuns};
+use crate::engine::impact;
+use crate::engine::kind::NodeKind;
+use crate::engine::runs::{node_bug, Engine, Role};
+use crate::engine::steps::{self, Collected, Failed};
+use crate::error::{Error, Result};
+use crate::pytest::driver::CollectIn;
+use crate::pytest::events::{CollectedItem, Collection};
+use crate::pytest::forkserver::Carried;
+
+/// What the collection phase hands on.
+pub(crate) struct Collections {
+    pub(crate) base: Collected,
+    /// The head's collection, or why it did not collect (the patch's doing).
+    pub(crate) head: std::result::Result<Collected, Failed>,
+    pub(crate) read: Read,
+}
+
+/// What the collection phase read for the head's collection, which the phases after it use.
+#[derive(Default)]
+pub(crate) struct Read {
+    /// The base's recorded runs (the carried runs start from them).
+    pub(crate) base_runs: Option<std::result::Result<BaseRuns, WholeWhy>>,
+    /// How a scoped head's collection was made (`None`: not asked, as when the audit is not
+    /// scoped, the head is the base, or the runs execute elsewhere).
+    pub(crate) head_collection: Option<HeadCollection>,
+}
+
+/// Collects both sides. `frozen`: the tests the gates deselect.
+pub(crate) fn collect(
+    engine: &Engine,
+    gate: NodeId,
+    scoped: bool,
+    frozen: &HashSet<&str>,
+) -> Result<Collections> {
+    let same =
+        crate::pytest::forkserver::same_snapshot(&engine.base.snapshot, &engine.head.snapshot);
+    if !scoped || same || engine.remote.is_some() {
+        let (base, head) = steps::collect_both(engine, gate, scoped)?;
+        return Ok(Collections {
+            base,
+            head,
+            read: Read::default(),
+        });
+    }
+    let b = steps::add_collection(engine, gate, Role::Base, steps::how(engine, true, true))?;
+    let base = steps::wait_collected(engine, b)?;
+    let base_selection: Vec<CollectedItem> = base
+        .collection
+        .items
+        .iter()
+        .filter(|i| !frozen.contains(i.nodeid.as_str()))
+        .cloned()
+        .collect();
+    let base_runs = carry::base_runs(engine, &base_selection, base.node)?;
+    let carried = match &base_runs {
+        Ok(runs) => {
+            let ids: Vec<String> = base_selection.iter().map(|i| i.nodeid.clone()).collect();
+            let edited = edited_tests(&engine.base.snapshot, &engine.head.snapshot, &ids);
+            match runs.impact(engine, &edited).scope {
+                Scope::Scoped { run, .. } => {
+                    impact::carried_modules(engine, &base.collection.items, &run)
+                }
+                Scope::Full(why) => Err(Whole::NotScoped(why.to_string())),
+            }
+        }
+        Err(why) => Err(Whole::NotScoped(why.to_string())),
+    };
+    let (head, head_collection) = match carried {
+        Ok(carried) => head_carrying(engine, gate, &base, carried)?,
+        Err(why) => (whole_head(engine, gate)?, HeadCollection::Whole(why)),
+    };
+    Ok(Collections {
+        base,
+        head,
+        read: Read {
+            base_runs: Some(base_runs),
+            head_collection: Some(head_collection),
+        },
+    })
+}
+
+/// The head's collection over every module.
+fn whole_head(engine: &Engine, gate: NodeId) -> Result<std::result::Result<Collected, Failed>> {
+    let h = steps::add_collection(engine, gate, Role::Head, steps::how(engine, true, true))?;
+    steps::wait_head(engine, h)
+}
+
+/// The head's collection without the items of the `carried` modules, put together with the
+/// base's items of them; over every module when it cannot be.
+fn head_carrying(
+    engine: &Engine,
+    gate: NodeId,
+    base: &Collected,
+    carried: BTreeSet<String>,
+) -> Result<(std::result::Result<Collected, Failed>, HeadCollection)> {
+    let modules = base
+        .collection
+        .items
+        .iter()
+        .map(|i| i.nodeid.split("::").next().unwrap_or(&i.nodeid))
+        .collect::<BTreeSet<_>>()
+        .len();
+    let carried = Arc::new(Carried(carried));
+    let how = CollectIn::Warm {
+        record_code: true,
+        spare: true,
+        carried: carried.clone(),
+    };
+    let h = steps::add_collection(engine, gate, Role::Head, how)?;
+    let planned = HeadCollection::Partial {
+        modules,
+        itemized: modules.saturating_sub(carried.0.len()),
+    };
+    let head = match steps::wait_head(engine, h)? {
+        Ok(head) => head,
+        // What does not import fails the same way whichever items are made.
+        Err(failed) => return Ok((Err(failed), planned)),
+    };
+    if let Err(why) = itemize::placeable(&head.collection, &carried.0) {
+        return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
+    }
+    let unitemized = head
+        .collection
+        .unitemized
+        .as_ref()
+        .map_or(0, |u| u.modules.len());
+    let node = merged_node(engine, base.node, h, carried)?;
+    let merged = steps::wait_collected(engine, node)?;
+    // A warm interpreter of the head that makes every item (a run outside the scope's needs
+    // one) must collect what was put together, or its runs start fresh.
+    engine.runner.forkserver.note_collection(
+        &engine.head.snapshot,
+        &Carried::default(),
+        merged.ids().map(str::to_owned).collect(),
+    );
+    Ok((
+        Ok(merged),
+        HeadCollection::Partial {
+            modules,
+            itemized: modules.saturating_sub(unitemized),
+        },
+    ))
+}
+
+/// The node of the head's collection put together from the base's (`base`) and the head's
+/// without the `carried` modules' items (`head`): the node the head's runs depend on.
+fn merged_node(
+    engine: &Engine,
+    base: NodeId,
+    head: NodeId,
+    carried: Arc<Carried>,
+) -> Result<NodeId> {
+    let key = carried.digest();
+    let kind = NodeKind::CarriedCollect;
+    let node = Node::new(
+        kind.of("head"),
+        kind.as_str(),
+        move |inputs: &[&[u8]]| {
+            let [base, head] = inputs else {
+                return Err(node_bug("a carried collection has two inputs"));
+            };
+            let decode = |bytes: &[u8]| {
+                serde_json::from_slice::<Collection>(bytes)
+                    .map_err(|e| node_bug(format!("a collection does not decode: {e}")))
+            };
+            let merged =
+                itemize::merge(&decode(base)?, decode(head)?, &carried.0).map_err(|why| {
+                    node_bug(format!(
+                        "the head's collection cannot be put together: {why}"
+                    ))
+                })?;
+            serde_json::to_vec(&merged)
+                .map(Output::new)
+                .map_err(|e| node_bug(format!("a collection does not encode: {e}")))
+        },
+    )
+    .param("carried", key);
+    engine
+        .live
+        .add(node, &[base, head])
+        .map_err(|e| Error::bug(e.to_string()))
+}
