@@ -1622,6 +1622,27 @@ fn a_head_collection_makes_only_the_items_of_the_modules_the_patch_or_the_scope_
     ]);
     let whole: Value = serde_json::from_str(&run.stdout).expect("the report is JSON");
     assert_eq!(ids(&v), ids(&whole));
+    // Without warm interpreters (a fresh cache, forking off) a fresh process collects every
+    // item, and the report says so.
+    let cache = tempfile::tempdir().unwrap();
+    let run = repo.fixgate_with(
+        cache.path(),
+        &[("FIXGATE_FORK", "0")],
+        &[
+            "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet",
+            "--seeds", "2", "--scoped",
+        ],
+    );
+    let fresh: Value = serde_json::from_str(&run.stdout).expect("the report is JSON");
+    assert_eq!(common::judgment(&fresh), common::judgment(&v));
+    let collection = &fresh["scope"]["collection"];
+    assert_eq!(collection["itemized"], 5, "{collection}");
+    assert!(
+        collection["whole_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("fresh pytest process")),
+        "{collection}"
+    );
 }
 
 /// Where an untouched module's items may be other in the head, the head's collection makes

@@ -65,6 +65,9 @@ pub(crate) enum Whole {
     /// out (a plugin's hook), so where the carried modules' items go is not known; or the
     /// collection did not say.
     Unordered,
+    /// The head's collection was made by a fresh process, which makes every item (no warm
+    /// interpreter could be had when it was made: forking is off, or refused this tree).
+    Fresh,
 }
 
 impl fmt::Display for Whole {
@@ -88,6 +91,10 @@ impl fmt::Display for Whole {
             Whole::NothingCarried => {
                 f.write_str("every test module is one the patch or the scope reaches")
             }
+            Whole::Fresh => f.write_str(
+                "the head's collection was made by a fresh pytest process, which makes every item \
+                 (no warm interpreter could be had when it was made)",
+            ),
             Whole::Unordered => f.write_str(
                 "the collection's items are not in the order they were collected (a plugin \
                  reordered or took out some), so the base's items have no place in it",

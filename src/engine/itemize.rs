@@ -134,11 +134,10 @@ fn head_carrying(
     if let Err(why) = itemize::placeable(&head.collection, &carried.0) {
         return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
     }
-    let unitemized = head
-        .collection
-        .unitemized
-        .as_ref()
-        .map_or(0, |u| u.modules.len());
+    let Some(unitemized) = &head.collection.unitemized else {
+        return Ok((Ok(head), HeadCollection::Whole(Whole::Fresh)));
+    };
+    let unitemized = unitemized.modules.len();
     let node = merged_node(engine, base.node, h, carried)?;
     let merged = steps::wait_collected(engine, node)?;
     // A warm interpreter of the head that makes every item (a run outside the scope's needs
