@@ -134,6 +134,12 @@ pub(crate) fn impact(
     )
 }
 
+/// Reads what the scope rule reads of the two snapshots now (once per audit), so that a later
+/// question does not wait for it.
+pub(crate) fn read_ahead(engine: &Engine) {
+    engine.sources.get_or_init(|| read_sources(engine));
+}
+
 /// The base's test modules whose items a scoped head's collection takes from the base's
 /// (`scope`: the tests the head's runs run), or why it makes them all.
 pub(crate) fn carried_modules(

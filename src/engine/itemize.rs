@@ -66,7 +66,11 @@ pub(crate) fn collect(
         .filter(|i| !frozen.contains(i.nodeid.as_str()))
         .cloned()
         .collect();
-    let base_runs = carry::base_runs(engine, &base_selection, base.node)?;
+    // The sources the rule reads are parsed while the base's runs are read.
+    let base_runs = std::thread::scope(|s| {
+        s.spawn(|| impact::read_ahead(engine));
+        carry::base_runs(engine, &base_selection, base.node)
+    })?;
     let carried = match &base_runs {
         Ok(runs) => {
             let ids: Vec<String> = base_selection.iter().map(|i| i.nodeid.clone()).collect();
