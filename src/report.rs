@@ -126,7 +126,9 @@ pub(crate) struct ChangedFixture {
 pub(crate) struct ReplayReport {
     pub(crate) nodeid: String,
     pub(crate) head: Outcome,
-    pub(crate) base: Outcome,
+    /// `null`: not replayed (a new test that reads only files the patch added is additive
+    /// whatever the base's bytes give, and may not exist on them).
+    pub(crate) base: Option<Outcome>,
     /// `redefined`, `cosmetic`, `additive` or `inconclusive`.
     pub(crate) reading: replay::Reading,
     /// The changed files the test read, whose base bytes the replay ran it on.

@@ -94,7 +94,12 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
         FindingKind::Redefined | FindingKind::Cosmetic | FindingKind::Additive => {
             let r = replay.iter().find(|r| &r.nodeid == id);
             let (h, b) = r
-                .map(|r| (r.head.as_str(), r.base.as_str()))
+                .map(|r| {
+                    (
+                        r.head.as_str(),
+                        r.base.map_or("not replayed", |b| b.as_str()),
+                    )
+                })
                 .unwrap_or(("?", "?"));
             let files = r.map(|r| r.files.join(", ")).unwrap_or_default();
             match f.kind {

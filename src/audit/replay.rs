@@ -7,9 +7,10 @@ use crate::pytest::result::Outcome;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ReplayRead {
     pub(crate) nodeid: String,
-    /// Its outcome at head, and on the base's fixture bytes.
+    /// Its outcome at head, and on the base's fixture bytes (`None`: not replayed, a new test
+    /// whose every changed read the patch added: see `crate::engine::replay::to_replay`).
     pub(crate) head: Outcome,
-    pub(crate) base: Outcome,
+    pub(crate) base: Option<Outcome>,
     pub(crate) reading: Reading,
     /// The changed files the test read, whose base bytes the replay ran it on.
     pub(crate) files: Vec<String>,

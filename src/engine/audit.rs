@@ -437,13 +437,14 @@ fn judged(
     let file_node = started_matrix.nodes[&OrderLabel::File];
     let delta = replay::with_traced(engine, &fixtures.delta, &file_run);
     let coupled = coupled_tests(&file_run, &delta);
-    let replay_node = match coupled.is_empty() {
+    let to_replay = replay::to_replay(&delta, &coupled, &file_run, &base_ids);
+    let replay_node = match to_replay.is_empty() {
         true => None,
         false => Some(replay::start(
             engine,
             base_snapshot,
             &delta,
-            &coupled,
+            &to_replay,
             &[file_node, fixtures.delta_node],
         )?),
     };
@@ -510,9 +511,16 @@ fn judged(
     let pair_runs = pairs::search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
     let (pairs, pair_nodes): (Vec<Pair>, Vec<_>) =
         pair_runs.into_iter().map(|p| (p.pair, p.last)).unzip();
-    let replayed = match replay_node {
-        Some(node) => replay::read(engine, node, &delta, &coupled, matrix.file_run(), &base_ids)?,
-        None => Vec::new(),
+    let replayed = match coupled.is_empty() {
+        true => Vec::new(),
+        false => replay::read(
+            engine,
+            replay_node,
+            &delta,
+            &coupled,
+            matrix.file_run(),
+            &base_ids,
+        )?,
     };
     let (base_suite, source_replayed) = match spec_started {
         Some(started) => {

@@ -48,18 +48,28 @@ pub(crate) fn start(
     engine.add_run(&req)
 }
 
-/// Waits for the replay and reads each coupled test per the decision table.
-pub(crate) fn read(
-    engine: &Engine,
-    node: NodeId,
+/// The changed files (of `delta`) a test of `run` read.
+fn changed_reads<'r>(run: &'r RunResult, id: &str, changed: &HashSet<String>) -> Vec<&'r String> {
+    run.test(id)
+        .map(|t| {
+            t.trace
+                .read
+                .iter()
+                .chain(&t.trace.sqlite)
+                .filter(|p| changed.contains(*p))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Each coupled test with whether it is new (the base has no such test) and whether every
+/// changed file it read is one the patch added.
+fn kinds<'c>(
     delta: &Delta,
-    coupled: &[String],
+    coupled: &'c [String],
     head_run: &RunResult,
     base_ids: &HashSet<&str>,
-) -> Result<Vec<ReplayRead>> {
-    let result = engine
-        .wait_run(node)?
-        .map_err(|e| Error::Infra(format!("the replay failed: {e}")))?;
+) -> Vec<(&'c String, bool, bool)> {
     let added: HashSet<String> = delta
         .changed
         .iter()
@@ -67,33 +77,71 @@ pub(crate) fn read(
         .map(|c| c.path.to_string())
         .collect();
     let changed: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
+    coupled
+        .iter()
+        .map(|id| {
+            let reads = changed_reads(head_run, id, &changed);
+            let only_added = !reads.is_empty() && reads.iter().all(|p| added.contains(*p));
+            (id, !base_ids.contains(id.as_str()), only_added)
+        })
+        .collect()
+}
+
+/// The coupled tests the replay runs: not a new test whose every changed read the patch added.
+/// Its reading is additive whatever the base's bytes give, and its node id may not exist on
+/// them (a case made of a file the patch added to a folder the test lists).
+pub(crate) fn to_replay(
+    delta: &Delta,
+    coupled: &[String],
+    head_run: &RunResult,
+    base_ids: &HashSet<&str>,
+) -> Vec<String> {
+    kinds(delta, coupled, head_run, base_ids)
+        .into_iter()
+        .filter(|(_, new, only_added)| !(*new && *only_added))
+        .map(|(id, ..)| id.clone())
+        .collect()
+}
+
+/// Waits for the replay (`node`: none when no coupled test needed one) and reads each coupled
+/// test per the decision table.
+pub(crate) fn read(
+    engine: &Engine,
+    node: Option<NodeId>,
+    delta: &Delta,
+    coupled: &[String],
+    head_run: &RunResult,
+    base_ids: &HashSet<&str>,
+) -> Result<Vec<ReplayRead>> {
+    let result = match node {
+        Some(node) => Some(
+            engine
+                .wait_run(node)?
+                .map_err(|e| Error::Infra(format!("the replay failed: {e}")))?,
+        ),
+        None => None,
+    };
+    let changed: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
     let mut out = Vec::new();
-    for id in coupled {
+    for (id, new, only_added) in kinds(delta, coupled, head_run, base_ids) {
         let head = head_run.outcome_of(id).unwrap_or(Outcome::Error);
-        let on_base = result.outcome_of(id).unwrap_or(Outcome::Error);
-        let reads: Vec<&String> = head_run
-            .test(id)
-            .map(|t| {
-                t.trace
-                    .read
-                    .iter()
-                    .chain(&t.trace.sqlite)
-                    .filter(|p| changed.contains(*p))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let reading = Reading::of(
-            !base_ids.contains(id.as_str()),
-            !reads.is_empty() && reads.iter().all(|p| added.contains(*p)),
-            head,
-            on_base,
-        );
+        let replayed = !(new && only_added);
+        let on_base = replayed.then(|| {
+            result
+                .as_ref()
+                .and_then(|r| r.outcome_of(id))
+                .unwrap_or(Outcome::Error)
+        });
+        let reading = Reading::of(new, only_added, head, on_base.unwrap_or(Outcome::Error));
         out.push(ReplayRead {
             nodeid: id.clone(),
             head,
             base: on_base,
             reading,
-            files: reads.iter().map(|p| p.to_string()).collect(),
+            files: changed_reads(head_run, id, &changed)
+                .into_iter()
+                .cloned()
+                .collect(),
         });
     }
     Ok(out)

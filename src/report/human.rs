@@ -531,7 +531,7 @@ fn fixtures_into(out: &mut String, paint: &Paint, r: &AuditReport) {
                 "    {}: head {}, base {} → {}",
                 clean(&rp.nodeid),
                 rp.head.as_str(),
-                rp.base.as_str(),
+                rp.base.map_or("not replayed", |b| b.as_str()),
                 rp.reading.as_str()
             );
         }
@@ -865,7 +865,7 @@ pub(crate) mod tests {
                 replay: vec![ReplayReport {
                     nodeid: parse,
                     head: Passed,
-                    base: Failed,
+                    base: Some(Failed),
                     reading: Reading::Redefined,
                     files: Vec::new(),
                 }],

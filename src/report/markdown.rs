@@ -258,7 +258,7 @@ fn fixtures_into(out: &mut String, r: &AuditReport) {
                 "| {} | {} | {} | {reading} |",
                 code_cell(&rp.nodeid),
                 cell(rp.head.as_str()),
-                cell(rp.base.as_str())
+                cell(rp.base.map_or("not replayed", |b| b.as_str()))
             );
         }
         out.push('\n');
