@@ -1705,3 +1705,74 @@ fn a_head_collection_is_whole_where_an_untouched_modules_items_may_change_and_sa
     let v = whole(&repo, "ran while the suite was collected");
     assert_eq!(bucket(&v, "tests/test_m4.py::test_neg[3]"), "stable", "{v}");
 }
+
+/// A test module that parametrizes over the files of a folder gets another item for a file the
+/// patch adds there, though the module itself is untouched: the base's collection listed the
+/// folder, so the head's collection makes every item, and the new case runs (and fails).
+#[test]
+fn a_file_added_where_collection_lists_a_folder_makes_the_head_collection_whole() {
+    let repo = wider_registry_repo();
+    repo.write("tests/data/a.txt", "ok\n").write(
+        "tests/test_data.py",
+        "import glob\nimport os\n\nimport pytest\n\nHERE = os.path.dirname(__file__)\n\
+         CASES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(HERE, 'data', '*.txt')))\n\n\n\
+         @pytest.mark.parametrize('name', CASES)\ndef test_case(name):\n    \
+         with open(os.path.join(HERE, 'data', name)) as f:\n        \
+         assert f.read().strip() == 'ok'\n",
+    );
+    repo.commit("base: cases from a folder");
+    repo.write("tests/data/b.txt", "not ok\n")
+        .write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
+    repo.commit("head: a case and m1 rewritten");
+    let v = scoped_audit(&repo, &[]);
+    let collection = &v["scope"]["collection"];
+    assert!(
+        collection["whole_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("tests/data/b.txt was added or removed")),
+        "{collection}"
+    );
+    assert_eq!(v["verdict"], "reject", "{v}");
+    assert_ne!(bucket(&v, "tests/test_data.py::test_case[b.txt]"), "stable");
+    // A new case read off an added file is additive without a replay on the base's bytes,
+    // where it does not exist.
+    let replay = &v["fixtures"]["replay"];
+    let case = replay
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["nodeid"] == "tests/test_data.py::test_case[b.txt]")
+        .unwrap_or_else(|| panic!("{replay}"));
+    assert_eq!(case["reading"], "additive", "{case}");
+    assert_eq!(case["base"], Value::Null, "{case}");
+}
+
+/// With `--doctest-modules`, a test file is collected twice, as a module and as a doctest
+/// module of the same node id: the head's collection makes the doctest items of a carried
+/// file all the same, and the merge takes only the base's module items beside them.
+#[test]
+fn a_carried_file_with_doctests_is_listed_once() {
+    let repo = wider_registry_repo();
+    repo.write(
+        "pyproject.toml",
+        "[tool.pytest.ini_options]\naddopts = \"--doctest-modules\"\n",
+    )
+    .write(
+        "tests/test_m4.py",
+        "from pkg import m4\n\n\ndef helper(x):\n    \"\"\"\n    >>> helper(2)\n    -2\n    \"\"\"\n    \
+         return m4.neg(x)\n\n\ndef test_neg():\n    assert m4.neg(1) == -1\n",
+    );
+    repo.commit("base: doctests");
+    rewrite_m1(&repo);
+    let v = scoped_audit(&repo, &[]);
+    let ids: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["nodeid"].as_str().unwrap())
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "{ids:?}");
+    assert!(ids.contains(&"tests/test_m4.py::test_m4.helper"), "{ids:?}");
+    assert!(ids.contains(&"tests/test_m4.py::test_neg"), "{ids:?}");
+}

@@ -70,6 +70,8 @@ pub(crate) struct Footprint {
     /// Python files with a changed function whose decorators or `def` statement changed
     /// (they run when the module is imported, in the module's code).
     pub(crate) signatures: BTreeSet<String>,
+    /// Every file, of any kind, that one side has and the other does not.
+    pub(crate) added_or_removed: BTreeSet<String>,
 }
 
 const CONFIGURATION: [&str; 7] = [
@@ -122,6 +124,9 @@ fn changed_spans(side: &pysrc::Source, other: &pysrc::Source) -> Vec<(u32, u32)>
 pub(crate) fn footprint(changes: &[Change]) -> Footprint {
     let mut out = Footprint::default();
     for c in changes {
+        if c.base.is_none() || c.head.is_none() {
+            out.added_or_removed.insert(c.path.clone());
+        }
         let name = file_name(&c.path);
         let everything = match name {
             "conftest.py" => Some(Everything::Conftest(c.path.clone())),

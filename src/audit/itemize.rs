@@ -55,6 +55,9 @@ pub(crate) enum Whole {
     NotScoped(String),
     /// A Python file changed at module level, or was added or removed.
     ModuleLevel(String),
+    /// A file was added or removed in a directory the base's collection listed (a
+    /// parametrization over a folder's files).
+    Listed { path: String, dir: String },
     /// A changed function of this file has other decorators or another signature.
     Signature(String),
     /// A file of the repository defines a collection hook.
@@ -78,6 +81,15 @@ impl fmt::Display for Whole {
                 f,
                 "{path} changed at module level, or was added or removed: its import may \
                  change what other modules' items are made of"
+            ),
+            Whole::Listed { path, dir } => write!(
+                f,
+                "{path} was added or removed, and the suite's collection lists {}: what it \
+                 makes of the listing may change",
+                match dir.is_empty() {
+                    true => "the repository's root",
+                    false => dir.as_str(),
+                }
             ),
             Whole::Signature(path) => write!(
                 f,
@@ -121,6 +133,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) base: &'a [CollectedItem],
     /// The tests the head's runs run: the scope's, as the base's recording gives it.
     pub(crate) scope: &'a BTreeSet<String>,
+    /// The directories the base's collection listed (`""`: the root).
+    pub(crate) listed: &'a BTreeSet<String>,
 }
 
 /// The module node id of an item (`tests/test_x.py` of `tests/test_x.py::TestA::test_b`).
@@ -137,6 +151,20 @@ pub(crate) fn carried(inputs: &Inputs) -> Result<BTreeSet<String>, Whole> {
     }
     if let Some(path) = footprint.signatures.iter().next() {
         return Err(Whole::Signature(path.clone()));
+    }
+    for path in &footprint.added_or_removed {
+        let under = |d: &String| {
+            d.is_empty()
+                || path
+                    .strip_prefix(d.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        };
+        if let Some(dir) = inputs.listed.iter().find(|d| under(d)) {
+            return Err(Whole::Listed {
+                path: path.clone(),
+                dir: dir.clone(),
+            });
+        }
     }
     if let Some((path, hook)) = inputs.hook {
         return Err(Whole::Hook {
@@ -178,9 +206,10 @@ pub(crate) fn carried(inputs: &Inputs) -> Result<BTreeSet<String>, Whole> {
 
 /// Whether the base's items of the modules `head` imported without making them have a place
 /// in it: it says where each goes, in order, its items are in the order they were collected,
-/// and each is one of the `carried` modules it was asked for (its own word is not taken for
-/// more). A collection that made every item (a fresh one, where no warm interpreter could be
-/// had) needs none.
+/// and the modules are the `carried` ones it was asked for, every one (its own word is not
+/// taken for more, nor for fewer: with no file added or removed and the same configuration,
+/// collection reaches each module the base's did). A collection that made every item (a
+/// fresh one, where no warm interpreter could be had) needs none.
 pub(crate) fn placeable(head: &Collection, carried: &BTreeSet<String>) -> Result<(), Whole> {
     let Some(unitemized) = &head.unitemized else {
         return Ok(());
@@ -197,7 +226,10 @@ pub(crate) fn placeable(head: &Collection, carried: &BTreeSet<String>) -> Result
         }
         at = m.at;
     }
-    Ok(())
+    match seen.len() == carried.len() {
+        true => Ok(()),
+        false => Err(Whole::Unordered),
+    }
 }
 
 /// The head's collection put together: its own items, with the base's items of each module it
@@ -226,9 +258,16 @@ pub(crate) fn merge(
         .collect();
     let mut items = Vec::with_capacity(head.items.len() + base.items.len());
     let mut next = unitemized.modules.iter().peekable();
+    // A module's items the head made all the same (a doctest module of the same file, which
+    // is not a plain module) are the head's.
+    let made: BTreeSet<&str> = head.items.iter().map(|i| i.nodeid.as_str()).collect();
     let base_items = |m: &UnitemizedModule| -> Vec<CollectedItem> {
         let of = by_module.get(m.nodeid.as_str());
-        of.into_iter().flatten().map(|&i| i.clone()).collect()
+        of.into_iter()
+            .flatten()
+            .filter(|i| !made.contains(i.nodeid.as_str()))
+            .map(|&i| i.clone())
+            .collect()
     };
     for (i, item) in head.items.iter().enumerate() {
         while let Some(m) = next.next_if(|m| m.at == i) {
@@ -247,9 +286,26 @@ pub(crate) fn merge(
             .filter(|id| seen.contains(module_of(id)))
             .cloned(),
     );
+    // The collectors inside a carried module that the base's collection skipped (a class with
+    // a skip marker) were not reached in the head's.
+    let mut skipped_collectors = head.skipped_collectors.clone();
+    let skipped: BTreeSet<String> = skipped_collectors
+        .iter()
+        .map(|c| c.nodeid.clone())
+        .collect();
+    skipped_collectors.extend(
+        base.skipped_collectors
+            .iter()
+            .filter(|c| seen.contains(module_of(&c.nodeid)) && !skipped.contains(&c.nodeid))
+            .cloned(),
+    );
+    let unique: BTreeSet<&str> = items.iter().map(|i| i.nodeid.as_str()).collect();
+    if unique.len() != items.len() {
+        return Err(Whole::Unordered);
+    }
     Ok(Collection {
         items,
-        skipped_collectors: head.skipped_collectors,
+        skipped_collectors,
         deselected,
         unitemized: None,
     })
@@ -317,6 +373,7 @@ mod tests {
             imports: &imports,
             base: &base,
             scope: &scope,
+            listed: &BTreeSet::new(),
         });
         // test_m7 imports the file, test_via through helper, test_z is in the scope.
         assert_eq!(carried, Ok(["tests/test_a.py".to_string()].into()));
@@ -326,6 +383,7 @@ mod tests {
     fn module_level_and_signature_changes_and_collection_hooks_collect_whole() {
         let (base, imports) = suite();
         let scope = BTreeSet::new();
+        let listed: BTreeSet<String> = ["tests/data".to_string()].into();
         let run = |fp: &Footprint, hook| {
             carried(&Inputs {
                 footprint: fp,
@@ -333,6 +391,7 @@ mod tests {
                 imports: &imports,
                 base: &base,
                 scope: &scope,
+                listed: &listed,
             })
         };
         // (base, head, why): a module-level line, a default, a decorator's argument.
@@ -376,6 +435,29 @@ mod tests {
                 hook: "pytest_collection_modifyitems".into()
             })
         );
+        // A data file added where collection lists the files (a parametrization over them);
+        // one added elsewhere changes no item.
+        let added = |path: &str| {
+            let mut changes = vec![change(
+                "pkg/m7.py",
+                M7,
+                &M7.replace("x + OFFSET", "OFFSET + x"),
+            )];
+            changes.push(Change {
+                path: path.into(),
+                base: None,
+                head: Some(Vec::new()),
+            });
+            footprint(&changes)
+        };
+        assert_eq!(
+            run(&added("tests/data/b.txt"), None),
+            Err(Whole::Listed {
+                path: "tests/data/b.txt".into(),
+                dir: "tests/data".into()
+            })
+        );
+        assert!(run(&added("docs/b.txt"), None).is_ok());
     }
 
     fn unitemized(modules: &[(&str, usize)], in_order: bool) -> Option<Unitemized> {
@@ -423,8 +505,28 @@ mod tests {
         assert_eq!(merge(&base, unordered, &carried), Err(Whole::Unordered));
         let forged = Collection {
             unitemized: unitemized(&[("tests/test_m7.py", 0)], true),
-            ..head
+            ..head.clone()
         };
         assert_eq!(merge(&base, forged, &carried), Err(Whole::Unordered));
+        // Nor for fewer: a module it was asked to carry and does not name would lose its tests.
+        let fewer = Collection {
+            unitemized: unitemized(&[("tests/test_a.py", 0)], true),
+            ..head.clone()
+        };
+        assert_eq!(merge(&base, fewer, &carried), Err(Whole::Unordered));
+        // An item the head made of a carried module's file (a doctest module's) is not the
+        // base's again.
+        let doctest = item("tests/test_a.py::test_a.helper");
+        let base_with_doctest = Collection {
+            items: [vec![doctest.clone()], base_items.clone()].concat(),
+            ..base.clone()
+        };
+        let head_with_doctest = Collection {
+            items: [vec![doctest.clone()], head.items.clone()].concat(),
+            unitemized: unitemized(&[("tests/test_a.py", 1), ("tests/test_z.py", 3)], true),
+            ..head
+        };
+        let merged = merge(&base_with_doctest, head_with_doctest, &carried).expect("merged");
+        assert_eq!(merged.items, [vec![doctest], base_items].concat());
     }
 }

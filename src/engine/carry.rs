@@ -79,6 +79,14 @@ impl BaseRuns {
         *read = Some((edited.clone(), impact.clone()));
         impact
     }
+
+    /// The directories the base's collection listed, as its runs' sessions traced it.
+    pub(crate) fn listed_at_collection(&self) -> BTreeSet<String> {
+        self.runs
+            .values()
+            .flat_map(|r| r.session_trace.list.iter().cloned())
+            .collect()
+    }
 }
 
 /// Runs (or finds cached) the base's recorded runs of the two whole orders over `selection`;

@@ -146,6 +146,7 @@ pub(crate) fn carried_modules(
     engine: &Engine,
     base: &[CollectedItem],
     scope: &BTreeSet<String>,
+    listed: &BTreeSet<String>,
 ) -> Result<BTreeSet<String>, itemize::Whole> {
     let sources = engine.sources.get_or_init(|| read_sources(engine));
     itemize::carried(&itemize::Inputs {
@@ -154,6 +155,7 @@ pub(crate) fn carried_modules(
         imports: &sources.imports,
         base,
         scope,
+        listed,
     })
 }
 

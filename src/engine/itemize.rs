@@ -77,7 +77,8 @@ pub(crate) fn collect(
             let edited = edited_tests(&engine.base.snapshot, &engine.head.snapshot, &ids);
             match runs.impact(engine, &edited).scope {
                 Scope::Scoped { run, .. } => {
-                    impact::carried_modules(engine, &base.collection.items, &run)
+                    let listed = runs.listed_at_collection();
+                    impact::carried_modules(engine, &base.collection.items, &run, &listed)
                 }
                 Scope::Full(why) => Err(Whole::NotScoped(why.to_string())),
             }

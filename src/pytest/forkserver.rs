@@ -328,11 +328,18 @@ impl Pool {
             (Purpose::Prewarm, true) => self.take_idle(key),
         };
         // A run may fork from a zygote that made only some modules' items when its order is
-        // among them.
+        // among them, and its collection is one the audit's was checked against (a spare beside
+        // a collection that ran fresh after all is not).
         let idle = match (idle, launch.purpose, order) {
-            (None, Purpose::Run, Some(order)) => self.take_idle_where(|z| {
-                z.snapshot == snap && (z.records || !launch.record_code) && z.makes_all(order)
-            }),
+            (None, Purpose::Run, Some(order)) => {
+                let noted: HashSet<Key> = self.collections.lock().ok()?.keys().copied().collect();
+                self.take_idle_where(|z| {
+                    z.snapshot == snap
+                        && (z.records || !launch.record_code)
+                        && noted.contains(&z.collection_key)
+                        && z.makes_all(order)
+                })
+            }
             (idle, ..) => idle,
         };
         let mut zygote = match idle {

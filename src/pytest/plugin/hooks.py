@@ -698,8 +698,9 @@ class _FixgatePlugin(object):
         plugin = self
 
         def collect():
-            module.obj  # the import Module.collect starts with, its errors included
+            # Listed before the import, which may skip the module (importorskip) or fail.
             plugin.unitemized.append({"nodeid": nodeid, "at": len(plugin.itemized)})
+            module.obj  # the import Module.collect starts with, its errors included
             return []
 
         module.collect = collect
