@@ -65,9 +65,12 @@ pub(crate) enum Whole {
     /// Every test module of the base is the patch's or the scope's.
     NothingCarried,
     /// The collection's items are not in the order they were collected, or some were taken
-    /// out (a plugin's hook), so where the carried modules' items go is not known; or the
-    /// collection did not say.
+    /// out (a plugin's hook), so where the carried modules' items go is not known.
     Unordered,
+    /// The collection did not name, in order, exactly the modules it was asked to carry.
+    Unnamed,
+    /// Put together, the collection would list this node id twice.
+    Twice(String),
     /// The head's collection was made by a fresh process, which makes every item (no warm
     /// interpreter could be had when it was made: forking is off, or refused this tree).
     Fresh,
@@ -106,6 +109,15 @@ impl fmt::Display for Whole {
             Whole::Fresh => f.write_str(
                 "the head's collection was made by a fresh pytest process, which makes every item \
                  (no warm interpreter could be had when it was made)",
+            ),
+            Whole::Unnamed => f.write_str(
+                "the collection did not say, in order, where each module it was asked to carry \
+                 stood",
+            ),
+            Whole::Twice(id) => write!(
+                f,
+                "{id} would be listed twice, the head's and the base's: the items of its module \
+                 are not the base's alone"
             ),
             Whole::Unordered => f.write_str(
                 "the collection's items are not in the order they were collected (a plugin \
@@ -222,13 +234,13 @@ pub(crate) fn placeable(head: &Collection, carried: &BTreeSet<String>) -> Result
     for m in &unitemized.modules {
         let fits = carried.contains(&m.nodeid) && m.at >= at && m.at <= head.items.len();
         if !fits || !seen.insert(m.nodeid.as_str()) {
-            return Err(Whole::Unordered);
+            return Err(Whole::Unnamed);
         }
         at = m.at;
     }
     match seen.len() == carried.len() {
         true => Ok(()),
-        false => Err(Whole::Unordered),
+        false => Err(Whole::Unnamed),
     }
 }
 
@@ -299,9 +311,9 @@ pub(crate) fn merge(
             .filter(|c| seen.contains(module_of(&c.nodeid)) && !skipped.contains(&c.nodeid))
             .cloned(),
     );
-    let unique: BTreeSet<&str> = items.iter().map(|i| i.nodeid.as_str()).collect();
-    if unique.len() != items.len() {
-        return Err(Whole::Unordered);
+    let mut unique: BTreeSet<&str> = BTreeSet::new();
+    if let Some(twice) = items.iter().find(|i| !unique.insert(i.nodeid.as_str())) {
+        return Err(Whole::Twice(twice.nodeid.clone()));
     }
     Ok(Collection {
         items,
@@ -507,13 +519,13 @@ mod tests {
             unitemized: unitemized(&[("tests/test_m7.py", 0)], true),
             ..head.clone()
         };
-        assert_eq!(merge(&base, forged, &carried), Err(Whole::Unordered));
+        assert_eq!(merge(&base, forged, &carried), Err(Whole::Unnamed));
         // Nor for fewer: a module it was asked to carry and does not name would lose its tests.
         let fewer = Collection {
             unitemized: unitemized(&[("tests/test_a.py", 0)], true),
             ..head.clone()
         };
-        assert_eq!(merge(&base, fewer, &carried), Err(Whole::Unordered));
+        assert_eq!(merge(&base, fewer, &carried), Err(Whole::Unnamed));
         // An item the head made of a carried module's file (a doctest module's) is not the
         // base's again.
         let doctest = item("tests/test_a.py::test_a.helper");
@@ -521,12 +533,22 @@ mod tests {
             items: [vec![doctest.clone()], base_items.clone()].concat(),
             ..base.clone()
         };
+        let head_for_twice = head.clone();
         let head_with_doctest = Collection {
             items: [vec![doctest.clone()], head.items.clone()].concat(),
             unitemized: unitemized(&[("tests/test_a.py", 1), ("tests/test_z.py", 3)], true),
             ..head
         };
         let merged = merge(&base_with_doctest, head_with_doctest, &carried).expect("merged");
-        assert_eq!(merged.items, [vec![doctest], base_items].concat());
+        assert_eq!(merged.items, [vec![doctest], base_items.clone()].concat());
+        // A node id the merge would list twice is refused.
+        let twice = Collection {
+            items: [base_items.clone(), vec![item("tests/test_a.py::test_1")]].concat(),
+            ..base.clone()
+        };
+        assert_eq!(
+            merge(&twice, head_for_twice, &carried),
+            Err(Whole::Twice("tests/test_a.py::test_1".into()))
+        );
     }
 }
