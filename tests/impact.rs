@@ -1761,7 +1761,8 @@ fn a_carried_file_with_doctests_is_listed_once() {
         "tests/test_m4.py",
         "from pkg import m4\n\n\ndef helper(x):\n    \"\"\"\n    >>> helper(2)\n    -2\n    \"\"\"\n    \
          return m4.neg(x)\n\n\ndef test_neg():\n    assert m4.neg(1) == -1\n",
-    );
+    )
+    .write("tests/test_notes.txt", ">>> 1 + 1\n2\n");
     repo.commit("base: doctests");
     rewrite_m1(&repo);
     let v = scoped_audit(&repo, &[]);
@@ -1775,4 +1776,32 @@ fn a_carried_file_with_doctests_is_listed_once() {
     assert_eq!(unique.len(), ids.len(), "{ids:?}");
     assert!(ids.contains(&"tests/test_m4.py::test_m4.helper"), "{ids:?}");
     assert!(ids.contains(&"tests/test_m4.py::test_neg"), "{ids:?}");
+    assert!(
+        ids.contains(&"tests/test_notes.txt::test_notes.txt"),
+        "{ids:?}"
+    );
+    // Two of the 6 modules (a doctest text file is one) are carried: a doctest file is never
+    // (the head makes its items), the doctests of a carried test module are the head's.
+    assert_eq!(
+        v["scope"]["collection"],
+        serde_json::json!({"modules": 6, "itemized": 4, "whole_reason": null})
+    );
+}
+
+/// A file the patch adds that no code of the suite lists while collecting (only pytest's own
+/// walk of the tree sees it, which makes items of Python files alone) leaves the head's
+/// collection partial.
+#[test]
+fn a_file_added_where_only_pytests_walk_lists_keeps_the_head_collection_partial() {
+    let repo = wider_registry_repo();
+    repo.write("docs/notes.txt", "m1 is spelled the other way round\n")
+        .write("tests/notes.txt", "nothing reads this\n")
+        .write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
+    repo.commit("head: m1 rewritten, and notes");
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert_eq!(
+        v["scope"]["collection"],
+        serde_json::json!({"modules": 5, "itemized": 3, "whole_reason": null})
+    );
 }

@@ -80,11 +80,12 @@ impl BaseRuns {
         impact
     }
 
-    /// The directories the base's collection listed, as its runs' sessions traced it.
+    /// The directories the suite's code listed outside any test (while the base collected, or
+    /// in a session fixture), as its runs' sessions traced it: not pytest's own walk.
     pub(crate) fn listed_at_collection(&self) -> BTreeSet<String> {
         self.runs
             .values()
-            .flat_map(|r| r.session_trace.list.iter().cloned())
+            .flat_map(|r| r.session_trace.list_code.iter().cloned())
             .collect()
     }
 }

@@ -136,7 +136,13 @@ fn head_carrying(
         // What does not import fails the same way whichever items are made.
         Err(failed) => return Ok((Err(failed), planned)),
     };
-    if let Err(why) = itemize::placeable(&head.collection, &carried.0) {
+    // Put together here first: what cannot be (out of order, a module unnamed, a node id
+    // twice) is collected whole instead; the node below makes the same of the same inputs.
+    if let Err(why) = itemize::merge(&base.collection, head.collection.clone(), &carried.0) {
+        engine
+            .runner
+            .forkserver
+            .forget_collection(&engine.head.snapshot, &carried);
         return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
     }
     let Some(unitemized) = &head.collection.unitemized else {

@@ -524,7 +524,7 @@ impl Runner {
                     items = Some(i);
                     deselected = d;
                 }
-                Event::SessionTrace { trace: t, .. } => trace.merge(t),
+                Event::SessionTrace { trace: t, .. } => trace.merge(*t),
                 Event::CollectSkip { nodeid, reason } => {
                     skipped_collectors.push(CollectedItem::skipped_collector(nodeid, reason))
                 }
@@ -956,7 +956,7 @@ impl Runner {
                             pb.inc(1);
                         }
                     }
-                    Event::SessionTrace { trace, .. } => result.session_trace.merge(trace),
+                    Event::SessionTrace { trace, .. } => result.session_trace.merge(*trace),
                     Event::SessionCode { code, unknown } => match (code, unknown) {
                         (Some(code), None) => {
                             if let Some(all) = &mut result.session_code {

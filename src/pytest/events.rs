@@ -44,7 +44,7 @@ pub(crate) enum Event {
     Test(Box<TestEvent>),
     SessionTrace {
         #[serde(default)]
-        trace: Trace,
+        trace: Box<Trace>,
         /// A fork server's collection trace that misses what modules imported before the
         /// plugin could trace read (conftest.py files pytest loads first): it still names
         /// them as imported, as a fresh collection's does.
@@ -206,6 +206,9 @@ pub(crate) struct Marker {
 pub(crate) struct Trace {
     pub(crate) import: Vec<String>,
     pub(crate) list: Vec<String>,
+    /// The directories among `list` that the suite's code listed, not pytest's own walk of
+    /// the tree while collecting.
+    pub(crate) list_code: Vec<String>,
     pub(crate) mkdir: Vec<String>,
     /// Addresses connected or sent to (the network, loopback included).
     pub(crate) network: Vec<String>,
@@ -223,6 +226,7 @@ impl Trace {
     pub(crate) fn merge(&mut self, from: Trace) {
         self.import.extend(from.import);
         self.list.extend(from.list);
+        self.list_code.extend(from.list_code);
         self.mkdir.extend(from.mkdir);
         self.network.extend(from.network);
         self.outside.extend(from.outside);

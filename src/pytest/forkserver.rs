@@ -277,6 +277,14 @@ impl Pool {
         }
     }
 
+    /// Forgets what a collection of `snapshot` without the `carried` modules' items listed: the
+    /// audit did not take it, and no run forks from a zygote of it.
+    pub(crate) fn forget_collection(&self, snapshot: &Snapshot, carried: &Carried) {
+        if let Ok(mut c) = self.collections.lock() {
+            c.remove(&carried.collection_key(&identity(snapshot)));
+        }
+    }
+
     fn refuse(&self, key: Key, reason: String) {
         self.stats.fall_back(reason.clone());
         if let Ok(mut r) = self.refused.lock() {
@@ -691,7 +699,7 @@ impl Zygote {
                 Event::Unitemized(u) if unitemized.is_some() => unitemized = Some(u),
                 Event::SessionTrace { trace, partial } => {
                     complete = !partial;
-                    collection = Some(trace);
+                    collection = Some(*trace);
                 }
                 _ => {}
             }

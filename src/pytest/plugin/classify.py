@@ -122,6 +122,7 @@ class _Classifier(object):
             "mkdir": set(),
             "sqlite": set(),
             "import": set(),
+            "list_code": set(),
         }
         outside = set()
         unknown = set()
@@ -164,11 +165,11 @@ class _Classifier(object):
                 continue
             if kind == "rel":
                 out[op].add(text)
-            else:
+            elif op != "list_code":  # its listing is in "list" too
                 outside.add((text, op))
         # only the lists that have something (a reader takes a missing one as empty)
         res = {}
-        for k in ("read", "write", "list", "remove", "mkdir", "sqlite", "import"):
+        for k in ("read", "write", "list", "list_code", "remove", "mkdir", "sqlite", "import"):
             if out[k]:
                 res[k] = sorted(out[k])
         if out["rename"]:

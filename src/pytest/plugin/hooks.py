@@ -698,9 +698,10 @@ class _FixgatePlugin(object):
         plugin = self
 
         def collect():
-            # Listed before the import, which may skip the module (importorskip) or fail.
-            plugin.unitemized.append({"nodeid": nodeid, "at": len(plugin.itemized)})
             module.obj  # the import Module.collect starts with, its errors included
+            # Named once imported: a module that skips itself at import here, though its base
+            # had items, goes unnamed, and fixgate collects whole.
+            plugin.unitemized.append({"nodeid": nodeid, "at": len(plugin.itemized)})
             return []
 
         module.collect = collect

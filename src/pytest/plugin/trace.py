@@ -136,6 +136,25 @@ def _caller_kind():
     return None
 
 
+# Where pytest walks the tree while collecting (its directories, a package's files).
+_WALK_FILES = ("_pytest/pathlib.py", "_pytest/main.py", "_pytest/python.py")
+
+
+def _caller_is_walk():
+    """Whether the audited listing is pytest's own walk of the tree: the first caller outside
+    this plugin is pytest's collection code."""
+    try:
+        f = sys._getframe(1)
+    except Exception:
+        return False
+    while f is not None:
+        fn = f.f_code.co_filename
+        if fn not in _PLUGIN_FILES:
+            return fn.replace(os.sep, "/").endswith(_WALK_FILES)
+        f = f.f_back
+    return False
+
+
 def _caller_is_rmtree():
     try:
         f = sys._getframe(1)
@@ -245,6 +264,10 @@ def _handle(event, args, rec):
         p = _abs("." if path is None else path)
         if p is not None:
             rec.add(("list", p))
+            # Beside pytest's own walk of the tree (which makes items of Python files only),
+            # what the suite's code listed: a folder it parametrizes over.
+            if not _caller_is_walk():
+                rec.add(("list_code", p))
     elif event == "os.remove" or event == "os.rmdir":
         p = _abs(args[0], args[1] if len(args) > 1 else None)
         if p is not None:
