@@ -140,6 +140,19 @@ fn outcome_of(v: &Value, test: &str) -> (String, String) {
     )
 }
 
+/// The report of a `fixgate run` of the price suite that ended with exit 0 and its one test
+/// passed (`context` says which run).
+fn total_passed(run: &common::Run, context: &str) -> Value {
+    let v = run.json();
+    assert_eq!(run.code, 0, "{context}: {run:?}");
+    assert_eq!(
+        outcome_of(&v, "tests/test_price.py::test_total").0,
+        "passed",
+        "{context}: {v}"
+    );
+    v
+}
+
 /// A Python bytes literal of `bytes`.
 fn py_bytes(bytes: &[u8]) -> String {
     let mut s = String::from("b'");
@@ -1129,13 +1142,7 @@ fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
             "json",
         ],
     );
-    let v = run.json();
-    assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        outcome_of(&v, "tests/test_price.py::test_total").0,
-        "passed",
-        "{v}"
-    );
+    let v = total_passed(&run, "");
     assert!(
         v["result"]["warnings"].to_string().contains("was killed"),
         "the kill is said: {v}"
@@ -1170,13 +1177,7 @@ fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
             "json",
         ],
     );
-    let v = run.json();
-    assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        outcome_of(&v, "tests/test_price.py::test_total").0,
-        "passed",
-        "{v}"
-    );
+    let v = total_passed(&run, "");
     assert!(
         !v["result"]["warnings"].to_string().contains("was killed"),
         "{v}"
@@ -1290,15 +1291,7 @@ fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
                 &forges_events("pytest_sessionfinish", lines, "pass"),
             )],
         );
-        let run = run_seed_0(&head);
-        let v = run.json();
-        assert_eq!(run.code, 0, "{run:?}");
-        assert_eq!(
-            outcome_of(&v, "tests/test_price.py::test_total").0,
-            "passed",
-            "{v}"
-        );
-        v
+        total_passed(&run_seed_0(&head), what)
     };
     // A hundred thousand results for tests it was not given: one warning that counts them.
     let v = passes_with_forged_end(
@@ -1348,13 +1341,7 @@ fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
             ],
         );
         let run = run_seed_0_within(&repo, &spams, &["--test-timeout", "3"]);
-        let v = run.json();
-        assert_eq!(run.code, 0, "{label}: {run:?}");
-        assert_eq!(
-            outcome_of(&v, "tests/test_price.py::test_total").0,
-            "passed",
-            "{label}: {v}"
-        );
+        let v = total_passed(&run, label);
         let warnings = v["result"]["warnings"].to_string();
         assert!(
             warnings.contains("was killed"),

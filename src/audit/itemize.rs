@@ -151,7 +151,16 @@ pub(crate) struct Inputs<'a> {
 
 /// The module node id of an item (`tests/test_x.py` of `tests/test_x.py::TestA::test_b`).
 fn module_of(nodeid: &str) -> &str {
-    nodeid.split("::").next().unwrap_or(nodeid)
+    crate::testsrc::split_nodeid(nodeid).0
+}
+
+/// How many modules `items` come from.
+pub(crate) fn modules(items: &[CollectedItem]) -> usize {
+    items
+        .iter()
+        .map(|i| module_of(&i.nodeid))
+        .collect::<BTreeSet<_>>()
+        .len()
 }
 
 /// The base's test modules whose items the head's collection may take from the base (by

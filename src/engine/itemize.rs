@@ -15,7 +15,7 @@ use crate::audit::scope::{Scope, WholeWhy};
 use crate::engine::carry::{self, BaseRuns};
 use crate::engine::impact;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine, Role};
+use crate::engine::runs::{Engine, Role};
 use crate::engine::steps::{self, Collected, Failed};
 use crate::error::{Error, Result};
 use crate::pytest::driver::CollectIn;
@@ -113,13 +113,7 @@ fn head_carrying(
     base: &Collected,
     carried: BTreeSet<String>,
 ) -> Result<(std::result::Result<Collected, Failed>, HeadCollection)> {
-    let modules = base
-        .collection
-        .items
-        .iter()
-        .map(|i| i.nodeid.split("::").next().unwrap_or(&i.nodeid))
-        .collect::<BTreeSet<_>>()
-        .len();
+    let modules = itemize::modules(&base.collection.items);
     let carried = Arc::new(Carried(carried));
     let how = CollectIn::Warm {
         record_code: true,
@@ -136,21 +130,26 @@ fn head_carrying(
         // What does not import fails the same way whichever items are made.
         Err(failed) => return Ok((Err(failed), planned)),
     };
-    // Put together here first: what cannot be (out of order, a module unnamed, a node id
-    // twice) is collected whole instead; the node below makes the same of the same inputs.
-    if let Err(why) = itemize::merge(&base.collection, head.collection.clone(), &carried.0) {
-        engine
-            .runner
-            .forkserver
-            .forget_collection(&engine.head.snapshot, &carried);
-        return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
-    }
     let Some(unitemized) = &head.collection.unitemized else {
         return Ok((Ok(head), HeadCollection::Whole(Whole::Fresh)));
     };
     let unitemized = unitemized.modules.len();
-    let node = merged_node(engine, base.node, h, carried)?;
-    let merged = steps::wait_collected(engine, node)?;
+    // What cannot be put together (out of order, a module unnamed, a node id twice) is
+    // collected whole instead.
+    let merged = match itemize::merge(&base.collection, head.collection, &carried.0) {
+        Ok(merged) => merged,
+        Err(why) => {
+            engine
+                .runner
+                .forkserver
+                .forget_collection(&engine.head.snapshot, &carried);
+            return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
+        }
+    };
+    let merged = Collected {
+        node: merged_node(engine, base.node, h, &carried, &merged)?,
+        collection: merged,
+    };
     // A warm interpreter of the head that makes every item (a run outside the scope's needs
     // one) must collect what was put together, or its runs start fresh.
     engine.runner.forkserver.note_collection(
@@ -167,39 +166,23 @@ fn head_carrying(
     ))
 }
 
-/// The node of the head's collection put together from the base's (`base`) and the head's
-/// without the `carried` modules' items (`head`): the node the head's runs depend on.
+/// The node of the head's collection put together (`merged`, which the base's collection
+/// `base` and the head's without the `carried` modules' items `head` determine): the node the
+/// head's runs depend on.
 fn merged_node(
     engine: &Engine,
     base: NodeId,
     head: NodeId,
-    carried: Arc<Carried>,
+    carried: &Carried,
+    merged: &Collection,
 ) -> Result<NodeId> {
-    let key = carried.digest();
+    let bytes = serde_json::to_vec(merged)
+        .map_err(|e| Error::bug(format!("a collection does not encode: {e}")))?;
     let kind = NodeKind::CarriedCollect;
-    let node = Node::new(
-        kind.of("head"),
-        kind.as_str(),
-        move |inputs: &[&[u8]]| {
-            let [base, head] = inputs else {
-                return Err(node_bug("a carried collection has two inputs"));
-            };
-            let decode = |bytes: &[u8]| {
-                serde_json::from_slice::<Collection>(bytes)
-                    .map_err(|e| node_bug(format!("a collection does not decode: {e}")))
-            };
-            let merged =
-                itemize::merge(&decode(base)?, decode(head)?, &carried.0).map_err(|why| {
-                    node_bug(format!(
-                        "the head's collection cannot be put together: {why}"
-                    ))
-                })?;
-            serde_json::to_vec(&merged)
-                .map(Output::new)
-                .map_err(|e| node_bug(format!("a collection does not encode: {e}")))
-        },
-    )
-    .param("carried", key);
+    let node = Node::new(kind.of("head"), kind.as_str(), move |_| {
+        Ok(Output::new(bytes.clone()))
+    })
+    .param("carried", carried.digest());
     engine
         .live
         .add(node, &[base, head])

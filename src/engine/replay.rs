@@ -62,14 +62,14 @@ fn changed_reads<'r>(run: &'r RunResult, id: &str, changed: &HashSet<String>) ->
         .unwrap_or_default()
 }
 
-/// Each coupled test with whether it is new (the base has no such test) and whether every
-/// changed file it read is one the patch added.
-fn kinds<'c>(
+/// Each coupled test, whether it is new (the base has no such test), whether every changed
+/// file it read is one the patch added, and those files.
+fn kinds<'c, 'r>(
     delta: &Delta,
     coupled: &'c [String],
-    head_run: &RunResult,
+    head_run: &'r RunResult,
     base_ids: &HashSet<&str>,
-) -> Vec<(&'c String, bool, bool)> {
+) -> Vec<(&'c String, bool, bool, Vec<&'r String>)> {
     let added: HashSet<String> = delta
         .changed
         .iter()
@@ -82,7 +82,7 @@ fn kinds<'c>(
         .map(|id| {
             let reads = changed_reads(head_run, id, &changed);
             let only_added = !reads.is_empty() && reads.iter().all(|p| added.contains(*p));
-            (id, !base_ids.contains(id.as_str()), only_added)
+            (id, !base_ids.contains(id.as_str()), only_added, reads)
         })
         .collect()
 }
@@ -98,7 +98,7 @@ pub(crate) fn to_replay(
 ) -> Vec<String> {
     kinds(delta, coupled, head_run, base_ids)
         .into_iter()
-        .filter(|(_, new, only_added)| !(*new && *only_added))
+        .filter(|(_, new, only_added, _)| !(*new && *only_added))
         .map(|(id, ..)| id.clone())
         .collect()
 }
@@ -121,9 +121,8 @@ pub(crate) fn read(
         ),
         None => None,
     };
-    let changed: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
     let mut out = Vec::new();
-    for (id, new, only_added) in kinds(delta, coupled, head_run, base_ids) {
+    for (id, new, only_added, reads) in kinds(delta, coupled, head_run, base_ids) {
         let head = head_run.outcome_of(id).unwrap_or(Outcome::Error);
         let replayed = !(new && only_added);
         let on_base = replayed.then(|| {
@@ -138,10 +137,7 @@ pub(crate) fn read(
             head,
             base: on_base,
             reading,
-            files: changed_reads(head_run, id, &changed)
-                .into_iter()
-                .cloned()
-                .collect(),
+            files: reads.into_iter().cloned().collect(),
         });
     }
     Ok(out)

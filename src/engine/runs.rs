@@ -120,7 +120,7 @@ pub(crate) struct Engine<'l, 'a> {
 }
 
 impl Engine<'_, '_> {
-    fn side(&self, role: Role) -> &Arc<TreeDigests> {
+    pub(crate) fn side(&self, role: Role) -> &Arc<TreeDigests> {
         match role {
             Role::Base => &self.base,
             Role::Head => &self.head,

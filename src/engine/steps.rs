@@ -245,10 +245,7 @@ pub(crate) fn add_collection(
     role: Role,
     how: CollectIn,
 ) -> Result<NodeId> {
-    let side = match role {
-        Role::Base => &engine.base,
-        Role::Head => &engine.head,
-    };
+    let side = engine.side(role);
     engine
         .live
         .add_after(collect_node(engine, role, side.clone(), how), &[], &[gate])
@@ -311,10 +308,7 @@ fn collect_node(engine: &Engine, role: Role, side: Arc<TreeDigests>, how: Collec
     let runner = engine.runner.clone();
     let compute_side = side.clone();
     let kind = NodeKind::Collect;
-    let name = match role {
-        Role::Base => "base",
-        Role::Head => "head",
-    };
+    let name = role.as_str();
     // A collection that makes only some modules' items is another node, and says so.
     let carried = match &how {
         CollectIn::Warm { carried, .. } if !carried.is_empty() => Some(carried.clone()),

@@ -145,12 +145,9 @@ impl Carried {
         if self.is_empty() {
             return *snapshot;
         }
-        let mut h = blake3::Hasher::new_derive_key("fixgate carried modules v1");
+        let mut h = blake3::Hasher::new_derive_key("fixgate carried collection v1");
         h.update(snapshot);
-        for m in &self.0 {
-            h.update(&(m.len() as u64).to_le_bytes());
-            h.update(m.as_bytes());
-        }
+        h.update(self.digest().as_bytes());
         *h.finalize().as_bytes()
     }
 }

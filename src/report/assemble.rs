@@ -403,12 +403,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             whole_reason: None,
         },
         HeadCollection::Whole(why) => {
-            let modules = j
-                .selection
-                .iter()
-                .map(|i| i.nodeid.split("::").next().unwrap_or(&i.nodeid))
-                .collect::<std::collections::BTreeSet<_>>()
-                .len() as u64;
+            let modules = crate::audit::itemize::modules(&j.selection) as u64;
             report::CollectionReport {
                 modules,
                 itemized: modules,
