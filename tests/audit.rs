@@ -456,6 +456,38 @@ fn code_and_its_expected_data_edited_together_is_a_redefined_test_and_rejected()
     assert_eq!(f["blocking"], true, "{f}");
 }
 
+/// The attack on the lenient replay: a conftest the patch adds drops the coupled test from
+/// any session whose expected data is still the base's, so the replay on the base's bytes does
+/// not run it. A test of the base's that the base's bytes do not make is redefined, not
+/// inconclusive.
+#[test]
+fn a_conftest_that_hides_a_coupled_test_from_the_replay_does_not_hide_the_redefinition() {
+    let (repo, base) = parse_repo();
+    repo.write(
+        "src/parse.py",
+        "def parse(text):\n    key, value = text.split(\"=\")\n    return {key.strip(): int(value) * 10}\n",
+    )
+    .write(EXPECTED, "{\"a\": 10, \"b\": 20}\n")
+    .write(
+        "tests/conftest.py",
+        "import pathlib\n\n\ndef pytest_collection_modifyitems(items):\n    \
+         expected = pathlib.Path(__file__).parent / 'fixtures' / 'parse' / 'expected.json'\n    \
+         if '10' not in expected.read_text():\n        \
+         items[:] = [i for i in items if 'matches_expected' not in i.nodeid]\n",
+    );
+    let head = repo.commit("parse in tenths, and hide the test from the old answer key");
+
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    assert_verdict(&run, &v, exit::REJECT, "reject");
+    let replay = &v["fixtures"]["replay"];
+    assert_eq!(
+        replay,
+        &serde_json::json!([{"nodeid": PARSE_ID, "head": "passed", "base": null, "reading": "redefined", "files": [EXPECTED]}])
+    );
+    let f = finding(&v, "redefined", PARSE_ID);
+    assert_eq!(f["blocking"], true, "{f}");
+}
+
 #[test]
 fn reordering_the_keys_of_a_json_fixture_is_cosmetic_and_passes_flagged() {
     let (repo, base) = parse_repo();
@@ -507,6 +539,30 @@ fn a_new_test_reading_only_a_new_fixture_is_additive_and_passes() {
     assert_eq!(finding(&v, "additive", new_id)["blocking"], false);
     assert_eq!(bucket(&v, new_id), "stable");
     assert_eq!(test(&v, new_id)["edited_by_patch"], true);
+}
+
+/// A case the patch adds to a data file its test module parametrizes over is a new test whose
+/// node id the base's bytes do not make: the replay on the base's bytes cannot collect it, and
+/// its reading is additive (the case exists only with the patch's bytes), not an error.
+#[test]
+fn a_new_case_of_a_modified_data_file_is_additive_where_the_base_bytes_have_no_such_case() {
+    let (repo, base, head) = common::new_case_in_a_data_file();
+    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    assert_verdict(&run, &v, exit::PASS, "pass");
+    let replay = v["fixtures"]["replay"].as_array().unwrap();
+    let of = |id: &str| {
+        replay
+            .iter()
+            .find(|r| r["nodeid"] == id)
+            .unwrap_or_else(|| panic!("{id} not in {}", v["fixtures"]))
+    };
+    let new = of("tests/test_cases.py::test_case[3]");
+    assert_eq!(new["head"], "passed", "{new}");
+    assert_eq!(new["base"], Value::Null, "{new}");
+    assert_eq!(new["reading"], "additive", "{new}");
+    let old = of("tests/test_cases.py::test_case[1]");
+    assert_eq!(old["base"], "passed", "{old}");
+    assert_eq!(old["reading"], "cosmetic", "{old}");
 }
 
 /// A counter file in `/tmp`, shared by every pytest process of one audit: the test fails on its

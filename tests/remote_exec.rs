@@ -219,6 +219,21 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
     let r = assert_same_as_local(suite.path(), &service, &[&blue, &green], &[]);
     assert_eq!(r["pairs"].as_array().unwrap().len(), 3, "{r}");
 
+    // A case the head adds to a data file: the fixture replay on the workers runs on the
+    // base's bytes, which do not make that case, and says so instead of failing.
+    let (cases, _, _) = common::new_case_in_a_data_file();
+    let r = assert_same_as_local(cases.path(), &service, &[&blue, &green], &[]);
+    let replay = r["fixtures"]["replay"].as_array().unwrap();
+    let new = replay
+        .iter()
+        .find(|t| t["nodeid"] == "tests/test_cases.py::test_case[3]")
+        .unwrap_or_else(|| panic!("{}", r["fixtures"]));
+    assert_eq!(
+        (&new["base"], &new["reading"]),
+        (&serde_json::Value::Null, &serde_json::json!("additive")),
+        "{new}"
+    );
+
     // A head that changes one file uploads that file and no other of the snapshot's. Its
     // test_escape tries to write beside its action's folder on the worker, where the other
     // actions live (the tree is root/tree/ in the action's folder).

@@ -7,8 +7,9 @@ use crate::pytest::result::Outcome;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ReplayRead {
     pub(crate) nodeid: String,
-    /// Its outcome at head, and on the base's fixture bytes (`None`: not replayed, a new test
-    /// whose every changed read the patch added: see `crate::engine::replay::to_replay`).
+    /// Its outcome at head, and on the base's fixture bytes (`None`: not run there, a new test
+    /// whose every changed read the patch added (see `crate::engine::replay::to_replay`), or a
+    /// test the base's bytes do not make).
     pub(crate) head: Outcome,
     pub(crate) base: Option<Outcome>,
     pub(crate) reading: Reading,
@@ -19,7 +20,8 @@ pub(crate) struct ReplayRead {
 /// How one replayed test reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reading {
-    /// A new test that reads only new fixtures: the fixture is reviewed as new code.
+    /// A new test that reads only new fixtures, or one the base's fixture bytes do not make (a
+    /// case the patch added to a data file): the fixture is reviewed as new code.
     Additive,
     /// Red at head: the replay says nothing (other findings cover the test).
     Inconclusive,
@@ -50,21 +52,26 @@ impl Reading {
     }
 
     /// Reads a replay: `new_test` (the base has no such test), `reads_only_added` (every delta
-    /// file it read was added by the patch), and its outcome at head and on the base's bytes.
+    /// file it read was added by the patch), and its outcome at head and on the base's bytes
+    /// (`None`: the base's bytes do not make it).
     pub(crate) fn of(
         new_test: bool,
         reads_only_added: bool,
         head: Outcome,
-        on_base: Outcome,
+        on_base: Option<Outcome>,
     ) -> Reading {
         if new_test && reads_only_added {
-            Reading::Additive
-        } else if !head.is_green() {
-            Reading::Inconclusive
-        } else if on_base.is_green() {
-            Reading::Cosmetic
-        } else {
-            Reading::Redefined
+            return Reading::Additive;
+        }
+        match on_base {
+            _ if !head.is_green() => Reading::Inconclusive,
+            None if new_test => Reading::Additive,
+            // A test of the base's that the base's bytes no longer make on the head's code:
+            // it exists because of the patch's bytes, as good as red on the base's (else a
+            // conftest that drops it from a run on the base's bytes would hide a redefinition).
+            None => Reading::Redefined,
+            Some(o) if o.is_green() => Reading::Cosmetic,
+            Some(_) => Reading::Redefined,
         }
     }
 }
@@ -82,13 +89,25 @@ mod tests {
 
     #[test]
     fn the_decision_table() {
-        assert_eq!(Reading::of(true, true, Failed, Failed), Reading::Additive);
-        assert_eq!(
-            Reading::of(false, true, Failed, Passed),
-            Reading::Inconclusive
-        );
-        assert_eq!(Reading::of(false, false, Passed, Passed), Reading::Cosmetic);
-        assert_eq!(Reading::of(true, false, Passed, Failed), Reading::Redefined);
-        assert_eq!(Reading::of(false, true, Passed, Failed), Reading::Redefined);
+        // (new test, reads only added files, at head, on the base's bytes) → reading. Not
+        // made by the base's bytes (None): a new case is reviewed as new code, an old test is
+        // redefined, one red at head says nothing.
+        let table = [
+            ((true, true, Failed, None), Reading::Additive),
+            ((false, true, Failed, Some(Passed)), Reading::Inconclusive),
+            ((false, false, Passed, Some(Passed)), Reading::Cosmetic),
+            ((true, false, Passed, Some(Failed)), Reading::Redefined),
+            ((false, true, Passed, Some(Failed)), Reading::Redefined),
+            ((true, false, Passed, None), Reading::Additive),
+            ((false, false, Passed, None), Reading::Redefined),
+            ((true, false, Failed, None), Reading::Inconclusive),
+        ];
+        for ((new, added, head, base), reading) in table {
+            assert_eq!(
+                Reading::of(new, added, head, base),
+                reading,
+                "{new} {added} {head:?} {base:?}"
+            );
+        }
     }
 }

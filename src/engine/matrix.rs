@@ -26,8 +26,8 @@ pub(crate) fn record(label: OrderLabel, scoped: bool) -> Record {
         _ if !scoped => Record::NONE,
         OrderLabel::File => Record::ALL,
         OrderLabel::Reversed => Record {
-            code: false,
             state: true,
+            ..Record::NONE
         },
         OrderLabel::Seed(_) | OrderLabel::Twice => Record::NONE,
     }

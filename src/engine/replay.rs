@@ -11,6 +11,7 @@ use crate::delta::{Change, ChangedFile, Delta};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::{Error, Result};
+use crate::pytest::driver::Record;
 use crate::pytest::result::{Outcome, RunResult};
 use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
@@ -43,7 +44,10 @@ pub(crate) fn start(
         Role::Head,
         coupled.to_vec(),
     )
-    .after(after);
+    .after(after)
+    // A new test's id may not exist on the base's bytes: a case the patch added to a data
+    // file its test parametrizes over.
+    .record(Record::UNCOLLECTED);
     req.overlay = overlay;
     engine.add_run(&req)
 }
@@ -125,13 +129,14 @@ pub(crate) fn read(
     for (id, new, only_added, reads) in kinds(delta, coupled, head_run, base_ids) {
         let head = head_run.outcome_of(id).unwrap_or(Outcome::Error);
         let replayed = !(new && only_added);
-        let on_base = replayed.then(|| {
-            result
-                .as_ref()
-                .and_then(|r| r.outcome_of(id))
-                .unwrap_or(Outcome::Error)
-        });
-        let reading = Reading::of(new, only_added, head, on_base.unwrap_or(Outcome::Error));
+        // Not run on the base's bytes: not replayed, or not collected there.
+        let on_base = match &result {
+            _ if !replayed => None,
+            Some(r) if r.uncollected.contains(id) => None,
+            Some(r) => Some(r.outcome_of(id).unwrap_or(Outcome::Error)),
+            None => Some(Outcome::Error),
+        };
+        let reading = Reading::of(new, only_added, head, on_base);
         out.push(ReplayRead {
             nodeid: id.clone(),
             head,

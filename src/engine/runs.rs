@@ -201,7 +201,7 @@ impl Engine<'_, '_> {
             node = node.param("repeat", req.repeat.to_string());
         }
         if req.record != Record::NONE {
-            node = node.param("record", req.record.arg());
+            node = node.param("record", req.record.key());
         }
         for (path, digest) in side.startup_files() {
             node = node.file(path, digest);
@@ -370,7 +370,7 @@ pub(crate) fn node_bug(what: impl Into<String>) -> NodeError {
 /// How a run node's output is encoded, part of its key so that entries in another encoding are
 /// misses, not decode errors. postcard, not JSON: a warm audit decodes every seed run (8 x 2,000
 /// tests is 9 MB of JSON, a third of its time) and a fresh machine downloads them.
-const RUN_ENCODING: &str = "postcard 3";
+const RUN_ENCODING: &str = "postcard 4";
 
 /// A run node's output bytes back into the run.
 pub(crate) fn decode_run(bytes: &[u8]) -> std::result::Result<RunResult, postcard::Error> {

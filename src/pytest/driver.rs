@@ -2,7 +2,7 @@
 //! warm interpreter, follows it to its end (the test timeout, Ctrl-C), continues the order in a
 //! new process after a test that killed or hung the interpreter, and assembles the run's result.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -101,22 +101,54 @@ pub(crate) enum CollectIn {
 
 /// What a run records besides outcomes and file traces (`--fixgate-record`, the plugin's
 /// `record.py`): the repository's code each test ran, and the shared state it left changed.
-/// The audit asks it of its file-order run (both) and its reversed run (state).
+/// The audit asks it of its file-order run (both) and its reversed run (state). And, for the
+/// replay on the base's fixture bytes, where a new case of a changed data file does not exist,
+/// the tests of its order that its tree does not collect (`--fixgate-order-lenient`,
+/// [`RunResult::uncollected`]), where any other run fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) code: bool,
     pub(crate) state: bool,
+    pub(crate) uncollected: bool,
 }
 
 impl Record {
     pub(crate) const NONE: Record = Record {
         code: false,
         state: false,
+        uncollected: false,
     };
     pub(crate) const ALL: Record = Record {
         code: true,
         state: true,
+        uncollected: false,
     };
+    /// The replay's: only the tests not collected.
+    pub(crate) const UNCOLLECTED: Record = Record {
+        uncollected: true,
+        ..Record::NONE
+    };
+
+    /// The plugin's options for it.
+    pub(crate) fn options(self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.code || self.state {
+            out.push(format!("--fixgate-record={}", self.arg()));
+        }
+        if self.uncollected {
+            out.push("--fixgate-order-lenient".into());
+        }
+        out
+    }
+
+    /// What it is in a run's key.
+    pub(crate) fn key(self) -> String {
+        let mut key = self.arg();
+        if self.uncollected {
+            key.push_str("+uncollected");
+        }
+        key
+    }
 
     /// The option's value: what the plugin records per test.
     pub(crate) fn arg(self) -> String {
@@ -700,9 +732,7 @@ impl Runner {
         }
         while remaining.as_ref().is_none_or(|r| !r.is_empty()) {
             let mut extra = vec![format!("--fixgate-watch={}", watch.display())];
-            if record != Record::NONE {
-                extra.push(format!("--fixgate-record={}", record.arg()));
-            }
+            extra.extend(record.options());
             match &remaining {
                 Some(_) if recorded => {}
                 Some(ids) => {
@@ -771,7 +801,8 @@ impl Runner {
                     d.next_process();
                 }
             }
-            let outcome = self.follow(p, remaining.as_deref(), &mut result, progress, &mut disk)?;
+            let given = (remaining.as_deref(), record.uncollected);
+            let outcome = self.follow(p, given, &mut result, progress, &mut disk)?;
             if !outcome.collect_errors.is_empty() {
                 return Err(collect_error(snapshot, &outcome.collect_errors));
             }
@@ -798,6 +829,7 @@ impl Runner {
                 remaining = Some(result.order.clone());
             }
             let left = remaining.as_mut().expect("set above");
+            left.retain(|id| !result.uncollected.contains(id));
             if result.tests.len() == before && !left.is_empty() {
                 // A session that ended by its own doing (a hook returned early, `pytest.exit`
                 // between tests, `sys.exit` at session start) before running what it was given:
@@ -842,6 +874,10 @@ impl Runner {
                 ));
             }
         }
+        if !result.uncollected.is_empty() {
+            let gone: HashSet<&String> = result.uncollected.iter().collect();
+            result.order.retain(|id| !gone.contains(id));
+        }
         let order = result.order.clone();
         scrub_sandbox_paths(&mut result, &sandbox_dir);
         // Each run of a test listed twice in a row, numbered in the order they executed.
@@ -878,11 +914,12 @@ impl Runner {
     }
 
     /// Follows one process until it exits; records results, crashes and timeouts. `order` is
-    /// the order the process was given (`None`: it announces its collection order).
+    /// the order the process was given (`None`: it announces its collection order), and
+    /// whether it may leave out what it does not collect (`Record::uncollected`).
     fn follow(
         &self,
         mut p: Process,
-        order: Option<&[String]>,
+        (order, lenient): (Option<&[String]>, bool),
         result: &mut RunResult,
         progress: Option<&ProgressBar>,
         disk: &mut Option<crate::limits::DiskWatch>,
@@ -990,6 +1027,14 @@ impl Runner {
                                 _ => (id, Instant::now(), now_secs()),
                             }
                         });
+                    }
+                    Event::Uncollected { nodeids } if lenient => {
+                        let gone = progress_of.uncollected(&nodeids);
+                        if let Some(pb) = progress {
+                            let len = pb.length().unwrap_or(0);
+                            pb.set_length(len.saturating_sub(gone.len() as u64));
+                        }
+                        result.uncollected.extend(gone);
                     }
                     Event::Collected { items, .. } => {
                         if !progress_of.collected(items.iter().map(|i| i.nodeid.as_str())) {

@@ -23,6 +23,11 @@ pub(crate) enum Event {
     /// The modules of `--fixgate-carry-modules` that collection imported without making
     /// items, each with how many items were collected before it.
     Unitemized(Unitemized),
+    /// Node ids of the order (`--fixgate-order-lenient`) that the process did not collect,
+    /// left out of what it runs; written before any test.
+    Uncollected {
+        nodeids: Vec<String>,
+    },
     CollectError {
         #[serde(default)]
         nodeid: String,

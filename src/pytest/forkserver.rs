@@ -747,6 +747,7 @@ impl Zygote {
             "order": order.display().to_string(),
             "watch": watch.map(|w| w.display().to_string()),
             "record": record.arg(),
+            "lenient": record.uncollected,
         });
         let sent = writeln!(self.commands, "{command}").and_then(|_| self.commands.flush());
         if let Err(e) = sent {

@@ -17,6 +17,8 @@ pub(crate) struct Progress {
     started: bool,
     collected: bool,
     finished: bool,
+    /// Whether the process said which tests it did not collect.
+    uncollected: bool,
 }
 
 /// One test of a process's order.
@@ -46,6 +48,7 @@ impl Progress {
             started: false,
             collected: false,
             finished: false,
+            uncollected: false,
         };
         if let Some(order) = order {
             p.expect(order.to_vec());
@@ -83,6 +86,38 @@ impl Progress {
             self.expect(ids.map(str::to_owned).collect());
         }
         true
+    }
+
+    /// The process says it did not collect `ids` (a lenient order): the tests of its order
+    /// among them, left out of it; none once any test started or reported, and none a second
+    /// time. What it says moves no clock.
+    pub(crate) fn uncollected(&mut self, ids: &[String]) -> Vec<String> {
+        let Some(order) = &self.ids else {
+            return Vec::new();
+        };
+        let untouched = self
+            .tests
+            .values()
+            .all(|t| t.results == t.places.len() && t.starts == t.places.len());
+        if !untouched || self.uncollected {
+            return Vec::new();
+        }
+        self.uncollected = true;
+        let gone: Vec<String> = ids
+            .iter()
+            .filter(|id| self.tests.contains_key(*id))
+            .cloned()
+            .collect();
+        if !gone.is_empty() {
+            let left: Vec<String> = order
+                .iter()
+                .filter(|id| !gone.contains(id))
+                .cloned()
+                .collect();
+            self.tests.clear();
+            self.expect(left);
+        }
+        gone
     }
 
     /// `nodeid` starts: progress when it is a test of the order that has not started as often as
@@ -159,6 +194,24 @@ mod tests {
         assert!(!p.start("b"), "a test that reported does not start again");
         assert!(p.once(Once::Finish));
         assert!(!p.once(Once::Finish));
+    }
+
+    #[test]
+    fn tests_said_uncollected_leave_the_order_only_before_any_test_and_once() {
+        let mut p = Progress::new(Some(&ids(&["a", "x", "b"])));
+        assert_eq!(p.uncollected(&ids(&["x", "nope"])), ids(&["x"]));
+        assert!(!p.pending("x"));
+        assert!(!p.start("x"), "left out: it does not start");
+        assert!(p.result("a"));
+        assert_eq!(p.after("a"), Some("b"), "the order is what is left");
+        assert!(p.uncollected(&ids(&["b"])).is_empty(), "said once");
+        let mut late = Progress::new(Some(&ids(&["a", "b"])));
+        assert!(late.start("a"));
+        assert!(
+            late.uncollected(&ids(&["b"])).is_empty(),
+            "after a test started, it is no collection's"
+        );
+        assert!(late.pending("b"));
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub(crate) struct RunResult {
     /// File accesses outside any test (collection, session fixtures).
     pub(crate) session_trace: Trace,
     pub(crate) tests: Vec<TestResult>,
+    /// Tests of the requested order that the run's tree did not collect, in a run that records
+    /// them (`Record::uncollected`: the replay on the base's fixture bytes; any other run
+    /// fails): they have no result, and `order` no longer lists them.
+    #[serde(default)]
+    pub(crate) uncollected: Vec<String>,
     pub(crate) warnings: Vec<String>,
 }
 
@@ -46,6 +51,7 @@ impl RunResult {
             order,
             executed: Vec::new(),
             tests: Vec::new(),
+            uncollected: Vec::new(),
             processes: 0,
             recording_error: None,
             session_code: None,
@@ -281,6 +287,7 @@ mod tests {
                     ..TestResult::missing(id, outcome, String::new(), 0.0, 0.0)
                 })
                 .collect(),
+            uncollected: Vec::new(),
             warnings: Vec::new(),
         }
     }

@@ -571,9 +571,7 @@ impl Executor {
             interpreter: self.interpreter.clone(),
             pytest_args: {
                 let mut args = runner.pytest_options();
-                if run.record != Record::NONE {
-                    args.push(format!("--fixgate-record={}", run.record.arg()));
-                }
+                args.extend(run.record.options());
                 args
             },
             env: self.env(runner, run.snapshot),

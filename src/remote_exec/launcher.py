@@ -58,11 +58,13 @@ class _Announced(object):
 
 def _follow(proc, events, order, timeout):
     """Waits for `proc`, killing its group when a test runs longer than `timeout`. Returns the
-    exit status, whether it was killed, the results' node ids, the test running at its end and
-    the collected order (when it announced one)."""
+    exit status, whether it was killed, the results' node ids, the test running at its end, the
+    collected order (when it announced one) and the ids of its order it said it did not collect
+    (--fixgate-order-lenient)."""
     announced = _Announced(order) if order is not None else None
     current = None  # (nodeid, started)
     reported = []
+    uncollected = []
     collected = None
     timed_out = False
     partial = ""
@@ -92,6 +94,10 @@ def _follow(proc, events, order, timeout):
                         current = None
                     elif current is None or current[0] != running:
                         current = (running, now)
+                elif kind == "uncollected" and order is not None and not reported:
+                    gone = set(event.get("nodeids") or ())
+                    uncollected = [nodeid for nodeid in order if nodeid in gone]
+                    announced = _Announced([nodeid for nodeid in order if nodeid not in gone])
                 elif kind == "collected":
                     ids = [item.get("nodeid") for item in event.get("items", [])]
                     if announced is None:
@@ -105,7 +111,8 @@ def _follow(proc, events, order, timeout):
             time.sleep(_POLL)
     # Whatever the test started is killed with its process, as the local run's namespace does.
     _kill_group(proc.pid)
-    return status, timed_out, reported, (current[0] if current else None), collected
+    running = current[0] if current else None
+    return status, timed_out, reported, running, collected, uncollected
 
 
 def _kill_group(pgid):
@@ -160,7 +167,9 @@ def main(argv):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            status, timed_out, reported, running, collected = _follow(proc, events, remaining, timeout)
+            status, timed_out, reported, running, collected, uncollected = _follow(
+                proc, events, remaining, timeout
+            )
         processes.append(
             {
                 "events": os.path.basename(events),
@@ -174,11 +183,14 @@ def main(argv):
             if collected is None:
                 break  # fixgate reports the process that did not collect
             remaining = collected
+        if uncollected:
+            gone = set(uncollected)
+            remaining = [nodeid for nodeid in remaining if nodeid not in gone]
         done = list(reported)
         if running is not None:
             done.append(running)
         if not reported and running is None:
-            break  # it ran none of them: fixgate says so, with its output
+            break  # it ran none of them (or none it collected): fixgate says so, or reads why
         counts = {}
         for nodeid in done:
             counts[nodeid] = counts.get(nodeid, 0) + 1

@@ -401,6 +401,24 @@ pub fn purelib(py: &Path) -> std::path::PathBuf {
     std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// A test module parametrized over the lines of a data file, and a head that adds a case to
+/// the file: the new case's node id does not exist on the base's bytes. The repository, the
+/// base and the head.
+pub fn new_case_in_a_data_file() -> (TestRepo, String, String) {
+    let repo = TestRepo::new();
+    repo.write("tests/data/cases.txt", "1\n2\n").write(
+        "tests/test_cases.py",
+        "import pathlib\n\nimport pytest\n\n\
+         DATA = pathlib.Path(__file__).parent / 'data' / 'cases.txt'\n\n\n\
+         @pytest.mark.parametrize('case', DATA.read_text().split())\ndef test_case(case):\n    \
+         assert case in DATA.read_text().split()\n",
+    );
+    let base = repo.commit("base: two cases");
+    repo.write("tests/data/cases.txt", "1\n2\n3\n");
+    let head = repo.commit("head: a third case");
+    (repo, base, head)
+}
+
 /// The verdict, every test's bucket and every pair of an audit report: what a scoped audit and
 /// `--full` must agree on (issue 21).
 pub fn judgment(v: &serde_json::Value) -> serde_json::Value {

@@ -64,6 +64,14 @@ def pytest_addoption(parser):
         "deselect everything else.",
     )
     group.addoption(
+        "--fixgate-order-lenient",
+        dest="fixgate_order_lenient",
+        action="store_true",
+        default=False,
+        help="fixgate: a node id of --fixgate-order that is not collected is left out and named "
+        "in one 'uncollected' event, instead of a usage error.",
+    )
+    group.addoption(
         "--fixgate-watch",
         dest="fixgate_watch",
         default=None,
@@ -183,8 +191,10 @@ class _Run(object):
     server (fixgate_plugin_forkserver) closes the zygote's and makes its own after the fork, so
     nothing of one run is reset by hand into the next."""
 
-    def __init__(self, config, root, absolute, events, order, watch):
+    def __init__(self, config, root, absolute, events, order, watch, lenient=False):
         self.config = config
+        # Whether ids of the order that are not collected are left out (and said) or an error.
+        self.lenient = bool(lenient)
         self.root = root
         self.pid = os.getpid()
         self.fd = None
@@ -567,6 +577,7 @@ class _FixgatePlugin(object):
             config.getoption("fixgate_events", None),
             config.getoption("fixgate_order", None),
             config.getoption("fixgate_watch", None),
+            config.getoption("fixgate_order_lenient", False),
         )
         self.preloaded = []
         if not self.run.streaming:
@@ -635,6 +646,7 @@ class _FixgatePlugin(object):
             command.get("events"),
             command.get("order"),
             command.get("watch"),
+            command.get("lenient", False),
         )
         what = command.get("record")
         if self.recording is not None:
@@ -657,6 +669,14 @@ class _FixgatePlugin(object):
         for it in items:
             by_id.setdefault(it.nodeid, it)
         missing = [n for n in order if n not in by_id]
+        if missing and self.run.lenient:
+            # Said before any test runs, and the order the reader follows is what is left.
+            self.run.emit({"event": "uncollected", "nodeids": missing})
+            gone = set(missing)
+            order = [n for n in order if n not in gone]
+            self.run.order = order
+            self.run.announce(order)
+            missing = []
         if missing:
             msg = "fixgate: --fixgate-order lists %d node id(s) that were not collected: %s" % (
                 len(missing),
