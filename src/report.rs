@@ -313,6 +313,9 @@ pub(crate) struct ScopeReport {
     pub(crate) whole_reason: Option<String>,
     /// The tests the shuffled orders did not run, each with the outcomes that stand for them.
     pub(crate) carried: Vec<Carried>,
+    /// The victims of pairs whose base check needed no run: the base's recording says they
+    /// give the same outcome in every order of the base, so their pairs are the patch's.
+    pub(crate) settled_on_base: Vec<String>,
     /// How the head's collection was made, in a scoped audit of a head against another base
     /// (docs/impact.md, "The head's collection").
     #[serde(skip_serializing_if = "Option::is_none")]

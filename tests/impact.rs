@@ -900,6 +900,21 @@ fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introd
         );
         assert_eq!(pair["introduced"], true);
     }
+    // On the base, the victims read nothing any test leaves changed (the base's recording
+    // says so): their pairs are the patch's without a run on the base, and the base's warm
+    // interpreters are not started for them.
+    assert_eq!(
+        v["scope"]["settled_on_base"],
+        serde_json::json!([
+            "tests/test_m1.py::test_0",
+            "tests/test_m1.py::test_1",
+            "tests/test_m1.py::test_2"
+        ]),
+        "{}",
+        v["scope"]
+    );
+    assert_eq!(base_checks(&v), 0, "{:#}", v["graph"]);
+    assert_eq!(v["forkserver"]["prewarmed"], 0, "{}", v["forkserver"]);
     // The one victim searched had its search over the state writers before it first: the
     // setter alone, then the setter with the victim (the full audit bisects every test before).
     let searched: Vec<&Value> = v["pairs"]
@@ -944,6 +959,48 @@ fn pair_of<'a>(v: &'a Value, victim: &str) -> &'a Value {
         .iter()
         .find(|p| p["victim"] == victim)
         .unwrap_or_else(|| panic!("no pair for {victim}: {v}"))
+}
+
+/// How many base checks the audit ran.
+fn base_checks(v: &Value) -> usize {
+    v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "base-check")
+        .count()
+}
+
+/// A pair the base has too: its victim reads what the setter writes on the base, so the base's
+/// recording settles nothing, the check runs on the base and finds the pair there.
+#[test]
+fn a_pair_whose_victim_reads_the_written_state_on_the_base_is_checked_there_and_pre_existing() {
+    let repo = registry_repo();
+    repo.write(
+        "tests/test_m2.py",
+        "from pkg import m2, registry\n\n\ndef test_reader():\n    \
+         assert registry.VALUES.get('offset') is None\n\n\n\
+         def test_0():\n    assert m2.add(0) == 2\n",
+    );
+    repo.commit("base: a reader the setter breaks");
+    rewrite_m1(&repo);
+    let v = scoped_audit(&repo, &[]);
+    assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
+    let victim = "tests/test_m2.py::test_reader";
+    assert_eq!(bucket(&v, victim), "order-dependent", "{v}");
+    let pair = pair_of(&v, victim);
+    assert_eq!(
+        pair["culprits"],
+        serde_json::json!(["tests/test_m0.py::test_setter"])
+    );
+    assert_eq!(pair["introduced"], false, "{pair}");
+    assert_eq!(
+        v["scope"]["settled_on_base"],
+        serde_json::json!([]),
+        "{}",
+        v["scope"]
+    );
+    assert!(base_checks(&v) > 0, "{:#}", v["graph"]);
 }
 
 /// How many nodes the audit executed whose label is `label` exactly.

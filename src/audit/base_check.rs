@@ -3,8 +3,24 @@
 //! here.
 
 use crate::audit::bisect::PairKind;
+use crate::audit::pair::Pair;
+use crate::audit::scope::Impact;
 use crate::audit::verdict::FindingKind;
 use crate::pytest::result::{Outcome, RunResult};
+
+/// Whether the base check of `pair` needs no run: its victim gives the same outcome in every
+/// order of the base, by the base's recording (`Impact::base_sensitive`), so no culprit set
+/// shows an anomaly of it there: what the head shows of it is the patch's. The premise is the
+/// scoped audit's own: a test that reads no state another test leaves behind cannot follow the
+/// order (where the recording could not tell, nothing is known and the check runs).
+pub(crate) fn settled(pair: &Pair, impact: &Impact, in_base: impl Fn(&str) -> bool) -> bool {
+    pair.search.outcome.explains()
+        && in_base(&pair.victim)
+        && impact
+            .base_sensitive
+            .as_ref()
+            .is_some_and(|s| !s.contains(&pair.victim))
+}
 
 /// Whether a finding of `kind` is checked by running its test alone on the base.
 pub(crate) fn checked_alone(kind: FindingKind) -> bool {

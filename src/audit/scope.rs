@@ -106,6 +106,12 @@ pub(crate) struct Impact {
     pub(crate) whole_why: Option<WholeWhy>,
     /// How the head's collection was made (`None`: every item, unasked).
     pub(crate) head_collection: Option<crate::audit::itemize::HeadCollection>,
+    /// The base's tests whose outcome can follow the order on the base, by the base's own
+    /// recording: its state writers and their readers ([`Scope::sensitive`] of the scope read
+    /// off it; `None`: not known). Any other base test gives the same outcome in every order of
+    /// the base, which settles the base check of its pairs without a run
+    /// (`crate::audit::base_check::settled`).
+    pub(crate) base_sensitive: Option<BTreeSet<String>>,
 }
 
 /// Why a scoped audit's file-order and reversed runs on the head could not carry tests from the
@@ -150,6 +156,8 @@ pub(crate) enum Scope {
         run: BTreeSet<String>,
         /// The state writers among them.
         writers: BTreeSet<String>,
+        /// The tests that read what the writers write (affected or not).
+        readers: BTreeSet<String>,
     },
 }
 
@@ -162,13 +170,24 @@ impl Scope {
         }
     }
 
+    /// The tests whose outcome can follow the order, whatever the patch affects: the state
+    /// writers and their readers (`None`: the recording cannot tell).
+    pub(crate) fn sensitive(&self) -> Option<BTreeSet<String>> {
+        match self {
+            Scope::Full(_) => None,
+            Scope::Scoped {
+                writers, readers, ..
+            } => Some(writers.union(readers).cloned().collect()),
+        }
+    }
+
     /// Whether `nodeid` may share a process with others of its kind in place of a run by
     /// itself: the recording names it no state writer, so that it changes nothing another test
     /// sees (never, when the orders run in full: nothing says so).
     pub(crate) fn shares(&self, nodeid: &str) -> bool {
         match self {
             Scope::Full(_) => false,
-            Scope::Scoped { run, writers } => run.contains(nodeid) && !writers.contains(nodeid),
+            Scope::Scoped { run, writers, .. } => run.contains(nodeid) && !writers.contains(nodeid),
         }
     }
 }
@@ -280,6 +299,7 @@ pub(crate) fn impact(
         whole: None,
         whole_why: None,
         head_collection: None,
+        base_sensitive: None,
     }
 }
 
@@ -444,7 +464,7 @@ fn scope(
         (Some(collection), Some(names)) => collection.names(m, names),
         _ => false,
     };
-    let mut run: BTreeSet<String> = affected.union(&writers).cloned().collect();
+    let mut readers = BTreeSet::new();
     for t in &file.tests {
         let id = t.nodeid.as_str();
         // What the test's code names, where that tells what it reaches (reach.rs).
@@ -459,10 +479,17 @@ fn scope(
         let reads = written_modules.keys().any(reads_module)
             || written_files.iter().any(|f| reads_file(t, f));
         if reads {
-            run.insert(id.to_string());
+            readers.insert(id.to_string());
         }
     }
-    Scope::Scoped { run, writers }
+    let run = (affected.iter().chain(&writers).chain(&readers))
+        .cloned()
+        .collect();
+    Scope::Scoped {
+        run,
+        writers,
+        readers,
+    }
 }
 
 /// Why the recording cannot decide, if it cannot.

@@ -489,9 +489,11 @@ fn judged(
     let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
     // What the head shows of the base's tests is checked on the base after the search: the
     // base's warm interpreters start now, beside the search's runs, which mostly take one core
-    // at a time.
-    let base_warm = disagreeing
-        .iter()
+    // at a time. Not for a test that cannot follow the order on the base: its pairs need no
+    // base run (`audit::base_check::settled`).
+    let sensitive_on_base =
+        |id: &String| (impact.base_sensitive.as_ref()).is_none_or(|s| s.contains(id.as_str()));
+    let base_warm = (disagreeing.iter().filter(|id| sensitive_on_base(id)))
         .chain(&always_red)
         .any(|id| base_ids.contains(id.as_str()))
         .then(|| engine.prewarm(Role::Base));
@@ -553,7 +555,10 @@ fn judged(
         &triaged,
         &pairs,
         &matrix,
-        &base_ids,
+        base_check::Base {
+            ids: &base_ids,
+            impact: &impact,
+        },
         &outside.writers(),
         &[triage_node],
     )?;

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, HashSet};
 
 use fixgate_graph::NodeId;
 
-use crate::audit::base_check::{checked_alone, is_red, pair_shows, red_in_order, shows};
+use crate::audit::base_check::{checked_alone, is_red, pair_shows, red_in_order, settled, shows};
 use crate::audit::bisect::PairKind;
 use crate::audit::findings::PreExisting;
 use crate::audit::pair::Pair;
+use crate::audit::scope::Impact;
 use crate::audit::triage::{self, PROOF_RERUNS};
 use crate::audit::verdict::FindingKind;
 use crate::engine::confirm::MANY_RED;
@@ -19,6 +20,13 @@ use crate::engine::runs::{Engine, Role, RunRequest};
 use crate::error::Result;
 use crate::pytest::result::Outcome;
 
+/// What the checks know of the base: its tests, and (in the impact) which of them can follow
+/// the order there.
+pub(crate) struct Base<'a> {
+    pub(crate) ids: &'a HashSet<&'a str>,
+    pub(crate) impact: &'a Impact,
+}
+
 /// Checks each head finding on the base snapshot with the same evidence; returns the
 /// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the
 /// triage that named the findings).
@@ -27,15 +35,22 @@ pub(crate) fn run(
     triaged: &BTreeMap<String, triage::Triage>,
     pairs: &[Pair],
     matrix: &Matrix,
-    base_ids: &HashSet<&str>,
+    base: Base,
     outside_writers: &[String],
     after: &[NodeId],
 ) -> Result<PreExisting> {
+    let base_ids = base.ids;
     let mut requests: Vec<BaseCheck> = Vec::new();
+    // A pair whose victim cannot follow the order on the base is the patch's, without a run.
+    let in_base = |id: &str| base_ids.contains(id);
+    let checked: Vec<&Pair> = pairs
+        .iter()
+        .filter(|p| !settled(p, base.impact, in_base))
+        .collect();
     // Victims of one culprit set that change nothing others see are checked together (the
     // set, then every victim; every victim without it), as the head proved them.
     let mut batches: BTreeMap<(&'static str, Vec<String>), Victims> = BTreeMap::new();
-    for p in pairs {
+    for p in checked.iter().copied() {
         if p.search.outcome.explains()
             && base_ids.contains(p.victim.as_str())
             && p.culprits.iter().all(|c| base_ids.contains(c.as_str()))
@@ -81,7 +96,7 @@ pub(crate) fn run(
             .get(&(p.kind.as_str(), p.culprits.clone()))
             .is_some_and(|(_, v)| v.contains(&p.victim))
     };
-    for p in pairs {
+    for p in checked.iter().copied() {
         if batched(p) {
             continue;
         }

@@ -222,6 +222,7 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
         Scope::Full(why) => return Ok(Err(WholeWhy::Head(why.clone()))),
     }
     impact.whole = Some(keep);
+    impact.base_sensitive = base_impact.scope.sensitive();
     Ok(Ok(Whole {
         started,
         file,

@@ -171,5 +171,6 @@ pub(crate) fn not_scoped(full: bool) -> Impact {
         whole: None,
         whole_why: None,
         head_collection: None,
+        base_sensitive: None,
     }
 }

@@ -2,6 +2,7 @@
 //! [`AuditReport`]. Every field is a translation of something the phases found; nothing here
 //! judges (the rules are in `crate::audit`) and nothing is read back out of a report.
 
+use crate::audit::base_check;
 use crate::audit::findings::{self, freeze_suggestions, test_introduced};
 use crate::audit::itemize::HeadCollection;
 use crate::audit::message;
@@ -396,6 +397,10 @@ fn scope(j: &Judgment) -> report::ScopeReport {
         .collect();
     let whole_reason = j.impact.whole_why.as_ref().map(|w| w.to_string());
     let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
+    let settled_on_base: Vec<String> = (j.pairs.iter())
+        .filter(|p| base_check::settled(p, &j.impact, |id| j.base_ids.contains(id)))
+        .map(|p| p.victim.clone())
+        .collect();
     let collection = j.impact.head_collection.as_ref().map(|c| match c {
         HeadCollection::Partial { modules, itemized } => report::CollectionReport {
             modules: *modules as u64,
@@ -424,9 +429,10 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             runs,
             whole_reason,
             carried: Vec::new(),
+            settled_on_base,
             collection,
         },
-        Scope::Scoped { run, writers } => report::ScopeReport {
+        Scope::Scoped { run, writers, .. } => report::ScopeReport {
             mode: report::ScopeMode::Scoped,
             reason: None,
             tests,
@@ -447,6 +453,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
                     evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
                 })
                 .collect(),
+            settled_on_base,
             collection,
         },
     }
