@@ -1748,6 +1748,20 @@ fn a_head_collection_is_whole_where_an_untouched_modules_items_may_change_and_sa
         "tests/conftest.py defines pytest_collection_modifyitems",
     );
 
+    // The same hook under another name, as pluggy allows.
+    let repo = wider_registry_repo();
+    repo.write(
+        "tests/conftest.py",
+        "import pytest\n\n\n@pytest.hookimpl(specname='pytest_collection_modifyitems')\n\
+         def sort_them(items):\n    items.sort(key=lambda i: i.nodeid)\n",
+    );
+    repo.commit("base: a conftest that sorts the items, by specname");
+    rewrite_m1(&repo);
+    whole(
+        &repo,
+        "tests/conftest.py defines pytest_collection_modifyitems",
+    );
+
     let repo = wider_registry_repo();
     repo.write("pkg/cases.py", "def values():\n    return [1, 2]\n")
         .write(

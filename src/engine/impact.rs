@@ -65,15 +65,18 @@ pub(crate) struct Sources {
 }
 
 /// The first collection hook `files` define, by any def's own name (a conftest's function, a
-/// plugin class's method).
+/// plugin class's method), or named as the `specname` of a def's `hookimpl` (any def that
+/// names `specname` and a collection hook anywhere in its text counts).
 fn collection_hook(files: &[(String, Source)]) -> Option<(String, String)> {
     files.iter().find_map(|(path, source)| {
         source.defs.iter().find_map(|d| {
             let name = d.key.split('#').next().unwrap_or(&d.key);
             let name = name.rsplit('.').next().unwrap_or(name);
+            let specname = d.words.contains("specname");
             itemize::COLLECTION_HOOKS
-                .contains(&name)
-                .then(|| (path.clone(), name.to_owned()))
+                .iter()
+                .find(|hook| **hook == name || (specname && d.words.contains(**hook)))
+                .map(|hook| (path.clone(), hook.to_string()))
         })
     })
 }
