@@ -8,14 +8,16 @@ use crate::audit::scope::Impact;
 use crate::audit::verdict::FindingKind;
 use crate::pytest::result::{Outcome, RunResult};
 
-/// Whether the base check of `pair` needs no run: its victim gives the same outcome in every
-/// order of the base, by the base's recording (`Impact::base_sensitive`), so no culprit set
-/// shows an anomaly of it there: what the head shows of it is the patch's. The premise is the
-/// scoped audit's own: a test that reads no state another test leaves behind cannot follow the
-/// order (where the recording could not tell, nothing is known and the check runs).
+/// Whether the base check of `pair` (its victim and culprits the base's tests) needs no run:
+/// its victim gives the same outcome in every order of the base, by the base's recording
+/// (`Impact::base_sensitive`), so no culprit set shows an anomaly of it there: what the head
+/// shows of it is the patch's. The premise is the scoped audit's own: a test that reads no
+/// state another test leaves behind cannot follow the order (where the recording could not
+/// tell, nothing is known and the check runs).
 pub(crate) fn settled(pair: &Pair, impact: &Impact, in_base: impl Fn(&str) -> bool) -> bool {
     pair.search.outcome.explains()
         && in_base(&pair.victim)
+        && pair.culprits.iter().all(|c| in_base(c))
         && impact
             .base_sensitive
             .as_ref()
@@ -87,5 +89,58 @@ mod tests {
             assert!(!pair_shows(Polluter, after, alone), "{after:?} {alone:?}");
         }
         assert!(!pair_shows(StateSetter, Some(false), Some(true)));
+    }
+
+    #[test]
+    fn a_pair_is_settled_only_when_the_base_says_its_victim_cannot_follow_the_order() {
+        use crate::audit::bisect::{Method, Search, SearchOutcome};
+        use crate::audit::pair::Found;
+        use crate::audit::scope::{Full, Scope};
+        let pair = |victim: &str, outcome| Pair {
+            kind: PairKind::Polluter,
+            victim: victim.into(),
+            culprits: vec!["t.py::setter".into()],
+            search: Search {
+                culprits: vec![0],
+                runs: 1,
+                method: Method::Bisection,
+                outcome,
+            },
+            found: Found::Searched,
+            verify_runs: 6,
+        };
+        let impact = |sensitive: Option<&[&str]>| Impact {
+            affected: Some(Default::default()),
+            scope: Scope::Full(Full::Asked),
+            whole: None,
+            whole_why: None,
+            head_collection: None,
+            base_sensitive: sensitive.map(|s| s.iter().map(|id| id.to_string()).collect()),
+        };
+        let base = |id: &str| id != "t.py::new";
+        let sensitive = impact(Some(&["t.py::setter", "t.py::reader"]));
+        assert!(settled(
+            &pair("t.py::victim", SearchOutcome::Found),
+            &sensitive,
+            base
+        ));
+        // A reader on the base, an unexplained pair, a new victim, nothing known: checked.
+        assert!(!settled(
+            &pair("t.py::reader", SearchOutcome::Found),
+            &sensitive,
+            base
+        ));
+        let unexplained = pair("t.py::victim", SearchOutcome::NotReproduced);
+        assert!(!settled(&unexplained, &sensitive, base));
+        assert!(!settled(
+            &pair("t.py::new", SearchOutcome::Found),
+            &sensitive,
+            base
+        ));
+        assert!(!settled(
+            &pair("t.py::victim", SearchOutcome::Found),
+            &impact(None),
+            base
+        ));
     }
 }
