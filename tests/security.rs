@@ -302,6 +302,43 @@ def test_forge_from_a_subprocess():
     )
 }
 
+/// A conftest of the patch writes an `uncollected` line naming the failing test into its
+/// process's own event stream while collecting, before any test, as the plugin writes one for
+/// the fixture replay's lenient order. Each run is a fresh process here, so the line lands in
+/// the stream of every run of the audit, none of which asked for a lenient order: the test is
+/// still run and still fails in every order.
+#[test]
+fn a_forged_uncollected_event_hides_no_failing_test() {
+    let (repo, base) = price_repo();
+    let forger = patch(
+        &repo,
+        &base,
+        "total returns 0, and say test_total was not collected",
+        &[
+            ("src/price.py", BROKEN_PRICE),
+            (
+                "tests/conftest.py",
+                "import json\n\n\ndef pytest_collection_modifyitems(config, items):\n    \
+                 path = config.getoption('fixgate_events', None)\n    \
+                 if path:\n        \
+                 line = {'event': 'uncollected', 'nodeids': ['tests/test_price.py::test_total']}\n        \
+                 with open(path, 'a') as f:\n            \
+                 f.write(json.dumps(line) + '\\n')\n",
+            ),
+        ],
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let run = repo.fixgate_with(
+        cache.path(),
+        &[("FIXGATE_NO_NAMESPACES", ""), ("FIXGATE_FORK", "0")],
+        &[
+            "audit", "--base", &base, "--head", &forger, "--seeds", "1", "--format", "json",
+        ],
+    );
+    let v = run.json();
+    assert_rejected_for_failing_total(&run, &v);
+}
+
 #[test]
 fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
     let (repo, base) = price_repo();
