@@ -104,7 +104,8 @@ pub(crate) struct GlobalArgs {
     #[arg(long, short, global = true)]
     pub(crate) quiet: bool,
     /// The Python interpreter [default: $VIRTUAL_ENV/bin/python, else .venv/bin/python in the
-    /// repository, else python3 on PATH]
+    /// repository, else python3 on PATH]. Runs start the executable it reports
+    /// (sys.executable), not a launcher in front of it (a pyenv shim, a wrapper script)
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) python: Option<PathBuf>,
     /// How many pytest processes may run at once, 1 to 1024 [default: the number of cores]

@@ -339,6 +339,71 @@ fn a_forged_uncollected_event_hides_no_failing_test() {
     assert_rejected_for_failing_total(&run, &v);
 }
 
+/// A version manager's launcher (`python3` as a pyenv or asdf shim) picks the interpreter from
+/// a `.python-version` in the folder it starts in, and runs start in a snapshot's tree. The
+/// patch breaks `total` and adds a `.python-version` naming "other", an interpreter on which
+/// its code still sums (here: the same Python, told by the launcher that it is the other one).
+/// Runs execute the interpreter the probe found, not the launcher again: the head's runs use
+/// the base's interpreter and `test_total` fails in every order.
+#[test]
+fn a_patchs_python_version_file_does_not_choose_the_interpreter_of_its_runs() {
+    let (repo, base) = price_repo();
+    let chooser = patch(
+        &repo,
+        &base,
+        "total returns 0 but on the interpreter the patch names",
+        &[
+            (
+                "src/price.py",
+                "import os\n\n\ndef total(items):\n    \
+                 return sum(items) if os.environ.get('LAUNCHER_CHOSE') == 'other' else 0\n",
+            ),
+            (".python-version", "other\n"),
+        ],
+    );
+    let real = Command::new(common::python())
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_owned();
+    let shims = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let launcher = shims.path().join("python3");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nif [ -f .python-version ] && [ \"$(cat .python-version)\" = other ]; then\n  \
+             export LAUNCHER_CHOSE=other\nfi\nexec '{real}' \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &launcher,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let run = common::fixgate_at(
+        repo.path(),
+        cache.path(),
+        &[("FIXGATE_NO_NAMESPACES", "")],
+        &[
+            "audit",
+            "--base",
+            &base,
+            "--head",
+            &chooser,
+            "--seeds",
+            "1",
+            "--format",
+            "json",
+            "--python",
+            launcher.to_str().unwrap(),
+        ],
+    );
+    let v = run.json();
+    assert_rejected_for_failing_total(&run, &v);
+}
+
 #[test]
 fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
     let (repo, base) = price_repo();

@@ -182,12 +182,12 @@ fn git(dir: &Path, args: &[&str]) -> Result<()> {
 /// cache directory made once with `pip install pytest`.
 fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
     let chosen = interpreter::choose(ctx.python.as_deref(), &ctx.repo.root, &ctx.env);
-    if interpreter::probe(&chosen).is_ok() {
+    if interpreter::probe(&chosen, None).is_ok() {
         return Ok(chosen);
     }
     let venv = ctx.cache_dir.join("demo-venv");
     let python = venv.join("bin").join("python");
-    if interpreter::probe(&python).is_ok() {
+    if interpreter::probe(&python, None).is_ok() {
         return Ok(python);
     }
     if !ctx.quiet {
@@ -229,6 +229,6 @@ fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
             python.display()
         )));
     }
-    interpreter::probe(&python)?;
+    interpreter::probe(&python, None)?;
     Ok(python)
 }

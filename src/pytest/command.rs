@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 /// One pytest process, as the runner prepares it.
 #[derive(Clone, Debug)]
 pub(crate) struct PreparedCommand {
-    /// The interpreter, as it was found (`--python`, the virtualenv, `PATH`).
+    /// The interpreter's own executable (`Interpreter::program`).
     pub(crate) program: PathBuf,
     /// Everything after the program: `-m pytest` and pytest's arguments.
     pub(crate) args: Vec<String>,
@@ -30,7 +30,7 @@ pub(crate) struct PreparedCommand {
     pub(crate) rewrite_cache: PathBuf,
     /// The user's repository: hidden.
     pub(crate) origin_root: PathBuf,
-    /// What the interpreter needs, its executable as named and as resolved: readable.
+    /// What the interpreter needs (its executable's prefix, and where a link leads): readable.
     pub(crate) interpreter: Vec<PathBuf>,
     /// The interpreter's `sys.path` folders: readable where no hidden folder is concerned.
     pub(crate) libraries: Vec<PathBuf>,

@@ -245,7 +245,7 @@ impl Runner {
         let mut all_args = vec!["-m".to_owned(), "pytest".to_owned()];
         all_args.extend_from_slice(args);
         PreparedCommand {
-            program: self.interpreter.path.clone(),
+            program: self.interpreter.program(),
             args: all_args,
             env,
             cwd: tree,
@@ -254,10 +254,8 @@ impl Runner {
             plugin_dir: self.plugin.dir.clone(),
             rewrite_cache: self.rewrites.dir().to_path_buf(),
             origin_root: self.origin_root.clone(),
-            interpreter: vec![
-                self.interpreter.path.clone(),
-                PathBuf::from(&self.interpreter.fingerprint.executable),
-            ],
+            // Not the launcher the user named: runs never start it.
+            interpreter: vec![self.interpreter.program()],
             libraries: self.interpreter.sys_path.clone(),
             allow_network: self.allow_network,
             limits: self.limits,

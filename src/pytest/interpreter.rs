@@ -38,7 +38,7 @@ impl Fingerprint {
 
 #[derive(Clone, Debug)]
 pub(crate) struct Interpreter {
-    /// What to execute: the path the user named or the one found.
+    /// What the user named or fixgate found (`--python`, the virtualenv, `python3` on PATH).
     pub(crate) path: PathBuf,
     pub(crate) fingerprint: Fingerprint,
     /// `site.getuserbase()` under the caller's HOME, kept for runs whose HOME moves.
@@ -46,6 +46,22 @@ pub(crate) struct Interpreter {
     /// The folders of its `sys.path`, canonical (site-packages, what `.pth` files add): a run
     /// must be able to read them wherever they are, a private `/tmp` included.
     pub(crate) sys_path: Vec<PathBuf>,
+}
+
+impl Interpreter {
+    /// What every run executes: the interpreter's own executable, as the probe found it
+    /// (`sys.executable`), not `path` again. A launcher in front of it (a pyenv or asdf shim,
+    /// a wrapper script) picks an interpreter by the folder it starts in, and runs start in a
+    /// snapshot's tree: the head's `.python-version` would choose the interpreter of the head's
+    /// runs, another than the base's and than the fingerprint every key holds. `path` when the
+    /// interpreter did not name an absolute executable of its own.
+    pub(crate) fn program(&self) -> PathBuf {
+        let exe = Path::new(&self.fingerprint.executable);
+        match exe.is_absolute() {
+            true => exe.to_path_buf(),
+            false => self.path.clone(),
+        }
+    }
 }
 
 /// `--python`, else `$VIRTUAL_ENV/bin/python`, else the repository's `.venv/bin/python`, else
@@ -90,8 +106,14 @@ fn committed_venv(repo_root: &Path) -> bool {
         .any(|p| index.get_path(Path::new(p), 0).is_some())
 }
 
+// Started where the user typed the command (a version manager's launcher picks the interpreter
+// from there), so its first step drops the working directory `python -c` puts first on
+// sys.path: that folder may be a checkout of the head, and `import json` would run its json.py.
 const PROBE: &str = r#"
-import json, sys
+import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import json
 import site
 out = {"user_base": None, "executable": sys.executable, "version": sys.version, "pytest": None, "error": None, "distributions": []}
 try:
@@ -162,9 +184,17 @@ fn stamp(path: &Path) -> Option<(i128, i128)> {
     ))
 }
 
-fn remembered_file(cache_dir: &Path, path: &Path) -> PathBuf {
+/// Where the fingerprint of `path` probed in `cwd` is remembered: a launcher (`python3` as a
+/// pyenv shim) may name another interpreter in another folder.
+fn remembered_file(cache_dir: &Path, path: &Path, cwd: Option<&Path>) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
-    let key = blake3::hash(path.as_os_str().as_bytes()).to_hex();
+    let mut h = blake3::Hasher::new();
+    h.update(path.as_os_str().as_bytes());
+    if let Some(cwd) = cwd {
+        h.update(b"\0");
+        h.update(cwd.as_os_str().as_bytes());
+    }
+    let key = h.finalize().to_hex();
     cache_dir
         .join("interpreters")
         .join(format!("{}.json", &key[..32]))
@@ -209,7 +239,7 @@ pub(crate) fn probe_cached(
 }
 
 fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<Interpreter> {
-    let file = remembered_file(cache_dir, path);
+    let file = remembered_file(cache_dir, path, env.cwd.as_deref());
     let remembered: Option<Remembered> = std::fs::read(&file)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -229,7 +259,7 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
             });
         }
     }
-    let interpreter = probe(path)?;
+    let interpreter = probe(path, env.cwd.as_deref())?;
     let mut stamps = Vec::new();
     let exe = PathBuf::from(&interpreter.fingerprint.executable);
     for p in std::iter::once(exe).chain(interpreter.sys_path.iter().cloned()) {
@@ -258,15 +288,13 @@ fn probe_cached_now(path: &Path, cache_dir: &Path, env: &Environment) -> Result<
     Ok(interpreter)
 }
 
-/// Runs the interpreter once to fingerprint it; exit-2 errors name it and say how to fix it.
-pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
-    // `python -c` puts the working directory first on sys.path: started in a checkout of the
-    // head, the probe's own imports (json, importlib) would run the head's json.py outside any
-    // sandbox. It starts in an empty folder of its own instead.
+/// Runs the interpreter once to fingerprint it, in `cwd` (where the user typed the command;
+/// else an empty folder); exit-2 errors name it and say how to fix it.
+pub(crate) fn probe(path: &Path, cwd: Option<&Path>) -> Result<Interpreter> {
     let empty = tempfile::tempdir().map_err(|e| Error::io("create", "a temporary folder", e))?;
     let out = Command::new(path)
         .args(["-c", PROBE])
-        .current_dir(empty.path())
+        .current_dir(cwd.filter(|d| d.is_dir()).unwrap_or(empty.path()))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .map_err(|e| {
@@ -304,4 +332,46 @@ pub(crate) fn probe(path: &Path) -> Result<Interpreter> {
         user_base: probe.user_base,
         sys_path: probe.paths.into_iter().map(PathBuf::from).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe starts where the user typed the command, which may be a checkout of the head:
+    /// a `json.py` (or `site.py`, `importlib` …) there is not what the probe imports.
+    #[test]
+    fn the_probe_in_a_folder_with_a_hostile_json_module_imports_the_standard_one() {
+        let cwd = tempfile::tempdir().unwrap();
+        let marker = cwd.path().join("ran");
+        std::fs::write(
+            cwd.path().join("json.py"),
+            format!("open({:?}, 'w').close()\nraise SystemExit(3)\n", marker),
+        )
+        .unwrap();
+        let interpreter = probe(Path::new("python3"), Some(cwd.path())).unwrap();
+        assert!(!marker.exists(), "the probe ran the folder's json.py");
+        assert!(Path::new(&interpreter.fingerprint.executable).is_absolute());
+        assert_eq!(
+            interpreter.program(),
+            PathBuf::from(&interpreter.fingerprint.executable)
+        );
+    }
+
+    /// The same launcher may name another interpreter in another folder: each folder's
+    /// fingerprint is remembered apart.
+    #[test]
+    fn a_fingerprint_is_remembered_per_launcher_and_folder() {
+        let cache = Path::new("/cache");
+        let (a, b) = (Path::new("/repo/a"), Path::new("/repo/b"));
+        let python = Path::new("python3");
+        assert_ne!(
+            remembered_file(cache, python, Some(a)),
+            remembered_file(cache, python, Some(b))
+        );
+        assert_eq!(
+            remembered_file(cache, python, Some(a)),
+            remembered_file(cache, python, Some(a))
+        );
+    }
 }
