@@ -1876,3 +1876,53 @@ fn a_file_added_where_only_pytests_walk_lists_keeps_the_head_collection_partial(
         serde_json::json!({"modules": 5, "itemized": 3, "whole_reason": null})
     );
 }
+
+/// The recorded runs do not depend on where the cache is: a cache copied elsewhere (a CI cache
+/// restored under another path, one reached through a link) re-executes every run to the same
+/// bytes under `--check`. The plugin's compiled code named the folder it was compiled in, and
+/// the trace, which tells the plugin's own frames from the suite's by file name, took pytest's
+/// walk of the tree for a listing by the suite's code when the folder had moved.
+#[test]
+fn a_cache_copied_elsewhere_re_executes_every_recorded_run_to_the_same_bytes() {
+    let repo = registry_repo();
+    rewrite_m1(&repo);
+    let args = [
+        "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
+        "2", "--scoped",
+    ];
+    let first = repo.fixgate_py(&args);
+    assert_eq!(first.code, 0, "{first:?}");
+    let moved = tempfile::tempdir().unwrap();
+    let copy = moved.path().join("elsewhere");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(repo.cache.path())
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let py = common::python();
+    let mut checked = args.to_vec();
+    checked.extend(["--check", "--python", py.to_str().unwrap()]);
+    let run = common::fixgate_at(repo.path(), &copy, &[], &checked);
+    let v = run.json();
+    let reasons: Vec<String> = v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| format!("{}: {}", n["label"], n["reason"]))
+        .filter(|r| r.contains("--check"))
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("[base]")),
+        "the base's recorded runs were not checked: {reasons:?}"
+    );
+    let diverged: Vec<&String> = reasons
+        .iter()
+        .filter(|r| !r.contains("same output"))
+        .collect();
+    assert!(
+        diverged.is_empty(),
+        "diverged in the moved cache: {diverged:?}"
+    );
+}

@@ -10,6 +10,7 @@ never writes: the folder is read-only to runs, and anything a run wrote here wou
 run's plugin.
 """
 
+import _imp
 import hashlib
 import importlib.util
 import marshal
@@ -45,7 +46,14 @@ def _compiled(name, source):
             data = f.read()
         n = len(_MAGIC)
         if data[:n] == _MAGIC and hashlib.sha256(data[n + 32 :]).digest() == data[n : n + 32]:
-            return marshal.loads(data[n + 32 :])
+            code = marshal.loads(data[n + 32 :])
+            # The code names the file it was compiled from; the cache may have moved since
+            # (copied, restored elsewhere, reached through a link), and the trace tells the
+            # plugin's frames from the suite's by their file names.
+            fix = getattr(_imp, "_fix_co_filename", None)
+            if fix is not None:
+                fix(code, source)
+            return code
     except (OSError, EOFError, ValueError, TypeError):
         pass
     with open(source, "rb") as f:
