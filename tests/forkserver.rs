@@ -820,3 +820,66 @@ fn the_base_s_zygotes_start_beside_the_head_s_search_and_its_checks_fork_from_th
     assert_eq!(v["verdict"], "reject", "{v}");
     assert_eq!(v["forkserver"]["prewarmed"], 0, "{}", v["forkserver"]);
 }
+
+/// A forked run skips the interpreter's teardown at its exit, but not what a fresh process runs
+/// there: the suite's atexit callbacks still run (here one writes outside the sandbox, which
+/// only an uncontained run can), and the run's exit status is the session's (a `pytest.exit`
+/// with its own status ends the process, and the runner continues after it from that status
+/// alike forked and fresh).
+#[test]
+fn a_forked_run_runs_the_suites_exit_callbacks_and_ends_with_the_sessions_status() {
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("atexit-ran");
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_a_exit.py",
+        format!(
+            "import atexit, os\n\n\
+             def _mark():\n    \
+                 with open({marker:?}, 'a') as f:\n        \
+                     f.write('%d\\n' % os.getpid())\n\n\
+             def test_registers():\n    \
+                 atexit.register(_mark)\n\n\
+             def test_fails():\n    \
+                 assert False\n",
+            marker = marker.display().to_string()
+        ),
+    )
+    .write(
+        "tests/test_b_stop.py",
+        "import pytest\n\n\
+         def test_stops():\n    \
+             pytest.exit('enough', returncode=3)\n\n\
+         def test_never():\n    \
+             pass\n",
+    );
+    repo.commit("base");
+    let run = |fork: bool| {
+        let cache = tempfile::tempdir().unwrap();
+        let run = repo.fixgate_with(
+            cache.path(),
+            &[
+                ("FIXGATE_FORK", if fork { "1" } else { "0" }),
+                ("FIXGATE_NO_NAMESPACES", "1"),
+            ],
+            &["run", "--seed", "0", "--format", "json"],
+        );
+        let written = std::fs::read_to_string(&marker).unwrap_or_default();
+        std::fs::remove_file(&marker).ok();
+        (run, written)
+    };
+    let (forked, forked_marks) = run(true);
+    let (fresh, fresh_marks) = run(false);
+    assert_eq!(forked.code, fresh.code, "{forked:?}\n{fresh:?}");
+    let (a, b) = (forked.json(), fresh.json());
+    assert_eq!(a["forkserver"]["mode"], "fork", "{}", a["forkserver"]);
+    assert!(
+        a["forkserver"]["forks"].as_u64().unwrap() >= 1,
+        "{}",
+        a["forkserver"]
+    );
+    assert_eq!(untimed(a["result"].clone()), untimed(b["result"].clone()));
+    assert_eq!(outcome(&a, "test_fails"), "failed");
+    assert_eq!(forked_marks.lines().count(), 1, "forked: {forked_marks:?}");
+    assert_eq!(fresh_marks.lines().count(), 1, "fresh: {fresh_marks:?}");
+}

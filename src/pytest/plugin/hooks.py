@@ -570,6 +570,9 @@ class _FixgatePlugin(object):
         self.root = absolute(root)
 
         self.forkserver_fd = config.getoption("fixgate_forkserver", None)
+        # A child of the fork server, and its session (see _begin_forked_run).
+        self.forked = False
+        self.session = None
         self.run = _Run(
             config,
             self.root,
@@ -635,6 +638,8 @@ class _FixgatePlugin(object):
         would be right after collection. The collection trace (inherited) stays the session's,
         as a fresh process records its own collection there; everything of one run is new."""
         self.run.close()
+        self.forked = True
+        self.session = session
         self.forkserver_fd = None
         self.collect_event = False
         self.collect_items = False
@@ -1282,3 +1287,8 @@ class _FixgatePlugin(object):
         if self.run.lease is not None:
             self.run.lease.close()
         self.run.close()
+        if self.forked and self.session is not None:
+            try:
+                _forkserver.exit_fast(int(self.session.exitstatus))
+            except Exception:
+                pass
