@@ -46,8 +46,15 @@ import warnings
 
 from fixgate_plugin_trace import _Quiet
 
-# A forked child whose session has ended: (its pid, pytest's exit status); see exit_fast.
+# A forked child whose session has ended: (its pid, pytest's exit status, the last exception
+# recorded then); see exit_fast.
 _EXIT_AS = None
+
+
+def _last_exception():
+    """The exception the interpreter last printed as uncaught, or pytest stored for a failed
+    test (both set `sys.last_value`, 3.12+ `sys.last_exc` too)."""
+    return (getattr(sys, "last_value", None), getattr(sys, "last_exc", None))
 
 
 def exit_fast(status):
@@ -59,16 +66,16 @@ def exit_fast(status):
     every page the child shares with the zygote, each copied for it, 15-20 ms a run of 50
     tests) reaches nothing the run reports, which it wrote when its session ended."""
     global _EXIT_AS
-    _EXIT_AS = (os.getpid(), status)
+    _EXIT_AS = (os.getpid(), status, _last_exception())
 
 
 def _exit_now():
     fast = _EXIT_AS
-    # Not in the zygote, a fresh process, or a process a test forked; not after an uncaught
-    # exception, whose exit status the interpreter decides.
+    # Not in the zygote, a fresh process, or a process a test forked; not after an exception
+    # left pytest uncaught (the interpreter printed it, and decides the exit status).
     if fast is None or fast[0] != os.getpid():
         return
-    if getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None:
+    if any(a is not b for a, b in zip(_last_exception(), fast[2])):
         return
     logging = sys.modules.get("logging")
     if logging is not None:
