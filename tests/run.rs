@@ -744,13 +744,7 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
          class TestUnit(unittest.TestCase):\n    \
              def test_flip_unit(self):\n        self.assertEqual(1, 2)\n",
     );
-    let tests = v["result"]["tests"].as_array().unwrap();
-    let test = |name: &str| {
-        tests
-            .iter()
-            .find(|t| t["nodeid"].as_str().unwrap().ends_with(name))
-            .unwrap_or_else(|| panic!("no {name}: {v}"))
-    };
+    let test = |name: &str| test_ending(&v, name);
     for (name, outcome, message) in [
         ("::test_flip", "failed", "assert 1 == 2"),
         ("::test_swallow", "failed", "assert 1 == 3"),
@@ -771,6 +765,66 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
 
 /// `fixgate run`'s report of a repository holding `conftest` as `tests/conftest.py` and one test
 /// file, in file order.
+/// A failed test's message is pytest's crash line whatever the suite's traceback style, for
+/// the failures whose tracebacks pytest filters (fixgate makes the report in the line style and
+/// keeps the last entry instead of walking all of them): a helper that hides its frame, a
+/// chained exception, a recursion a thousand frames deep, a teardown's error, and many failures
+/// in one run (pytest's summary of them is made in the line style too).
+#[test]
+fn a_failures_message_is_pytests_crash_line_in_any_traceback_style() {
+    let v = file_order_run(
+        "def pytest_configure(config):\n    config.option.tbstyle = 'long'\n",
+        "tests/test_styles.py",
+        "import pytest\n\n\
+         def helper(x):\n    __tracebackhide__ = True\n    assert x == 2\n\n\
+         def test_hidden_helper():\n    helper(1)\n\n\
+         def test_chained():\n    \
+             try:\n        raise ValueError('inner')\n    \
+             except ValueError as e:\n        raise RuntimeError('outer') from e\n\n\
+         def down(n):\n    return down(n + 1)\n\n\
+         def test_recursion():\n    down(0)\n\n\
+         @pytest.fixture\ndef torn():\n    yield\n    raise OSError('teardown boom')\n\n\
+         def test_teardown(torn):\n    pass\n\n\
+         @pytest.mark.parametrize('i', range(300))\n\
+         def test_many(i):\n    assert i == -1\n",
+    );
+    let test = |name: &str| test_ending(&v, name);
+    for (name, outcome, message) in [
+        ("::test_hidden_helper", "failed", "assert 1 == 2"),
+        ("::test_chained", "failed", "RuntimeError: outer"),
+        (
+            "::test_recursion",
+            "failed",
+            "RecursionError: maximum recursion depth exceeded",
+        ),
+        ("::test_teardown", "error", "OSError: teardown boom"),
+        ("::test_many[0]", "failed", "assert 0 == -1"),
+        ("::test_many[299]", "failed", "assert 299 == -1"),
+    ] {
+        let t = test(name);
+        assert_eq!(t["outcome"], outcome, "{t}");
+        let got = t["message"].as_str().unwrap();
+        assert!(
+            got.starts_with(message),
+            "{name}: {got:?}, want {message:?}"
+        );
+    }
+    let tests = v["result"]["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 304, "{v}");
+    let failed = tests.iter().filter(|t| t["outcome"] == "failed").count();
+    assert_eq!(failed, 303, "{v}");
+}
+
+/// The test of a run's report whose node id ends with `name`.
+fn test_ending<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["result"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"].as_str().unwrap().ends_with(name))
+        .unwrap_or_else(|| panic!("no {name}: {v}"))
+}
+
 fn file_order_run(conftest: &str, file: &str, tests: &str) -> serde_json::Value {
     let repo = TestRepo::new();
     repo.write("tests/conftest.py", conftest).write(file, tests);

@@ -128,6 +128,18 @@ impl CompactRun {
         self.order.iter().map(|&i| ids.name(i).to_owned()).collect()
     }
 
+    /// The first `end` tests of the requested order, as node ids (all of them when it is
+    /// shorter).
+    pub(crate) fn prefix<'a>(
+        &'a self,
+        end: usize,
+        ids: &'a TestIds,
+    ) -> impl Iterator<Item = &'a str> {
+        self.order[..end.min(self.order.len())]
+            .iter()
+            .map(|&i| ids.name(i))
+    }
+
     /// Where test `i` stands in the requested order.
     pub(crate) fn position(&self, i: u32) -> Option<usize> {
         self.order.iter().position(|&o| o == i)

@@ -267,10 +267,13 @@ impl Matrix {
         end: usize,
         asked: &HashSet<&str>,
     ) -> Vec<String> {
-        let mut order = self.order(label);
-        order.truncate(end);
-        order.retain(|id| self.scope.runs(id) || asked.contains(id.as_str()));
-        order
+        let Some(run) = self.runs.get(&label) else {
+            return Vec::new();
+        };
+        run.prefix(end, &self.ids)
+            .filter(|id| self.scope.runs(id) || asked.contains(id))
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Whether a scoped audit's recording names the test a state writer (never when the orders
@@ -363,9 +366,13 @@ impl Matrix {
             .filter_map(|(label, run)| {
                 let pos = run.position(i)?;
                 let outcome = run.outcome(i)?;
-                let mut order = run.order(&self.ids);
-                order.truncate(pos + 1);
-                order.retain(|id| id == nodeid || self.scope.runs(id));
+                // Only the tests the order needs become strings: a whole order of a scoped
+                // audit holds every test of the suite, and each victim asks for every order.
+                let order = run
+                    .prefix(pos + 1, &self.ids)
+                    .filter(|id| *id == nodeid || self.scope.runs(id))
+                    .map(str::to_owned)
+                    .collect();
                 Some((*label, order, outcome))
             })
             .collect()

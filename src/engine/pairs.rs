@@ -237,10 +237,20 @@ pub(crate) fn search_pairs(
             }
         }
     }
-    let mut pairs = Vec::new();
+    // Every pair node first, then the waits: the nodes store their answers side by side
+    // rather than one victim's after another's.
+    let mut added = Vec::with_capacity(questions.len());
     for (q, a) in questions.iter().zip(answers) {
         let a = a.expect("every victim is answered before the waves end");
-        if let Some(pair) = record(engine, evidence, q, a)? {
+        let node = engine
+            .live
+            .add_after(pair_node(q, Some(a.bytes)), &q.asked, &a.after)
+            .map_err(|e| Error::bug(e.to_string()))?;
+        added.push((node, a.answer));
+    }
+    let mut pairs = Vec::new();
+    for (q, (node, answer)) in questions.iter().zip(added) {
+        if let Some(pair) = record(engine, evidence, q, node, answer)? {
             pairs.push(pair);
         }
     }
@@ -416,15 +426,16 @@ fn batchable(matrix: &Matrix, q: &Question, kind: PairKind, culprits: &[String])
         PairKind::Polluter => q.alone == Some(true) && q.alone_greens.iter().all(|g| *g),
         PairKind::StateSetter => q.alone == Some(false) && q.alone_greens.iter().all(|g| !*g),
     };
-    let order = matrix.order(q.label);
-    let pos = order.iter().position(|o| *o == q.id).unwrap_or(0);
+    let pos = matrix.position(q.label, &q.id).unwrap_or(0);
     q.kind == kind
         && !q.known_flaky
         && !prior(matrix, q, culprits).unexplained
         && normal_alone
         && !matrix.writes(&q.id)
         && !culprits.contains(&q.id)
-        && culprits.iter().all(|c| order[..pos].contains(c))
+        && culprits
+            .iter()
+            .all(|c| matrix.position(q.label, c).is_some_and(|p| p < pos))
 }
 
 /// Proves the set for every open victim it may explain ([`batchable`]) at once
@@ -463,21 +474,27 @@ fn batched(
     let proof = search::verify_batch(engine, kind, culprits, &victims, after)?;
     let mut out = Vec::new();
     let share = proof.runs.div_ceil(victims.len() as u32);
-    for &i in &eligible {
+    let proven: Vec<usize> = eligible
+        .iter()
+        .copied()
+        .filter(|&i| proof.proven.contains(&questions[i].id))
+        .collect();
+    // Each victim's check against its seed orders and the set remembered for it (two writes to
+    // the cache) side by side: fifty victims of one set cost fifty of each.
+    let checks = side_by_side(&proven, |i| {
         let q = &questions[i];
-        if !proof.proven.contains(&q.id) {
-            continue;
-        }
-        let order = matrix.order(q.label);
+        let orders = matrix.seed_orders(&q.id);
+        let check = search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
+        culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
+        Ok(check)
+    })?;
+    for (&i, (victim_flaky, last)) in proven.iter().zip(checks) {
+        let q = &questions[i];
         let mut indices: Vec<usize> = culprits
             .iter()
-            .filter_map(|c| order.iter().position(|o| o == c))
+            .filter_map(|c| matrix.position(q.label, c))
             .collect();
         indices.sort_unstable();
-        let orders = matrix.seed_orders(&q.id);
-        let (victim_flaky, last) =
-            search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
-        culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
         let reused = |found| {
             let search = crate::audit::bisect::Search {
                 culprits: indices.clone(),
@@ -782,26 +799,22 @@ fn checked(
     })
 }
 
-/// Adds the victim's `pair` node and marks its culprits in the evidence; returns the pair, or
-/// `None` when the search explained nothing (the test is flaky then: its evidence says so, and
-/// a pair without culprits would read as a finding about order).
+/// Waits for the victim's `pair` node and marks its culprits in the evidence; returns the
+/// pair, or `None` when the search explained nothing (the test is flaky then: its evidence says
+/// so, and a pair without culprits would read as a finding about order).
 fn record(
     engine: &Engine,
     evidence: &mut BTreeMap<String, Evidence>,
     q: &Question,
-    a: Answered,
+    node: NodeId,
+    answer: search::Answer,
 ) -> Result<Option<PairRun>> {
-    let node = engine
-        .live
-        .add_after(pair_node(q, Some(a.bytes)), &q.asked, &a.after)
-        .map_err(|e| Error::bug(e.to_string()))?;
     if let Err(e) = engine.live.wait(node).into_result() {
         return Err(Error::Infra(format!(
             "{} failed: {e}",
             engine.live.label(node)
         )));
     }
-    let answer = a.answer;
     if let Some(e) = evidence.get_mut(&q.id) {
         e.unexplained |= !answer.search.outcome.explains();
         e.flaky_too |= answer.victim_flaky;

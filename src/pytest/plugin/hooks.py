@@ -528,6 +528,12 @@ def _reported_phase(report):
     )
 
 
+def _last_entry(excinfo):
+    """The traceback filter while a report is made in the line style (see _line_tracebacks):
+    the last entry, which is the one the style's text comes with."""
+    return excinfo.traceback[-1:]
+
+
 class _FixgatePlugin(object):
     """The hooks of a session: collection, ordering, each test's record and the session's end.
     What belongs to one ordered run is on `self.run`."""
@@ -919,11 +925,11 @@ class _FixgatePlugin(object):
         @pytest.hookimpl(wrapper=True, tryfirst=True)
         def pytest_runtest_makereport(self, item, call):
             self._note_raised(item, call)
-            style = self._line_tracebacks(item, call)
+            changed = self._line_tracebacks(item, call)
             try:
                 return (yield)
             finally:
-                self._restore_tracebacks(style)
+                self._restore_tracebacks(changed)
 
     else:
 
@@ -936,11 +942,11 @@ class _FixgatePlugin(object):
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_runtest_makereport(self, item, call):
             self._note_raised(item, call)
-            style = self._line_tracebacks(item, call)
+            changed = self._line_tracebacks(item, call)
             try:
                 yield
             finally:
-                self._restore_tracebacks(style)
+                self._restore_tracebacks(changed)
 
     def _line_tracebacks(self, item, call):
         """While a failed phase's report is made, pytest's `--tb=line` style: the report keeps
@@ -950,8 +956,11 @@ class _FixgatePlugin(object):
         text fixgate does read, is made elsewhere and keeps the suite's style. Only where no
         other code sees the report's text: a conftest or a plugin that implements
         `pytest_runtest_makereport` or `pytest_runtest_logreport` could read its traceback
-        (and decide an outcome by it). Returns the style to put back, or None when nothing was
-        changed."""
+        (and decide an outcome by it). The item's traceback filter goes with it (pytest 8+):
+        pytest's walks every entry of the traceback, pytest's own frames included, and makes a
+        path and a stat of each (half a millisecond a failing test), to choose entries the line
+        style does not show; the last one stands in. Returns what to put back, or None when
+        nothing was changed."""
         # unittest's failure waits on the item until pytest's own makereport puts it on call.
         if call.excinfo is None and not getattr(item, "_excinfo", None):
             return None
@@ -964,7 +973,33 @@ class _FixgatePlugin(object):
         if style is None or style == "line":
             return None
         option.tbstyle = "line"
-        return style
+        filtered = False
+        if hasattr(type(item), "_traceback_filter") and "_traceback_filter" not in item.__dict__:
+            try:
+                item._traceback_filter = _last_entry
+                filtered = True
+            except Exception:
+                pass
+        return style, item, filtered
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        """pytest's summary of the failures in the line style, whatever the suite's (each
+        failure's crash line, and what it printed): it goes to the run's log, of which fixgate
+        shows the end only when the process did not do what it was started for, and the tests'
+        outcomes and messages come from the events. In every other style pytest looks for each
+        failed test's teardown report among all the run's reports, which is quadratic: about a
+        second of a run where a thousand tests fail."""
+        option = getattr(config, "option", None)
+        style = getattr(option, "tbstyle", None)
+        changed = style is not None and style not in ("no", "line")
+        if changed:
+            option.tbstyle = "line"
+        try:
+            yield
+        finally:
+            if changed:
+                option.tbstyle = style
 
     def _reports_read_elsewhere(self):
         """Whether a plugin other than pytest's own and fixgate's implements a hook that gets
@@ -988,9 +1023,13 @@ class _FixgatePlugin(object):
             return True
         return False
 
-    def _restore_tracebacks(self, style):
-        if style is not None:
-            self.config.option.tbstyle = style
+    def _restore_tracebacks(self, changed):
+        if changed is None:
+            return
+        style, item, filtered = changed
+        self.config.option.tbstyle = style
+        if filtered:
+            item.__dict__.pop("_traceback_filter", None)
 
     def _note_raised(self, item, call):
         """Before any other implementation can change the report (this wrapper is called

@@ -85,6 +85,13 @@ _OUTSIDE_BOOKKEEPING = frozenset(
         ("_hypothesis_globals", "in_initialization"),
     ]
 )
+# The names each look at another module leaves out, by module: what Python and the plugins
+# above rebind around tests. Left out of the one comparison of all values, not only of the look
+# at each module, so that a run of failing tests (each one sets sys.last_value) costs a test no
+# more than a passing one.
+_OUTSIDE_MASKS = {"sys": _OUTSIDE_SKIP}
+for _module, _name in _OUTSIDE_BOOKKEEPING:
+    _OUTSIDE_MASKS[_module] = _OUTSIDE_MASKS.get(_module, frozenset()) | frozenset([_name])
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
 _IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
 # Above this many items a container is compared by its size only.
@@ -377,6 +384,7 @@ class State(object):
         self.per_global = {}  # (module, global) -> its contents, as of the last snapshot
         # The other modules' globals: their dicts in a fixed order, and each one's values.
         self.outside_dicts = []
+        self.outside_masked = []  # (index in outside_dicts, names left out) per _OUTSIDE_MASKS
         self.outside_order = []
         self.outside_values = []  # every value of outside_dicts, as _all_values lists them
         self.outside_keys = []  # each module's keys, in order
@@ -450,14 +458,29 @@ class State(object):
         order = sorted(self.outside_modules)
         self.outside_order = order
         self.outside_dicts = [_module_dict(self.outside_modules[n]) for n in order]
-        self._outside_snapshot(_all_values(self.outside_dicts))
+        self.outside_masked = [
+            (i, _OUTSIDE_MASKS[n]) for i, n in enumerate(order) if n in _OUTSIDE_MASKS
+        ]
+        dicts = self._outside_look()
+        self._outside_snapshot(_all_values(dicts), dicts)
 
-    def _outside_snapshot(self, values):
-        """The other modules' globals as they are now: each module's keys, and all the values as
-        one list (`values`, just taken). When that list holds each dict's values in order (all
-        their keys are str, as gc lists them), a module's values are a slice of it; else (a key
-        of another type, listed beside its value) a copy of each dict is kept."""
+    def _outside_look(self):
+        """The other modules' dicts to compare: each module's own, and for one that
+        _OUTSIDE_MASKS names, a copy without the names it leaves out."""
         dicts = self.outside_dicts
+        if not self.outside_masked:
+            return dicts
+        dicts = list(dicts)
+        for i, skip in self.outside_masked:
+            dicts[i] = dict((k, v) for k, v in dicts[i].items() if k not in skip)
+        return dicts
+
+    def _outside_snapshot(self, values, dicts):
+        """The other modules' globals as they are now (`dicts`, as _outside_look gave them):
+        each module's keys, and all the values as one list (`values`, just taken). When that
+        list holds each dict's values in order (all their keys are str, as gc lists them), a
+        module's values are a slice of it; else (a key of another type, listed beside its
+        value) a copy of each dict is kept."""
         self.outside_values = values
         self.outside_keys = [list(d) for d in dicts]
         self.outside_aligned = len(values) == sum(map(len, self.outside_keys))
@@ -543,7 +566,8 @@ class State(object):
     def _outside(self):
         """The other modules' globals the test rebound or removed: one comparison of all their
         values, and a look at each module only when it differs."""
-        values = _all_values(self.outside_dicts)
+        dicts = self._outside_look()
+        values = _all_values(dicts)
         prev = self.outside_values
         if self.outside_aligned:
             # One list comparison in C, identity first (a call per value with operator.is_ cost
@@ -558,7 +582,7 @@ class State(object):
             return []
         out = []
         offset = 0
-        for i, (name, d) in enumerate(zip(self.outside_order, self.outside_dicts)):
+        for i, (name, d) in enumerate(zip(self.outside_order, dicts)):
             keys = self.outside_keys[i]
             if self.outside_aligned:
                 olds = prev[offset : offset + len(keys)]
@@ -575,7 +599,7 @@ class State(object):
                     continue  # a lazy fill: tempfile.tempdir, pkgutil's name pattern
                 if now is not was and (now is _GONE or not _same(now, was)):
                     out.append("outside:%s:%s" % (name, key))
-        self._outside_snapshot(values)
+        self._outside_snapshot(values, dicts)
         return out
 
     def _cached_function(self, wrapper):
