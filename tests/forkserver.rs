@@ -825,11 +825,15 @@ fn the_base_s_zygotes_start_beside_the_head_s_search_and_its_checks_fork_from_th
 /// there: the suite's atexit callbacks still run (here one writes outside the sandbox, which
 /// only an uncontained run can), and the run's exit status is the session's (a `pytest.exit`
 /// with its own status ends the process, and the runner continues after it from that status
-/// alike forked and fresh).
+/// alike forked and fresh). What is skipped shows in a module global's finalizer, which the
+/// interpreter's teardown (clearing every module) runs in the process that ran the tests when
+/// it is fresh, and never in a forked one, even after a failed test.
 #[test]
 fn a_forked_run_runs_the_suites_exit_callbacks_and_ends_with_the_sessions_status() {
     let outside = tempfile::tempdir().unwrap();
     let marker = outside.path().join("atexit-ran");
+    let ran = outside.path().join("tests-ran");
+    let finalized = outside.path().join("finalized");
     let repo = TestRepo::new();
     repo.write(
         "tests/test_a_exit.py",
@@ -838,11 +842,20 @@ fn a_forked_run_runs_the_suites_exit_callbacks_and_ends_with_the_sessions_status
              def _mark():\n    \
                  with open({marker:?}, 'a') as f:\n        \
                      f.write('%d\\n' % os.getpid())\n\n\
+             class Finalized:\n    \
+                 def __del__(self, open=open, getpid=os.getpid):\n        \
+                     with open({finalized:?}, 'a') as f:\n            \
+                         f.write('%d\\n' % getpid())\n\n\
+             KEPT = Finalized()\n\n\
              def test_registers():\n    \
-                 atexit.register(_mark)\n\n\
+                 atexit.register(_mark)\n    \
+                 with open({ran:?}, 'a') as f:\n        \
+                     f.write('%d\\n' % os.getpid())\n\n\
              def test_fails():\n    \
                  assert False\n",
-            marker = marker.display().to_string()
+            marker = marker.display().to_string(),
+            finalized = finalized.display().to_string(),
+            ran = ran.display().to_string(),
         ),
     )
     .write(
@@ -864,12 +877,28 @@ fn a_forked_run_runs_the_suites_exit_callbacks_and_ends_with_the_sessions_status
             ],
             &["run", "--seed", "0", "--format", "json"],
         );
-        let written = std::fs::read_to_string(&marker).unwrap_or_default();
-        std::fs::remove_file(&marker).ok();
-        (run, written)
+        let read = |path: &std::path::Path| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            std::fs::remove_file(path).ok();
+            text
+        };
+        let written = read(&marker);
+        let (ran, finalized) = (read(&ran), read(&finalized));
+        let pid = ran.trim().to_string();
+        assert!(!pid.is_empty(), "the tests did not run: {run:?}");
+        let finalized_there = finalized.lines().any(|l| l == pid);
+        (run, written, finalized_there)
     };
-    let (forked, forked_marks) = run(true);
-    let (fresh, fresh_marks) = run(false);
+    let (forked, forked_marks, forked_finalized) = run(true);
+    let (fresh, fresh_marks, fresh_finalized) = run(false);
+    assert!(
+        fresh_finalized,
+        "a fresh process's teardown runs the module global's finalizer"
+    );
+    assert!(
+        !forked_finalized,
+        "a forked run ran the interpreter's teardown at its exit"
+    );
     assert_eq!(forked.code, fresh.code, "{forked:?}\n{fresh:?}");
     let (a, b) = (forked.json(), fresh.json());
     assert_eq!(a["forkserver"]["mode"], "fork", "{}", a["forkserver"]);
