@@ -763,19 +763,16 @@ fn a_conftest_hook_that_turns_failures_into_passes_is_recorded_as_the_failure_it
     assert!(test("::test_expected")["reported"].is_null());
 }
 
-/// `fixgate run`'s report of a repository holding `conftest` as `tests/conftest.py` and one test
-/// file, in file order.
 /// A failed test's message is pytest's crash line whatever the suite's traceback style, for
 /// the failures whose tracebacks pytest filters (fixgate makes the report in the line style and
 /// keeps the last entry instead of walking all of them): a helper that hides its frame, a
 /// chained exception, a recursion a thousand frames deep, a teardown's error, and many failures
-/// in one run (pytest's summary of them is made in the line style too).
+/// in one run (pytest's summary of them is made in the line style too). In each style the
+/// messages are those of a run where a conftest's `pytest_runtest_logreport` keeps fixgate from
+/// touching the report (pytest's own filter and style then).
 #[test]
 fn a_failures_message_is_pytests_crash_line_in_any_traceback_style() {
-    let v = file_order_run(
-        "def pytest_configure(config):\n    config.option.tbstyle = 'long'\n",
-        "tests/test_styles.py",
-        "import pytest\n\n\
+    let tests = "import pytest\n\n\
          def helper(x):\n    __tracebackhide__ = True\n    assert x == 2\n\n\
          def test_hidden_helper():\n    helper(1)\n\n\
          def test_chained():\n    \
@@ -786,33 +783,53 @@ fn a_failures_message_is_pytests_crash_line_in_any_traceback_style() {
          @pytest.fixture\ndef torn():\n    yield\n    raise OSError('teardown boom')\n\n\
          def test_teardown(torn):\n    pass\n\n\
          @pytest.mark.parametrize('i', range(300))\n\
-         def test_many(i):\n    assert i == -1\n",
-    );
-    let test = |name: &str| test_ending(&v, name);
-    for (name, outcome, message) in [
-        ("::test_hidden_helper", "failed", "assert 1 == 2"),
-        ("::test_chained", "failed", "RuntimeError: outer"),
-        (
-            "::test_recursion",
-            "failed",
-            "RecursionError: maximum recursion depth exceeded",
-        ),
-        ("::test_teardown", "error", "OSError: teardown boom"),
-        ("::test_many[0]", "failed", "assert 0 == -1"),
-        ("::test_many[299]", "failed", "assert 299 == -1"),
-    ] {
-        let t = test(name);
-        assert_eq!(t["outcome"], outcome, "{t}");
-        let got = t["message"].as_str().unwrap();
-        assert!(
-            got.starts_with(message),
-            "{name}: {got:?}, want {message:?}"
+         def test_many(i):\n    assert i == -1\n";
+    let messages = |v: &serde_json::Value| -> Vec<(String, String, String)> {
+        v["result"]["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let text = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+                (text("nodeid"), text("outcome"), text("message"))
+            })
+            .collect()
+    };
+    for style in ["long", "short", "native", "auto"] {
+        let conftest =
+            format!("def pytest_configure(config):\n    config.option.tbstyle = {style:?}\n");
+        let v = file_order_run(&conftest, "tests/test_styles.py", tests);
+        let untouched = file_order_run(
+            &format!("{conftest}\ndef pytest_runtest_logreport(report):\n    pass\n"),
+            "tests/test_styles.py",
+            tests,
         );
+        assert_eq!(messages(&v), messages(&untouched), "--tb={style}");
+        let test = |name: &str| test_ending(&v, name);
+        for (name, outcome, message) in [
+            ("::test_hidden_helper", "failed", "assert 1 == 2"),
+            ("::test_chained", "failed", "RuntimeError: outer"),
+            (
+                "::test_recursion",
+                "failed",
+                "RecursionError: maximum recursion depth exceeded",
+            ),
+            ("::test_teardown", "error", "OSError: teardown boom"),
+            ("::test_many[0]", "failed", "assert 0 == -1"),
+            ("::test_many[299]", "failed", "assert 299 == -1"),
+        ] {
+            let t = test(name);
+            assert_eq!(t["outcome"], outcome, "--tb={style}: {t}");
+            let got = t["message"].as_str().unwrap();
+            assert!(
+                got.starts_with(message),
+                "--tb={style}: {name}: {got:?}, want {message:?}"
+            );
+        }
+        let all = messages(&v);
+        assert_eq!(all.len(), 304, "{v}");
+        assert_eq!(all.iter().filter(|t| t.1 == "failed").count(), 303, "{v}");
     }
-    let tests = v["result"]["tests"].as_array().unwrap();
-    assert_eq!(tests.len(), 304, "{v}");
-    let failed = tests.iter().filter(|t| t["outcome"] == "failed").count();
-    assert_eq!(failed, 303, "{v}");
 }
 
 /// The test of a run's report whose node id ends with `name`.
@@ -825,6 +842,8 @@ fn test_ending<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
         .unwrap_or_else(|| panic!("no {name}: {v}"))
 }
 
+/// `fixgate run`'s report of a repository holding `conftest` as `tests/conftest.py` and one test
+/// file, in file order.
 fn file_order_run(conftest: &str, file: &str, tests: &str) -> serde_json::Value {
     let repo = TestRepo::new();
     repo.write("tests/conftest.py", conftest).write(file, tests);

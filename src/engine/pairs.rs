@@ -313,7 +313,7 @@ fn side_by_side<T: Send>(
                 .into_iter()
                 .map(|h| {
                     h.join()
-                        .unwrap_or_else(|_| Err(Error::bug("a polluter search panicked")))
+                        .unwrap_or_else(|_| Err(Error::bug("a victim's search or check panicked")))
                 })
                 .collect()
         });

@@ -956,7 +956,7 @@ class _FixgatePlugin(object):
         text fixgate does read, is made elsewhere and keeps the suite's style. Only where no
         other code sees the report's text: a conftest or a plugin that implements
         `pytest_runtest_makereport` or `pytest_runtest_logreport` could read its traceback
-        (and decide an outcome by it). The item's traceback filter goes with it (pytest 8+):
+        (and decide an outcome by it). The item's traceback filter goes with it (pytest 7.4+):
         pytest's walks every entry of the traceback, pytest's own frames included, and makes a
         path and a stat of each (half a millisecond a failing test), to choose entries the line
         style does not show; the last one stands in. Returns what to put back, or None when
@@ -989,10 +989,15 @@ class _FixgatePlugin(object):
         shows the end only when the process did not do what it was started for, and the tests'
         outcomes and messages come from the events. In every other style pytest looks for each
         failed test's teardown report among all the run's reports, which is quadratic: about a
-        second of a run where a thousand tests fail."""
+        second of a run where a thousand tests fail. Only where no other plugin's summary could
+        read the style (a conftest's or a plugin's `pytest_terminal_summary`)."""
         option = getattr(config, "option", None)
         style = getattr(option, "tbstyle", None)
-        changed = style is not None and style not in ("no", "line")
+        changed = (
+            style is not None
+            and style not in ("no", "line")
+            and not self._implemented_elsewhere(("pytest_terminal_summary",))
+        )
         if changed:
             option.tbstyle = "line"
         try:
@@ -1004,10 +1009,18 @@ class _FixgatePlugin(object):
     def _reports_read_elsewhere(self):
         """Whether a plugin other than pytest's own and fixgate's implements a hook that gets
         a test's report while it is made or logged."""
+        return self._implemented_elsewhere(
+            ("pytest_runtest_makereport", "pytest_runtest_logreport")
+        )
+
+    def _implemented_elsewhere(self, names):
+        """Whether a plugin other than pytest's own and fixgate's implements one of the hooks
+        `names`."""
         try:
             hooks = self.config.pluginmanager.hook
-            impls = list(hooks.pytest_runtest_makereport.get_hookimpls())
-            impls += hooks.pytest_runtest_logreport.get_hookimpls()
+            impls = []
+            for name in names:
+                impls += getattr(hooks, name).get_hookimpls()
         except Exception:
             return True
         for impl in impls:
