@@ -974,12 +974,12 @@ class _FixgatePlugin(object):
             return None
         option.tbstyle = "line"
         filtered = False
-        if hasattr(type(item), "_traceback_filter") and "_traceback_filter" not in item.__dict__:
-            try:
+        try:
+            if hasattr(type(item), "_traceback_filter") and "_traceback_filter" not in vars(item):
                 item._traceback_filter = _last_entry
                 filtered = True
-            except Exception:
-                pass
+        except Exception:
+            pass  # an item without a __dict__: pytest's own filter stays
         return style, item, filtered
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)

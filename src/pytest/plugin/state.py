@@ -63,7 +63,8 @@ _SKIP = frozenset(
 # The test runner's own modules, which rebind their globals around every test (the assertion
 # rewriter's hooks, the capture's streams): never a test's state.
 _RUNNER = ("_pytest", "pytest", "pluggy", "fixgate_plugin", "py", "__main__", "iniconfig")
-# Globals Python sets on its own: the last uncaught exception (sys.last_value and its kin).
+# Globals of sys that Python sets on its own: the last uncaught exception (sys.last_value and
+# its kin).
 _OUTSIDE_SKIP = frozenset(["last_type", "last_value", "last_traceback", "last_exc"])
 # Other modules' globals that a pytest plugin's hooks or a garbage collection rebind around
 # tests, which no test's outcome reads: Hypothesis's time spent collecting garbage (a gc
@@ -89,9 +90,11 @@ _OUTSIDE_BOOKKEEPING = frozenset(
 # above rebind around tests. Left out of the one comparison of all values, not only of the look
 # at each module, so that a run of failing tests (each one sets sys.last_value) costs a test no
 # more than a passing one.
-_OUTSIDE_MASKS = {"sys": tuple(sorted(_OUTSIDE_SKIP))}
-for _module, _name in sorted(_OUTSIDE_BOOKKEEPING):
-    _OUTSIDE_MASKS[_module] = _OUTSIDE_MASKS.get(_module, ()) + (_name,)
+_MASKED = _OUTSIDE_BOOKKEEPING | frozenset(("sys", n) for n in _OUTSIDE_SKIP)
+_OUTSIDE_MASKS = dict(
+    (module, tuple(sorted(n for m, n in _MASKED if m == module)))
+    for module in set(m for m, _ in _MASKED)
+)
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
 _IS_CONTAINER = frozenset([dict, list, set, frozenset, tuple, bytearray]).__contains__
 # Above this many items a container is compared by its size only.
@@ -597,7 +600,7 @@ class State(object):
             if len(d) == len(keys) and _identical(list(d.values()), olds):
                 continue
             for key, was in zip(keys, olds):
-                if key in _SKIP or key in _OUTSIDE_SKIP or (name, key) in _OUTSIDE_BOOKKEEPING:
+                if key in _SKIP:  # the masked names are not in the look at all
                     continue
                 now = d.get(key, _GONE)
                 if was is None and now is not _GONE:
