@@ -8,6 +8,7 @@ mod check;
 mod compact;
 mod confirm;
 mod culprits;
+mod decoded;
 pub(crate) mod digests;
 mod impact;
 mod itemize;

@@ -330,10 +330,10 @@ fn affected(
                 .iter()
                 .any(|(path, firsts)| firsts.iter().any(|&l| has(path, l)))
             || footprint.files.iter().any(|f| reads_file(t, f))
-            || {
+            || (!footprint.modules.is_empty() && {
                 let seen = sees(t, imports);
                 footprint.modules.iter().any(|m| seen.contains(m))
-            }
+            })
     };
     let mut out: BTreeSet<String> = file
         .tests
@@ -387,11 +387,6 @@ fn scope(
         .tests
         .iter()
         .map(|t| (t.nodeid.as_str(), t.state.as_slice()))
-        .collect();
-    let seen: BTreeMap<&str, BTreeSet<String>> = file
-        .tests
-        .iter()
-        .map(|t| (t.nodeid.as_str(), sees(t, reach.imports)))
         .collect();
     let mut writers = BTreeSet::new();
     // Each written module with the globals the writers changed.
@@ -471,10 +466,13 @@ fn scope(
         let words = (t.code.as_ref())
             .filter(|_| !written_modules.is_empty() && collection.is_some())
             .and_then(|code| reach.names.of_test(id, code, lines.base_test(id)));
+        // What it sees, only where the names cannot tell (a large suite's tests each see
+        // a few files: worth not listing for every test).
+        let seen = std::cell::OnceCell::new();
         let reads_module = |m: &String| match (&words, &reaching[m]) {
             _ if read_at_collection(m) => true,
             (Some(words), Some(names)) => words.iter().any(|w| names.contains(*w)),
-            _ => seen[id].contains(m),
+            _ => seen.get_or_init(|| sees(t, reach.imports)).contains(m),
         };
         let reads = written_modules.keys().any(reads_module)
             || written_files.iter().any(|f| reads_file(t, f));

@@ -158,6 +158,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
                 warnings: Mutex::new(Vec::new()),
                 remote: executor.clone(),
                 sources: std::sync::OnceLock::new(),
+                decoded: Default::default(),
             };
             let phased = phases(&engine, &sides, opts, started, ctx.uploads());
             (phased, engine.processes, engine.warnings)

@@ -12,6 +12,7 @@
 //! selection instead, as in an audit without a base recording.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use fixgate_graph::{Node, NodeId, Output};
 
@@ -23,7 +24,7 @@ use crate::engine::matrix::{self, Started};
 use crate::engine::runs::{decode_run, node_bug, Engine, Role, RunRequest};
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
-use crate::pytest::result::RunResult;
+use crate::pytest::result::{RunResult, TestResult};
 
 /// The two whole orders.
 const WHOLE: [OrderLabel; 2] = [OrderLabel::File, OrderLabel::Reversed];
@@ -32,7 +33,7 @@ const WHOLE: [OrderLabel; 2] = [OrderLabel::File, OrderLabel::Reversed];
 /// (merged or whole), the file-order run, and the impact read off them.
 pub(crate) struct Whole {
     pub(crate) started: Started,
-    pub(crate) file: RunResult,
+    pub(crate) file: Arc<RunResult>,
     pub(crate) impact: Impact,
 }
 
@@ -54,7 +55,7 @@ pub(crate) struct Inputs<'a> {
 /// carry tests from.
 pub(crate) struct BaseRuns {
     nodes: BTreeMap<OrderLabel, NodeId>,
-    runs: BTreeMap<OrderLabel, RunResult>,
+    runs: BTreeMap<OrderLabel, Arc<RunResult>>,
     /// The impact last read off them, with the edited tests it was read for (the head's
     /// collection and its runs each ask, most often for the same).
     read: std::sync::Mutex<Option<(BTreeSet<String>, Impact)>>,
@@ -90,6 +91,12 @@ impl BaseRuns {
     }
 }
 
+impl Drop for BaseRuns {
+    fn drop(&mut self) {
+        crate::engine::decoded::free_aside(std::mem::take(&mut self.runs));
+    }
+}
+
 /// Runs (or finds cached) the base's recorded runs of the two whole orders over `selection`;
 /// why they cannot carry when one failed.
 pub(crate) fn base_runs(
@@ -109,17 +116,32 @@ pub(crate) fn base_runs(
         .record(matrix::record(l, true));
         nodes.insert(l, engine.add_run(&req)?);
     }
+    // Each decoded on a thread of its own: a large suite's take tens of milliseconds each.
+    let waited = std::thread::scope(|s| {
+        let waits: Vec<_> = (nodes.iter())
+            .map(|(l, id)| (*l, s.spawn(|| engine.wait_run_shared(*id))))
+            .collect();
+        (waits.into_iter())
+            .map(|(l, wait)| {
+                Ok((
+                    l,
+                    wait.join()
+                        .map_err(|_| Error::bug("a base run's wait panicked"))??,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
     let mut runs = BTreeMap::new();
-    for (l, id) in &nodes {
-        match engine.wait_run(*id)? {
+    for (l, waited) in waited {
+        match waited {
             Ok(run) => {
-                runs.insert(*l, run);
+                runs.insert(l, run);
             }
             Err(error) => {
                 return Ok(Err(WholeWhy::BaseRunFailed {
                     order: l.to_string(),
                     error,
-                }))
+                }));
             }
         }
     }
@@ -245,6 +267,7 @@ fn merge_node(
     let order_key = lines_digest(order);
     let order = order.to_vec();
     let kind = NodeKind::CarriedRun;
+    let decoded = engine.decoded.clone();
     let node = Node::new(kind.of(label), kind.as_str(), move |runs: &[&[u8]]| {
         let [head, base] = runs else {
             return Err(node_bug("a carried run has two inputs"));
@@ -253,10 +276,12 @@ fn merge_node(
             .map_err(|e| node_bug(format!("the head's run does not decode: {e}")))?;
         let base = decode_run(base)
             .map_err(|e| node_bug(format!("the base's run does not decode: {e}")))?;
-        let merged = merge(head, base, &order);
-        postcard::to_allocvec(&merged)
-            .map(Output::new)
-            .map_err(|e| node_bug(format!("a carried run does not encode: {e}")))
+        let merged = Arc::new(merge(head, base, &order));
+        let bytes = postcard::to_allocvec(&*merged)
+            .map_err(|e| node_bug(format!("a carried run does not encode: {e}")))?;
+        // Read next by the scope, the replays and the matrix: none decodes it again.
+        decoded.keep(&bytes, &merged);
+        Ok(Output::new(bytes))
     })
     .param("order", order_key)
     .param("keep", lines_digest(keep));
@@ -280,11 +305,21 @@ fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
 /// started), the session's fields are the base's: the head's collection is the base's where
 /// nothing the patch changed is in any test's reach.
 fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResult {
-    let mut base_tests: HashMap<String, _> = std::mem::take(&mut base.tests)
-        .into_iter()
-        .filter(|t| t.occurrence == 0)
-        .map(|t| (t.nodeid.clone(), t))
-        .collect();
+    // Where each test of the order first stands, and the base's result there: the order's
+    // strings are the keys (a large suite's base run has tens of thousands of tests).
+    let mut position: HashMap<&str, usize> = HashMap::with_capacity(order.len());
+    for (i, id) in order.iter().enumerate() {
+        position.entry(id.as_str()).or_insert(i);
+    }
+    let mut base_tests: Vec<Option<TestResult>> = (0..order.len()).map(|_| None).collect();
+    for t in std::mem::take(&mut base.tests) {
+        if let Some(&i) = position
+            .get(t.nodeid.as_str())
+            .filter(|_| t.occurrence == 0)
+        {
+            base_tests[i] = Some(t);
+        }
+    }
     let mut head_tests: HashMap<String, Vec<_>> = HashMap::new();
     for t in std::mem::take(&mut head.tests) {
         head_tests.entry(t.nodeid.clone()).or_default().push(t);
@@ -293,7 +328,7 @@ fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResul
     for id in order {
         match head_tests.remove(id) {
             Some(ts) => tests.extend(ts),
-            None => tests.extend(base_tests.remove(id)),
+            None => tests.extend(base_tests[position[id.as_str()]].take()),
         }
     }
     let session = match head.processes == 0 && head.executed.is_empty() {
@@ -304,4 +339,68 @@ fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResul
         false => head,
     };
     session.with_tests(order.to_vec(), tests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pytest::result::Outcome;
+
+    fn test(id: &str, outcome: Outcome, occurrence: u32) -> TestResult {
+        let mut t = TestResult::missing(id, outcome, String::new(), 0.0, 0.0);
+        t.occurrence = occurrence;
+        t
+    }
+
+    fn run(tests: Vec<TestResult>, processes: u32) -> RunResult {
+        let order = tests.iter().map(|t| t.nodeid.clone()).collect();
+        let mut r = RunResult::empty(Vec::new()).with_tests(order, tests);
+        r.processes = processes;
+        r
+    }
+
+    fn ids(order: &[&str]) -> Vec<String> {
+        order.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_heads_results_replace_the_bases_in_the_heads_order() {
+        let base = run(
+            vec![
+                test("a", Outcome::Passed, 0),
+                test("b", Outcome::Passed, 0),
+                test("b", Outcome::Failed, 1),
+                test("c", Outcome::Passed, 0),
+                test("gone", Outcome::Passed, 0),
+            ],
+            1,
+        );
+        let head = run(vec![test("b", Outcome::Failed, 0)], 1);
+        let merged = merge(head, base, &ids(&["c", "b", "new", "a"]));
+        let got: Vec<(&str, Outcome)> = (merged.tests.iter())
+            .map(|t| (t.nodeid.as_str(), t.outcome))
+            .collect();
+        // The head's b, the base's a and c (its second b is not this order's), nothing for a
+        // test neither ran, nothing of a test the order does not list.
+        assert_eq!(
+            got,
+            [
+                ("c", Outcome::Passed),
+                ("b", Outcome::Failed),
+                ("a", Outcome::Passed)
+            ]
+        );
+        assert_eq!(merged.executed, ids(&["c", "b", "a"]));
+        assert_eq!(merged.order, ids(&["c", "b", "new", "a"]));
+        assert_eq!(merged.processes, 1);
+    }
+
+    #[test]
+    fn a_test_listed_twice_takes_one_result_and_an_idle_head_keeps_the_bases_session() {
+        let base = run(vec![test("a", Outcome::Passed, 0)], 3);
+        let head = run(Vec::new(), 0);
+        let merged = merge(head, base, &ids(&["a", "a"]));
+        assert_eq!(merged.tests.len(), 1);
+        assert_eq!(merged.processes, 0);
+    }
 }

@@ -2,6 +2,7 @@
 //! its message, its lease violations and the writes outside the sandbox.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use fixgate_graph::{Node, NodeId, Output};
 
@@ -40,7 +41,7 @@ pub(crate) struct Matrix {
     pub(crate) labels: Vec<OrderLabel>,
     ids: TestIds,
     runs: BTreeMap<OrderLabel, CompactRun>,
-    file: RunResult,
+    file: Arc<RunResult>,
     pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
     /// The tests the shuffled orders ran (a scoped audit's, or every test).
     scope: Scope,
@@ -140,15 +141,16 @@ impl Started {
         Ok(())
     }
 
-    /// Waits for the run of one order.
-    pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<RunResult> {
+    /// Waits for the run of one order (a whole order's: decoded once, see
+    /// [`crate::engine::decoded`]).
+    pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<Arc<RunResult>> {
         let id = self.nodes[&label];
         self.waited
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(label);
         engine
-            .wait_run(id)?
+            .wait_run_shared(id)?
             .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
     }
 
@@ -166,7 +168,12 @@ impl Started {
     /// each kept compact (see [`crate::engine::compact`]). A warm audit finds the node in the
     /// cache and decodes no run but the file-order one, which the caller waited for already and
     /// hands over. The runs' bytes are released from the graph.
-    pub(crate) fn finish(self, engine: &Engine, file: RunResult, scope: Scope) -> Result<Matrix> {
+    pub(crate) fn finish(
+        self,
+        engine: &Engine,
+        file: Arc<RunResult>,
+        scope: Scope,
+    ) -> Result<Matrix> {
         let inputs: Vec<NodeId> = self.labels.iter().map(|l| self.nodes[l]).collect();
         for (l, &id) in self.labels.iter().zip(&inputs) {
             if let Err(e) = engine.live.wait(id).into_result() {
@@ -174,11 +181,13 @@ impl Started {
             }
         }
         let kind = NodeKind::Matrix;
-        let node = Node::new(kind.label(), kind.as_str(), |runs: &[&[u8]]| {
+        let decoded = engine.decoded.clone();
+        let node = Node::new(kind.label(), kind.as_str(), move |runs: &[&[u8]]| {
             let mut ids = TestIds::default();
             let mut compact = Vec::with_capacity(runs.len());
             for bytes in runs {
-                let run = crate::engine::runs::decode_run(bytes)
+                let run = decoded
+                    .decode(bytes)
                     .map_err(|e| node_bug(format!("a seed run does not decode: {e}")))?;
                 compact.push(CompactRun::of(&run, &mut ids));
             }

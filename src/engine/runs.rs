@@ -2,6 +2,7 @@
 //! polluter search, replays, base checks) goes through [`Engine::run_batch`], so each is cached
 //! with a verifying trace and independent runs execute side by side.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,8 @@ pub(crate) struct Engine<'l, 'a> {
     pub(crate) remote: Option<Arc<Executor>>,
     /// What the scope rule reads of the two snapshots, read once per audit.
     pub(crate) sources: std::sync::OnceLock<crate::engine::impact::Sources>,
+    /// Large runs decoded once per audit.
+    pub(crate) decoded: Arc<crate::engine::decoded::Decoded>,
 }
 
 impl Engine<'_, '_> {
@@ -218,6 +221,20 @@ impl Engine<'_, '_> {
 
     /// Waits for a run added with [`Engine::add_run`]; a run that failed gives its error.
     pub(crate) fn wait_run(&self, id: NodeId) -> Result<Result<RunResult, String>> {
+        self.wait_decoded(id, decode_run)
+    }
+
+    /// [`Engine::wait_run`] for a run that may have many tests and be read again in this audit
+    /// (a whole order): decoded once ([`crate::engine::decoded`]).
+    pub(crate) fn wait_run_shared(&self, id: NodeId) -> Result<Result<Arc<RunResult>, String>> {
+        self.wait_decoded(id, |bytes| self.decoded.decode(bytes))
+    }
+
+    fn wait_decoded<R: Borrow<RunResult>>(
+        &self,
+        id: NodeId,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<R, postcard::Error>,
+    ) -> Result<Result<R, String>> {
         let outcome = self.live.wait(id);
         if self.runner.interrupted.load(Ordering::SeqCst) {
             return Err(Error::Interrupted);
@@ -228,7 +245,7 @@ impl Engine<'_, '_> {
         }
         let label = self.live.label(id);
         let result = outcome.into_result().and_then(|bytes| {
-            decode_run(&bytes).map_err(|e| {
+            decode(&bytes).map_err(|e| {
                 Error::bug(format!("a cached run of {label} does not decode: {e}")).to_string()
             })
         });
@@ -238,7 +255,7 @@ impl Engine<'_, '_> {
                 .report(id)
                 .is_some_and(|rep| matches!(rep.status, Status::Executed { .. }))
             {
-                self.count_processes(r.processes);
+                self.count_processes(r.borrow().processes);
             }
         }
         Ok(result)
