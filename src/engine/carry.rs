@@ -55,7 +55,7 @@ pub(crate) struct Inputs<'a> {
 /// carry tests from.
 pub(crate) struct BaseRuns {
     nodes: BTreeMap<OrderLabel, NodeId>,
-    runs: BTreeMap<OrderLabel, Arc<RunResult>>,
+    runs: BTreeMap<OrderLabel, RunResult>,
     /// The impact last read off them, with the edited tests it was read for (the head's
     /// collection and its runs each ask, most often for the same).
     read: std::sync::Mutex<Option<(BTreeSet<String>, Impact)>>,
@@ -117,20 +117,25 @@ pub(crate) fn base_runs(
         nodes.insert(l, engine.add_run(&req)?);
     }
     // Each decoded on a thread of its own: a large suite's take tens of milliseconds each.
-    let waited = std::thread::scope(|s| {
+    let waited: Vec<_> = std::thread::scope(|s| {
         let waits: Vec<_> = (nodes.iter())
-            .map(|(l, id)| (*l, s.spawn(|| engine.wait_run_shared(*id))))
+            .map(|(l, id)| (*l, s.spawn(|| engine.wait_run(*id))))
             .collect();
-        (waits.into_iter())
-            .map(|(l, wait)| {
-                Ok((
-                    l,
-                    wait.join()
-                        .map_err(|_| Error::bug("a base run's wait panicked"))??,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()
-    })?;
+        // Every thread joined before any result is read.
+        let joined: Vec<_> = (waits.into_iter())
+            .map(|(l, wait)| (l, wait.join()))
+            .collect();
+        joined
+    });
+    let waited = (waited.into_iter())
+        .map(|(l, joined)| match joined {
+            Ok(waited) => Ok((l, waited?)),
+            Err(panic) => Err(Error::bug(format!(
+                "the wait for the base's {l} run panicked: {}",
+                panic_message(&panic)
+            ))),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut runs = BTreeMap::new();
     for (l, waited) in waited {
         match waited {
@@ -291,6 +296,13 @@ fn merge_node(
         .map_err(|e| Error::bug(e.to_string()))
 }
 
+/// What a panic said, when it said it in words.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    (panic.downcast_ref::<&str>().copied())
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
+
 /// A digest of node ids, one per line, for a key.
 fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
     let mut h = blake3::Hasher::new();
@@ -327,7 +339,11 @@ fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResul
     let mut tests = Vec::with_capacity(order.len());
     for id in order {
         match head_tests.remove(id) {
-            Some(ts) => tests.extend(ts),
+            Some(ts) => {
+                // An order that lists it again takes nothing of the base's for it.
+                base_tests[position[id.as_str()]] = None;
+                tests.extend(ts)
+            }
             None => tests.extend(base_tests[position[id.as_str()]].take()),
         }
     }
@@ -352,15 +368,22 @@ mod tests {
         t
     }
 
-    fn run(tests: Vec<TestResult>, processes: u32) -> RunResult {
+    fn run(tests: Vec<TestResult>, processes: u32, warning: &str) -> RunResult {
         let order = tests.iter().map(|t| t.nodeid.clone()).collect();
         let mut r = RunResult::empty(Vec::new()).with_tests(order, tests);
         r.processes = processes;
+        r.warnings.push(warning.to_owned());
         r
     }
 
     fn ids(order: &[&str]) -> Vec<String> {
         order.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn outcomes(run: &RunResult) -> Vec<(&str, Outcome, u32)> {
+        (run.tests.iter())
+            .map(|t| (t.nodeid.as_str(), t.outcome, t.occurrence))
+            .collect()
     }
 
     #[test]
@@ -369,38 +392,69 @@ mod tests {
             vec![
                 test("a", Outcome::Passed, 0),
                 test("b", Outcome::Passed, 0),
-                test("b", Outcome::Failed, 1),
                 test("c", Outcome::Passed, 0),
+                test("c", Outcome::Failed, 1),
+                test("d", Outcome::Failed, 1),
                 test("gone", Outcome::Passed, 0),
             ],
             1,
+            "base",
         );
-        let head = run(vec![test("b", Outcome::Failed, 0)], 1);
-        let merged = merge(head, base, &ids(&["c", "b", "new", "a"]));
-        let got: Vec<(&str, Outcome)> = (merged.tests.iter())
-            .map(|t| (t.nodeid.as_str(), t.outcome))
-            .collect();
-        // The head's b, the base's a and c (its second b is not this order's), nothing for a
-        // test neither ran, nothing of a test the order does not list.
+        let head = run(
+            vec![test("b", Outcome::Failed, 0), test("b", Outcome::Passed, 1)],
+            2,
+            "head",
+        );
+        let merged = merge(head, base, &ids(&["c", "b", "new", "d", "a"]));
+        // Both of the head's b, the base's first c and a; nothing of a test only a second
+        // occurrence of the base's has (d), nor of a test neither ran (new), nor of one the
+        // order does not list (gone).
         assert_eq!(
-            got,
+            outcomes(&merged),
             [
-                ("c", Outcome::Passed),
-                ("b", Outcome::Failed),
-                ("a", Outcome::Passed)
+                ("c", Outcome::Passed, 0),
+                ("b", Outcome::Failed, 0),
+                ("b", Outcome::Passed, 1),
+                ("a", Outcome::Passed, 0),
             ]
         );
-        assert_eq!(merged.executed, ids(&["c", "b", "a"]));
-        assert_eq!(merged.order, ids(&["c", "b", "new", "a"]));
-        assert_eq!(merged.processes, 1);
+        assert_eq!(merged.executed, ids(&["c", "b", "b", "a"]));
+        assert_eq!(merged.order, ids(&["c", "b", "new", "d", "a"]));
+        // The session is the head's, which ran.
+        assert_eq!(
+            (merged.processes, &merged.warnings[..]),
+            (2, &ids(&["head"])[..])
+        );
     }
 
     #[test]
-    fn a_test_listed_twice_takes_one_result_and_an_idle_head_keeps_the_bases_session() {
-        let base = run(vec![test("a", Outcome::Passed, 0)], 3);
-        let head = run(Vec::new(), 0);
-        let merged = merge(head, base, &ids(&["a", "a"]));
-        assert_eq!(merged.tests.len(), 1);
-        assert_eq!(merged.processes, 0);
+    fn the_bases_last_result_of_a_test_counts_and_a_test_listed_again_takes_nothing_more() {
+        let base = run(
+            vec![
+                test("a", Outcome::Failed, 0),
+                test("a", Outcome::Passed, 0),
+                test("x", Outcome::Passed, 0),
+            ],
+            1,
+            "base",
+        );
+        let head = run(vec![test("x", Outcome::Failed, 0)], 1, "head");
+        let merged = merge(head, base, &ids(&["a", "x", "a", "x"]));
+        assert_eq!(
+            outcomes(&merged),
+            [("a", Outcome::Passed, 0), ("x", Outcome::Failed, 0)]
+        );
+    }
+
+    #[test]
+    fn a_head_that_ran_nothing_keeps_the_bases_session_with_no_process() {
+        let base = run(vec![test("a", Outcome::Passed, 0)], 3, "base");
+        let head = run(Vec::new(), 0, "head");
+        let merged = merge(head, base, &ids(&["a"]));
+        assert_eq!(outcomes(&merged), [("a", Outcome::Passed, 0)]);
+        assert_eq!(
+            (merged.processes, &merged.warnings[..]),
+            (0, &ids(&["base"])[..])
+        );
     }
 }

@@ -141,7 +141,7 @@ impl Started {
         Ok(())
     }
 
-    /// Waits for the run of one order (a whole order's: decoded once, see
+    /// Waits for the run of one order (a whole order's is decoded once for the audit, see
     /// [`crate::engine::decoded`]).
     pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<Arc<RunResult>> {
         let id = self.nodes[&label];
@@ -149,16 +149,24 @@ impl Started {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(label);
-        engine
-            .wait_run_shared(id)?
-            .map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
+        let waited = match label {
+            OrderLabel::File | OrderLabel::Reversed => engine.wait_run_shared(id)?,
+            OrderLabel::Seed(_) | OrderLabel::Twice => engine.wait_run(id)?.map(Arc::new),
+        };
+        waited.map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
     }
 
     /// Waits for every run, keeping nothing of them (a shard's share: the runs are in the
     /// cache for the audit that reads them).
     pub(crate) fn settle(&self, engine: &Engine) -> Result<()> {
         for &l in &self.labels {
-            self.wait(engine, l)?;
+            self.waited
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(l);
+            engine
+                .wait_run(self.nodes[&l])?
+                .map_err(|e| Error::Infra(format!("seed run {l} failed: {e}")))?;
             engine.live.release(self.nodes[&l]);
         }
         Ok(())

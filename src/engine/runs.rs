@@ -227,7 +227,7 @@ impl Engine<'_, '_> {
     /// [`Engine::wait_run`] for a run that may have many tests and be read again in this audit
     /// (a whole order): decoded once ([`crate::engine::decoded`]).
     pub(crate) fn wait_run_shared(&self, id: NodeId) -> Result<Result<Arc<RunResult>, String>> {
-        self.wait_decoded(id, |bytes| self.decoded.decode(bytes))
+        self.wait_decoded(id, |bytes| self.decoded.decode_kept(bytes))
     }
 
     fn wait_decoded<R: Borrow<RunResult>>(
