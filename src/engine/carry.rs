@@ -116,28 +116,24 @@ pub(crate) fn base_runs(
         .record(matrix::record(l, true));
         nodes.insert(l, engine.add_run(&req)?);
     }
-    // Each decoded on a thread of its own: a large suite's take tens of milliseconds each.
-    let waited: Vec<_> = std::thread::scope(|s| {
+    // Each decoded on a thread of its own (a large suite's take tens of milliseconds each), and
+    // every thread joined before any result is read.
+    let joined: Vec<_> = std::thread::scope(|s| {
         let waits: Vec<_> = (nodes.iter())
             .map(|(l, id)| (*l, s.spawn(|| engine.wait_run(*id))))
             .collect();
-        // Every thread joined before any result is read.
-        let joined: Vec<_> = (waits.into_iter())
+        (waits.into_iter())
             .map(|(l, wait)| (l, wait.join()))
-            .collect();
-        joined
+            .collect()
     });
-    let waited = (waited.into_iter())
-        .map(|(l, joined)| match joined {
-            Ok(waited) => Ok((l, waited?)),
-            Err(panic) => Err(Error::bug(format!(
+    let mut runs = BTreeMap::new();
+    for (l, joined) in joined {
+        let waited = joined.map_err(|panic| {
+            Error::bug(format!(
                 "the wait for the base's {l} run panicked: {}",
                 panic_message(&panic)
-            ))),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut runs = BTreeMap::new();
-    for (l, waited) in waited {
+            ))
+        })??;
         match waited {
             Ok(run) => {
                 runs.insert(l, run);

@@ -35,21 +35,24 @@ pub(crate) struct Decoded {
 impl Decoded {
     /// The run `bytes` encode: a kept one, else decoded now and not kept.
     pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Arc<RunResult>, postcard::Error> {
-        if let Some(run) = self.find(&blake3::hash(bytes)) {
-            return Ok(run);
-        }
-        Ok(Arc::new(crate::engine::runs::decode_run(bytes)?))
+        self.read(bytes, false)
     }
 
     /// The run `bytes` encode, kept for whoever reads them next when it has many tests (a whole
     /// order's, which later phases read again).
     pub(crate) fn decode_kept(&self, bytes: &[u8]) -> Result<Arc<RunResult>, postcard::Error> {
+        self.read(bytes, true)
+    }
+
+    fn read(&self, bytes: &[u8], keep: bool) -> Result<Arc<RunResult>, postcard::Error> {
         let key = blake3::hash(bytes);
         if let Some(run) = self.find(&key) {
             return Ok(run);
         }
         let run = Arc::new(crate::engine::runs::decode_run(bytes)?);
-        self.keep_hashed(key, &run);
+        if keep {
+            self.keep_hashed(key, &run);
+        }
         Ok(run)
     }
 
@@ -101,21 +104,18 @@ type Freed = Box<dyn Send>;
 /// process): a run of many tests takes tens of milliseconds to free, which the thread that let
 /// go of it need not wait for. Freed at once when that thread cannot be had.
 pub(crate) fn free_aside<T: Send + 'static>(value: T) {
-    static FREER: OnceLock<Option<Mutex<mpsc::Sender<Freed>>>> = OnceLock::new();
+    static FREER: OnceLock<Option<mpsc::Sender<Freed>>> = OnceLock::new();
     let freer = FREER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Freed>();
         let started = std::thread::Builder::new()
             .name("fixgate-free".to_owned())
             .spawn(move || rx.into_iter().for_each(drop));
-        started.ok().map(|_| Mutex::new(tx))
+        started.ok().map(|_| tx)
     });
     let value: Freed = Box::new(value);
     match freer {
-        Some(tx) => {
-            // A send fails only when the thread is gone: then the value comes back, freed here.
-            let sent = tx.lock().map(|tx| tx.send(value));
-            drop(sent);
-        }
+        // A send fails only when the thread is gone: the value comes back and is freed here.
+        Some(tx) => drop(tx.send(value)),
         None => drop(value),
     }
 }

@@ -142,16 +142,26 @@ impl Started {
     }
 
     /// Waits for the run of one order (a whole order's is decoded once for the audit, see
-    /// [`crate::engine::decoded`]).
+    /// [`crate::engine::decoded`]: only it is read again).
     pub(crate) fn wait(&self, engine: &Engine, label: OrderLabel) -> Result<Arc<RunResult>> {
+        let whole = matches!(label, OrderLabel::File | OrderLabel::Reversed);
+        self.wait_keeping(engine, label, whole)
+    }
+
+    fn wait_keeping(
+        &self,
+        engine: &Engine,
+        label: OrderLabel,
+        keep: bool,
+    ) -> Result<Arc<RunResult>> {
         let id = self.nodes[&label];
         self.waited
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(label);
-        let waited = match label {
-            OrderLabel::File | OrderLabel::Reversed => engine.wait_run_shared(id)?,
-            OrderLabel::Seed(_) | OrderLabel::Twice => engine.wait_run(id)?.map(Arc::new),
+        let waited = match keep {
+            true => engine.wait_run_shared(id)?,
+            false => engine.wait_run(id)?.map(Arc::new),
         };
         waited.map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
     }
@@ -160,13 +170,7 @@ impl Started {
     /// cache for the audit that reads them).
     pub(crate) fn settle(&self, engine: &Engine) -> Result<()> {
         for &l in &self.labels {
-            self.waited
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(l);
-            engine
-                .wait_run(self.nodes[&l])?
-                .map_err(|e| Error::Infra(format!("seed run {l} failed: {e}")))?;
+            self.wait_keeping(engine, l, false)?;
             engine.live.release(self.nodes[&l]);
         }
         Ok(())
