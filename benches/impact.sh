@@ -13,6 +13,9 @@
 #   scale     the rewrite on 400 modules (after that suite's cold base audit). Target: <= 2x
 #             the 40-module rewrite.
 # Every case prints wall seconds, the verdict, pytest processes and the scope, with the load.
+# Each round also times, on the base's tree, the floors an audit that starts pytest cannot go
+# under: `pytest -q` and `pytest --collect-only -q`, with bytecode caching on (after one uncounted
+# warm-up of each in the first round), printed as "pytest" and "collect".
 #
 # Environment: BENCH_DATA [/work/bench-data/impact], PYTHON [python3], FIXGATE
 # [target/release/fixgate, built when missing], RUNS [3], CASES ["small scale"].
@@ -56,6 +59,39 @@ PY
     rm -f "$out"
 }
 
+# Plain pytest on the base's tree (checked out under $DATA/<suite>-tree, outside the suite's
+# repository, again when main moves), bytecode cached under $DATA/pycache: prints "seconds outcome-line".
+BYTECODE="env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$DATA/pycache"
+plain() { # DIR ARGS...
+    local dir=$1
+    shift
+    local tree=$dir-tree commit
+    commit=$(git -C "$dir" rev-parse main)
+    if [ "$(cat "$tree.commit" 2>/dev/null)" != "$commit" ]; then
+        rm -rf "$tree"
+        mkdir -p "$tree"
+        git -C "$dir" archive main | tar -x -C "$tree"
+        echo "$commit" >"$tree.commit"
+    fi
+    local start end last
+    start=$(date +%s.%N)
+    last=$(cd "$tree" && $BYTECODE "$PYTHON" -m pytest -q -p no:cacheprovider -p no:randomly "$@" \
+        2>&1 | tail -n 1) || true
+    end=$(date +%s.%N)
+    awk -v a="$start" -v b="$end" -v l="$last" 'BEGIN { printf "%.2f %s\n", b - a, l }'
+}
+
+WARMED=" "
+floors() { # DIR: the plain runs beside one round's audits (the first round warms up first)
+    if [[ $WARMED != *" $1 "* ]]; then
+        plain "$1" >/dev/null
+        plain "$1" --collect-only >/dev/null
+        WARMED="$WARMED$1 "
+    fi
+    echo "pytest $(plain "$1")"
+    echo "collect $(plain "$1" --collect-only)"
+}
+
 round() { # DIR TAG EXTRA...: one cold base audit, then each head, in one cache
     local dir=$1 tag=$2
     shift 2
@@ -70,6 +106,7 @@ if [[ $CASES == *" small "* ]]; then
     SMALL=$(suite small 40)
     for r in $(seq "$RUNS"); do
         echo "== round $r, 40 modules, --scoped (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+        floors "$SMALL"
         round "$SMALL" small --scoped
         echo "== round $r, 40 modules, whole orders (load: $(cut -d' ' -f1-3 /proc/loadavg))"
         round "$SMALL" small-full
@@ -80,6 +117,7 @@ if [[ $CASES == *" scale "* ]]; then
     for r in $(seq "$RUNS"); do
         echo "== round $r, 400 modules (load: $(cut -d' ' -f1-3 /proc/loadavg))"
         cache=$DATA/cache-large
+        floors "$LARGE"
         rm -rf "$cache"
         echo "cold $(audit "$LARGE" "$cache" main main --scoped)"
         echo "rewrite $(audit "$LARGE" "$cache" main rewrite --scoped)"
