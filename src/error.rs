@@ -59,6 +59,17 @@ impl Error {
         Error::Bug(what.into())
     }
 
+    /// A thread of fixgate's that panicked (`payload`: what its join gave), described as
+    /// `what` panicked, with the panic's message when it said one in words.
+    pub(crate) fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+        let message = (payload.downcast_ref::<&str>().copied())
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+        match message {
+            Some(m) => Error::Bug(format!("{what} panicked: {m}")),
+            None => Error::Bug(format!("{what} panicked")),
+        }
+    }
+
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::Interrupted => exit::INTERRUPTED,
@@ -74,3 +85,36 @@ impl From<git2::Error> for Error {
 }
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// What a joined thread's panic gives, as `std::thread::Scope::spawn(..).join()` does.
+    fn join_panic(f: impl FnOnce() + Send) -> Box<dyn std::any::Any + Send> {
+        std::thread::scope(|s| s.spawn(f).join().expect_err("the thread panics"))
+    }
+
+    #[test]
+    fn a_panic_is_a_bug_that_says_what_panicked_and_its_message() {
+        // (The threads' panic messages go to the test's captured output.)
+        let literal = join_panic(|| panic!("a literal"));
+        let formatted = join_panic(|| panic!("formatted {}", 7));
+        let other = join_panic(|| std::panic::panic_any(42_u8));
+        let said = |payload: &Box<dyn std::any::Any + Send>| {
+            Error::panicked("the wait for the base's rev run", &**payload).to_string()
+        };
+        let literal = said(&literal);
+        assert!(
+            literal.contains("bug: the wait for the base's rev run panicked: a literal ("),
+            "{literal}"
+        );
+        assert!(said(&formatted).contains("run panicked: formatted 7 ("));
+        // A payload that is not words: what panicked, and nothing made up.
+        let other = said(&other);
+        assert!(
+            other.contains("run panicked (this is a bug in fixgate"),
+            "{other}"
+        );
+    }
+}

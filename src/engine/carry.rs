@@ -129,10 +129,7 @@ pub(crate) fn base_runs(
     let mut runs = BTreeMap::new();
     for (l, joined) in joined {
         let waited = joined.map_err(|panic| {
-            Error::bug(format!(
-                "the wait for the base's {l} run panicked: {}",
-                panic_message(&panic)
-            ))
+            Error::panicked(&format!("the wait for the base's {l} run"), &*panic)
         })??;
         match waited {
             Ok(run) => {
@@ -290,13 +287,6 @@ fn merge_node(
         .live
         .add(node, &[head, base])
         .map_err(|e| Error::bug(e.to_string()))
-}
-
-/// What a panic said, when it said it in words.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    (panic.downcast_ref::<&str>().copied())
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("no message")
 }
 
 /// A digest of node ids, one per line, for a key.

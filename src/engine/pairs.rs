@@ -312,8 +312,9 @@ fn side_by_side<T: Send>(
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::bug("a victim's search or check panicked")))
+                    h.join().unwrap_or_else(|panic| {
+                        Err(Error::panicked("a victim's search or check", &*panic))
+                    })
                 })
                 .collect()
         });

@@ -424,7 +424,7 @@ impl Session {
         let (ctx, result) = r
             .thread
             .join()
-            .map_err(|_| Error::bug("the audit's thread panicked"))?;
+            .map_err(|panic| Error::panicked("the audit's thread", &*panic))?;
         let shown = match (&r.cancelled_by, result) {
             // Cancelled, or finished before it noticed: either way the tree moved on.
             (Some(changed), _) => {
