@@ -202,6 +202,7 @@ impl Ctx {
             self.cache_dir.join(REWRITE_CACHE).join(&fingerprint[..16]),
             executable.clone(),
             self.env.temp_dir.clone(),
+            self.jobs,
         );
         let plugin = plugin::install(
             &self.cache_dir,

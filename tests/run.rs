@@ -523,6 +523,45 @@ fn rewritten_test_modules_come_from_the_cache_with_the_same_results() {
 }
 
 #[test]
+fn many_test_modules_are_rewritten_by_interpreters_side_by_side_each_once() {
+    // 24 modules with two jobs: three shares of eight would do, two interpreters rewrite them.
+    let repo = TestRepo::new();
+    for i in 0..24 {
+        repo.write(
+            &format!("tests/test_m{i:02}.py"),
+            format!(
+                "def test_ok():\n    assert {i} + 1 == {}\n\n\
+                 def test_introspection():\n    x = {i}\n    assert x * 2 == -1\n",
+                i + 1
+            ),
+        );
+    }
+    repo.commit("base");
+    let v = repo
+        .fixgate_py(&["run", "--jobs", "2", "--format", "json"])
+        .json();
+    let bins: Vec<_> = tree_bytes(&repo.cache.path().join("pyc"))
+        .into_iter()
+        .filter(|(p, _)| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    assert_eq!(bins.len(), 24, "every module rewritten once: {bins:?}");
+    let tests = v["result"]["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 48, "{v}");
+    for t in tests {
+        let id = t["nodeid"].as_str().unwrap();
+        if id.ends_with("::test_ok") {
+            assert_eq!(t["outcome"], "passed", "{t}");
+        } else {
+            // pytest's assertion rewriting applies to every module, whichever interpreter
+            // rewrote it.
+            assert_eq!(t["outcome"], "failed", "{t}");
+            let message = t["message"].as_str().unwrap();
+            assert!(message.contains("== -1"), "{t}");
+        }
+    }
+}
+
+#[test]
 fn node_ids_and_messages_with_quotes_backslashes_and_unicode_come_through_whole() {
     // The plugin writes the test event by hand: every string in it must be escaped as JSON.
     let repo = TestRepo::new();
