@@ -64,7 +64,8 @@ pub(crate) struct Rewrites {
     dir: PathBuf,
     python: PathBuf,
     temp_dir: PathBuf,
-    /// How many interpreters may rewrite side by side (the job slots).
+    /// How many interpreters may rewrite side by side: the job slots, and no more than this
+    /// machine's cores (`--jobs` may count remote workers).
     jobs: usize,
     /// Snapshots (with their overlay) whose modules are known to be done.
     prepared: Mutex<HashSet<[u8; 32]>>,
@@ -89,13 +90,15 @@ fn key(source: &[u8]) -> String {
 
 impl Rewrites {
     /// The rewrites of `python` under `dir` (one folder per interpreter fingerprint), made by
-    /// up to `jobs` interpreters side by side.
+    /// up to `jobs` interpreters side by side, one per core at most.
     pub(crate) fn new(dir: PathBuf, python: PathBuf, temp_dir: PathBuf, jobs: usize) -> Rewrites {
         Rewrites {
             dir,
             python,
             temp_dir,
-            jobs: jobs.max(1),
+            jobs: jobs
+                .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
             prepared: Mutex::new(HashSet::new()),
         }
     }
