@@ -162,11 +162,43 @@ pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str])
     let out = fixgate_at_command(cwd, cache, env, args)
         .output()
         .expect("fixgate runs");
-    Run {
+    dumped(Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// With `FIXGATE_TEST_DUMP_DIR` set, every run's standard output is also written there, named
+/// after the test (the harness names each test's thread after it) and the run's place in it:
+/// two builds' reports can then be compared run by run (a restructure must not change them).
+fn dumped(run: Run) -> Run {
+    use std::cell::Cell;
+    thread_local!(static SEQ: Cell<u32> = const { Cell::new(0) });
+    if let Some(dir) = std::env::var_os("FIXGATE_TEST_DUMP_DIR") {
+        let seq = SEQ.with(|s| {
+            s.set(s.get() + 1);
+            s.get()
+        });
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("main").replace("::", ".");
+        // The test binary's name without cargo's hash: `audit-3f2a…` is `audit`.
+        let exe = std::env::args().next().unwrap_or_default();
+        let name = Path::new(&exe).file_name().unwrap_or_default();
+        let binary = name
+            .to_string_lossy()
+            .split('-')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let dir = Path::new(&dir);
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(
+            dir.join(format!("{binary}.{test}.{seq:03}.out")),
+            format!("exit {}\n{}", run.code, run.stdout),
+        );
     }
+    run
 }
 
 /// Like [`fixgate_at`], for a run that must end by itself: killed, and the test failed with
@@ -215,11 +247,11 @@ pub fn fixgate_within_telling(
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    Run {
+    dumped(Run {
         code: status.code().unwrap_or(-1),
         stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
         stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
-    }
+    })
 }
 
 /// Every file under `dir` (except `.git`) with its bytes, for "the tree is unchanged" checks.
