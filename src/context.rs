@@ -15,7 +15,6 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::{self, Config};
-use crate::engine::store::{RemoteFailure, RemoteSettings};
 use crate::environment::Environment;
 use crate::error::{Error, Result};
 pub(crate) use crate::json::to_json;
@@ -25,6 +24,7 @@ use crate::pytest::{interpreter, plugin};
 use crate::report::Format;
 use crate::snapshot::{Repo, Snapshot};
 use crate::statcache::StatCache;
+use crate::store::{RemoteFailure, RemoteSettings};
 
 /// The options every command shares, resolved.
 pub(crate) struct Settings {
@@ -146,7 +146,7 @@ impl Ctx {
     }
 
     /// The store for the cache directory, with `remote` behind it (the remote cache, else a
-    /// remote executor's ActionCache; see [`crate::engine::store::open`]). A remote without a
+    /// remote executor's ActionCache; see [`crate::store::open`]). A remote without a
     /// signing key is said once.
     pub(crate) fn open_store(
         &self,
@@ -155,11 +155,11 @@ impl Ctx {
     ) -> (Arc<dyn fixgate_cache::Store>, Option<String>) {
         if let Some(why) = remote
             .filter(|_| enabled)
-            .and_then(crate::engine::store::unauthenticated)
+            .and_then(crate::store::unauthenticated)
         {
             self.warn_once(&why);
         }
-        crate::engine::store::open(&self.cache_dir, enabled, remote, &self.remote_failure)
+        crate::store::open(&self.cache_dir, enabled, remote, &self.remote_failure)
     }
 
     /// Whether results go to the remote cache (`--remote-upload` with a remote).
@@ -431,4 +431,39 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>> {
             .map_err(|e| Error::Infra(format!("failed to install a signal handler: {e}")))?;
     }
     Ok(flag)
+}
+
+impl Ctx {
+    /// Where the last audit of this repository keeps its graph.
+    pub(crate) fn last_audit_dir(&self) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        let scope = blake3::hash(self.repo.root.as_os_str().as_bytes()).to_hex();
+        self.cache_dir.join("last-audit").join(&scope[..32])
+    }
+
+    /// Keeps the audit's graph for `fixgate graph` and `fixgate explain`.
+    pub(crate) fn save_graph(&self, report: &crate::report::AuditReport) {
+        if report.graph_dot.is_empty() {
+            return;
+        }
+        let dir = self.last_audit_dir();
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::write(dir.join("graph.json"), to_json(&report.graph)))
+            .and_then(|_| std::fs::write(dir.join("graph.dot"), &report.graph_dot));
+        if let Err(e) = written {
+            self.warn(&format!(
+                "failed to keep the audit's graph under {}: {e}; `fixgate graph` and `fixgate explain` will not see it",
+                dir.display()
+            ));
+        }
+    }
+}
+
+/// Today in UTC.
+pub(crate) fn today() -> crate::audit::freeze::Date {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    crate::audit::freeze::Date::from_unix_days(secs.div_euclid(86_400))
 }

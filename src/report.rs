@@ -12,6 +12,9 @@ pub(crate) mod github;
 pub(crate) mod human;
 pub(crate) mod junit;
 pub(crate) mod markdown;
+pub(crate) mod message;
+pub(crate) mod reasons;
+pub(crate) mod repro;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,12 +22,13 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 use crate::audit::bisect::PairKind;
+use crate::audit::finding::FindingKind;
 use crate::audit::freeze::Entry;
 use crate::audit::order::OrderLabel;
-pub(crate) use crate::audit::outcome::Side;
+pub(crate) use crate::audit::outcome::Revision;
 use crate::audit::pair::Found;
 use crate::audit::triage::{Bucket, Signal};
-use crate::audit::verdict::{FindingKind, Verdict};
+use crate::audit::verdict::Verdict;
 use crate::audit::{replay, source_replay};
 use crate::delta::Change;
 use crate::pytest::result::Outcome;
@@ -372,8 +376,8 @@ pub(crate) struct AuditReport {
     pub(crate) verdict: Verdict,
     pub(crate) exit_code: i32,
     pub(crate) reasons: Vec<String>,
-    pub(crate) base: Side,
-    pub(crate) head: Side,
+    pub(crate) base: Revision,
+    pub(crate) head: Revision,
     pub(crate) seeds: Vec<u64>,
     /// Every order label in run order: `0` (file order), `rev` (reversed), then the seeds.
     pub(crate) orders: Vec<OrderLabel>,

@@ -3,9 +3,9 @@
 //! here.
 
 use crate::audit::bisect::PairKind;
+use crate::audit::finding::FindingKind;
 use crate::audit::pair::Pair;
 use crate::audit::scope::Impact;
-use crate::audit::verdict::FindingKind;
 use crate::pytest::result::{Outcome, RunResult};
 
 /// Whether the base check of `pair` (its victim and culprits the base's tests) needs no run:
@@ -95,7 +95,7 @@ mod tests {
     fn a_pair_is_settled_only_when_the_base_says_its_victim_cannot_follow_the_order() {
         use crate::audit::bisect::{Method, Search, SearchOutcome};
         use crate::audit::pair::Found;
-        use crate::audit::scope::{Full, Scope};
+        use crate::audit::scope::{Full, ImpactScope};
         let pair = |victim: &str, outcome| Pair {
             kind: PairKind::Polluter,
             victim: victim.into(),
@@ -111,10 +111,9 @@ mod tests {
         };
         let impact = |sensitive: Option<&[&str]>| Impact {
             affected: Some(Default::default()),
-            scope: Scope::Full(Full::Asked),
+            scope: ImpactScope::Full(Full::Asked),
             whole: None,
             whole_why: None,
-            head_collection: None,
             base_sensitive: sensitive.map(|s| s.iter().map(|id| id.to_string()).collect()),
         };
         let base = |id: &str| id != "t.py::new";

@@ -49,10 +49,10 @@ impl PairKind {
 
     /// The finding a culprit of this kind is: a polluter is one; a state-setter is no defect of
     /// its own (the brittle test that needs it is), so it shares the victim's order dependence.
-    pub(crate) fn culprit_finding(self) -> crate::audit::verdict::FindingKind {
+    pub(crate) fn culprit_finding(self) -> crate::audit::finding::FindingKind {
         match self {
-            PairKind::Polluter => crate::audit::verdict::FindingKind::Polluter,
-            PairKind::StateSetter => crate::audit::verdict::FindingKind::OrderDependent,
+            PairKind::Polluter => crate::audit::finding::FindingKind::Polluter,
+            PairKind::StateSetter => crate::audit::finding::FindingKind::OrderDependent,
         }
     }
 }
@@ -107,31 +107,6 @@ impl SearchOutcome {
             self,
             SearchOutcome::Found | SearchOutcome::CapReached { .. }
         )
-    }
-
-    /// One line for the report: what was established, or which invariant broke.
-    pub(crate) fn describe(self) -> String {
-        match self {
-            SearchOutcome::Found => "reproduced with a minimal set of culprits".to_owned(),
-            SearchOutcome::NotReproduced => {
-                "not explained: the victim behaves normally after its whole prefix, so the \
-                 anomalous run does not reproduce"
-                    .to_owned()
-            }
-            SearchOutcome::ReproducesAlone => {
-                "not explained: the victim shows the anomaly with nothing before it, so no \
-                 earlier test is responsible"
-                    .to_owned()
-            }
-            SearchOutcome::CapReached { cap } => format!(
-                "partial: delta debugging stopped after {cap} runs; the culprits reproduce the \
-                 anomaly but may not be minimal"
-            ),
-            SearchOutcome::Unstable { reproduced, of } => format!(
-                "not proven: the culprits then the victim showed the anomaly on {reproduced} of \
-                 {of} reruns, and the victim alone must never show it; nondeterminism, not order"
-            ),
-        }
     }
 }
 
@@ -660,7 +635,6 @@ mod tests {
         assert_eq!(s.outcome, SearchOutcome::NotReproduced);
         assert!(s.culprits.is_empty());
         assert_eq!(s.runs, 1);
-        assert!(s.outcome.describe().contains("whole prefix"));
     }
 
     #[test]
@@ -749,7 +723,7 @@ mod tests {
         // initial + two halves + the split bisection (two of ⌈log2 32⌉ and the pair) + at most
         // six ddmin runs + the final check
         assert!(s.runs <= 1 + 2 + 11 + 6 + 1, "{} runs", s.runs);
-        assert!(s.outcome.describe().starts_with("partial"));
+        assert!(matches!(s.outcome, SearchOutcome::CapReached { .. }));
 
         let s = polluter_search(&acts, 0b111, 0);
         assert_eq!(s.outcome, SearchOutcome::CapReached { cap: 0 });

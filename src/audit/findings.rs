@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::audit::budget::NewSkip;
 use crate::audit::collection::Broken;
+use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::freeze::{self, Date, Entry};
 use crate::audit::hidden::{self, Altered, BaseSuiteRead};
 use crate::audit::outside::OutsideWrites;
@@ -18,7 +19,7 @@ use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
-use crate::audit::verdict::{Disposition, Finding, FindingKind};
+use crate::audit::verdict::Disposition;
 
 /// The findings the base shows too (checked on the base snapshot with the same evidence).
 pub(crate) type PreExisting = BTreeSet<(FindingKind, String)>;

@@ -15,7 +15,6 @@
 //!   read it are affected.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use crate::audit::pysrc;
 
@@ -33,24 +32,6 @@ pub(crate) enum Everything {
     Conftest(String),
     Configuration(String),
     StartUp(String),
-}
-
-impl fmt::Display for Everything {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Everything::Conftest(p) => {
-                write!(f, "the patch changes {p}, which runs around every test")
-            }
-            Everything::Configuration(p) => write!(
-                f,
-                "the patch changes {p}, which configures pytest for every test"
-            ),
-            Everything::StartUp(p) => write!(
-                f,
-                "the patch changes {p}, which the interpreter runs at start-up"
-            ),
-        }
-    }
 }
 
 /// What the patch changed.

@@ -1,5 +1,5 @@
 //! The gates checked before any test runs: the fixtures against the lock, and the freeze
-//! ledger's dates. What each gate found, and the lines the verdict states it in.
+//! ledger's dates. What each gate found, and what of it stops the audit.
 
 use crate::audit::freeze::{Date, Entry, Ledger};
 use crate::delta::{Change, ChangedFile};
@@ -26,7 +26,7 @@ pub(crate) struct DriftEntry {
 }
 
 /// A snapshot's manifest and a reader of its fixture bytes.
-pub(crate) type Side<'a> = (
+pub(crate) type LockSide<'a> = (
     &'a Manifest,
     &'a mut dyn FnMut(&crate::repo_path::RepoPath) -> Option<Vec<u8>>,
 );
@@ -39,8 +39,8 @@ pub(crate) fn check_lock(
     path: &str,
     base: Option<&[u8]>,
     head: Option<&[u8]>,
-    (base_manifest, read_base): Side,
-    (head_manifest, read): Side,
+    (base_manifest, read_base): LockSide,
+    (head_manifest, read): LockSide,
 ) -> LockCheck {
     let Some(base) = base else {
         return LockCheck::default();
@@ -120,22 +120,29 @@ impl Gates {
         }
     }
 
-    /// The drift lines the verdict states (`lock: path (change)`, naming the lock that was
-    /// read), one per drifted file.
-    pub(crate) fn drift_lines(&self) -> Vec<String> {
+    /// The fixture files that differ from the lock, each with the lock that was read.
+    pub(crate) fn drifted(&self) -> Vec<Drifted> {
         let lock = self.lock_file.as_deref().unwrap_or(crate::lock::FILE_NAME);
         self.lock
             .drift
             .iter()
-            .map(|d| format!("{lock}: {} ({})", d.path, d.change.as_str()))
+            .map(|d| Drifted {
+                lock: lock.to_string(),
+                path: d.path.clone(),
+                change: d.change,
+            })
             .collect()
     }
 
-    /// The expired-entry lines the verdict states.
-    pub(crate) fn expired_lines(&self) -> Vec<String> {
+    /// The freeze entries past their date.
+    pub(crate) fn expired_entries(&self) -> Vec<Expired> {
         self.expired
             .iter()
-            .map(|(n, e)| format!("{n} (owner {}, expired {})", e.owner, e.expires))
+            .map(|(n, e)| Expired {
+                nodeid: n.clone(),
+                owner: e.owner.clone(),
+                expires: e.expires.to_string(),
+            })
             .collect()
     }
 
@@ -143,4 +150,22 @@ impl Gates {
     pub(crate) fn stop(&self) -> bool {
         !self.lock.drift.is_empty() || !self.expired.is_empty()
     }
+}
+
+/// A fixture file that differs from the lock: the drift gate's reason.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Drifted {
+    /// The lock that was read (repo-relative).
+    pub(crate) lock: String,
+    pub(crate) path: String,
+    pub(crate) change: Change,
+}
+
+/// A freeze entry past its date: the expired-freeze gate's reason.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Expired {
+    pub(crate) nodeid: String,
+    pub(crate) owner: String,
+    /// The day it expired, `YYYY-MM-DD`.
+    pub(crate) expires: String,
 }

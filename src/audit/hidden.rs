@@ -30,7 +30,7 @@
 //! Beside the replay, the plugin's own record (see `docs/plugin-protocol.md`) shows a test whose
 //! reported outcome a hook made green while the test failed: `hook-altered-outcome` too.
 
-use crate::audit::verdict::{Finding, FindingKind};
+use crate::audit::finding::{Finding, FindingKind};
 use crate::pytest::result::Outcome;
 
 /// What became of a base test at head.
@@ -275,8 +275,8 @@ pub(crate) struct Altered {
 pub(crate) struct BaseSuiteRead {
     /// It ran the whole base suite.
     pub(crate) whole: bool,
-    /// Why it ran, one line each.
-    pub(crate) reasons: Vec<String>,
+    /// Why it ran.
+    pub(crate) reasons: Vec<crate::audit::spec_scope::SpecReason>,
     /// How many base tests it ran.
     pub(crate) ran: usize,
     /// The tests whose reading is not `holds`, and the base tests the head does not have.

@@ -25,7 +25,6 @@
 //! scoped head is all this asks for.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use crate::audit::footprint::{Footprint, Imports};
 use crate::pytest::events::{CollectedItem, Collection, UnitemizedModule};
@@ -50,9 +49,11 @@ pub(crate) const COLLECTION_HOOKS: &[&str] = &[
 /// Why a scoped head's collection made every module's items.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Whole {
-    /// The footprint is everything, or the base's recording does not scope the head's runs
-    /// (what it says is the scope's reason).
-    NotScoped(String),
+    /// The base's recording does not scope the head's runs: why the shuffled orders run in
+    /// full.
+    NotScoped(crate::audit::scope::Full),
+    /// The base's recorded runs cannot be read.
+    BaseRuns(crate::audit::scope::WholeWhy),
     /// A Python file changed at module level, or was added or removed.
     ModuleLevel(String),
     /// A file was added or removed in a directory the base's collection listed (a
@@ -74,57 +75,6 @@ pub(crate) enum Whole {
     /// The head's collection was made by a fresh process, which makes every item (no warm
     /// interpreter could be had when it was made: forking is off, or refused this tree).
     Fresh,
-}
-
-impl fmt::Display for Whole {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Whole::NotScoped(why) => f.write_str(why),
-            Whole::ModuleLevel(path) => write!(
-                f,
-                "{path} changed at module level, or was added or removed: its import may \
-                 change what other modules' items are made of"
-            ),
-            Whole::Listed { path, dir } => write!(
-                f,
-                "{path} was added or removed, and the suite's collection lists {}: what it \
-                 makes of the listing may change",
-                match dir.is_empty() {
-                    true => "the repository's root",
-                    false => dir.as_str(),
-                }
-            ),
-            Whole::Signature(path) => write!(
-                f,
-                "a changed function of {path} has other decorators or another signature, \
-                 which run when the module is imported"
-            ),
-            Whole::Hook { path, hook } => write!(
-                f,
-                "{path} defines {hook}, which would see only some modules' items"
-            ),
-            Whole::NothingCarried => {
-                f.write_str("every test module is one the patch or the scope reaches")
-            }
-            Whole::Fresh => f.write_str(
-                "the head's collection was made by a fresh pytest process, which makes every item \
-                 (no warm interpreter could be had when it was made)",
-            ),
-            Whole::Unnamed => f.write_str(
-                "the collection did not say, in order, where each module it was asked to carry \
-                 stood",
-            ),
-            Whole::Twice(id) => write!(
-                f,
-                "{id} would be listed twice in the collection put together of the head's items \
-                 and the base's"
-            ),
-            Whole::Unordered => f.write_str(
-                "the collection's items are not in the order they were collected (a plugin \
-                 reordered or took out some), so the base's items have no place in it",
-            ),
-        }
-    }
 }
 
 /// How a scoped head's collection was made: of the base's test modules, how many made their

@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::audit::budget::{Limits, NewSkip, Usage};
+use crate::audit::budget::{Breach, Limits, NewSkip, Usage};
 use crate::audit::collection::Broken;
+use crate::audit::finding::Finding;
 use crate::audit::findings::PreExisting;
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
@@ -18,14 +19,14 @@ use crate::audit::scope::Impact;
 use crate::audit::source_replay::SourceRead;
 use crate::audit::source_tamper::Suspect;
 use crate::audit::triage::{Evidence, Triage};
-use crate::audit::verdict::{Decision, Finding};
+use crate::audit::verdict::Decision;
 use crate::delta::ChangedFile;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::Outcome;
 
 /// One side of the audit as the user named it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct Side {
+pub(crate) struct Revision {
     /// What the user named: a revision, or `worktree`.
     pub(crate) rev: String,
     pub(crate) commit: Option<String>,
@@ -34,8 +35,8 @@ pub(crate) struct Side {
 /// One audit's outcome.
 pub(crate) struct AuditOutcome {
     pub(crate) strict: bool,
-    pub(crate) base: Side,
-    pub(crate) head: Side,
+    pub(crate) base: Revision,
+    pub(crate) head: Revision,
     /// 0 (file order), then the shuffled orders' seeds.
     pub(crate) seeds: Vec<u64>,
     pub(crate) interpreter: String,
@@ -43,8 +44,6 @@ pub(crate) struct AuditOutcome {
     /// How far the audit went.
     pub(crate) reached: Reached,
     pub(crate) decision: Decision,
-    /// What running the audit took and met.
-    pub(crate) run: RunFacts,
 }
 
 /// How far an audit went.
@@ -85,7 +84,7 @@ pub(crate) struct Nondeterminism {
 pub(crate) struct BudgetFacts {
     pub(crate) limits: Limits,
     pub(crate) usage: Usage,
-    pub(crate) breaches: Vec<String>,
+    pub(crate) breaches: Vec<Breach>,
     pub(crate) proof_runs: u64,
 }
 
@@ -98,6 +97,8 @@ pub(crate) struct Judgment {
     /// What the patch affects, and what the shuffled orders ran of the selection (or why they
     /// ran all of it).
     pub(crate) impact: Impact,
+    /// How a scoped head's collection was made (`None`: every item, unasked).
+    pub(crate) head_collection: Option<crate::audit::itemize::HeadCollection>,
     pub(crate) evidence: BTreeMap<String, Evidence>,
     pub(crate) triaged: BTreeMap<String, Triage>,
     /// Each test's message in the first order where it was not green.
@@ -130,20 +131,4 @@ pub(crate) struct Judgment {
     pub(crate) budget: BudgetFacts,
     /// The date freeze entries are suggested from.
     pub(crate) today: Date,
-}
-
-/// What running the audit took and met.
-pub(crate) struct RunFacts {
-    /// pytest processes this audit started on this machine (cached and remote runs start
-    /// none).
-    pub(crate) pytest_processes: u32,
-    /// With `--remote-executor`: what the service ran where, what was uploaded.
-    pub(crate) remote: Option<crate::remote_exec::client::Summary>,
-    pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
-    pub(crate) containment: crate::contain::Mode,
-    pub(crate) duration_seconds: f64,
-    /// Problems that did not stop the audit, in the order met.
-    pub(crate) warnings: Vec<String>,
-    /// The audit's graph as it ran.
-    pub(crate) graph: fixgate_graph::Report,
 }

@@ -1,6 +1,6 @@
 //! The fixture decision table: how a coupled test's replay on the base's fixture bytes reads.
 
-use crate::audit::verdict::FindingKind;
+use crate::audit::finding::FindingKind;
 use crate::pytest::result::Outcome;
 
 /// One coupled test replayed on head code with the base's fixture bytes.

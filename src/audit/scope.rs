@@ -28,7 +28,6 @@
 //! full orders too.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use crate::audit::footprint::{Footprint, Imports};
 use crate::audit::reach::Names;
@@ -42,54 +41,16 @@ pub(crate) enum Full {
     Asked,
     /// Neither `--scoped` nor `[tool.fixgate] scoped = true`: the default.
     NotAsked,
-    Footprint(String),
+    /// The footprint is everything (`None`: what it is made of is not known).
+    Footprint(Option<crate::audit::footprint::Everything>),
     /// A changed function ran outside any test.
-    RanAtCollection {
-        path: String,
-        line: u32,
-    },
+    RanAtCollection { path: String, line: u32 },
     /// A changed file was read outside any test (while the suite was collected).
     ReadAtCollection(String),
     /// A test left state changed that any test may read.
-    SharedState {
-        test: String,
-        change: StateChange,
-    },
+    SharedState { test: String, change: StateChange },
     /// What a test or the session did is not fully known.
-    Incomplete {
-        subject: String,
-        why: String,
-    },
-}
-
-impl fmt::Display for Full {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Full::Asked => f.write_str("--full"),
-            Full::NotAsked => f.write_str(
-                "not scoped: --scoped or [tool.fixgate] scoped = true scopes the shuffled orders",
-            ),
-            Full::Footprint(why) => f.write_str(why),
-            Full::RanAtCollection { path, line } => write!(
-                f,
-                "the function at {path}:{line} changed and ran while the suite was collected: \
-                 what it computed may be held by any test"
-            ),
-            Full::ReadAtCollection(path) => write!(
-                f,
-                "{path} changed and was read while the suite was collected: what was made of \
-                 it may be held by any test"
-            ),
-            Full::SharedState { test, change } => write!(
-                f,
-                "{test} leaves {} changed, which any test may read",
-                crate::audit::message::describe_leak(change)
-            ),
-            Full::Incomplete { subject, why } => {
-                write!(f, "the recording of {subject} is incomplete: {why}")
-            }
-        }
-    }
+    Incomplete { subject: String, why: String },
 }
 
 /// What the patch can affect, and what the shuffled orders run.
@@ -98,16 +59,14 @@ pub(crate) struct Impact {
     /// The tests the patch affects: new or edited, or reached by its footprint (`None`: every
     /// test, the footprint is everything).
     pub(crate) affected: Option<BTreeSet<String>>,
-    pub(crate) scope: Scope,
+    pub(crate) scope: ImpactScope,
     /// The tests the head's file-order and reversed runs ran, every other one carried from the
     /// base's runs of the same orders (`None`: they ran the whole selection).
     pub(crate) whole: Option<BTreeSet<String>>,
     /// Why a scoped audit's file-order and reversed runs ran the whole selection.
     pub(crate) whole_why: Option<WholeWhy>,
-    /// How the head's collection was made (`None`: every item, unasked).
-    pub(crate) head_collection: Option<crate::audit::itemize::HeadCollection>,
     /// The base's tests whose outcome can follow the order on the base, by the base's own
-    /// recording: its state writers and their readers ([`Scope::sensitive`] of the scope read
+    /// recording: its state writers and their readers ([`ImpactScope::sensitive`] of the scope read
     /// off it; `None`: not known). Any other base test gives the same outcome in every order of
     /// the base, which settles the base check of its pairs without a run
     /// (`crate::audit::base_check::settled`).
@@ -129,26 +88,9 @@ pub(crate) enum WholeWhy {
     Carried(String),
 }
 
-impl fmt::Display for WholeWhy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WholeWhy::BaseRunFailed { order, error } => {
-                write!(f, "the base's run of order {order} failed: {error}")
-            }
-            WholeWhy::Base(why) => write!(f, "the base's recording: {why}"),
-            WholeWhy::Head(why) => write!(f, "the head's recording: {why}"),
-            WholeWhy::Carried(id) => write!(
-                f,
-                "the head's recording puts {id}, which its runs carried from the base, in the \
-                 scope"
-            ),
-        }
-    }
-}
-
 /// What the shuffled orders run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Scope {
+pub(crate) enum ImpactScope {
     Full(Full),
     Scoped {
         /// The tests each shuffled order runs (in the order's own sequence): the affected
@@ -161,12 +103,12 @@ pub(crate) enum Scope {
     },
 }
 
-impl Scope {
+impl ImpactScope {
     /// Whether a shuffled order runs `nodeid`.
     pub(crate) fn runs(&self, nodeid: &str) -> bool {
         match self {
-            Scope::Full(_) => true,
-            Scope::Scoped { run, .. } => run.contains(nodeid),
+            ImpactScope::Full(_) => true,
+            ImpactScope::Scoped { run, .. } => run.contains(nodeid),
         }
     }
 
@@ -174,8 +116,8 @@ impl Scope {
     /// writers and their readers (`None`: the recording cannot tell).
     pub(crate) fn sensitive(&self) -> Option<BTreeSet<String>> {
         match self {
-            Scope::Full(_) => None,
-            Scope::Scoped {
+            ImpactScope::Full(_) => None,
+            ImpactScope::Scoped {
                 writers, readers, ..
             } => Some(writers.union(readers).cloned().collect()),
         }
@@ -186,8 +128,10 @@ impl Scope {
     /// sees (never, when the orders run in full: nothing says so).
     pub(crate) fn shares(&self, nodeid: &str) -> bool {
         match self {
-            Scope::Full(_) => false,
-            Scope::Scoped { run, writers, .. } => run.contains(nodeid) && !writers.contains(nodeid),
+            ImpactScope::Full(_) => false,
+            ImpactScope::Scoped { run, writers, .. } => {
+                run.contains(nodeid) && !writers.contains(nodeid)
+            }
         }
     }
 }
@@ -285,12 +229,7 @@ pub(crate) fn impact(
 ) -> Impact {
     let affected = affected(file, footprint, edited, reach.imports, lines);
     let scope = match &affected {
-        None => Scope::Full(Full::Footprint(
-            footprint
-                .everything
-                .as_ref()
-                .map_or_else(String::new, |e| e.to_string()),
-        )),
+        None => ImpactScope::Full(Full::Footprint(footprint.everything.clone())),
         Some(affected) => scope(file, reversed, footprint, affected, reach, lines),
     };
     Impact {
@@ -298,7 +237,6 @@ pub(crate) fn impact(
         scope,
         whole: None,
         whole_why: None,
-        head_collection: None,
         base_sensitive: None,
     }
 }
@@ -354,9 +292,9 @@ fn scope(
     affected: &BTreeSet<String>,
     reach: &Reach,
     lines: Lines,
-) -> Scope {
+) -> ImpactScope {
     if let Some(why) = incomplete(file, reversed) {
-        return Scope::Full(why);
+        return ImpactScope::Full(why);
     }
     let session = file.session_code.as_ref().expect("checked by incomplete");
     let spans = lines.session_spans(footprint);
@@ -366,7 +304,7 @@ fn scope(
                 .get(path)
                 .is_some_and(|spans| spans.iter().any(|&(a, b)| a <= l && l <= b))
         }) {
-            return Scope::Full(Full::RanAtCollection {
+            return ImpactScope::Full(Full::RanAtCollection {
                 path: path.clone(),
                 line,
             });
@@ -380,7 +318,7 @@ fn scope(
         .chain(&file.session_trace.import);
     for p in session_read {
         if footprint.files.contains(p) {
-            return Scope::Full(Full::ReadAtCollection(p.clone()));
+            return ImpactScope::Full(Full::ReadAtCollection(p.clone()));
         }
     }
     let reversed_state: BTreeMap<&str, &[StateChange]> = reversed
@@ -400,7 +338,7 @@ fn scope(
             .chain(reversed_state.get(id).copied().unwrap_or_default());
         for change in state {
             if change.read_by_anyone() {
-                return Scope::Full(Full::SharedState {
+                return ImpactScope::Full(Full::SharedState {
                     test: id.to_string(),
                     change: change.clone(),
                 });
@@ -483,7 +421,7 @@ fn scope(
     let run = (affected.iter().chain(&writers).chain(&readers))
         .cloned()
         .collect();
-    Scope::Scoped {
+    ImpactScope::Scoped {
         run,
         writers,
         readers,

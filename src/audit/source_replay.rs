@@ -1,7 +1,7 @@
 //! Test-source replay read as the decision table: a test the patch edited, run with the base's
 //! version of its test file on the head's code (in the base-suite replay's runs).
 
-use crate::audit::verdict::FindingKind;
+use crate::audit::finding::FindingKind;
 use crate::pytest::result::Outcome;
 
 /// One edited test run with the base's version of its test file on the head's code.

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 
 /// What a path the patch changed (added, removed or modified) is to the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Role {
+pub(crate) enum SpecRole {
     /// A `conftest.py`.
     Conftest,
     /// A root configuration file whose pytest options (or installed plugins) differ.
@@ -23,21 +23,10 @@ pub(crate) enum Role {
     TestFile,
 }
 
-impl Role {
+impl SpecRole {
     /// Whether a change of this role reaches every test.
     fn reaches_all(self) -> bool {
-        !matches!(self, Role::TestFile)
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Role::Conftest => "a conftest.py",
-            Role::Config => "the pytest configuration",
-            Role::Hook => "a pytest_* hook",
-            Role::TestCode => "a helper module of the tests",
-            Role::ImportPatch => "a test module that patches what it imports",
-            Role::TestFile => "a test file",
-        }
+        !matches!(self, SpecRole::TestFile)
     }
 }
 
@@ -45,16 +34,25 @@ impl Role {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Changed {
     pub(crate) path: String,
-    pub(crate) role: Role,
+    pub(crate) role: SpecRole,
+}
+
+/// Why the replay runs what it runs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum SpecReason {
+    /// The patch changed this path, of this role.
+    Changed(Changed),
+    /// This many base tests are not collected at head.
+    Gone(usize),
 }
 
 /// The base tests to replay, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Scope {
+pub(crate) struct SpecScope {
     /// The whole base suite runs.
     pub(crate) whole: bool,
-    /// Why, one line each (`a conftest.py changed: tests/conftest.py`).
-    pub(crate) reasons: Vec<String>,
+    /// Why, each once.
+    pub(crate) reasons: Vec<SpecReason>,
     /// The base's node ids to run, in the base's collection order.
     pub(crate) tests: Vec<String>,
 }
@@ -66,16 +64,16 @@ pub(crate) fn scope(
     changed: &[Changed],
     base_tests: &[(String, String)],
     head_ids: &HashSet<&str>,
-) -> Option<Scope> {
-    let mut reasons: BTreeSet<String> = BTreeSet::new();
+) -> Option<SpecScope> {
+    let mut reasons: BTreeSet<SpecReason> = BTreeSet::new();
     let mut whole = false;
     for c in changed {
         whole |= c.role.reaches_all();
-        reasons.insert(format!("{} changed: {}", c.role.describe(), c.path));
+        reasons.insert(SpecReason::Changed(c.clone()));
     }
     let changed_files: HashSet<&str> = changed
         .iter()
-        .filter(|c| c.role == Role::TestFile)
+        .filter(|c| c.role == SpecRole::TestFile)
         .map(|c| c.path.as_str())
         .collect();
     let mut gone = 0;
@@ -89,12 +87,9 @@ pub(crate) fn scope(
         .map(|(id, _)| id.clone())
         .collect();
     if gone > 0 {
-        reasons.insert(format!(
-            "{gone} base test{} not collected at head",
-            if gone == 1 { " is" } else { "s are" }
-        ));
+        reasons.insert(SpecReason::Gone(gone));
     }
-    (!tests.is_empty()).then(|| Scope {
+    (!tests.is_empty()).then(|| SpecScope {
         whole,
         reasons: reasons.into_iter().collect(),
         tests,
@@ -137,7 +132,7 @@ mod tests {
         .collect()
     }
 
-    fn changed(path: &str, role: Role) -> Changed {
+    fn changed(path: &str, role: SpecRole) -> Changed {
         Changed {
             path: path.into(),
             role,
@@ -155,17 +150,28 @@ mod tests {
     fn a_test_file_replays_its_tests_and_a_removed_test_itself() {
         let ids = base();
         let mut head: HashSet<&str> = ids.iter().map(|(i, _)| i.as_str()).collect();
-        let s = scope(&[changed("tests/test_a.py", Role::TestFile)], &ids, &head).unwrap();
+        let s = scope(
+            &[changed("tests/test_a.py", SpecRole::TestFile)],
+            &ids,
+            &head,
+        )
+        .unwrap();
         assert!(!s.whole);
         assert_eq!(
             s.tests,
             ["tests/test_a.py::test_1", "tests/test_a.py::test_2"]
         );
-        assert_eq!(s.reasons, ["a test file changed: tests/test_a.py"]);
+        assert_eq!(
+            s.reasons,
+            [SpecReason::Changed(changed(
+                "tests/test_a.py",
+                SpecRole::TestFile
+            ))]
+        );
         head.remove("tests/test_b.py::test_3");
         let s = scope(&[], &ids, &head).unwrap();
         assert_eq!(s.tests, ["tests/test_b.py::test_3"]);
-        assert_eq!(s.reasons, ["1 base test is not collected at head"]);
+        assert_eq!(s.reasons, [SpecReason::Gone(1)]);
     }
 
     #[test]
@@ -183,11 +189,11 @@ mod tests {
         let ids = base();
         let head: HashSet<&str> = ids.iter().map(|(i, _)| i.as_str()).collect();
         for role in [
-            Role::Conftest,
-            Role::Config,
-            Role::Hook,
-            Role::TestCode,
-            Role::ImportPatch,
+            SpecRole::Conftest,
+            SpecRole::Config,
+            SpecRole::Hook,
+            SpecRole::TestCode,
+            SpecRole::ImportPatch,
         ] {
             let s = scope(&[changed("x", role)], &ids, &head).unwrap();
             assert!(s.whole, "{role:?}");

@@ -69,9 +69,9 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+use crate::audit::finding::FindingKind;
 use crate::audit::nio::Idempotence;
 use crate::audit::order::OrderLabel;
-use crate::audit::verdict::FindingKind;
 use crate::pytest::events::StateChange;
 use crate::pytest::result::Outcome;
 

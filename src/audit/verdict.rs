@@ -7,13 +7,16 @@
 //! A new kind of finding is one variant of [`FindingKind`] (its name, its noun, whether it is a
 //! code defect, all in this file) and one rule that produces it from typed evidence (in
 //! `audit::findings`, or beside the phase whose evidence it reads). Its message is
-//! `audit::message`'s default line (`<subject>: <kind>`) until that module gives it one of its
+//! `report::message`'s default line (`<subject>: <kind>`) until that module gives it one of its
 //! own; the renderers, the verdict and the report need nothing else.
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::audit::budget::Breach;
+use crate::audit::finding::{Finding, FindingKind};
+use crate::audit::gates::{Drifted, Expired};
 use crate::exit;
 
 /// The audit's answer, ordered by precedence: the greater of two verdicts wins (one audit's
@@ -83,240 +86,6 @@ impl<'de> Deserialize<'de> for Verdict {
     }
 }
 
-/// What a finding is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum FindingKind {
-    /// A test whose outcome is a function of the order (a victim or a brittle test).
-    OrderDependent,
-    /// The culprit of a found pair: a test that breaks another.
-    Polluter,
-    /// A test that changed a fixture group it holds no lease on.
-    LeaseViolation,
-    /// A coupled test that passes on head fixtures and fails on base fixtures: the patch moved
-    /// the answer key.
-    Redefined,
-    /// Fails in every order (and alone).
-    Failing,
-    Crashed,
-    Timeout,
-    /// A test hit a bound of its run (memory, processes, disk): a fork bomb, a memory grab, a
-    /// disk fill, or a test that needs more than the run allows.
-    ResourceLimit,
-    /// Setup or teardown errors in every order (the `error` bucket).
-    ErrorBucket,
-    /// Differs between reruns of the same order: an environment defect, for the ledger.
-    Flaky,
-    /// A fixture change that every coupled test passes on both corpora.
-    Cosmetic,
-    /// A new test that reads only new fixtures.
-    Additive,
-    /// A new skip or xfail marker; the budget judges it, not this finding.
-    NewSkip,
-    /// A freeze entry the patch adds or extends; the ledger is read from the base, so it has no
-    /// effect on this audit.
-    FreezeAdded,
-    /// A change the patch makes to `fixtures.lock`; the lock is read from the base.
-    LockChanged,
-    /// A test wrote (or removed, renamed, made a folder) outside its run's sandbox: in the user's
-    /// repository, their home, `/tmp`. Blocked where runs are contained, a defect either way.
-    OutsideWrite,
-    /// The head's suite does not collect while the base's does (a syntax error, a conftest that
-    /// raises): the patch broke the suite.
-    CollectionError,
-    /// An edited test that passes with the head's test code and fails with the base's on the
-    /// same code: the expected value moved with the code.
-    RedefinedTest,
-    /// An edited test that passes with both versions of its test code.
-    TestRefactor,
-    /// A test that passes, then fails when run again in the same process (`--nio`): it
-    /// pollutes its own state.
-    NonIdempotent,
-    /// The patch edited the assertion of an order-dependent test the base had: it changed the
-    /// test instead of isolating it. Reported beside the victim's `order-dependent` finding,
-    /// which is what the verdict weighs.
-    EditedAssertion,
-    /// `--check`: a cached run's outcome differs from a fresh run of the same order. Reported
-    /// only: what it says is that a cache entry was a coin flip.
-    Nondeterministic,
-    /// A base test the patch deleted that fails on the head's code (`audit::hidden`).
-    DeletedTest,
-    /// A base test the patch deleted with the code it exercised: reported (`deleted-test`, not
-    /// blocking).
-    DeletedWithItsCode,
-    /// A base test the head's collection or configuration drops, that fails on the head's code.
-    DeselectedTest,
-    /// A base test renamed or moved out of what pytest collects, that fails on the head's code.
-    UncollectedTest,
-    /// A base test the patch skips, that fails on the head's code.
-    SkippedTest,
-    /// A base test the patch marks as an expected failure, that fails on the head's code.
-    XfailedTest,
-    /// A test whose outcome a hook, a conftest or the configuration made green: the plugin saw
-    /// it fail, or it fails on the head's code with the base's conftests and configuration.
-    HookAlteredOutcome,
-    /// A condition the patch added to the code on a literal a test file holds: the code may
-    /// special-case the test's input (`audit::source_tamper`). A warning: the base's tests
-    /// pass on such code, and an honest fix may test the very input it handles.
-    SpecialCasedInput,
-    /// An `__eq__` or `__ne__` the patch added or changed that never reads what it compares
-    /// with: every equality assertion on the class passes. A warning, like the above.
-    EqIgnoresArgument,
-    /// A test that left shared state changed behind it (a module global, an environment
-    /// variable...): a polluter without a victim, reported, never blocking by itself.
-    LeaksState,
-}
-
-impl FindingKind {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            FindingKind::OrderDependent => "order-dependent",
-            FindingKind::Polluter => "polluter",
-            FindingKind::LeaseViolation => "lease-violation",
-            FindingKind::Redefined => "redefined",
-            FindingKind::Failing => "failing",
-            FindingKind::Crashed => "crashed",
-            FindingKind::Timeout => "timeout",
-            FindingKind::ResourceLimit => "resource-limit",
-            FindingKind::ErrorBucket => "error",
-            FindingKind::Flaky => "flaky",
-            FindingKind::Cosmetic => "cosmetic",
-            FindingKind::Additive => "additive",
-            FindingKind::NewSkip => "new-skip",
-            FindingKind::FreezeAdded => "freeze-added",
-            FindingKind::LockChanged => "lock-changed",
-            FindingKind::OutsideWrite => "outside-write",
-            FindingKind::CollectionError => "collection-error",
-            FindingKind::RedefinedTest => "redefined-test",
-            FindingKind::TestRefactor => "test-refactor",
-            FindingKind::NonIdempotent => "non-idempotent",
-            FindingKind::DeletedTest | FindingKind::DeletedWithItsCode => "deleted-test",
-            FindingKind::DeselectedTest => "deselected-test",
-            FindingKind::UncollectedTest => "uncollected-test",
-            FindingKind::SkippedTest => "skipped-test",
-            FindingKind::XfailedTest => "xfailed-test",
-            FindingKind::HookAlteredOutcome => "hook-altered-outcome",
-            FindingKind::SpecialCasedInput => "special-cased-input",
-            FindingKind::EqIgnoresArgument => "eq-ignores-argument",
-            FindingKind::EditedAssertion => "edited-assertion",
-            FindingKind::Nondeterministic => "nondeterministic",
-            FindingKind::LeaksState => "leaks-state",
-        }
-    }
-
-    /// What one finding of the kind is called in a sentence, singular and plural.
-    pub(crate) fn noun(self) -> (&'static str, &'static str) {
-        match self {
-            FindingKind::OrderDependent => ("order-dependent test", "order-dependent tests"),
-            FindingKind::Polluter => ("polluter", "polluters"),
-            FindingKind::LeaseViolation => ("lease violation", "lease violations"),
-            FindingKind::Redefined => ("redefined test", "redefined tests"),
-            FindingKind::Cosmetic => ("cosmetic fixture change", "cosmetic fixture changes"),
-            FindingKind::Additive => ("additive fixture", "additive fixtures"),
-            FindingKind::Failing => ("failing test", "failing tests"),
-            FindingKind::Crashed => ("crashed test", "crashed tests"),
-            FindingKind::Timeout => ("timed-out test", "timed-out tests"),
-            FindingKind::ResourceLimit => ("test over a run's limit", "tests over a run's limits"),
-            FindingKind::ErrorBucket => ("test error", "test errors"),
-            FindingKind::Flaky => ("flaky test", "flaky tests"),
-            FindingKind::NewSkip => ("new skip", "new skips"),
-            FindingKind::FreezeAdded => ("freeze entry added", "freeze entries added"),
-            FindingKind::LockChanged => ("lock change", "lock changes"),
-            FindingKind::EditedAssertion => ("edited assertion", "edited assertions"),
-            FindingKind::NonIdempotent => ("non-idempotent test", "non-idempotent tests"),
-            FindingKind::LeaksState => ("test leaking state", "tests leaking state"),
-            FindingKind::OutsideWrite => ("outside-write finding", "outside-write findings"),
-            FindingKind::CollectionError => {
-                ("collection-error finding", "collection-error findings")
-            }
-            FindingKind::RedefinedTest => ("redefined-test finding", "redefined-test findings"),
-            FindingKind::TestRefactor => ("test-refactor finding", "test-refactor findings"),
-            FindingKind::Nondeterministic => {
-                ("nondeterministic finding", "nondeterministic findings")
-            }
-            FindingKind::DeletedTest | FindingKind::DeletedWithItsCode => {
-                ("deleted test", "deleted tests")
-            }
-            FindingKind::DeselectedTest => ("deselected test", "deselected tests"),
-            FindingKind::UncollectedTest => ("uncollected test", "uncollected tests"),
-            FindingKind::SkippedTest => ("skipped test", "skipped tests"),
-            FindingKind::XfailedTest => ("xfailed test", "xfailed tests"),
-            FindingKind::HookAlteredOutcome => ("hook-altered outcome", "hook-altered outcomes"),
-            FindingKind::SpecialCasedInput => ("special-cased input", "special-cased inputs"),
-            FindingKind::EqIgnoresArgument => (
-                "equality that ignores its argument",
-                "equalities that ignore their argument",
-            ),
-        }
-    }
-
-    /// A failure of a base test on the head's code that the patch hid (`audit::hidden`), or a
-    /// test deleted with its code.
-    pub(crate) fn is_hidden(self) -> bool {
-        matches!(
-            self,
-            FindingKind::DeletedTest
-                | FindingKind::DeletedWithItsCode
-                | FindingKind::DeselectedTest
-                | FindingKind::UncollectedTest
-                | FindingKind::SkippedTest
-                | FindingKind::XfailedTest
-                | FindingKind::RedefinedTest
-                | FindingKind::HookAlteredOutcome
-        )
-    }
-
-    /// A code defect: rejects the patch when the patch owns it.
-    pub(crate) fn is_defect(self) -> bool {
-        matches!(
-            self,
-            FindingKind::OrderDependent
-                | FindingKind::Polluter
-                | FindingKind::LeaseViolation
-                | FindingKind::Redefined
-                | FindingKind::Failing
-                | FindingKind::Crashed
-                | FindingKind::Timeout
-                | FindingKind::ResourceLimit
-                | FindingKind::ErrorBucket
-                | FindingKind::OutsideWrite
-                | FindingKind::CollectionError
-                | FindingKind::RedefinedTest
-                | FindingKind::NonIdempotent
-                | FindingKind::EditedAssertion
-                | FindingKind::DeletedTest
-                | FindingKind::DeselectedTest
-                | FindingKind::UncollectedTest
-                | FindingKind::SkippedTest
-                | FindingKind::XfailedTest
-                | FindingKind::HookAlteredOutcome
-        )
-    }
-}
-
-impl fmt::Display for FindingKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for FindingKind {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-/// One thing the audit found, as the verdict needs it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Finding {
-    pub(crate) kind: FindingKind,
-    /// What it is about, for the reasons: a nodeid, or `"POLLUTER -> VICTIM"` for a pair.
-    pub(crate) subject: String,
-    /// The base does not show it (checked on the base snapshot with the same evidence).
-    pub(crate) introduced: bool,
-    /// The patch edited a test of the finding (either test of a pair).
-    pub(crate) edited_by_patch: bool,
-}
-
 /// What a finding does to the verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -357,28 +126,53 @@ pub(crate) fn disposition(finding: &Finding, strict: bool) -> Disposition {
     }
 }
 
-/// Everything the verdict weighs. Each string is one reason line, ready for the report.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Gates<'a> {
-    /// Infrastructure failures: nothing was judged.
-    pub(crate) errors: &'a [String],
-    /// Fixture files that differ from the lock (checked before any test runs), each
-    /// `<lock file>: <path> (<change>)`.
-    pub(crate) drift: &'a [String],
-    /// Expired freeze entries (checked before any test runs).
-    pub(crate) expired: &'a [String],
-    pub(crate) findings: &'a [Finding],
-    /// The budget's breach lines.
-    pub(crate) breaches: &'a [String],
+/// Everything the verdict weighs besides the budget's breaches, which the budget step gives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Weighed {
+    pub(crate) findings: Vec<Finding>,
+    /// Fixture files that differ from the lock (checked before any test runs).
+    pub(crate) drift: Vec<Drifted>,
+    /// Freeze entries past their date (checked before any test runs).
+    pub(crate) expired: Vec<Expired>,
     pub(crate) strict: bool,
 }
 
+/// Why the verdict is what it is: one reason per thing its gate found. The report says each in
+/// words (`report::reasons`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Reason {
+    /// A fixture file differs from the lock.
+    Drift(Drifted),
+    /// A freeze entry is past its date.
+    Expired(Expired),
+    /// A finding rejects the patch.
+    Rejects {
+        #[serde(with = "kind_index")]
+        kind: FindingKind,
+        subject: String,
+        because: Because,
+    },
+    /// The audit went over a limit of its budget.
+    OverBudget(Breach),
+}
+
+/// Why a finding rejects the patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Because {
+    /// The base does not show it.
+    Introduced,
+    /// The base shows it too, but the patch edited its test.
+    EditedItsTest,
+    /// The base shows it too, and `--strict` rejects what the base has.
+    Strict,
+}
+
 /// The verdict, the reasons for it, and each finding's disposition (same order as the input).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Decision {
     pub(crate) verdict: Verdict,
-    /// Why this verdict: the lines of its own gate only (empty for pass).
-    pub(crate) reasons: Vec<String>,
+    /// Why this verdict: what its own gate found only (empty for pass).
+    pub(crate) reasons: Vec<Reason>,
     pub(crate) dispositions: Vec<Disposition>,
 }
 
@@ -393,37 +187,49 @@ impl Decision {
     }
 }
 
-/// Applies the precedence error > drift > expired-freeze > reject > unverified > pass.
-pub(crate) fn decide(gates: &Gates) -> Decision {
-    let dispositions: Vec<Disposition> = gates
+/// Applies the precedence drift > expired-freeze > reject > unverified > pass (an error is
+/// what an audit that judged nothing reports, never decided here).
+pub(crate) fn decide(weighed: &Weighed, breaches: &[Breach]) -> Decision {
+    let dispositions: Vec<Disposition> = weighed
         .findings
         .iter()
-        .map(|f| disposition(f, gates.strict))
+        .map(|f| disposition(f, weighed.strict))
         .collect();
-    let line = |prefix: &str, lines: &[String]| -> Vec<String> {
-        lines.iter().map(|l| format!("{prefix}{l}")).collect()
-    };
-    let rejects: Vec<String> = gates
+    let rejects: Vec<Reason> = weighed
         .findings
         .iter()
         .zip(&dispositions)
         .filter(|(_, d)| **d == Disposition::Rejects)
-        .map(|(f, _)| format!("{} {}: {}", f.kind, f.subject, why_rejects(f)))
+        .map(|(f, _)| Reason::Rejects {
+            kind: f.kind,
+            subject: f.subject.clone(),
+            because: because(f),
+        })
         .collect();
     // Every gate that has something to say, the verdict of the gravest: `Verdict`'s order is
     // the precedence.
     let (verdict, reasons) = [
-        (Verdict::Error, gates.errors.to_vec()),
-        (Verdict::Drift, line("fixture differs from ", gates.drift)),
+        (
+            Verdict::Drift,
+            weighed.drift.iter().cloned().map(Reason::Drift).collect(),
+        ),
         (
             Verdict::ExpiredFreeze,
-            line("freeze entry expired: ", gates.expired),
+            weighed
+                .expired
+                .iter()
+                .cloned()
+                .map(Reason::Expired)
+                .collect(),
         ),
         (Verdict::Reject, rejects),
-        (Verdict::Unverified, line("over budget: ", gates.breaches)),
+        (
+            Verdict::Unverified,
+            breaches.iter().cloned().map(Reason::OverBudget).collect(),
+        ),
     ]
     .into_iter()
-    .filter(|(_, reasons)| !reasons.is_empty())
+    .filter(|(_, reasons): &(Verdict, Vec<Reason>)| !reasons.is_empty())
     .max_by_key(|(v, _)| *v)
     .unwrap_or((Verdict::Pass, Vec::new()));
     Decision {
@@ -433,20 +239,42 @@ pub(crate) fn decide(gates: &Gates) -> Decision {
     }
 }
 
-fn why_rejects(finding: &Finding) -> &'static str {
+fn because(finding: &Finding) -> Because {
     if finding.introduced {
-        "introduced by the patch"
+        Because::Introduced
     } else if finding.edited_by_patch {
-        "the base has it too, but the patch edited its test"
+        Because::EditedItsTest
     } else {
-        "the base has it too; rejected under --strict"
+        Because::Strict
+    }
+}
+
+/// A [`FindingKind`] in a cached decision, by its place in [`FindingKind::ALL`]: its report name
+/// is not one to one (`deleted-test` is two kinds).
+mod kind_index {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::FindingKind;
+
+    pub(super) fn serialize<S: Serializer>(kind: &FindingKind, s: S) -> Result<S::Ok, S::Error> {
+        let at = FindingKind::ALL.iter().position(|k| k == kind).unwrap_or(0);
+        s.serialize_u32(at as u32)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FindingKind, D::Error> {
+        let at = u32::deserialize(d)? as usize;
+        FindingKind::ALL
+            .get(at)
+            .copied()
+            .ok_or_else(|| serde::de::Error::custom(format!("no finding kind {at}")))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::budget::{Breach, NewSkip};
+    use crate::audit::budget::NewSkip;
+    use crate::delta::Change;
 
     fn finding(kind: FindingKind, introduced: bool, edited: bool) -> Finding {
         Finding {
@@ -457,13 +285,16 @@ mod tests {
         }
     }
 
-    fn verdict(findings: &[Finding], strict: bool) -> Verdict {
-        decide(&Gates {
-            findings,
+    fn weighed(findings: &[Finding], strict: bool) -> Weighed {
+        Weighed {
+            findings: findings.to_vec(),
             strict,
-            ..Gates::default()
-        })
-        .verdict
+            ..Weighed::default()
+        }
+    }
+
+    fn verdict(findings: &[Finding], strict: bool) -> Verdict {
+        decide(&weighed(findings, strict), &[]).verdict
     }
 
     fn new_skip() -> Breach {
@@ -474,6 +305,14 @@ mod tests {
                 reason: None,
             }],
             limit: 0,
+        }
+    }
+
+    fn rejects(kind: FindingKind, subject: &str, because: Because) -> Reason {
+        Reason::Rejects {
+            kind,
+            subject: subject.into(),
+            because,
         }
     }
 
@@ -534,8 +373,15 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_is_listed_once() {
+        for (i, kind) in FindingKind::ALL.iter().enumerate() {
+            assert!(!FindingKind::ALL[..i].contains(kind), "{kind:?} twice");
+        }
+    }
+
+    #[test]
     fn nothing_found_passes() {
-        let d = decide(&Gates::default());
+        let d = decide(&Weighed::default(), &[]);
         assert_eq!(
             (d.verdict, d.reasons.len(), d.verdict.exit_code()),
             (Verdict::Pass, 0, 0)
@@ -565,17 +411,15 @@ mod tests {
     #[test]
     fn pre_existing_defects_reject_when_the_patch_edited_the_test() {
         let f = [finding(FindingKind::OrderDependent, false, true)];
-        let d = decide(&Gates {
-            findings: &f,
-            ..Gates::default()
-        });
+        let d = decide(&weighed(&f, false), &[]);
         assert_eq!(d.verdict, Verdict::Reject);
         assert_eq!(
             d.reasons,
-            [
-                "order-dependent tests/t.py::test_x: the base has it too, but the patch edited \
-              its test"
-            ]
+            [rejects(
+                FindingKind::OrderDependent,
+                "tests/t.py::test_x",
+                Because::EditedItsTest
+            )]
         );
     }
 
@@ -583,16 +427,11 @@ mod tests {
     fn strict_rejects_pre_existing_defects() {
         for kind in DEFECTS {
             let f = [finding(kind, false, false)];
-            let d = decide(&Gates {
-                findings: &f,
-                strict: true,
-                ..Gates::default()
-            });
+            let d = decide(&weighed(&f, true), &[]);
             assert_eq!(d.verdict, Verdict::Reject, "{kind}");
-            assert!(
-                d.reasons[0].ends_with("rejected under --strict"),
-                "{:?}",
-                d.reasons
+            assert_eq!(
+                d.reasons,
+                [rejects(kind, "tests/t.py::test_x", Because::Strict)]
             );
         }
     }
@@ -621,11 +460,7 @@ mod tests {
             finding(FindingKind::FreezeAdded, true, false),
             finding(FindingKind::LockChanged, true, false),
         ];
-        let d = decide(&Gates {
-            findings: &f,
-            strict: true,
-            ..Gates::default()
-        });
+        let d = decide(&weighed(&f, true), &[]);
         assert_eq!(d.verdict, Verdict::Pass);
         assert_eq!(
             d.dispositions,
@@ -641,51 +476,46 @@ mod tests {
 
     #[test]
     fn a_budget_breach_is_unverified() {
-        let breaches = [new_skip().to_string()];
-        let d = decide(&Gates {
-            breaches: &breaches,
-            ..Gates::default()
-        });
+        let d = decide(&Weighed::default(), &[new_skip()]);
         assert_eq!(d.verdict, Verdict::Unverified);
         assert_eq!(d.verdict.exit_code(), 4);
-        assert_eq!(
-            d.reasons,
-            ["over budget: 1 new skip (limit 0): tests/t.py::test_s"]
-        );
+        assert_eq!(d.reasons, [Reason::OverBudget(new_skip())]);
     }
 
     #[test]
-    fn precedence_error_drift_expired_reject_unverified_pass() {
-        let errors = ["failed to create a sandbox".to_owned()];
-        let drift = ["tests/fixtures.lock.json: tests/fixtures/a.json (modified)".to_owned()];
-        let expired = ["tests/t.py::test_y (owner ana, expired 2024-03-01)".to_owned()];
-        let findings = [
-            finding(FindingKind::Polluter, true, false),
-            finding(FindingKind::Flaky, true, false),
-        ];
-        let breaches = [new_skip().to_string()];
-        let mut gates = Gates {
-            errors: &errors,
-            drift: &drift,
-            expired: &expired,
-            findings: &findings,
-            breaches: &breaches,
+    fn precedence_drift_expired_reject_unverified_pass() {
+        let drift = Drifted {
+            lock: "tests/fixtures.lock.json".into(),
+            path: "tests/fixtures/a.json".into(),
+            change: Change::Modified,
+        };
+        let expired = Expired {
+            nodeid: "tests/t.py::test_y".into(),
+            owner: "ana".into(),
+            expires: "2024-03-01".into(),
+        };
+        let mut w = Weighed {
+            findings: vec![
+                finding(FindingKind::Polluter, true, false),
+                finding(FindingKind::Flaky, true, false),
+            ],
+            drift: vec![drift.clone()],
+            expired: vec![expired.clone()],
             strict: false,
         };
+        let mut breaches = vec![new_skip()];
         let mut seen = Vec::new();
         loop {
-            let d = decide(&gates);
-            seen.push((d.verdict, d.reasons.first().cloned().unwrap_or_default()));
-            if !gates.errors.is_empty() {
-                gates.errors = &[];
-            } else if !gates.drift.is_empty() {
-                gates.drift = &[];
-            } else if !gates.expired.is_empty() {
-                gates.expired = &[];
-            } else if !gates.findings.is_empty() {
-                gates.findings = &[];
-            } else if !gates.breaches.is_empty() {
-                gates.breaches = &[];
+            let d = decide(&w, &breaches);
+            seen.push((d.verdict, d.reasons.first().cloned()));
+            if !w.drift.is_empty() {
+                w.drift.clear();
+            } else if !w.expired.is_empty() {
+                w.expired.clear();
+            } else if !w.findings.is_empty() {
+                w.findings.clear();
+            } else if !breaches.is_empty() {
+                breaches.clear();
             } else {
                 break;
             }
@@ -693,26 +523,18 @@ mod tests {
         assert_eq!(
             seen,
             [
-                (Verdict::Error, "failed to create a sandbox".to_owned()),
-                (
-                    Verdict::Drift,
-                    "fixture differs from tests/fixtures.lock.json: tests/fixtures/a.json (modified)"
-                        .to_owned()
-                ),
-                (
-                    Verdict::ExpiredFreeze,
-                    "freeze entry expired: tests/t.py::test_y (owner ana, expired 2024-03-01)"
-                        .to_owned()
-                ),
+                (Verdict::Drift, Some(Reason::Drift(drift))),
+                (Verdict::ExpiredFreeze, Some(Reason::Expired(expired))),
                 (
                     Verdict::Reject,
-                    "polluter tests/t.py::test_x: introduced by the patch".to_owned()
+                    Some(rejects(
+                        FindingKind::Polluter,
+                        "tests/t.py::test_x",
+                        Because::Introduced
+                    ))
                 ),
-                (
-                    Verdict::Unverified,
-                    "over budget: 1 new skip (limit 0): tests/t.py::test_s".to_owned()
-                ),
-                (Verdict::Pass, String::new()),
+                (Verdict::Unverified, Some(Reason::OverBudget(new_skip()))),
+                (Verdict::Pass, None),
             ]
         );
     }
@@ -730,14 +552,15 @@ mod tests {
             finding(FindingKind::Flaky, false, false),
             finding(FindingKind::Cosmetic, true, false),
         ];
-        let d = decide(&Gates {
-            findings: &findings,
-            ..Gates::default()
-        });
+        let d = decide(&weighed(&findings, false), &[]);
         assert_eq!(d.verdict, Verdict::Reject);
         assert_eq!(
             d.reasons,
-            ["redefined tests/t.py::test_parse: introduced by the patch"]
+            [rejects(
+                FindingKind::Redefined,
+                "tests/t.py::test_parse",
+                Because::Introduced
+            )]
         );
         assert_eq!(
             d.dispositions,
@@ -752,14 +575,35 @@ mod tests {
 
     #[test]
     fn findings_are_disposed_even_when_a_gate_stops_the_audit() {
-        let drift = ["x".to_owned()];
-        let findings = [finding(FindingKind::Failing, true, false)];
-        let d = decide(&Gates {
-            drift: &drift,
-            findings: &findings,
-            ..Gates::default()
-        });
+        let w = Weighed {
+            findings: vec![finding(FindingKind::Failing, true, false)],
+            drift: vec![Drifted {
+                lock: "fixtures.lock".into(),
+                path: "x".into(),
+                change: Change::Added,
+            }],
+            ..Weighed::default()
+        };
+        let d = decide(&w, &[]);
         assert_eq!(d.verdict, Verdict::Drift);
         assert_eq!(d.dispositions, [Disposition::Rejects]);
+    }
+
+    #[test]
+    fn a_decision_reads_back_what_it_writes_each_kind_its_own() {
+        let d = Decision {
+            verdict: Verdict::Reject,
+            reasons: vec![
+                rejects(FindingKind::DeletedTest, "t::a", Because::Introduced),
+                rejects(FindingKind::DeletedWithItsCode, "t::b", Because::Strict),
+                Reason::OverBudget(Breach::Seconds {
+                    used: 300.4,
+                    limit: 300,
+                }),
+            ],
+            dispositions: vec![Disposition::Rejects],
+        };
+        let json = serde_json::to_vec(&d).unwrap();
+        assert_eq!(serde_json::from_slice::<Decision>(&json).unwrap(), d);
     }
 }

@@ -3,7 +3,6 @@
 //! graph` and `fixgate explain`.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 
 use crate::audit::budget::Overrides;
 use crate::audit::freeze::Date;
@@ -96,7 +95,7 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
         for w in &report.warnings {
             ctx.warn(&format!("{head}: {w}"));
         }
-        save_graph(ctx, &report);
+        ctx.save_graph(&report);
         let text = render(ctx, &report, i + 1 == heads.len(), ctx.output.is_none());
         match &ctx.output {
             Some(dir) => {
@@ -149,7 +148,7 @@ pub(crate) fn options(
 ) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
-        None => today(),
+        None => crate::context::today(),
     };
     Ok(Options {
         base: base.to_owned(),
@@ -182,15 +181,6 @@ pub(crate) fn options(
         full: args.full,
         scoped: args.scoped,
     })
-}
-
-/// Today in UTC.
-pub(crate) fn today() -> Date {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Date::from_unix_days(secs.div_euclid(86_400))
 }
 
 /// The report in the chosen format. JSON is one line per report when several go to one
@@ -229,32 +219,8 @@ pub(crate) fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
         // A share judges nothing: its note says what it ran, whatever the format.
         return ctx.emit(&to_json(note));
     }
-    save_graph(ctx, report);
+    ctx.save_graph(report);
     ctx.emit(&render(ctx, report, true, false))
-}
-
-/// Where the last audit of this repository keeps its graph.
-pub(crate) fn last_audit_dir(ctx: &Ctx) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    let scope = blake3::hash(ctx.repo.root.as_os_str().as_bytes()).to_hex();
-    ctx.cache_dir.join("last-audit").join(&scope[..32])
-}
-
-/// Keeps the audit's graph for `fixgate graph` and `fixgate explain`.
-pub(crate) fn save_graph(ctx: &Ctx, report: &AuditReport) {
-    if report.graph_dot.is_empty() {
-        return;
-    }
-    let dir = last_audit_dir(ctx);
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|_| std::fs::write(dir.join("graph.json"), to_json(&report.graph)))
-        .and_then(|_| std::fs::write(dir.join("graph.dot"), &report.graph_dot));
-    if let Err(e) = written {
-        ctx.warn(&format!(
-            "failed to keep the audit's graph under {}: {e}; `fixgate graph` and `fixgate explain` will not see it",
-            dir.display()
-        ));
-    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use fixgate_cache::{DiskStore, LayeredStore, Store, TransferStats};
 
 use crate::cli::{CacheAction, CacheArgs};
 use crate::context::Ctx;
-use crate::engine::store;
 use crate::error::{Error, Result};
 use crate::exit;
+use crate::store;
 
 #[derive(serde::Serialize)]
 struct StatsReport<'a> {

@@ -4,35 +4,21 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use crate::audit::outcome::Revision;
 use crate::cli::DeltaArgs;
 use crate::context::Ctx;
 use crate::delta::{self, Delta};
+use crate::engine::sides::revision;
 use crate::error::Result;
 use crate::exit;
-use crate::snapshot::Snapshot;
 
 #[derive(Serialize)]
 struct Report<'a> {
     schema: u32,
-    base: Side,
-    head: Side,
+    base: Revision,
+    head: Revision,
     #[serde(flatten)]
     delta: &'a Delta,
-}
-
-#[derive(Serialize)]
-struct Side {
-    rev: String,
-    commit: Option<String>,
-}
-
-impl Side {
-    fn of(s: &Snapshot) -> Side {
-        Side {
-            rev: s.rev_label(),
-            commit: s.commit().map(|c| c.to_string()),
-        }
-    }
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
@@ -45,8 +31,8 @@ pub(crate) fn run(ctx: &Ctx, args: &DeltaArgs) -> Result<i32> {
     );
     let report = Report {
         schema: 1,
-        base: Side::of(&base),
-        head: Side::of(&head),
+        base: revision(&base),
+        head: revision(&head),
         delta: &d,
     };
     ctx.emit_report(&report, || render(&d))?;

@@ -4,7 +4,6 @@
 use std::fmt::Write;
 
 use crate::cli::GraphArgs;
-use crate::cmd::audit::last_audit_dir;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::exit;
@@ -12,7 +11,7 @@ use crate::report::Format;
 use crate::report::GraphSummary;
 
 fn load(ctx: &Ctx) -> Result<(GraphSummary, String, serde_json::Value)> {
-    let dir = last_audit_dir(ctx);
+    let dir = ctx.last_audit_dir();
     let json = std::fs::read_to_string(dir.join("graph.json")).map_err(|_| {
         Error::Usage(format!(
             "no audit of {} is recorded in {}; run `fixgate audit --base REV` first",

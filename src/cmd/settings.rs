@@ -9,9 +9,9 @@ use fixgate_cache::{MacKey, RemoteConfig};
 
 use crate::cli::{ContainmentArg, FormatArg, GlobalArgs, RemoteArgs, RemoteExecArgs, SandboxArgs};
 use crate::context::{SandboxSettings, Settings};
-use crate::engine::store::RemoteSettings;
 use crate::error::{Error, Result};
 use crate::report::Format;
+use crate::store::RemoteSettings;
 
 /// Request headers for the remote, `Name: value`, one a line. Secret.
 const HEADER_ENV: &str = "FIXGATE_REMOTE_HEADER";

@@ -23,7 +23,7 @@ pub(super) struct Pyproject {
     pub(super) budget: BudgetConfig,
     pub(super) limits: LimitsConfig,
     pub(super) lock: Option<String>,
-    /// `remote-cache`: the URL of a shared cache (see `engine::store`).
+    /// `remote-cache`: the URL of a shared cache (see `store`).
     pub(super) remote_cache: Option<String>,
     /// `fork = false`: every run in a fresh interpreter, no fork server.
     pub(super) fork: Option<bool>,

@@ -21,17 +21,17 @@ use crate::audit::findings::{self, Facts};
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
 use crate::audit::order::{self, OrderLabel};
-use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached, RunFacts, Side};
+use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
-use crate::audit::verdict::Decision;
+use crate::audit::verdict::{Decision, Weighed};
 use crate::config::DepsMode;
 use crate::context::{Ctx, SandboxSettings};
 use crate::engine::digests::TreeDigests;
-use crate::engine::judge::{self, Weighed};
+use crate::engine::judge;
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{Engine, Role};
-use crate::engine::sides::Sides;
+use crate::engine::sides::{revision, Sides};
 use crate::engine::steps::{Collected, Fixtures};
 use crate::engine::{
     base_check, base_suite, carry, check, confirm, impact, itemize, matrix, nio, pairs, replay,
@@ -40,6 +40,7 @@ use crate::engine::{
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
 use crate::remote_exec::client as remote_exec;
+use crate::report::assemble::RunFacts;
 use crate::report::AuditReport;
 use crate::snapshot::Snapshot;
 
@@ -87,11 +88,11 @@ fn scoped(opts: &Options, sides: &Sides) -> bool {
 
 /// Runs the whole audit and writes its report.
 pub(crate) fn audit(ctx: &Ctx, opts: &Options) -> Result<AuditReport> {
-    run(ctx, opts).map(|outcome| crate::report::assemble::assemble(&outcome))
+    run(ctx, opts).map(|(outcome, facts)| crate::report::assemble::assemble(&outcome, &facts))
 }
 
-/// Runs the whole audit.
-pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
+/// Runs the whole audit: what it found, and what running it took.
+pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)> {
     let started = Instant::now();
     if opts.runner.is_none() {
         ctx.prefetch_interpreter();
@@ -181,10 +182,10 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
             phased.warnings.push(w.clone());
         }
     }
-    Ok(AuditOutcome {
+    let outcome = AuditOutcome {
         strict: opts.strict,
-        base: side_of(&sides.base.snapshot),
-        head: side_of(&sides.head.snapshot),
+        base: revision(&sides.base.snapshot),
+        head: revision(&sides.head.snapshot),
         seeds: std::iter::once(0)
             .chain(opts.seeds.iter().copied())
             .collect(),
@@ -192,32 +193,33 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
         gates: phased.gates,
         reached: phased.reached,
         decision: phased.decision,
-        run: RunFacts {
-            pytest_processes: processes.into_inner(),
-            remote: executor.as_ref().map(|exec| {
-                let mut summary = exec.summary();
-                // What ran here: the collections the orders come from.
-                summary.local_runs = run
-                    .report
-                    .nodes
-                    .iter()
-                    .filter(|n| {
-                        n.kind == NodeKind::Collect.as_str()
-                            && matches!(n.status, fixgate_graph::Status::Executed { .. })
-                    })
-                    .map(|n| n.label.clone())
-                    .collect();
-                summary
-            }),
-            // The warm interpreters' counters are this fixgate process's: with several heads,
-            // each report counts the heads before it too.
-            forkserver: ctx.fork_stats.summary(),
-            containment: runner.host.mode(),
-            duration_seconds: started.elapsed().as_secs_f64(),
-            warnings: phased.warnings,
-            graph: run.report,
-        },
-    })
+    };
+    let facts = RunFacts {
+        pytest_processes: processes.into_inner(),
+        remote: executor.as_ref().map(|exec| {
+            let mut summary = exec.summary();
+            // What ran here: the collections the orders come from.
+            summary.local_runs = run
+                .report
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.kind == NodeKind::Collect.as_str()
+                        && matches!(n.status, fixgate_graph::Status::Executed { .. })
+                })
+                .map(|n| n.label.clone())
+                .collect();
+            summary
+        }),
+        // The warm interpreters' counters are this fixgate process's: with several heads,
+        // each report counts the heads before it too.
+        forkserver: ctx.fork_stats.summary(),
+        containment: runner.host.mode(),
+        duration_seconds: started.elapsed().as_secs_f64(),
+        warnings: phased.warnings,
+        graph: run.report,
+    };
+    Ok((outcome, facts))
 }
 
 /// What the phases found, before the run's own facts are added.
@@ -261,8 +263,8 @@ fn phases(
     if gates.stop() {
         let weighed = Weighed {
             findings: Vec::new(),
-            drift: gates.drift_lines(),
-            expired: gates.expired_lines(),
+            drift: gates.drifted(),
+            expired: gates.expired_entries(),
             strict: opts.strict,
         };
         let (_, decision) = judge::verdict(engine, weighed, None, &[fixtures.lock_node])?;
@@ -289,9 +291,8 @@ fn phases(
             let broken = Broken::read(&failed.why);
             let weighed = Weighed {
                 findings: vec![findings::collection_error(&broken)],
-                drift: Vec::new(),
-                expired: Vec::new(),
                 strict: opts.strict,
+                ..Weighed::default()
             };
             let (_, decision) = judge::verdict(engine, weighed, None, &[failed.node])?;
             return Ok(Phased {
@@ -412,8 +413,7 @@ fn judged(
                 edited: &edited,
                 base_runs: read.base_runs.as_ref(),
             };
-            let mut carried = carry::whole_runs(engine, &inputs)?;
-            carried.impact.head_collection = read.head_collection;
+            let carried = carry::whole_runs(engine, &inputs)?;
             let mut started = carried.started;
             started.add_scoped(
                 engine,
@@ -628,9 +628,8 @@ fn judged(
         + nio_read.as_ref().map_or(0, |n| n.reruns);
     let weighed = Weighed {
         findings: findings.clone(),
-        drift: Vec::new(),
-        expired: Vec::new(),
         strict: opts.strict,
+        ..Weighed::default()
     };
     let (_, decision) = judge::verdict(engine, weighed, Some(budget_node), &[triage_node])?;
     let red_messages: BTreeMap<String, String> = nodeids
@@ -675,6 +674,7 @@ fn judged(
         today: opts.today,
         selection,
         impact,
+        head_collection: read.head_collection,
     };
     Ok((judgment, decision, matrix.warnings()))
 }
@@ -690,11 +690,4 @@ fn conftests_differ(base: &Snapshot, head: &Snapshot) -> bool {
             .collect()
     };
     conftests(base) != conftests(head)
-}
-
-fn side_of(s: &Snapshot) -> Side {
-    Side {
-        rev: s.rev_label(),
-        commit: s.commit().map(|c| c.to_string()),
-    }
 }

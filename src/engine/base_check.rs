@@ -8,11 +8,11 @@ use fixgate_graph::NodeId;
 
 use crate::audit::base_check::{checked_alone, is_red, pair_shows, red_in_order, settled, shows};
 use crate::audit::bisect::PairKind;
+use crate::audit::finding::FindingKind;
 use crate::audit::findings::PreExisting;
 use crate::audit::pair::Pair;
 use crate::audit::scope::Impact;
 use crate::audit::triage::{self, PROOF_RERUNS};
-use crate::audit::verdict::FindingKind;
 use crate::engine::confirm::MANY_RED;
 use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;

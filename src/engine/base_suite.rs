@@ -22,10 +22,10 @@ use crate::audit::hidden::{
 };
 use crate::audit::renamed::{likeness, Likeness};
 use crate::audit::source_replay::{self, SourceRead};
-use crate::audit::spec_scope::{self, Changed, Role, Scope};
+use crate::audit::spec_scope::{self, Changed, SpecRole, SpecScope};
 use crate::delta::Delta;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine, Role as Side, RunRequest};
+use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
 use crate::engine::source_replay::Candidate;
 use crate::error::{Error, Result};
 use crate::pytest::events::Collection;
@@ -38,7 +38,7 @@ use crate::testsrc::{self, SourceFile};
 
 /// What the replay runs and over what tree, derived from the diff and the two collections.
 pub(crate) struct Plan {
-    scope: Scope,
+    scope: SpecScope,
     /// The base's test code over the head's tree: base bytes, or `None` for what the head added.
     overlay: Overlay,
     /// What the patch changed that the suite is made of.
@@ -100,16 +100,16 @@ pub(crate) fn plan(
         let name = p.rsplit('/').next().unwrap_or(p);
         let py = p.ends_with(".py");
         let role = if name == "conftest.py" {
-            Some(Role::Conftest)
+            Some(SpecRole::Conftest)
         } else if !p.contains('/') && ini::FILES.contains(&name) {
             if !config_changed {
                 continue;
             }
-            Some(Role::Config)
+            Some(SpecRole::Config)
         } else if test_files.contains(p.as_str()) || (py && base_ini.is_test_file(p)) {
-            Some(Role::TestFile)
+            Some(SpecRole::TestFile)
         } else if py && in_test_dir(p) {
-            Some(Role::TestCode)
+            Some(SpecRole::TestCode)
         } else if py || in_test_dir(p) {
             None // a module of the code under test, or test data: looked at below
         } else {
@@ -124,10 +124,10 @@ pub(crate) fn plan(
                 let patches = |s: &Snapshot| {
                     SourceFile::parse(&text(s, p).unwrap_or_default()).import_time_patches()
                 };
-                if role == Role::TestFile && py && !patches(head).is_subset(&patches(base)) {
+                if role == SpecRole::TestFile && py && !patches(head).is_subset(&patches(base)) {
                     changed.push(Changed {
                         path: p.clone(),
-                        role: Role::ImportPatch,
+                        role: SpecRole::ImportPatch,
                     });
                 }
                 changed.push(Changed {
@@ -142,7 +142,7 @@ pub(crate) fn plan(
                 if !hooks(head).is_subset(&hooks(base)) {
                     changed.push(Changed {
                         path: p.clone(),
-                        role: Role::Hook,
+                        role: SpecRole::Hook,
                     });
                 }
             }
@@ -193,7 +193,7 @@ impl Plan {
         self.changed.iter().any(|c| {
             matches!(
                 c.role,
-                Role::Conftest | Role::Config | Role::Hook | Role::ImportPatch
+                SpecRole::Conftest | SpecRole::Config | SpecRole::Hook | SpecRole::ImportPatch
             )
         })
     }
@@ -267,14 +267,14 @@ pub(crate) fn start(
 
 fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequest {
     let label = crate::engine::kind::repeat(NodeKind::BaseSuiteRun.label(), repeat);
-    let mut req = RunRequest::new(label, NodeKind::BaseSuiteRun, Side::Head, order).repeat(repeat);
+    let mut req = RunRequest::new(label, NodeKind::BaseSuiteRun, Role::Head, order).repeat(repeat);
     req.overlay = overlay.clone();
     req
 }
 
 fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
     let label = crate::engine::kind::repeat(NodeKind::BaseSuiteControl.label(), repeat);
-    RunRequest::new(label, NodeKind::BaseSuiteControl, Side::Base, order).repeat(repeat)
+    RunRequest::new(label, NodeKind::BaseSuiteControl, Role::Base, order).repeat(repeat)
 }
 
 /// The replay's tree collected as a traced node (kind `collect`), its collection errors data.
@@ -392,7 +392,7 @@ pub(crate) fn read(
     };
     let control_outcome = |id: &str| control.as_ref().and_then(|c| c.outcome_of(id));
     let session_changed = plan.session_changed();
-    let test_code_changed = plan.changed.iter().any(|c| c.role == Role::TestCode);
+    let test_code_changed = plan.changed.iter().any(|c| c.role == SpecRole::TestCode);
     let changed_files: HashSet<&str> = plan.changed.iter().map(|c| c.path.as_str()).collect();
     let changed_data: HashSet<String> = cx
         .delta
@@ -541,7 +541,7 @@ pub(crate) fn read(
     let repro_files: Vec<String> = plan
         .changed
         .iter()
-        .filter(|c| c.role != Role::TestFile && c.role != Role::Hook)
+        .filter(|c| c.role != SpecRole::TestFile && c.role != SpecRole::Hook)
         .map(|c| c.path.clone())
         .collect();
     let mut out = BaseSuiteRead {

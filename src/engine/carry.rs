@@ -17,7 +17,7 @@ use std::sync::Arc;
 use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::order::OrderLabel;
-use crate::audit::scope::{Impact, Lines, Scope, WholeWhy};
+use crate::audit::scope::{Impact, ImpactScope, Lines, WholeWhy};
 use crate::engine::impact;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::{self, Started};
@@ -193,8 +193,8 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
     };
     let base_impact = base.impact(engine, inputs.edited);
     let scope = match &base_impact.scope {
-        Scope::Scoped { run, .. } => run,
-        Scope::Full(why) => return Ok(Err(WholeWhy::Base(why.clone()))),
+        ImpactScope::Scoped { run, .. } => run,
+        ImpactScope::Full(why) => return Ok(Err(WholeWhy::Base(why.clone()))),
     };
     // The head's runs: the scope, and every test the base's file-order run does not have.
     let in_base = |id: &str| base.runs[&OrderLabel::File].test(id).is_some();
@@ -234,12 +234,12 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
     );
     // Sound only when what the head's runs recorded asks for nothing they carried.
     match &impact.scope {
-        Scope::Scoped { run, .. } => {
+        ImpactScope::Scoped { run, .. } => {
             if let Some(id) = run.iter().find(|id| !keep.contains(*id)) {
                 return Ok(Err(WholeWhy::Carried(id.clone())));
             }
         }
-        Scope::Full(why) => return Ok(Err(WholeWhy::Head(why.clone()))),
+        ImpactScope::Full(why) => return Ok(Err(WholeWhy::Head(why.clone()))),
     }
     impact.whole = Some(keep);
     impact.base_sensitive = base_impact.scope.sensitive();

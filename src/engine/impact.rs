@@ -8,7 +8,7 @@ use crate::audit::footprint::{self, Change, Footprint, Imports};
 use crate::audit::itemize;
 use crate::audit::pysrc::{self, Source};
 use crate::audit::reach::Names;
-use crate::audit::scope::{self, Full, Impact, Lines, Scope};
+use crate::audit::scope::{self, Full, Impact, ImpactScope, Lines};
 use crate::engine::runs::Engine;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::RunResult;
@@ -167,13 +167,12 @@ pub(crate) fn carried_modules(
 pub(crate) fn not_scoped(full: bool) -> Impact {
     Impact {
         affected: None,
-        scope: Scope::Full(match full {
+        scope: ImpactScope::Full(match full {
             true => Full::Asked,
             false => Full::NotAsked,
         }),
         whole: None,
         whole_why: None,
-        head_collection: None,
         base_sensitive: None,
     }
 }

@@ -11,7 +11,7 @@ use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::edited::edited_tests;
 use crate::audit::itemize::{self, HeadCollection, Whole};
-use crate::audit::scope::{Scope, WholeWhy};
+use crate::audit::scope::{ImpactScope, WholeWhy};
 use crate::engine::carry::{self, BaseRuns};
 use crate::engine::impact;
 use crate::engine::kind::NodeKind;
@@ -76,14 +76,14 @@ pub(crate) fn collect(
             let ids: Vec<String> = base_selection.iter().map(|i| i.nodeid.clone()).collect();
             let edited = edited_tests(&engine.base.snapshot, &engine.head.snapshot, &ids);
             match runs.impact(engine, &edited).scope {
-                Scope::Scoped { run, .. } => {
+                ImpactScope::Scoped { run, .. } => {
                     let listed = runs.listed_at_collection();
                     impact::carried_modules(engine, &base.collection.items, &run, &listed)
                 }
-                Scope::Full(why) => Err(Whole::NotScoped(why.to_string())),
+                ImpactScope::Full(why) => Err(Whole::NotScoped(why)),
             }
         }
-        Err(why) => Err(Whole::NotScoped(why.to_string())),
+        Err(why) => Err(Whole::BaseRuns(why.clone())),
     };
     let (head, head_collection) = match carried {
         Ok(carried) => head_carrying(engine, gate, &base, carried)?,

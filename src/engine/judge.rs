@@ -8,9 +8,9 @@ use std::sync::Arc;
 use fixgate_cache::KeyWriter;
 use fixgate_graph::{Node, NodeError, NodeId, Output};
 
-use crate::audit::budget::{self, Limits, Usage};
+use crate::audit::budget::{self, Breach, Limits, Usage};
 use crate::audit::triage::{self, Evidence, Triage};
-use crate::audit::verdict::{self, Decision, Finding, Gates};
+use crate::audit::verdict::{self, Decision, Weighed};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{node_bug, Engine};
 use crate::error::{Error, Result};
@@ -108,7 +108,7 @@ pub(crate) fn budget(
     limits: Limits,
     mut usage: Usage,
     after: &[NodeId],
-) -> Result<(NodeId, Vec<String>)> {
+) -> Result<(NodeId, Vec<Breach>)> {
     // Tenths of a second, in the key and in the judgment alike: a key that moved with every
     // microsecond would never be found again, and the breach line prints tenths anyway.
     let tenths = (usage.seconds * 10.0).round().max(0.0) as u64;
@@ -143,22 +143,11 @@ pub(crate) fn budget(
     });
     let kind = NodeKind::Budget;
     let node = Node::new(kind.label(), kind.as_str(), move |_| {
-        let lines: Vec<String> = budget::check(&limits, &usage)
-            .iter()
-            .map(|b| b.to_string())
-            .collect();
-        json(&lines)
+        json(&budget::check(&limits, &usage))
     })
-    .param("usage", w.finish().to_string());
+    .param("usage", w.finish().to_string())
+    .param("version", kind.version().to_string());
     judge(engine, node, &[], after)
-}
-
-/// What the verdict weighs besides the budget's breaches, which it reads from the budget node.
-pub(crate) struct Weighed {
-    pub(crate) findings: Vec<Finding>,
-    pub(crate) drift: Vec<String>,
-    pub(crate) expired: Vec<String>,
-    pub(crate) strict: bool,
 }
 
 /// The verdict node: computed from the budget node's output and the findings.
@@ -175,30 +164,25 @@ pub(crate) fn verdict(
             .u64(u64::from(f.introduced))
             .u64(u64::from(f.edited_by_patch));
     });
-    for lines in [&weighed.drift, &weighed.expired] {
-        w.list(lines, |w, l| {
-            w.str(l);
-        });
-    }
+    w.list(&weighed.drift, |w, d| {
+        w.str(&d.lock).str(&d.path).str(d.change.as_str());
+    });
+    w.list(&weighed.expired, |w, e| {
+        w.str(&e.nodeid).str(&e.owner).str(&e.expires);
+    });
     w.u64(u64::from(weighed.strict));
     let weighed = Arc::new(weighed);
     let kind = NodeKind::Verdict;
     let node = Node::new(kind.label(), kind.as_str(), move |inputs| {
-        let breaches: Vec<String> = match inputs.first() {
+        let breaches: Vec<Breach> = match inputs.first() {
             Some(bytes) => serde_json::from_slice(bytes)
                 .map_err(|e| node_bug(format!("the budget's output does not decode: {e}")))?,
             None => Vec::new(),
         };
-        json(&verdict::decide(&Gates {
-            findings: &weighed.findings,
-            breaches: &breaches,
-            drift: &weighed.drift,
-            expired: &weighed.expired,
-            strict: weighed.strict,
-            ..Gates::default()
-        }))
+        json(&verdict::decide(&weighed, &breaches))
     })
-    .param("weighed", w.finish().to_string());
+    .param("weighed", w.finish().to_string())
+    .param("version", kind.version().to_string());
     let inputs: Vec<NodeId> = budget.into_iter().collect();
     judge(engine, node, &inputs, after)
 }

@@ -66,6 +66,20 @@ pub(crate) enum NodeKind {
 }
 
 impl NodeKind {
+    /// The version of what a node of the kind computes from its key and of how its output is
+    /// encoded: raised when either changes, so that no cached entry of the earlier meaning is
+    /// read. It enters the key from version 2 on; version 1 is the keys every node had before
+    /// versions were counted.
+    ///
+    /// - budget 2, verdict 2: the budget's breaches and the verdict's reasons are typed values
+    ///   (`audit::budget::Breach`, `audit::verdict::Reason`), no longer the report's lines.
+    pub(crate) const fn version(self) -> u32 {
+        match self {
+            NodeKind::Budget | NodeKind::Verdict => 2,
+            _ => 1,
+        }
+    }
+
     /// The kind's name, as keys and reports have it.
     pub(crate) const fn as_str(self) -> &'static str {
         match self {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use fixgate_graph::{Node, NodeId, Output};
 
 use crate::audit::order::OrderLabel;
-use crate::audit::scope::Scope;
+use crate::audit::scope::ImpactScope;
 use crate::engine::compact::{CompactRun, TestIds};
 use crate::engine::kind::NodeKind;
 use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
@@ -44,7 +44,7 @@ pub(crate) struct Matrix {
     file: Arc<RunResult>,
     pub(crate) nodes: BTreeMap<OrderLabel, NodeId>,
     /// The tests the shuffled orders ran (a scoped audit's, or every test).
-    scope: Scope,
+    scope: ImpactScope,
 }
 
 /// The matrix's runs added to the graph and not yet waited for.
@@ -110,7 +110,7 @@ impl Started {
         labels: &[OrderLabel],
         items: &[CollectedItem],
         collection: NodeId,
-        scope: &Scope,
+        scope: &ImpactScope,
     ) -> Result<()> {
         self.add(engine, labels, items, collection, |id| scope.runs(id))
     }
@@ -184,7 +184,7 @@ impl Started {
         self,
         engine: &Engine,
         file: Arc<RunResult>,
-        scope: Scope,
+        scope: ImpactScope,
     ) -> Result<Matrix> {
         let inputs: Vec<NodeId> = self.labels.iter().map(|l| self.nodes[l]).collect();
         for (l, &id) in self.labels.iter().zip(&inputs) {
@@ -300,11 +300,11 @@ impl Matrix {
     /// Whether a scoped audit's recording names the test a state writer (never when the orders
     /// run in full: nothing is known then).
     pub(crate) fn writer(&self, nodeid: &str) -> bool {
-        matches!(&self.scope, Scope::Scoped { writers, .. } if writers.contains(nodeid))
+        matches!(&self.scope, ImpactScope::Scoped { writers, .. } if writers.contains(nodeid))
     }
 
     /// Whether the test may share a process with others in place of a run by itself
-    /// ([`Scope::shares`]).
+    /// ([`ImpactScope::shares`]).
     pub(crate) fn shares(&self, nodeid: &str) -> bool {
         self.scope.shares(nodeid)
     }

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashSet};
 
 use fixgate_graph::NodeId;
 
+use crate::audit::finding::FindingKind;
 use crate::audit::findings::PreExisting;
 use crate::audit::nio::{self, Idempotence, Twice};
 use crate::audit::order::OrderLabel;
 use crate::audit::triage::{Signal, Triage, PROOF_RERUNS};
-use crate::audit::verdict::FindingKind;
 use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix;
 use crate::engine::runs::{Engine, Role, RunRequest};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use fixgate_cache::Digest;
 
 use crate::audit::freeze::{self, Ledger};
+use crate::audit::outcome::Revision;
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
@@ -88,5 +89,13 @@ fn read_ledger(s: &Snapshot) -> Result<Ledger> {
             &format!("{} of {}", freeze::FILE_NAME, s.rev_label()),
         )
         .map_err(|e| Error::Usage(e.to_string())),
+    }
+}
+
+/// A snapshot as the user named it, for the report.
+pub(crate) fn revision(s: &Snapshot) -> Revision {
+    Revision {
+        rev: s.rev_label(),
+        commit: s.commit().map(|c| c.to_string()),
     }
 }

@@ -129,14 +129,14 @@ fn renamed_tests(
 }
 
 /// A test file's text on one side, and its outline.
-type Side = (String, SourceFile);
+type TestFile = (String, SourceFile);
 
 /// The lines the patch changed in what defines a test (its function, or what around it it
 /// reads), its base version `base_id` in `base`, its head version `head_id` in `head`; a renamed
 /// test's own name is no change.
 fn edited_lines(
-    base: &Side,
-    head: &Side,
+    base: &TestFile,
+    head: &TestFile,
     base_id: &str,
     head_id: &str,
 ) -> (Vec<String>, Vec<String>) {
@@ -165,7 +165,7 @@ pub(crate) fn report_of(
     base: &Snapshot,
     head: &Snapshot,
 ) -> SourceRead {
-    let side = |s: &Snapshot, id: &str| -> Side {
+    let side = |s: &Snapshot, id: &str| -> TestFile {
         let (file, _) = crate::testsrc::split_nodeid(id);
         let text = s
             .read_path(file)

@@ -96,8 +96,8 @@ pub(crate) fn resolve(asked: &Asked, base: &RemoteExecConfig) -> Result<Option<S
 impl Settings {
     /// The service as the audit's remote cache (never uploaded to: `--remote-upload` goes with
     /// `--remote-cache`).
-    pub(crate) fn as_cache(&self) -> crate::engine::store::RemoteSettings {
-        crate::engine::store::RemoteSettings {
+    pub(crate) fn as_cache(&self) -> crate::store::RemoteSettings {
+        crate::store::RemoteSettings {
             config: self.config(fixgate_cache::DEFAULT_REQUEST_TIMEOUT),
             required: false,
         }

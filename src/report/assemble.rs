@@ -3,24 +3,41 @@
 //! judges (the rules are in `crate::audit`) and nothing is read back out of a report.
 
 use crate::audit::base_check;
+use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::findings::{self, freeze_suggestions, test_introduced};
 use crate::audit::itemize::HeadCollection;
-use crate::audit::message;
 use crate::audit::order::OrderLabel;
-use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Side};
-use crate::audit::repro;
-use crate::audit::scope::{Full, Scope};
-use crate::audit::verdict::{self, Disposition, FindingKind, Verdict};
+use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Revision};
+use crate::audit::scope::{Full, ImpactScope};
+use crate::audit::verdict::{self, Disposition, Verdict};
+use crate::report::repro;
 use crate::report::{self, AuditReport, Column};
+use crate::report::{message, reasons};
 
-/// The report of one audit.
-pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
+/// What running the audit took and met.
+pub(crate) struct RunFacts {
+    /// pytest processes this audit started on this machine (cached and remote runs start
+    /// none).
+    pub(crate) pytest_processes: u32,
+    /// With `--remote-executor`: what the service ran where, what was uploaded.
+    pub(crate) remote: Option<crate::remote_exec::client::Summary>,
+    pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
+    pub(crate) containment: crate::contain::Mode,
+    pub(crate) duration_seconds: f64,
+    /// Problems that did not stop the audit, in the order met.
+    pub(crate) warnings: Vec<String>,
+    /// The audit's graph as it ran.
+    pub(crate) graph: fixgate_graph::Report,
+}
+
+/// The report of one audit: what it found, and what running it took.
+pub(crate) fn assemble(o: &AuditOutcome, run: &RunFacts) -> AuditReport {
     let verdict = o.decision.verdict;
     let mut report = AuditReport {
         schema: report::SCHEMA,
         verdict,
         exit_code: verdict.exit_code(),
-        reasons: o.decision.reasons.clone(),
+        reasons: o.decision.reasons.iter().map(ToString::to_string).collect(),
         base: o.base.clone(),
         head: o.head.clone(),
         seeds: o.seeds.clone(),
@@ -60,24 +77,22 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
             ..report::Freeze::default()
         },
         graph: report::GraphSummary {
-            remote_executed: o.run.remote.as_ref().map_or(0, |r| r.actions as usize),
-            ..graph_summary(&o.run.graph.nodes)
+            remote_executed: run.remote.as_ref().map_or(0, |r| r.actions as usize),
+            ..graph_summary(&run.graph.nodes)
         },
-        graph_dot: o.run.graph.to_dot(),
-        pytest_processes: o.run.pytest_processes,
-        remote_execution: o.run.remote.clone(),
-        forkserver: o.run.forkserver.clone(),
-        containment: Some(o.run.containment),
-        duration_seconds: o.run.duration_seconds,
-        warnings: o
-            .run
+        graph_dot: run.graph.to_dot(),
+        pytest_processes: run.pytest_processes,
+        remote_execution: run.remote.clone(),
+        forkserver: run.forkserver.clone(),
+        containment: Some(run.containment),
+        duration_seconds: run.duration_seconds,
+        warnings: run
             .warnings
             .iter()
             .cloned()
-            .chain(o.run.graph.warnings.iter().map(|w| format!("cache: {w}")))
+            .chain(run.graph.warnings.iter().map(|w| format!("cache: {w}")))
             .chain(
-                o.run
-                    .remote
+                run.remote
                     .iter()
                     .flat_map(|r| &r.retried)
                     .map(|r| format!("remote execution: tried again: {r}")),
@@ -106,17 +121,22 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
                 orders: share.orders.clone(),
                 executed: share.executed,
                 cached: share.cached,
-                pytest_processes: o.run.pytest_processes,
+                pytest_processes: run.pytest_processes,
                 uploaded: share.uploaded,
             });
         }
-        Reached::Judged(j) => judged(&mut report, j, &o.decision.dispositions, o.strict),
+        Reached::Judged(j) => add_judgment(&mut report, j, &o.decision.dispositions, o.strict),
     }
     report
 }
 
 /// The parts of the report only an audit that judged the tests has.
-fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], strict: bool) {
+fn add_judgment(
+    report: &mut AuditReport,
+    j: &Judgment,
+    dispositions: &[Disposition],
+    strict: bool,
+) {
     report.orders = j.orders.clone();
     report.scope = Some(scope(j));
     report.fixtures.coupled = j.coupled.clone();
@@ -141,7 +161,7 @@ fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], 
         }));
     report.base_suite = j.base_suite.as_ref().map(|b| report::BaseSuiteReport {
         whole: b.whole,
-        reasons: b.reasons.clone(),
+        reasons: reasons::spec_reasons(&b.reasons),
         ran: b.ran,
         tests: b
             .tests
@@ -209,7 +229,8 @@ fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], 
             search_runs: p.search.runs,
             found_by: p.found,
             verify_runs: p.verify_runs,
-            unexplained: (!p.search.outcome.explains()).then(|| p.search.outcome.describe()),
+            unexplained: (!p.search.outcome.explains())
+                .then(|| reasons::search_outcome(p.search.outcome)),
         })
         .collect();
     report.tests = j
@@ -249,12 +270,7 @@ fn judged(report: &mut AuditReport, j: &Judgment, dispositions: &[Disposition], 
     report.budget = budget_section(&j.budget);
 }
 
-fn finding(
-    f: &verdict::Finding,
-    d: Disposition,
-    j: &Judgment,
-    repro: Option<String>,
-) -> report::Finding {
+fn finding(f: &Finding, d: Disposition, j: &Judgment, repro: Option<String>) -> report::Finding {
     report::Finding {
         kind: f.kind,
         tests: vec![f.subject.clone()],
@@ -292,7 +308,7 @@ fn budget_section(b: &crate::audit::outcome::BudgetFacts) -> report::Budget {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
-        breaches: b.breaches.clone(),
+        breaches: b.breaches.iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -362,7 +378,7 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
         verdict: Verdict::Error,
         exit_code: e.exit_code(),
         reasons: vec![e.to_string()],
-        head: Side {
+        head: Revision {
             rev: head.to_string(),
             commit: None,
         },
@@ -401,7 +417,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
         .filter(|p| base_check::settled(p, &j.impact, |id| j.base_ids.contains(id)))
         .map(|p| p.victim.clone())
         .collect();
-    let collection = j.impact.head_collection.as_ref().map(|c| match c {
+    let collection = j.head_collection.as_ref().map(|c| match c {
         HeadCollection::Partial { modules, itemized } => report::CollectionReport {
             modules: *modules as u64,
             itemized: *itemized as u64,
@@ -417,7 +433,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
         }
     });
     match &j.impact.scope {
-        Scope::Full(why) => report::ScopeReport {
+        ImpactScope::Full(why) => report::ScopeReport {
             mode: match why {
                 Full::NotAsked => report::ScopeMode::Off,
                 _ => report::ScopeMode::Full,
@@ -432,7 +448,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             settled_on_base,
             collection,
         },
-        Scope::Scoped { run, writers, .. } => report::ScopeReport {
+        ImpactScope::Scoped { run, writers, .. } => report::ScopeReport {
             mode: report::ScopeMode::Scoped,
             reason: None,
             tests,

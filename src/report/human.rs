@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::{AuditReport, Column, Finding, ScopeMode, TestReport};
+use crate::audit::finding::FindingKind;
 use crate::audit::freeze::Entry;
 use crate::audit::triage::{Bucket, Signal};
-use crate::audit::verdict::{FindingKind, Verdict};
+use crate::audit::verdict::Verdict;
 
 /// Lines are wrapped to this width where the text allows it (node ids and commands are not cut).
 const WIDTH: usize = 100;
@@ -292,7 +293,7 @@ pub(crate) fn has_context(r: &AuditReport) -> bool {
 }
 
 fn context_line(r: &AuditReport) -> String {
-    let side = |s: &super::Side| match &s.commit {
+    let side = |s: &super::Revision| match &s.commit {
         Some(c) => format!(
             "{} ({})",
             clean(&s.rev),
@@ -685,7 +686,7 @@ pub(crate) mod tests {
     use crate::delta::Change;
     use crate::pytest::result::Outcome::{self, Failed, Passed, Skipped};
     use crate::report::{
-        Budget, ChangedFixture, Fixtures, Freeze, GraphSummary, PairReport, ReplayReport, Side,
+        Budget, ChangedFixture, Fixtures, Freeze, GraphSummary, PairReport, ReplayReport, Revision,
     };
 
     const ORDERS: [OrderLabel; 4] = [
@@ -735,11 +736,11 @@ pub(crate) mod tests {
                 format!("{parse} was redefined: it passes on head fixtures and fails on base ones"),
                 "the budget was breached: 1 new skip (limit 0)".into(),
             ],
-            base: Side {
+            base: Revision {
                 rev: "main".into(),
                 commit: Some("1a2b3c4d5e6f7a8b9c0d".into()),
             },
-            head: Side {
+            head: Revision {
                 rev: "worktree".into(),
                 commit: None,
             },

@@ -77,7 +77,7 @@ pub(crate) fn render(r: &AuditReport) -> String {
 }
 
 fn context(r: &AuditReport) -> String {
-    let side = |s: &super::Side| match &s.commit {
+    let side = |s: &super::Revision| match &s.commit {
         Some(c) => format!(
             "{} ({})",
             code(&s.rev),

@@ -1,5 +1,5 @@
 //! The file events of the watched directories: one non-recursive inotify watch per directory
-//! (through the `notify` crate), so that exactly the directories [`Scope`] admits are watched,
+//! (through the `notify` crate), so that exactly the directories [`WatchScope`] admits are watched,
 //! and the kernel's limits turned into messages that say which sysctl to raise.
 
 use std::collections::BTreeSet;
@@ -9,7 +9,7 @@ use notify::{RecursiveMode, Watcher};
 
 use crate::error::{Error, Result};
 use crate::repo_path::RepoPath;
-use crate::watch::scope::Scope;
+use crate::watch::scope::WatchScope;
 
 /// What the event thread delivers.
 pub(crate) type FsEvent = notify::Result<notify::Event>;
@@ -34,7 +34,7 @@ impl FsWatch {
 
     /// Watches `dirs` (repo-relative) of `scope`. A directory gone in between is skipped; the
     /// watch limit is an error that says how to raise it.
-    pub(crate) fn add(&mut self, scope: &Scope, dirs: Vec<Vec<u8>>) -> Result<()> {
+    pub(crate) fn add(&mut self, scope: &WatchScope, dirs: Vec<Vec<u8>>) -> Result<()> {
         for dir in dirs {
             if self.watched.contains(&dir) {
                 continue;
@@ -61,7 +61,7 @@ impl FsWatch {
 
     /// Drops the watches at and under `dir`, a directory that was removed, moved away or left
     /// the scope (the kernel drops a removed directory's watch by itself; the rest are ours).
-    pub(crate) fn remove_under(&mut self, scope: &Scope, dir: &[u8]) {
+    pub(crate) fn remove_under(&mut self, scope: &WatchScope, dir: &[u8]) {
         let mut prefix = dir.to_vec();
         prefix.push(b'/');
         let gone: Vec<Vec<u8>> = self

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::repo_path::RepoPath;
 
 /// The repository's watched tree, as the index and the ignore rules say now.
-pub(crate) struct Scope {
+pub(crate) struct WatchScope {
     root: PathBuf,
     git: Option<Repository>,
     /// The index's files, the directories above them, its submodules.
@@ -37,11 +37,11 @@ pub(crate) enum Membership {
     Out,
 }
 
-impl Scope {
+impl WatchScope {
     /// Reads the index of the repository at `root` (none: a plain folder, every directory but
     /// the excluded ones is in). Of `own`, only folders inside the root matter: the temporary
     /// directory above a repository in /tmp leaves the repository watched.
-    pub(crate) fn new(root: &Path, own: Vec<PathBuf>) -> Result<Scope> {
+    pub(crate) fn new(root: &Path, own: Vec<PathBuf>) -> Result<WatchScope> {
         let own = own
             .into_iter()
             .filter(|o| o.starts_with(root) && o != root)
@@ -51,7 +51,7 @@ impl Scope {
                 .and_then(|w| w.canonicalize().ok())
                 .is_some_and(|w| w == root)
         });
-        let mut scope = Scope {
+        let mut scope = WatchScope {
             root: root.to_path_buf(),
             git: None,
             index: crate::git_index::Tracked::default(),
@@ -207,7 +207,7 @@ mod tests {
         git(&root, &["init", "-q"]);
         git(&root, &["add", ".gitignore", "src"]);
         git(&root, &["add", "-f", "build/keep/tracked.txt"]);
-        let scope = Scope::new(&root, vec![root.join("cache")]).unwrap();
+        let scope = WatchScope::new(&root, vec![root.join("cache")]).unwrap();
         let mut dirs: Vec<String> = scope
             .directories_under(b"")
             .into_iter()
@@ -249,7 +249,7 @@ mod tests {
         std::fs::write(root.join("tests/test_a.py"), "").unwrap();
         git(&root, &["init", "-q"]);
         let above = root.parent().unwrap().to_path_buf();
-        let scope = Scope::new(&root, vec![above]).unwrap();
+        let scope = WatchScope::new(&root, vec![above]).unwrap();
         assert_eq!(scope.directories_under(b"").len(), 2);
         assert_eq!(
             scope.file(&RepoPath::from("tests/test_a.py")),

@@ -352,7 +352,7 @@ fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::verdict::FindingKind;
+    use crate::audit::finding::FindingKind;
 
     fn finding(kind: FindingKind, test: &str) -> Finding {
         Finding {

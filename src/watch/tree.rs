@@ -18,10 +18,10 @@ use crate::snapshot::{Entry, EntryKind, Repo, Snapshot};
 use crate::statcache::StatCache;
 use crate::watch::frozen::Frozen;
 use crate::watch::inotify::{FsEvent, FsWatch};
-use crate::watch::scope::{Membership, Scope};
+use crate::watch::scope::{Membership, WatchScope};
 
 pub(crate) struct Tree {
-    scope: Scope,
+    scope: WatchScope,
     fs: FsWatch,
     /// The live tree's files as the events say; for paths not in `dirty`, also the copy's.
     hashes: TreeHashes,
@@ -53,7 +53,7 @@ impl Tree {
         temp_dir: &std::path::Path,
         events: impl FnMut(FsEvent) + Send + 'static,
     ) -> Result<Tree> {
-        let scope = Scope::new(&root, own.clone())?;
+        let scope = WatchScope::new(&root, own.clone())?;
         let mut fs = FsWatch::new(events)?;
         // Watches first: a change made while the tree is copied is then not missed.
         fs.add(&scope, scope.directories_under(b""))?;
@@ -235,7 +235,7 @@ impl Tree {
     /// Reads the index and the ignore rules again, watches what is now in and drops what is
     /// now out, and hashes the live tree again.
     pub(crate) fn rescan(&mut self) -> Result<Changes> {
-        self.scope = Scope::new(self.scope.root(), self.own.clone())?;
+        self.scope = WatchScope::new(self.scope.root(), self.own.clone())?;
         let dirs = self.scope.directories_under(b"");
         let keep: std::collections::HashSet<&[u8]> = dirs.iter().map(Vec::as_slice).collect();
         for old in self.fs.watched_dirs() {

@@ -3,17 +3,17 @@
 
 use crate::audit::bisect::PairKind;
 use crate::audit::collection::Broken;
+use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::findings;
 use crate::audit::hidden::{AtHead, Replayed};
 use crate::audit::outcome::{Judgment, Nondeterminism};
 use crate::audit::pair::Pair;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Signal;
-use crate::audit::verdict::{self, FindingKind};
-use crate::pytest::events::StateChange;
+use crate::report::reasons;
 
 /// The message of a finding the verdict weighed (or of an `edited-assertion`).
-pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
+pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
     let (triaged, pairs, replay, new_skips, outside, source_replay) = (
         &j.triaged,
         &j.pairs,
@@ -44,11 +44,11 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             )
         }
         kind if replayed.is_some() && kind.is_hidden() => {
-            let reasons = j.base_suite.as_ref().map(|b| b.reasons.as_slice());
+            let spec = j.base_suite.as_ref().map(|b| b.reasons.as_slice());
             hidden(
                 kind,
                 replayed.expect("matched"),
-                reasons.unwrap_or_default(),
+                &reasons::spec_reasons(spec.unwrap_or_default()),
             )
         }
         FindingKind::OrderDependent => match pairs.iter().find(|p| &p.victim == id) {
@@ -63,7 +63,7 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
             ),
             Some(p) => format!(
                 "{id}'s outcome follows the order; {}",
-                p.search.outcome.describe()
+                reasons::search_outcome(p.search.outcome)
             ),
             None => format!("{id}'s outcome follows the order"),
         },
@@ -138,7 +138,7 @@ pub(crate) fn finding_message(f: &verdict::Finding, j: &Judgment) -> String {
                 .into_iter()
                 .flat_map(|t| &t.signals)
                 .filter_map(|s| match s {
-                    Signal::LeaksState(change) => Some(describe_leak(change)),
+                    Signal::LeaksState(change) => Some(reasons::describe_leak(change)),
                     _ => None,
                 })
                 .collect();
@@ -285,32 +285,6 @@ fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String 
              {lines}; every equality assertion on it passes, which the base's tests cannot see: \
              review it"
         ),
-    }
-}
-
-/// One change of shared state, as a finding names it.
-pub(crate) fn describe_leak(change: &StateChange) -> String {
-    match change {
-        StateChange::Env(name) => format!("the environment variable {name}"),
-        StateChange::Cwd => "the working directory".into(),
-        StateChange::SysPath => "sys.path".into(),
-        StateChange::SysModules(name) => format!("the module {name} in sys.modules"),
-        StateChange::Global { path, name } => format!("the module global {name} of {path}"),
-        StateChange::Cache { home, function, .. } => {
-            format!("the lru_cache of {function} in {home}")
-        }
-        StateChange::Outside { module, name } => {
-            format!("{module}.{name} (a global outside the repository)")
-        }
-        StateChange::Setting(name) => format!("the process setting {name}"),
-        StateChange::Threads(n) => match n {
-            1 => "a thread left running".into(),
-            n => format!("{n} threads left running"),
-        },
-        StateChange::Extension(path) => {
-            format!("the C extension {path}, whose state fixgate cannot see")
-        }
-        StateChange::Other(text) => text.clone(),
     }
 }
 

@@ -1,10 +1,10 @@
 //! The one-line commands that reproduce a finding, quoted for a POSIX shell.
 
 use crate::audit::bisect::PairKind;
+use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::hidden::{BaseSuiteRead, Replayed};
 use crate::audit::outcome::Judgment;
 use crate::audit::pair::Pair;
-use crate::audit::verdict::{Finding, FindingKind};
 
 /// The command that reproduces a finding, when there is one: a non-idempotent test's run twice
 /// in a row; a hidden failure's base test file on the head's code; a test a hook made look green

@@ -1,0 +1,265 @@
+//! A step of the audit: every node of its graph is one. A step is its kind, its typed input (the
+//! step's own fields), the key written from that input, and its typed output with the one
+//! encoding its dependents decode it from.
+//!
+//! The key is written by destructuring the input, every field named (`let Triage { evidence } =
+//! self;`, never `..`): a field added to a step does not compile until its `key` writes it or
+//! says why it need not (a handle the output does not depend on, a value its input nodes'
+//! digests already carry). The graph hashes the kind, fixgate's version, what `key` wrote and
+//! the output digests of the step's input nodes (`fixgate_graph::Derivation`).
+//!
+//! Every node is made by [`Engine::add`] (through [`node`]): what every step's key holds besides
+//! its own input (the kind's [`NodeKind::version`] today; the project of a repository of several
+//! pytest projects tomorrow) is written there once.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use fixgate_cache::{Dep, Digest};
+use fixgate_graph::{Node, NodeError, NodeId, Output, Param};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::engine::kind::NodeKind;
+use crate::engine::runs::{node_bug, Engine};
+use crate::error::{Error, Result};
+
+/// A node of the audit's graph.
+pub(crate) trait Step: Send + Sync + Sized + 'static {
+    /// What its dependents read.
+    type Output: Serialize + DeserializeOwned;
+
+    /// How the output is encoded (part of no key: a change of it is a [`NodeKind::version`]).
+    const ENCODING: Encoding = Encoding::Json;
+
+    /// The node's kind.
+    fn kind(&self) -> NodeKind;
+
+    /// The node's label: stable across audits, unique in one (`manifest(base)`).
+    fn label(&self) -> String;
+
+    /// Writes the key: every field of the step, destructured.
+    fn key(&self, key: &mut Key);
+
+    /// Computes the output from the outputs of the step's input nodes, in edge order.
+    fn compute(&self, inputs: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError>;
+
+    /// The output back from its bytes (a cached one, or a dependency's input).
+    fn decode(bytes: &[u8]) -> std::result::Result<Self::Output, NodeError> {
+        Self::ENCODING.decode(bytes)
+    }
+}
+
+/// How a step's output is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// JSON: small outputs, readable in the cache.
+    Json,
+    /// postcard: the large ones (a run of 20,000 tests, the matrix), decoded many times.
+    Postcard,
+}
+
+impl Encoding {
+    pub(crate) fn encode<T: Serialize>(self, value: &T) -> std::result::Result<Vec<u8>, NodeError> {
+        match self {
+            Encoding::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
+            Encoding::Postcard => postcard::to_allocvec(value).map_err(|e| e.to_string()),
+        }
+        .map_err(|e| node_bug(format!("an output does not encode: {e}")))
+    }
+
+    pub(crate) fn decode<T: DeserializeOwned>(
+        self,
+        bytes: &[u8],
+    ) -> std::result::Result<T, NodeError> {
+        match self {
+            Encoding::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+            Encoding::Postcard => postcard::from_bytes(bytes).map_err(|e| e.to_string()),
+        }
+        .map_err(|e| node_bug(format!("an output does not decode: {e}")))
+    }
+}
+
+/// What a step computed, and for a traced step the files it read while it ran.
+pub(crate) struct Computed<T> {
+    pub(crate) output: T,
+    pub(crate) reads: Vec<Dep>,
+}
+
+impl<T> Computed<T> {
+    /// An output with no discovered dependencies.
+    pub(crate) fn new(output: T) -> Computed<T> {
+        Computed {
+            output,
+            reads: Vec::new(),
+        }
+    }
+
+    /// Adds the dependencies the step discovered while it ran.
+    pub(crate) fn reading(mut self, reads: Vec<Dep>) -> Computed<T> {
+        self.reads = reads;
+        self
+    }
+}
+
+/// What a step's key holds besides its input nodes' digests: named parameters, the files it
+/// reads known up front, and how its result is found again.
+#[derive(Default)]
+pub(crate) struct Key {
+    params: Vec<(&'static str, Param)>,
+    files: Vec<(String, Digest)>,
+    probe: Option<Box<fixgate_graph::Probe>>,
+}
+
+impl Key {
+    /// A parameter.
+    pub(crate) fn param(&mut self, name: &'static str, value: impl Into<Param>) -> &mut Key {
+        self.params.push((name, value.into()));
+        self
+    }
+
+    /// A file the step reads, known before it runs, with its digest.
+    pub(crate) fn file(&mut self, path: String, digest: Digest) -> &mut Key {
+        self.files.push((path, digest));
+        self
+    }
+
+    /// The step discovers what it depends on while it runs (a pytest process): its result is
+    /// found again through verifying traces, each dependency's digest asked of `probe`.
+    pub(crate) fn traced(
+        &mut self,
+        probe: impl Fn(&str) -> Option<Digest> + Send + Sync + 'static,
+    ) -> &mut Key {
+        self.probe = Some(Box::new(probe));
+        self
+    }
+}
+
+/// The graph node of a step: its key written, its computation encoding what the step computes.
+pub(crate) fn node<S: Step>(step: S) -> Node {
+    let kind = step.kind();
+    let mut key = Key::default();
+    step.key(&mut key);
+    // Version 1 is every key written before versions were counted, and stays as it was.
+    if kind.version() > 1 {
+        key.param("version", kind.version().to_string());
+    }
+    let label = step.label();
+    let step = Arc::new(step);
+    let mut node = Node::new(label, kind.as_str(), move |inputs| {
+        let computed = step.compute(inputs)?;
+        Ok(Output::new(S::ENCODING.encode(&computed.output)?).with_reads(computed.reads))
+    });
+    let Key {
+        params,
+        files,
+        probe,
+    } = key;
+    for (name, value) in params {
+        node = node.param(name, value);
+    }
+    for (path, digest) in files {
+        node = node.file(path, digest);
+    }
+    match probe {
+        Some(probe) => node.traced(probe),
+        None => node,
+    }
+}
+
+/// A step added to the audit's graph: its node, typed by what it outputs.
+pub(crate) struct Added<S> {
+    pub(crate) id: NodeId,
+    step: PhantomData<fn() -> S>,
+}
+
+impl<S> Clone for Added<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for Added<S> {}
+
+impl<S: Step> Added<S> {
+    pub(crate) fn new(id: NodeId) -> Added<S> {
+        Added {
+            id,
+            step: PhantomData,
+        }
+    }
+}
+
+impl Engine<'_, '_> {
+    /// Adds `step`, computed from the outputs of `inputs` (in this order) and started after
+    /// `after` too: it starts as soon as they have finished.
+    pub(crate) fn add<S: Step>(
+        &self,
+        step: S,
+        inputs: &[NodeId],
+        after: &[NodeId],
+    ) -> Result<Added<S>> {
+        self.live
+            .add_after(node(step), inputs, after)
+            .map(Added::new)
+            .map_err(|e| Error::bug(e.to_string()))
+    }
+
+    /// Waits for a step's output; a step that failed is an infrastructure error naming it.
+    pub(crate) fn output<S: Step>(&self, added: Added<S>) -> Result<S::Output> {
+        let bytes = self.bytes(added.id)?;
+        S::decode(&bytes).map_err(|e| {
+            Error::bug(format!(
+                "the output of {} does not decode: {e}",
+                self.live.label(added.id)
+            ))
+        })
+    }
+
+    /// Adds `step` and waits for its output.
+    pub(crate) fn run_step<S: Step>(
+        &self,
+        step: S,
+        inputs: &[NodeId],
+        after: &[NodeId],
+    ) -> Result<(Added<S>, S::Output)> {
+        let added = self.add(step, inputs, after)?;
+        Ok((added, self.output(added)?))
+    }
+
+    /// The cached output `step` would have with `inputs`, without adding or computing it
+    /// ([`fixgate_graph::Live::lookup`]).
+    pub(crate) fn lookup<S: Step>(&self, step: S, inputs: &[NodeId]) -> Option<S::Output> {
+        let bytes = self.live.lookup(&node(step), inputs)?;
+        S::decode(&bytes).ok()
+    }
+
+    /// Waits for a node's output bytes; a node that failed is an infrastructure error naming
+    /// it, and a cancelled audit is [`Error::Interrupted`].
+    pub(crate) fn bytes(&self, id: NodeId) -> Result<Arc<[u8]>> {
+        let out = self.live.wait(id);
+        if self.interrupted() {
+            return Err(Error::Interrupted);
+        }
+        out.into_result()
+            .map_err(|why| Error::Infra(format!("{} failed: {why}", self.live.label(id))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_encoding_reads_back_what_it_writes_and_refuses_what_it_did_not() {
+        let value = vec![("a".to_string(), 1u32), ("b".to_string(), 2)];
+        for encoding in [Encoding::Json, Encoding::Postcard] {
+            let bytes = encoding.encode(&value).unwrap();
+            let back: Vec<(String, u32)> = encoding.decode(&bytes).unwrap();
+            assert_eq!(back, value);
+            let cut: std::result::Result<Vec<(String, u32)>, _> =
+                encoding.decode(&bytes[..bytes.len() - 1]);
+            assert!(cut.is_err(), "{encoding:?}");
+        }
+    }
+}
