@@ -77,6 +77,30 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
+    /// What an audit used: its wall `seconds`, the `tests` it ran and those `frozen`, the new
+    /// skips of the patch, and the reruns the suite's own plugins gave each test (`evidence`).
+    pub(crate) fn of(
+        seconds: f64,
+        tests: u64,
+        frozen: u64,
+        new_skips: Vec<NewSkip>,
+        evidence: &BTreeMap<String, Evidence>,
+    ) -> Usage {
+        Usage {
+            seconds,
+            tests,
+            frozen,
+            new_skips,
+            reruns: (evidence.iter())
+                .filter(|(_, e)| e.reruns > 0)
+                .map(|(id, e)| Rerun {
+                    nodeid: id.clone(),
+                    count: e.reruns,
+                })
+                .collect(),
+        }
+    }
+
     pub(crate) fn rerun_total(&self) -> u64 {
         self.reruns.iter().map(|r| u64::from(r.count)).sum()
     }

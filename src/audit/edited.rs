@@ -1,13 +1,27 @@
-//! What the patch touched among the tests: the tests whose source it edited, the tests coupled
-//! to the fixture delta through their traced reads, and the files outside every declared group
-//! that those reads make part of the delta.
+//! What the patch touched among the tests: the tests whose source it edited (the rule), and
+//! everything the patch did besides the fixtures ([`Patch`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
-use crate::delta::Delta;
-use crate::pytest::result::RunResult;
+use crate::audit::budget::NewSkip;
+use crate::audit::source_tamper::Suspect;
 use crate::snapshot::Snapshot;
 use crate::testsrc::SourceFile;
+
+/// What the patch did to the tests and the code, besides the fixtures.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Patch {
+    /// The tests the patch edited or added (head node ids).
+    pub(crate) edited: BTreeSet<String>,
+    /// The base's tests.
+    pub(crate) base_ids: BTreeSet<String>,
+    pub(crate) new_skips: Vec<NewSkip>,
+    /// The source-side moves the head's code may make (`audit::source_tamper`).
+    pub(crate) source_tamper: Vec<Suspect>,
+    /// Whether any `conftest.py` differs between the snapshots: what was written outside the
+    /// sandbox outside any test is the patch's then.
+    pub(crate) conftests_changed: bool,
+}
 
 /// The tests the patch edited: a new test, or one whose
 /// [`Definition`](crate::testsrc::Definition) differs between the two
@@ -57,55 +71,3 @@ pub(crate) fn edited_tests(
 
 /// A test file's outline on each side (`None`: the side has no such file).
 type Sides = (Option<SourceFile>, Option<SourceFile>);
-
-/// Tests whose traced reads in the file-order run touch a file of the delta.
-pub(crate) fn coupled_tests(run: &RunResult, delta: &Delta) -> Vec<String> {
-    let changed: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
-    run.tests
-        .iter()
-        .filter(|t| {
-            t.trace
-                .read
-                .iter()
-                .chain(&t.trace.sqlite)
-                .chain(&t.trace.list)
-                .any(|p| changed.contains(p))
-        })
-        .map(|t| t.nodeid.clone())
-        .collect()
-}
-
-/// The files the tests of `run` read (opened, or connected to with SQLite) that are in no
-/// declared group: candidates for the delta, which the patch may have changed. Coupling follows
-/// the trace: a test's expected data is its answer key wherever it lives. Source files are not
-/// (a module a test imports is code under test, not data: `.py` and compiled modules, and
-/// whatever any test or the session imported), nor the configuration and conftests pytest reads
-/// before any test (the base-suite replay's).
-pub(crate) fn traced_reads(run: &RunResult, delta: &Delta) -> Vec<String> {
-    let in_delta: HashSet<String> = delta.changed.iter().map(|c| c.path.to_string()).collect();
-    let imported: HashSet<&str> = run
-        .tests
-        .iter()
-        .flat_map(|t| &t.trace.import)
-        .chain(&run.session_trace.import)
-        .map(String::as_str)
-        .collect();
-    let source = |p: &str| {
-        [".py", ".pyc", ".pyi", ".pyd", ".so"]
-            .iter()
-            .any(|ext| p.ends_with(ext))
-            || imported.contains(p)
-            || {
-                let name = p.rsplit('/').next().unwrap_or(p);
-                name == "conftest.py" || crate::pytest::ini::FILES.contains(&name)
-            }
-    };
-    let read: std::collections::BTreeSet<&str> = run
-        .tests
-        .iter()
-        .flat_map(|t| t.trace.read.iter().chain(&t.trace.sqlite))
-        .map(String::as_str)
-        .filter(|p| !p.is_empty() && !in_delta.contains(*p) && !source(p))
-        .collect();
-    read.into_iter().map(str::to_string).collect()
-}

@@ -126,6 +126,12 @@ impl FindingKind {
         FindingKind::LeaksState,
     ];
 
+    /// Its place among the kinds (declaration order, [`FindingKind::ALL`]'s): one number per
+    /// kind, where the report's names are not (`deleted-test` is two kinds).
+    pub(crate) fn ordinal(self) -> u32 {
+        self as u32
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             FindingKind::OrderDependent => "order-dependent",
@@ -274,4 +280,21 @@ pub(crate) struct Finding {
     pub(crate) introduced: bool,
     /// The patch edited a test of the finding (either test of a pair).
     pub(crate) edited_by_patch: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_at_its_own_place() {
+        for (i, kind) in FindingKind::ALL.iter().enumerate() {
+            assert_eq!(kind.ordinal() as usize, i, "{kind:?}");
+        }
+        assert_eq!(
+            FindingKind::LeaksState.ordinal() as usize,
+            FindingKind::ALL.len() - 1,
+            "the last kind declared is the last listed"
+        );
+    }
 }

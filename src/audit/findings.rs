@@ -7,16 +7,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use crate::audit::budget::NewSkip;
 use crate::audit::collection::Broken;
+use crate::audit::edited::Patch;
 use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::freeze::{self, Date, Entry};
-use crate::audit::hidden::{self, Altered, BaseSuiteRead};
+use crate::audit::gates::Gates;
+use crate::audit::hidden::{self, SpecReplay};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
-use crate::audit::replay::ReplayRead;
+use crate::audit::replay::FixtureReplay;
 use crate::audit::scope::Impact;
-use crate::audit::source_replay::SourceRead;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
 use crate::audit::verdict::Disposition;
@@ -28,24 +28,34 @@ pub(crate) type PreExisting = BTreeSet<(FindingKind, String)>;
 pub(crate) struct Facts<'a> {
     pub(crate) triaged: &'a BTreeMap<String, Triage>,
     pub(crate) pre_existing: &'a PreExisting,
-    pub(crate) edited: &'a BTreeSet<String>,
+    pub(crate) patch: &'a Patch,
     pub(crate) outside: &'a OutsideWrites,
-    /// Whether any `conftest.py` differs between the snapshots: what was written outside the
-    /// sandbox outside any test is the patch's then.
-    pub(crate) session_code_changed: bool,
-    pub(crate) source_replay: &'a [SourceRead],
-    pub(crate) replay: &'a [ReplayRead],
-    /// The base-suite replay, when it ran, and the tests a hook made look green.
-    pub(crate) base_suite: Option<&'a BaseSuiteRead>,
-    pub(crate) altered: &'a [Altered],
-    /// Whether the patch changed what every test runs under (a conftest, the pytest
-    /// configuration or plugins, a `pytest_*` hook).
-    pub(crate) spec_session_changed: bool,
-    pub(crate) new_skips: &'a [NewSkip],
-    pub(crate) freeze_added: &'a [String],
-    pub(crate) lock_changed: &'a [String],
-    /// The source-side moves the head's code may make (warnings).
-    pub(crate) source_tamper: &'a [Suspect],
+    pub(crate) fixtures: &'a FixtureReplay,
+    pub(crate) spec: &'a SpecReplay,
+    /// What the patch did to the freeze ledger and the lock.
+    pub(crate) gates: &'a Gates,
+}
+
+impl<'a> Facts<'a> {
+    pub(crate) fn new(
+        triaged: &'a BTreeMap<String, Triage>,
+        pre_existing: &'a PreExisting,
+        patch: &'a Patch,
+        outside: &'a OutsideWrites,
+        fixtures: &'a FixtureReplay,
+        spec: &'a SpecReplay,
+        gates: &'a Gates,
+    ) -> Facts<'a> {
+        Facts {
+            triaged,
+            pre_existing,
+            patch,
+            outside,
+            fixtures,
+            spec,
+            gates,
+        }
+    }
 }
 
 /// The findings the verdict weighs, in the report's order: each test's (from its triage), the
@@ -59,7 +69,7 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
                 kind,
                 subject: id.clone(),
                 introduced: !f.pre_existing.contains(&(kind, id.clone())),
-                edited_by_patch: f.edited.contains(id),
+                edited_by_patch: f.patch.edited.contains(id),
             });
         }
     }
@@ -70,27 +80,24 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
             f.pre_existing
                 .contains(&(FindingKind::OutsideWrite, id.to_string()))
         },
-        f.session_code_changed,
+        f.patch.conftests_changed,
     );
     for (subject, introduced) in outside {
         out.push(Finding {
             kind: FindingKind::OutsideWrite,
-            edited_by_patch: f.edited.contains(&subject),
+            edited_by_patch: f.patch.edited.contains(&subject),
             subject,
             introduced,
         });
     }
     // A replay's reading is a finding of its own: the test-source replay's about a test the
     // patch edited, the fixture replay's about a test coupled to the fixtures it changed.
-    let replays = f
-        .source_replay
-        .iter()
+    let replays = (f.spec.source_replay.iter())
         .map(|r| (r.reading.finding(), &r.nodeid, true))
-        .chain(
-            f.replay
-                .iter()
-                .map(|r| (r.reading.finding(), &r.nodeid, f.edited.contains(&r.nodeid))),
-        );
+        .chain(f.fixtures.replay.iter().map(|r| {
+            let edited = f.patch.edited.contains(&r.nodeid);
+            (r.reading.finding(), &r.nodeid, edited)
+        }));
     for (kind, nodeid, edited_by_patch) in replays {
         if let Some(kind) = kind {
             out.push(Finding {
@@ -103,32 +110,22 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
     }
     // What the base's suite, replayed on the head's code, says the patch hid.
     out.extend(hidden::findings(
-        f.base_suite,
-        f.altered,
-        f.spec_session_changed,
-        f.edited,
+        f.spec.base_suite.as_ref(),
+        &f.spec.altered,
+        f.spec.session_changed,
+        &f.patch.edited,
     ));
-    let patch = f
-        .new_skips
-        .iter()
-        .map(|s| {
-            (
-                FindingKind::NewSkip,
-                s.nodeid.clone(),
-                f.edited.contains(&s.nodeid),
-            )
-        })
+    let edited = |id: &String| f.patch.edited.contains(id);
+    let patch = (f.patch.new_skips.iter())
+        .map(|s| (FindingKind::NewSkip, s.nodeid.clone(), edited(&s.nodeid)))
         .chain(
-            f.freeze_added
-                .iter()
-                .map(|n| (FindingKind::FreezeAdded, n.clone(), false)),
+            (f.gates.added_by_patch.iter()).map(|n| (FindingKind::FreezeAdded, n.clone(), false)),
         )
         .chain(
-            f.lock_changed
-                .iter()
+            (f.gates.lock.changed_pins.iter())
                 .map(|p| (FindingKind::LockChanged, p.clone(), false)),
         )
-        .chain(source_tamper(f.source_tamper).map(|(k, p)| (k, p, false)));
+        .chain(source_tamper(&f.patch.source_tamper).map(|(k, p)| (k, p, false)));
     for (kind, subject, edited_by_patch) in patch {
         out.push(Finding {
             kind,

@@ -270,6 +270,20 @@ pub(crate) struct Altered {
     pub(crate) message: Option<String>,
 }
 
+/// What the base-suite replay and the test-source replay read from its runs found, with the
+/// tests a hook made look green.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SpecReplay {
+    /// The base-suite replay, when the patch touched what the base's tests are made of.
+    pub(crate) base_suite: Option<BaseSuiteRead>,
+    /// The edited tests run with the base's version of their test code.
+    pub(crate) source_replay: Vec<crate::audit::source_replay::SourceRead>,
+    pub(crate) altered: Vec<Altered>,
+    /// Whether the patch changed what every test runs under (a conftest, the pytest
+    /// configuration or plugins, a `pytest_*` hook).
+    pub(crate) session_changed: bool,
+}
+
 /// What the base-suite replay found.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct BaseSuiteRead {

@@ -51,9 +51,9 @@ pub(crate) const COLLECTION_HOOKS: &[&str] = &[
 pub(crate) enum Whole {
     /// The base's recording does not scope the head's runs: why the shuffled orders run in
     /// full.
-    NotScoped(crate::audit::scope::Full),
+    NotScoped(Box<crate::audit::scope::Full>),
     /// The base's recorded runs cannot be read.
-    BaseRuns(crate::audit::scope::WholeWhy),
+    BaseRuns(Box<crate::audit::scope::WholeWhy>),
     /// A Python file changed at module level, or was added or removed.
     ModuleLevel(String),
     /// A file was added or removed in a directory the base's collection listed (a

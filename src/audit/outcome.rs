@@ -1,26 +1,25 @@
 //! What one audit found, as typed values: the phases' results and the verdict, everything the
 //! report is assembled from (`report::assemble`) and nothing the report says in words.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use crate::audit::budget::{Breach, Limits, NewSkip, Usage};
+use crate::audit::budget::{Breach, Limits, Usage};
 use crate::audit::collection::Broken;
+use crate::audit::edited::Patch;
 use crate::audit::finding::Finding;
 use crate::audit::findings::PreExisting;
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
-use crate::audit::hidden::{Altered, BaseSuiteRead};
+use crate::audit::hidden::SpecReplay;
+use crate::audit::itemize::HeadCollection;
 use crate::audit::nio::Twice;
 use crate::audit::order::OrderLabel;
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
-use crate::audit::replay::ReplayRead;
+use crate::audit::replay::FixtureReplay;
 use crate::audit::scope::Impact;
-use crate::audit::source_replay::SourceRead;
-use crate::audit::source_tamper::Suspect;
 use crate::audit::triage::{Evidence, Triage};
 use crate::audit::verdict::Decision;
-use crate::delta::ChangedFile;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::Outcome;
 
@@ -88,8 +87,9 @@ pub(crate) struct BudgetFacts {
     pub(crate) proof_runs: u64,
 }
 
-/// What every phase after collection found.
-pub(crate) struct Judgment {
+/// What the matrix ran: its orders over the selection, what the patch affects, and how the
+/// head's collection was made.
+pub(crate) struct Ran {
     /// Every order in run order (the nio order last, when it ran).
     pub(crate) orders: Vec<OrderLabel>,
     /// The tests the matrix ran (the head's, less the frozen ones), in collection order.
@@ -98,34 +98,33 @@ pub(crate) struct Judgment {
     /// ran all of it).
     pub(crate) impact: Impact,
     /// How a scoped head's collection was made (`None`: every item, unasked).
-    pub(crate) head_collection: Option<crate::audit::itemize::HeadCollection>,
+    pub(crate) head_collection: Option<HeadCollection>,
+}
+
+/// Every test's evidence across the orders, and what triage made of it.
+pub(crate) struct Tested {
     pub(crate) evidence: BTreeMap<String, Evidence>,
     pub(crate) triaged: BTreeMap<String, Triage>,
     /// Each test's message in the first order where it was not green.
     pub(crate) red_messages: BTreeMap<String, String>,
     /// With the nio order: each test's two runs there.
     pub(crate) twice: Option<BTreeMap<String, Twice>>,
-    pub(crate) pairs: Vec<Pair>,
-    pub(crate) pre_existing: PreExisting,
-    /// The tests the patch edited, and the base's tests.
-    pub(crate) edited: BTreeSet<String>,
-    pub(crate) base_ids: BTreeSet<String>,
-    pub(crate) outside: OutsideWrites,
-    pub(crate) coupled: Vec<String>,
-    pub(crate) replay: Vec<ReplayRead>,
-    pub(crate) source_replay: Vec<SourceRead>,
-    /// The base-suite replay, when the patch touched the tests; the tests a hook made look
-    /// green.
-    pub(crate) base_suite: Option<BaseSuiteRead>,
-    pub(crate) altered: Vec<Altered>,
-    /// The files in no fixture group that coupling found through the trace (the patch changed
-    /// them, a test read them).
-    pub(crate) traced: Vec<ChangedFile>,
-    pub(crate) new_skips: Vec<NewSkip>,
-    /// The source-side moves the head's code may make (`audit::source_tamper`).
-    pub(crate) source_tamper: Vec<Suspect>,
     /// With `--check`: what the fresh runs did not repeat.
     pub(crate) nondeterministic: Vec<Nondeterminism>,
+}
+
+/// What every phase after collection found, each phase's part as it handed it on.
+pub(crate) struct Judgment {
+    pub(crate) ran: Ran,
+    pub(crate) tests: Tested,
+    /// The polluter search's pairs.
+    pub(crate) pairs: Vec<Pair>,
+    /// The findings the base showed too.
+    pub(crate) pre_existing: PreExisting,
+    pub(crate) patch: Patch,
+    pub(crate) fixtures: FixtureReplay,
+    pub(crate) spec: SpecReplay,
+    pub(crate) outside: OutsideWrites,
     /// The findings the verdict weighed, in the order of its dispositions.
     pub(crate) findings: Vec<Finding>,
     pub(crate) budget: BudgetFacts,

@@ -1,7 +1,18 @@
 //! The fixture decision table: how a coupled test's replay on the base's fixture bytes reads.
 
 use crate::audit::finding::FindingKind;
+use crate::delta::ChangedFile;
 use crate::pytest::result::Outcome;
+
+/// What the fixture replay found: the tests coupled to the delta, how each replayed test reads,
+/// and the files in no fixture group that coupling found through the trace (the patch changed
+/// them, a test read them).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FixtureReplay {
+    pub(crate) coupled: Vec<String>,
+    pub(crate) replay: Vec<ReplayRead>,
+    pub(crate) traced: Vec<ChangedFile>,
+}
 
 /// One coupled test replayed on head code with the base's fixture bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::testsrc::tokens::{self, Kind, Token};
 
 /// One source-side move the patch may have made: a line of a module of the code.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Suspect {
     /// The module of the code (no test file) that the head added or changed.
     pub(crate) path: String,
@@ -26,7 +26,7 @@ pub(crate) struct Suspect {
     pub(crate) how: Move,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Move {
     /// A condition on `literal` (as the source writes it), which `test_file` holds too.
     SpecialCase { literal: String, test_file: String },

@@ -2,47 +2,50 @@
 //! and replay, base checks, triage, budget and the verdict, each a node of one live graph,
 //! added as the results it depends on arrive.
 //!
-//! This module is the page: [`phases`] calls each phase in the order its inputs become known
-//! and hands each the typed values of the phases before it; what they found is collected into
-//! an [`AuditOutcome`], from which `report::assemble` writes the report. Each phase lives in its
-//! own module, and the judgments are pure functions in `crate::audit`.
+//! This module is the page, on two sides: [`phases`] calls the gates, the collection and (unless
+//! they stop the audit) [`judge`], which calls each phase that judges the tests, in the order its
+//! inputs become known, each handed the typed values of the phases before it. What they found is
+//! an [`AuditOutcome`] (its [`Judgment`] made of the phases' own values), from which
+//! `report::assemble` writes the report. Each phase lives in its own module, every node is a
+//! step (`engine::step`), and the judgments are pure functions in `crate::audit`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use fixgate_graph::{Live, Mode, RunOptions};
+use fixgate_graph::{Live, Mode, NodeId, RunOptions};
 
-use crate::audit::budget::{self, Limits, Overrides, Usage};
+use crate::audit::budget::{Limits, Overrides};
 use crate::audit::collection::Broken;
-use crate::audit::edited::{coupled_tests, edited_tests};
 use crate::audit::findings::{self, Facts};
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
 use crate::audit::order::{self, OrderLabel};
-use crate::audit::outcome::{AuditOutcome, BudgetFacts, Judgment, Reached};
+use crate::audit::outcome::{AuditOutcome, Judgment, Ran, Reached, Tested};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::verdict::{Decision, Weighed};
 use crate::config::DepsMode;
 use crate::context::{Ctx, SandboxSettings};
+use crate::engine::collect::unfrozen;
+use crate::engine::culprits::Memory;
 use crate::engine::digests::TreeDigests;
-use crate::engine::judge;
+use crate::engine::exec::Local;
+use crate::engine::judging::Judging;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{Engine, Role};
+use crate::engine::pairs::Searching;
+use crate::engine::scope::Scoping;
 use crate::engine::sides::{revision, Sides};
-use crate::engine::steps::{Collected, Fixtures};
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::engine::{
-    base_check, base_suite, carry, check, confirm, impact, itemize, matrix, nio, pairs, replay,
-    shard, source_replay, source_tamper, steps,
+    base_check, base_suite, budget, carry, check, confirm, coupling, edited, gates, itemize,
+    matrix, nio, pairs, replay, shard, triage, verdict,
 };
 use crate::error::{Error, Result};
-use crate::pytest::events::CollectedItem;
 use crate::remote_exec::client as remote_exec;
 use crate::report::assemble::RunFacts;
 use crate::report::AuditReport;
-use crate::snapshot::Snapshot;
 
 #[derive(Clone)]
 pub(crate) struct Options {
@@ -140,6 +143,10 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)>
         },
         scope: ctx.repo.root.display().to_string(),
     };
+    let memory = Memory {
+        store: store.as_ref(),
+        base_tree: sides.base.tree,
+    };
     let (phased, run, _) = Live::scope(
         store.as_ref(),
         &run_options,
@@ -147,9 +154,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)>
         |live| {
             let engine = Engine {
                 live,
-                store: store.as_ref(),
-                base_tree: sides.base.tree,
-                runner: runner.clone(),
+                pytest: Arc::new(Local::new(runner.clone(), executor.clone())),
                 groups: sides.config.groups.clone(),
                 deps_mode: opts.deps.unwrap_or(sides.base_config.deps),
                 base: Arc::new(TreeDigests::new(sides.base.snapshot.clone())),
@@ -157,11 +162,15 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)>
                 progress: (!ctx.quiet).then(indicatif::MultiProgress::new),
                 processes: AtomicU32::new(0),
                 warnings: Mutex::new(Vec::new()),
-                remote: executor.clone(),
-                sources: std::sync::OnceLock::new(),
-                decoded: Default::default(),
             };
-            let phased = phases(&engine, &sides, opts, started, ctx.uploads());
+            let asked = Asked {
+                sides: &sides,
+                opts,
+                started,
+                uploads: ctx.uploads(),
+                memory,
+            };
+            let phased = phases(&engine, &asked);
             (phased, engine.processes, engine.warnings)
         },
     )
@@ -222,6 +231,17 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)>
     Ok((outcome, facts))
 }
 
+/// What the audit was asked, and what it keeps across its phases.
+struct Asked<'s> {
+    sides: &'s Sides,
+    opts: &'s Options,
+    started: Instant,
+    /// Whether results go to the remote cache.
+    uploads: bool,
+    /// The culprit sets remembered for the base's victims.
+    memory: Memory<'s>,
+}
+
 /// What the phases found, before the run's own facts are added.
 struct Phased {
     gates: Gates,
@@ -234,56 +254,32 @@ struct Phased {
 /// The phases, in the order their inputs become known: the gates, collection, then (unless a
 /// gate stopped the audit, the head did not collect, or this is one share of the matrix) every
 /// phase that judges the tests.
-fn phases(
-    engine: &Engine,
-    sides: &Sides,
-    opts: &Options,
-    started: Instant,
-    uploads: bool,
-) -> Result<Phased> {
+fn phases(engine: &Engine, asked: &Asked) -> Result<Phased> {
+    let (sides, opts) = (asked.sides, asked.opts);
     // Gates before any test runs.
-    let lock_path = sides.lock_path.as_deref().unwrap_or(crate::lock::FILE_NAME);
-    let fixtures = steps::prepare_fixtures(
-        engine,
-        sides.base.tree,
-        sides.head.tree,
-        lock_path,
-        sides.base.lock.clone(),
-        sides.head.lock.clone(),
-    )?;
-    if let Some(e) = &fixtures.lock.error {
-        return Err(Error::Usage(e.clone()));
-    }
-    let gates = Gates {
-        lock_file: sides.lock_path.clone(),
-        lock: fixtures.lock.clone(),
-        changed: fixtures.delta.changed.clone(),
-        ..Gates::freeze(&sides.base.ledger, &sides.head.ledger, opts.today)
+    let gated = gates::check(engine, sides, opts.today)?;
+    let stopped = |reached, decision| Phased {
+        gates: gated.gates.clone(),
+        reached,
+        decision,
+        warnings: Vec::new(),
     };
-    if gates.stop() {
+    if gated.gates.stop() {
         let weighed = Weighed {
-            findings: Vec::new(),
-            drift: gates.drifted(),
-            expired: gates.expired_entries(),
+            drift: gated.gates.drifted(),
+            expired: gated.gates.expired_entries(),
             strict: opts.strict,
+            ..Weighed::default()
         };
-        let (_, decision) = judge::verdict(engine, weighed, None, &[fixtures.lock_node])?;
-        return Ok(Phased {
-            gates,
-            reached: Reached::Gates,
-            decision,
-            warnings: Vec::new(),
-        });
+        let decision = verdict::decide(engine, weighed, None, &[gated.nodes.lock])?;
+        return Ok(stopped(Reached::Gates, decision));
     }
 
-    let collections = itemize::collect(
-        engine,
-        fixtures.lock_node,
-        scoped(opts, sides),
-        &frozen(&gates),
-    )?;
-    let (base_collected, read) = (collections.base, collections.read);
-    let head_collected = match collections.head {
+    let frozen = gated.gates.frozen();
+    let scoping = Scoping::default();
+    let scoped = scoped(opts, sides);
+    let collections = itemize::collect(engine, gated.nodes, scoped, &frozen, &scoping)?;
+    let head = match &collections.head {
         Ok(c) => c,
         Err(failed) => {
             // The base collects and the head does not: the patch broke the suite, a reject
@@ -294,17 +290,12 @@ fn phases(
                 strict: opts.strict,
                 ..Weighed::default()
             };
-            let (_, decision) = judge::verdict(engine, weighed, None, &[failed.node])?;
-            return Ok(Phased {
-                gates,
-                reached: Reached::CollectionError(broken),
-                decision,
-                warnings: Vec::new(),
-            });
+            let decision = verdict::decide(engine, weighed, None, &[failed.node])?;
+            return Ok(stopped(Reached::CollectionError(broken), decision));
         }
     };
     // The frozen tests are deselected: the matrix runs the rest.
-    let selection = unfrozen(&head_collected.collection.items, &frozen(&gates));
+    let selection = unfrozen(&head.collection.items, &frozen);
     if let Some(k_of_n) = opts.shard {
         let labels = order::labels(&opts.seeds);
         let share = shard::run(
@@ -312,172 +303,71 @@ fn phases(
             k_of_n,
             &labels,
             &selection,
-            head_collected.node,
-            uploads,
-            scoped(opts, sides),
+            head.node,
+            asked.uploads,
+            scoped,
         )?;
-        return Ok(Phased {
-            gates,
-            reached: Reached::Shard(share),
-            decision: Decision::pass(),
-            warnings: Vec::new(),
-        });
+        return Ok(stopped(Reached::Shard(share), Decision::pass()));
     }
-    let (judgment, decision, warnings) = judged(
+    // The nio order (read apart from the matrix, see `audit::nio`) beside the matrix, and the
+    // tests the patch edited.
+    let nio = nio::begin(
         engine,
-        sides,
-        opts,
-        started,
-        &fixtures,
-        &gates,
-        &base_collected,
-        &head_collected,
-        read,
-        selection,
+        opts.nio || sides.base_config.nio,
+        &selection,
+        head.node,
     )?;
+    let nodeids: Vec<String> = selection.iter().map(|i| i.nodeid.clone()).collect();
+    let edited = edited::edited_tests(engine, gated.nodes, Role::Head, nodeids.clone())?;
+    let j = Judging {
+        gated: &gated,
+        base: &collections.base,
+        head,
+        selection,
+        nodeids,
+        base_ids: collections.base.ids().collect(),
+        head_ids: head.ids().collect(),
+        frozen: &frozen,
+        edited,
+        scoping: &scoping,
+    };
+    let (judgment, decision, warnings) = judge(engine, asked, j, collections.read, nio)?;
     Ok(Phased {
-        gates,
+        gates: gated.gates,
         reached: Reached::Judged(Box::new(judgment)),
         decision,
         warnings,
     })
 }
 
-/// The tests the gates freeze (deselected from every run).
-fn frozen(gates: &Gates) -> HashSet<&str> {
-    gates.active.iter().map(|(n, _)| n.as_str()).collect()
-}
-
-/// The items the matrix runs: every collected one but the frozen tests.
-fn unfrozen(items: &[CollectedItem], frozen: &HashSet<&str>) -> Vec<CollectedItem> {
-    items
-        .iter()
-        .filter(|i| !frozen.contains(i.nodeid.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// The phases that judge the tests: the seed matrix over the selection (the nio order beside
-/// it), the fixture and test-source replays as soon as the file-order run says what to replay,
-/// confirmation, the polluter search, triage, the base checks, the findings, the budget and
-/// the verdict.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the page hands each phase what the phases before it found"
-)]
-fn judged(
+/// The phases that judge the tests: the seed matrix over the selection (`nio`: the nio order
+/// beside it), the fixture and base-suite replays as soon as the file-order run says what to
+/// replay, confirmation, the polluter search, triage, the base checks, the findings, the budget
+/// and the verdict. `read`: what the collection read for the head's collection.
+fn judge(
     engine: &Engine,
-    sides: &Sides,
-    opts: &Options,
-    started: Instant,
-    fixtures: &Fixtures,
-    gates: &Gates,
-    base_collected: &Collected,
-    head_collected: &Collected,
+    asked: &Asked,
+    j: Judging,
     read: itemize::Read,
-    selection: Vec<CollectedItem>,
+    nio: Option<matrix::Started>,
 ) -> Result<(Judgment, Decision, Vec<String>)> {
-    let (base_snapshot, head_snapshot) = (&sides.base.snapshot, &sides.head.snapshot);
-    let nodeids: Vec<String> = selection.iter().map(|i| i.nodeid.clone()).collect();
-    let base_ids: HashSet<&str> = base_collected.ids().collect();
-    let head_ids: HashSet<&str> = head_collected.ids().collect();
+    let (sides, opts) = (asked.sides, asked.opts);
+    // The orders: in a scoped audit the file-order and reversed runs first, carried from the
+    // base's recorded runs where the patch cannot reach (`crate::engine::carry`), what they
+    // record deciding what the shuffled orders run (`crate::audit::scope`).
+    let labels = order::labels(&opts.seeds);
+    let (base_runs, scoped) = (read.base_runs.as_ref(), scoped(opts, sides));
+    let whole = carry::orders(engine, &j, base_runs, &labels, scoped, opts.full)?;
 
-    // The nio order (read apart from the matrix, see `audit::nio`), then the matrix. In a scoped
-    // audit the file-order and reversed runs come first, carried from the base's recorded runs
-    // where the patch cannot reach (`crate::engine::carry`): what they record decides what the
-    // shuffled orders run (`crate::audit::scope`).
-    let scoped = scoped(opts, sides);
-    let mut orders = order::labels(&opts.seeds);
-    let (whole, shuffled) = match scoped {
-        true => orders.split_at(2),
-        false => (orders.as_slice(), &[][..]),
-    };
-    let (whole, shuffled) = (whole.to_vec(), shuffled.to_vec());
-    let started_nio = match opts.nio || sides.base_config.nio {
-        true => Some(nio::start(engine, &selection, head_collected.node)?),
-        false => None,
-    };
-    if started_nio.is_some() {
-        orders.push(OrderLabel::Twice);
-    }
-    let edited = edited_tests(base_snapshot, head_snapshot, &nodeids);
-    let frozen = frozen(gates);
-    let (started_matrix, file_run, scoped_impact) = match scoped {
-        true => {
-            let base_selection = unfrozen(&base_collected.collection.items, &frozen);
-            let inputs = carry::Inputs {
-                selection: &selection,
-                collection: head_collected.node,
-                base_selection: &base_selection,
-                base_collection: base_collected.node,
-                edited: &edited,
-                base_runs: read.base_runs.as_ref(),
-            };
-            let carried = carry::whole_runs(engine, &inputs)?;
-            let mut started = carried.started;
-            started.add_scoped(
-                engine,
-                &shuffled,
-                &selection,
-                head_collected.node,
-                &carried.impact.scope,
-            )?;
-            (started, carried.file, Some(carried.impact))
-        }
-        false => {
-            let started = matrix::start(engine, &whole, &selection, head_collected.node, false)?;
-            let file = started.wait(engine, OrderLabel::File)?;
-            (started, file, None)
-        }
-    };
-
-    // Replay starts as soon as the file-order run and the delta are known (coupling follows the
-    // trace: the files in no group that the tests read count too); the base-suite replay as
-    // soon as the file-order run gives the head's order, and the test-source replay reads the
-    // edited tests that pass from its runs.
-    let file_node = started_matrix.nodes[&OrderLabel::File];
-    let delta = replay::with_traced(engine, &fixtures.delta, &file_run);
-    let coupled = coupled_tests(&file_run, &delta);
-    let to_replay = replay::to_replay(&delta, &coupled, &file_run, &base_ids);
-    let replay_node = match to_replay.is_empty() {
-        true => None,
-        false => Some(replay::start(
-            engine,
-            base_snapshot,
-            &delta,
-            &to_replay,
-            &[file_node, fixtures.delta_node],
-        )?),
-    };
-    let source_tests = source_replay::candidates(
-        &edited,
-        &base_ids,
-        &head_ids,
-        &file_run,
-        base_snapshot,
-        head_snapshot,
-    );
-    let spec_plan = base_suite::plan(
-        engine,
-        base_snapshot,
-        head_snapshot,
-        &base_collected.collection,
-        &head_collected.collection,
-        &delta,
-        &frozen,
-    )?;
-    let session_changed = spec_plan.as_ref().is_some_and(|p| p.session_changed());
-    let spec_started = match spec_plan {
-        Some(plan) => Some(base_suite::start(
-            engine,
-            plan,
-            &file_run.order,
-            &[file_node],
-        )?),
-        None => None,
-    };
-    let impact = scoped_impact.unwrap_or_else(|| impact::not_scoped(opts.full));
-    let matrix = started_matrix.finish(engine, file_run, impact.scope.clone())?;
+    // The replays start as soon as the file-order run and the delta are known: the fixture
+    // replay of the tests coupled to the delta, the base-suite replay in the head's file order
+    // (the test-source replay reads the edited tests that pass from its runs).
+    let file_node = whole.started.nodes[&OrderLabel::File];
+    let coupled = coupling::couple(engine, &j.gated.delta, &whole.file);
+    let replay_node = replay::begin(engine, &j, &coupled, &whole.file, file_node)?;
+    let spec = base_suite::begin(engine, &j, &coupled.delta, &whole.file, file_node)?;
+    let impact = whole.impact;
+    let matrix = (whole.started).finish(engine, whole.file, impact.scope.clone())?;
     let nondeterministic = match opts.check {
         true => check::run(engine, &matrix),
         false => Vec::new(),
@@ -485,209 +375,88 @@ fn judged(
 
     // Confirmation: rerun disagreeing orders; run tests alone that are red everywhere or that
     // follow the order (alone tells a polluter's victim from a test that needs a state-setter).
-    let disagreeing = matrix.disagreeing(&nodeids);
-    let always_red = matrix.always_red(&nodeids);
-    let confirmation = confirm::confirm(engine, &matrix, &disagreeing, &always_red)?;
     // What the head shows of the base's tests is checked on the base after the search: the
-    // base's warm interpreters start now, beside the search's runs, which mostly take one core
-    // at a time. Not for a test that cannot follow the order on the base: its pairs need no
-    // base run (`audit::base_check::settled`).
-    let sensitive_on_base =
-        |id: &String| (impact.base_sensitive.as_ref()).is_none_or(|s| s.contains(id.as_str()));
-    let base_warm = (disagreeing.iter().filter(|id| sensitive_on_base(id)))
-        .chain(&always_red)
-        .any(|id| base_ids.contains(id.as_str()))
-        .then(|| engine.prewarm(Role::Base));
-    let mut evidence = confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
-    let nio_read = match &started_nio {
-        Some(started) => Some(nio::read(engine, started, &nodeids)?),
-        None => None,
-    };
-    for (id, reading) in nio_read.iter().flat_map(|n| &n.readings) {
-        if let Some(e) = evidence.get_mut(id) {
-            e.nio = Some(*reading);
-        }
-    }
+    // base's warm interpreters start now.
+    let mut confirmed = confirm::phase(engine, &matrix, &j)?;
+    let on_base = base_check::Base::new(&j.base_ids, &impact);
+    let base_warm = base_check::prewarm(engine, &confirmed, on_base);
+    let nio_read = nio::read_into(engine, nio.as_ref(), &j.nodeids, &mut confirmed.evidence)?;
 
     // The polluter search for every order-dependent test, after the runs that showed it; then
     // what the replays read.
-    let pair_runs = pairs::search_pairs(engine, &matrix, &confirmation, &mut evidence, &nodeids)?;
-    let (pairs, pair_nodes): (Vec<Pair>, Vec<_>) =
+    let confirmation = &confirmed.confirmation;
+    let searching = Searching::new(engine, &matrix, confirmation, asked.memory);
+    let pair_runs = pairs::search_pairs(&searching, &mut confirmed.evidence, &j.nodeids)?;
+    let (pairs, pair_nodes): (Vec<Pair>, Vec<NodeId>) =
         pair_runs.into_iter().map(|p| (p.pair, p.last)).unzip();
-    let replayed = match coupled.is_empty() {
-        true => Vec::new(),
-        false => replay::read(
-            engine,
-            replay_node,
-            &delta,
-            &coupled,
-            matrix.file_run(),
-            &base_ids,
-        )?,
-    };
-    let (base_suite, source_replayed) = match spec_started {
-        Some(started) => {
-            let cx = base_suite::Context {
-                base: base_snapshot,
-                head: head_snapshot,
-                head_collection: &head_collected.collection,
-                head_run: matrix.file_run(),
-                candidates: &source_tests,
-                edited: &edited,
-                delta: &delta,
-            };
-            let (read, sources) = base_suite::read(engine, started, &cx)?;
-            (Some(read), sources)
-        }
-        None => (None, Vec::new()),
-    };
-    let altered = base_suite::hook_altered(matrix.file_run());
+    let fixtures = replay::finish(
+        engine,
+        replay_node,
+        &coupled,
+        matrix.file_run(),
+        &j.base_ids,
+    )?;
+    let spec = base_suite::finish(engine, spec, &j, &coupled.delta, matrix.file_run())?;
 
     // Triage, then each finding checked on the base with the same evidence.
     let mut evidence_nodes = matrix.node_ids();
-    evidence_nodes.extend(&confirmation.nodes);
-    evidence_nodes.extend(&pair_nodes);
+    evidence_nodes.extend(confirmation.nodes.iter().chain(&pair_nodes));
     evidence_nodes.extend(nio_read.iter().flat_map(|n| &n.nodes));
-    let (triage_node, triaged) = judge::triage(engine, evidence.clone(), &evidence_nodes)?;
+    let evidence = confirmed.evidence.clone();
+    let (triage_node, triaged) = triage::triage(engine, evidence, &evidence_nodes)?;
     let outside = OutsideWrites::of(matrix.outside_writes());
     drop(base_warm);
-    let mut pre_existing = base_check::run(
-        engine,
-        &triaged,
-        &pairs,
-        &matrix,
-        base_check::Base {
-            ids: &base_ids,
-            impact: &impact,
-        },
-        &outside.writers(),
-        &[triage_node],
-    )?;
-    pre_existing.extend(nio::base_check(engine, &triaged, &base_ids, triage_node)?);
-    pre_existing.extend(findings::base_leaks(&triaged, &base_ids, &impact));
+    let writers = outside.writers();
+    let checks = base_check::Checks::new(&triaged, &pairs, &matrix, &writers, triage_node);
+    let pre_existing = base_check::pre_existing(engine, &checks, on_base)?;
 
     // Findings, the budget and the verdict.
-    let new_skips = budget::patch_skips(
-        &base_collected.collection,
-        &head_collected.collection,
-        &evidence,
-        &edited,
-        &base_ids,
-        |id| {
-            matrix
-                .file_run()
-                .test(id)
-                .and_then(|t| t.skip_reason.clone())
-        },
+    let patch = edited::patch(engine, &j, &confirmed.evidence, matrix.file_run())?;
+    let gates = &j.gated.gates;
+    let facts = Facts::new(
+        &triaged,
+        &pre_existing,
+        &patch,
+        &outside,
+        &fixtures,
+        &spec,
+        gates,
     );
-    let source_tamper = source_tamper::read(
-        base_snapshot,
-        head_snapshot,
-        &base_collected.collection,
-        &head_collected.collection,
-    );
-    let findings = findings::findings(&Facts {
-        triaged: &triaged,
-        pre_existing: &pre_existing,
-        edited: &edited,
-        outside: &outside,
-        session_code_changed: conftests_differ(base_snapshot, head_snapshot),
-        source_replay: &source_replayed,
-        replay: &replayed,
-        base_suite: base_suite.as_ref(),
-        altered: &altered,
-        spec_session_changed: session_changed,
-        new_skips: &new_skips,
-        freeze_added: &gates.added_by_patch,
-        lock_changed: &gates.lock.changed_pins,
-        source_tamper: &source_tamper,
-    });
+    let findings = findings::findings(&facts);
     let limits = Limits::merge(&opts.budget, &sides.base_config.budget);
-    let usage = Usage {
-        seconds: started.elapsed().as_secs_f64(),
-        tests: selection.len() as u64,
-        frozen: gates.active.len() as u64,
-        new_skips: new_skips.clone(),
-        reruns: evidence
-            .iter()
-            .filter(|(_, e)| e.reruns > 0)
-            .map(|(id, e)| budget::Rerun {
-                nodeid: id.clone(),
-                count: e.reruns,
-            })
-            .collect(),
-    };
-    let (budget_node, breaches) =
-        judge::budget(engine, limits.clone(), usage.clone(), &[triage_node])?;
-    let proof_runs = confirmation
-        .reruns
-        .values()
-        .map(|r| r.len() as u64)
-        .sum::<u64>()
-        + pairs.iter().map(|p| u64::from(p.verify_runs)).sum::<u64>()
-        + nio_read.as_ref().map_or(0, |n| n.reruns);
-    let weighed = Weighed {
-        findings: findings.clone(),
-        strict: opts.strict,
-        ..Weighed::default()
-    };
-    let (_, decision) = judge::verdict(engine, weighed, Some(budget_node), &[triage_node])?;
-    let red_messages: BTreeMap<String, String> = nodeids
-        .iter()
-        .filter_map(|id| Some((id.clone(), matrix.red_message(id)?.to_owned())))
-        .collect();
-    let judgment = Judgment {
-        orders,
-        evidence,
+    let usage = budget::usage(asked.started, &j, &patch.new_skips, &confirmed.evidence);
+    let proof_runs = budget::proof_runs(confirmation, &pairs, nio_read.as_ref());
+    let (budget_node, budget) = budget::judge(engine, limits, usage, proof_runs, &[triage_node])?;
+    let weighed = Weighed::findings(findings.clone(), opts.strict);
+    let decision = verdict::decide(engine, weighed, Some(budget_node), &[triage_node])?;
+
+    let mut orders = labels;
+    orders.extend(nio.is_some().then_some(OrderLabel::Twice));
+    let tests = Tested {
+        evidence: confirmed.evidence,
         triaged,
-        red_messages,
+        red_messages: matrix.red_messages(&j.nodeids),
         twice: nio_read.map(|n| n.twice),
-        pairs,
-        pre_existing,
-        edited,
-        base_ids: base_ids
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<BTreeSet<_>>(),
-        outside,
-        coupled,
-        replay: replayed,
-        source_replay: source_replayed,
-        base_suite,
-        altered,
-        traced: delta
-            .changed
-            .iter()
-            .filter(|c| c.group.is_empty())
-            .cloned()
-            .collect(),
-        new_skips,
-        source_tamper,
         nondeterministic,
-        findings,
-        budget: BudgetFacts {
-            limits,
-            usage,
-            breaches,
-            proof_runs,
-        },
-        today: opts.today,
-        selection,
+    };
+    let ran = Ran {
+        orders,
+        selection: j.selection,
         impact,
         head_collection: read.head_collection,
     };
-    Ok((judgment, decision, matrix.warnings()))
-}
-
-/// Whether any `conftest.py` differs between the two snapshots (added, removed or changed).
-fn conftests_differ(base: &Snapshot, head: &Snapshot) -> bool {
-    let conftests = |s: &Snapshot| -> Vec<(String, Option<Vec<u8>>)> {
-        let git = s.open_git().ok().flatten();
-        s.entries
-            .iter()
-            .filter(|e| e.path.file_name() == b"conftest.py")
-            .map(|e| (e.path.to_string(), s.read(e, git.as_ref()).ok()))
-            .collect()
+    let judgment = Judgment {
+        ran,
+        tests,
+        pairs,
+        pre_existing,
+        patch,
+        fixtures,
+        spec,
+        outside,
+        findings,
+        budget,
+        today: opts.today,
     };
-    conftests(base) != conftests(head)
+    Ok((judgment, decision, matrix.warnings()))
 }

@@ -13,32 +13,105 @@ use crate::audit::findings::PreExisting;
 use crate::audit::pair::Pair;
 use crate::audit::scope::Impact;
 use crate::audit::triage::{self, PROOF_RERUNS};
-use crate::engine::confirm::MANY_RED;
+use crate::engine::confirm::{Confirmed, MANY_RED};
 use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;
-use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::runs::{Prewarm, RunRequest};
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::error::Result;
 use crate::pytest::result::Outcome;
 
 /// What the checks know of the base: its tests, and (in the impact) which of them can follow
 /// the order there.
+#[derive(Clone, Copy)]
 pub(crate) struct Base<'a> {
     pub(crate) ids: &'a HashSet<&'a str>,
     pub(crate) impact: &'a Impact,
 }
 
+impl<'a> Base<'a> {
+    pub(crate) fn new(ids: &'a HashSet<&'a str>, impact: &'a Impact) -> Base<'a> {
+        Base { ids, impact }
+    }
+}
+
+/// What the checks are of: the head's triage, its pairs and matrix, the tests that wrote outside
+/// their sandbox, and the triage's node (the checks start after it).
+pub(crate) struct Checks<'a> {
+    pub(crate) triaged: &'a BTreeMap<String, triage::Triage>,
+    pub(crate) pairs: &'a [Pair],
+    pub(crate) matrix: &'a Matrix,
+    pub(crate) outside_writers: &'a [String],
+    pub(crate) triage: NodeId,
+}
+
+impl<'a> Checks<'a> {
+    pub(crate) fn new(
+        triaged: &'a BTreeMap<String, triage::Triage>,
+        pairs: &'a [Pair],
+        matrix: &'a Matrix,
+        outside_writers: &'a [String],
+        triage: NodeId,
+    ) -> Checks<'a> {
+        Checks {
+            triaged,
+            pairs,
+            matrix,
+            outside_writers,
+            triage,
+        }
+    }
+}
+
+/// The findings the base shows too: each head finding checked on the base snapshot with the
+/// same evidence ([`run`]), the non-idempotent tests twice in a row there, and the state a base
+/// test the patch does not affect leaks there as it does here.
+pub(crate) fn pre_existing(engine: &Engine, checks: &Checks, base: Base) -> Result<PreExisting> {
+    let (ids, impact) = (base.ids, base.impact);
+    let mut pre = run(engine, checks, base)?;
+    pre.extend(crate::engine::nio::base_check(
+        engine,
+        checks.triaged,
+        ids,
+        checks.triage,
+    )?);
+    pre.extend(crate::audit::findings::base_leaks(
+        checks.triaged,
+        ids,
+        impact,
+    ));
+    Ok(pre)
+}
+
+/// Starts the base's warm interpreters when the base will be asked what the head shows of its
+/// tests, beside the search's runs, which mostly take one core at a time; the guard waits for
+/// them when dropped. Not for a test that cannot follow the order on the base: its pairs need
+/// no base run (`audit::base_check::settled`).
+pub(crate) fn prewarm(engine: &Engine, confirmed: &Confirmed, base: Base) -> Option<Prewarm> {
+    let sensitive_on_base =
+        |id: &String| (base.impact.base_sensitive.as_ref()).is_none_or(|s| s.contains(id.as_str()));
+    (confirmed
+        .disagreeing
+        .iter()
+        .filter(|id| sensitive_on_base(id)))
+    .chain(&confirmed.always_red)
+    .any(|id| base.ids.contains(id.as_str()))
+    .then(|| engine.prewarm(Role::Base))
+}
+
 /// Checks each head finding on the base snapshot with the same evidence; returns the
-/// `(kind, test)` findings the base has too (pre-existing). The runs start after `after` (the
-/// triage that named the findings).
-pub(crate) fn run(
-    engine: &Engine,
-    triaged: &BTreeMap<String, triage::Triage>,
-    pairs: &[Pair],
-    matrix: &Matrix,
-    base: Base,
-    outside_writers: &[String],
-    after: &[NodeId],
-) -> Result<PreExisting> {
+/// `(kind, test)` findings the base has too (pre-existing). The runs start after the triage
+/// that named the findings.
+fn run(engine: &Engine, checks: &Checks, base: Base) -> Result<PreExisting> {
+    let Checks {
+        triaged,
+        pairs,
+        matrix,
+        outside_writers,
+        triage: triage_node,
+    } = *checks;
+    let after = &[triage_node];
     let base_ids = base.ids;
     let mut requests: Vec<BaseCheck> = Vec::new();
     // A pair whose victim cannot follow the order on the base is the patch's, without a run.

@@ -14,19 +14,23 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use fixgate_cache::{Digest, KeyWriter};
-use fixgate_graph::{Node, NodeError, NodeId, Output};
+use fixgate_graph::{NodeError, NodeId};
 
 use crate::audit::hidden::{
-    self, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed,
+    self, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed, SpecReplay,
 };
 use crate::audit::renamed::{likeness, Likeness};
 use crate::audit::source_replay::{self, SourceRead};
 use crate::audit::spec_scope::{self, Changed, SpecRole, SpecScope};
 use crate::delta::Delta;
+use crate::engine::digests::TreeDigests;
+use crate::engine::exec::Pytest;
+use crate::engine::judging::Judging;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
+use crate::engine::runs::{overlay_digests, overlay_key, RunRequest};
 use crate::engine::source_replay::Candidate;
+use crate::engine::step::Role;
+use crate::engine::step::{Computed, Engine, Key, Step};
 use crate::error::{Error, Result};
 use crate::pytest::events::Collection;
 use crate::pytest::ini::{self, PytestIni};
@@ -37,7 +41,7 @@ use crate::snapshot::Snapshot;
 use crate::testsrc::{self, SourceFile};
 
 /// What the replay runs and over what tree, derived from the diff and the two collections.
-pub(crate) struct Plan {
+struct Plan {
     scope: SpecScope,
     /// The base's test code over the head's tree: base bytes, or `None` for what the head added.
     overlay: Overlay,
@@ -69,7 +73,7 @@ pub(crate) fn text(s: &Snapshot, path: &str) -> Option<String> {
 /// The replay's plan: `None` when the patch touched nothing the base's tests are made of and
 /// removed none (a patch touching no tests pays nothing). `delta` is the fixture delta with the
 /// traced files: their base bytes are the base tests' data.
-pub(crate) fn plan(
+fn plan(
     engine: &Engine,
     base: &Snapshot,
     head: &Snapshot,
@@ -200,7 +204,7 @@ impl Plan {
 }
 
 /// The replay under way: its collection is known, its run added.
-pub(crate) struct Started {
+struct Started {
     plan: Plan,
     /// The order the replay and the control run.
     order: Vec<String>,
@@ -215,12 +219,7 @@ pub(crate) struct Started {
 
 /// Collects the replay's tree (waiting for it), then adds the replay run in the head's file
 /// order, after `after`.
-pub(crate) fn start(
-    engine: &Engine,
-    plan: Plan,
-    head_order: &[String],
-    after: &[NodeId],
-) -> Result<Started> {
+fn start(engine: &Engine, plan: Plan, head_order: &[String], after: &[NodeId]) -> Result<Started> {
     let (collection, errors) = collect(engine, &plan.overlay, after)?;
     let collected: HashSet<&str> = collection.items.iter().map(|i| i.nodeid.as_str()).collect();
     let broken: BTreeMap<&str, &str> = errors
@@ -277,71 +276,83 @@ fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
     RunRequest::new(label, NodeKind::BaseSuiteControl, Role::Base, order).repeat(repeat)
 }
 
-/// The replay's tree collected as a traced node (kind `collect`), its collection errors data.
+/// The replay's tree collected (kind `collect`): the head's tree with the base's test code over
+/// it, its collection errors data.
+struct CollectOverlaid {
+    side: Arc<TreeDigests>,
+    overlay: Overlay,
+    pytest: Arc<dyn Pytest>,
+}
+
+impl Step for CollectOverlaid {
+    type Output = (Collection, Vec<crate::pytest::driver::CollectFailure>);
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::Collect
+    }
+
+    fn label(&self) -> String {
+        NodeKind::Collect.of("base-suite")
+    }
+
+    fn key(&self, key: &mut Key) {
+        let CollectOverlaid {
+            side,
+            overlay,
+            pytest,
+        } = self;
+        let digests = overlay_digests(overlay);
+        let identity = pytest.identity();
+        key.param("role", "base-suite")
+            .param("overlay", overlay_key(&digests))
+            .param("paths", side.paths_digest().to_string())
+            .param("interpreter", identity.interpreter.as_str())
+            .param("plugin", identity.plugin.as_str());
+        for (path, digest) in side.startup_files() {
+            let digest = match digests.get(&path) {
+                Some(Some(d)) => *d,
+                Some(None) => continue,
+                None => digest,
+            };
+            key.file(path, digest);
+        }
+        let side = side.clone();
+        key.traced(move |p| match digests.get(p) {
+            Some(d) => *d,
+            None => side.digest(p),
+        });
+    }
+
+    fn compute(&self, _: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError> {
+        let (collection, trace, errors) = (self.pytest)
+            .collect_overlaid(&self.side.snapshot, &self.overlay)
+            .map_err(|e| NodeError::Infra(e.to_string()))?;
+        let digests = overlay_digests(&self.overlay);
+        let probe = |p: &str| match digests.get(p) {
+            Some(d) => *d,
+            None => self.side.digest(p),
+        };
+        let deps = crate::engine::collect::collection_deps(&trace, &self.side.snapshot, probe);
+        Ok(Computed::new((collection, errors)).reading(deps))
+    }
+}
+
+/// The replay's tree collected, after `after`.
 fn collect(
     engine: &Engine,
     overlay: &Overlay,
     after: &[NodeId],
 ) -> Result<(Collection, Vec<crate::pytest::driver::CollectFailure>)> {
-    let side = engine.head.clone();
-    let digests: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
-        overlay
-            .iter()
-            .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
-            .collect(),
-    );
-    let mut key = KeyWriter::new("overlay");
-    key.list(&digests.iter().collect::<Vec<_>>(), |w, (p, d)| {
-        w.str(p).opt_digest(d.as_ref());
-    });
-    let runner = engine.runner.clone();
-    let (compute_side, compute_overlay, compute_digests) =
-        (side.clone(), overlay.clone(), digests.clone());
-    let kind = NodeKind::Collect;
-    let mut node = Node::new(kind.of("base-suite"), kind.as_str(), move |_| {
-        let (collection, trace, errors) = runner
-            .collect_overlaid(&compute_side.snapshot, &compute_overlay)
-            .map_err(|e| NodeError::Infra(e.to_string()))?;
-        let probe = |p: &str| match compute_digests.get(p) {
-            Some(d) => *d,
-            None => compute_side.digest(p),
-        };
-        let deps = crate::engine::steps::collection_deps(&trace, &compute_side.snapshot, probe);
-        serde_json::to_vec(&(collection, errors))
-            .map(|b| Output::new(b).with_reads(deps))
-            .map_err(|e| node_bug(format!("an output does not encode: {e}")))
-    })
-    .param("role", "base-suite")
-    .param("overlay", key.finish().to_string())
-    .param("paths", side.paths_digest().to_string())
-    .param(
-        "interpreter",
-        engine.runner.interpreter.fingerprint.digest(),
-    )
-    .param("plugin", crate::pytest::plugin::digest());
-    for (path, digest) in side.startup_files() {
-        let digest = match digests.get(&path) {
-            Some(Some(d)) => *d,
-            Some(None) => continue,
-            None => digest,
-        };
-        node = node.file(path, digest);
-    }
-    node = node.traced(move |p| match digests.get(p) {
-        Some(d) => *d,
-        None => side.digest(p),
-    });
-    let id = engine
-        .live
-        .add_after(node, &[], after)
-        .map_err(|e| Error::bug(e.to_string()))?;
-    let bytes = crate::engine::steps::outputs(engine, &[id])?.remove(0);
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Error::bug(format!("a step's output does not decode: {e}")))
+    let step = CollectOverlaid {
+        side: engine.head.clone(),
+        overlay: overlay.clone(),
+        pytest: engine.pytest.clone(),
+    };
+    engine.run_step(step, &[], after).map(|(_, out)| out)
 }
 
 /// What the audit knows when it reads the replay.
-pub(crate) struct Context<'a> {
+struct Context<'a> {
     pub(crate) base: &'a Snapshot,
     pub(crate) head: &'a Snapshot,
     pub(crate) head_collection: &'a Collection,
@@ -356,7 +367,7 @@ pub(crate) struct Context<'a> {
 
 /// Waits for the replay, runs the control (and a confirmation of each) when the replay has red
 /// tests, and reads every test; with the test-source replay's readings of the edited tests.
-pub(crate) fn read(
+fn read(
     engine: &Engine,
     started: Started,
     cx: &Context,
@@ -610,9 +621,91 @@ pub(crate) fn read(
     Ok((out, sources))
 }
 
+/// The base-suite replay under way (when the patch touched what the base's tests are made of),
+/// and the edited tests the test-source replay reads from its runs.
+pub(crate) struct Begun {
+    started: Option<Started>,
+    candidates: Vec<Candidate>,
+    session_changed: bool,
+}
+
+/// Plans the replay and starts it in the head's file order, after the file-order run
+/// (`file_node`) gave that order; finds the edited tests the test-source replay reads. `delta`:
+/// the fixture delta with the traced files.
+pub(crate) fn begin(
+    engine: &Engine,
+    j: &Judging,
+    delta: &Delta,
+    file_run: &RunResult,
+    file_node: NodeId,
+) -> Result<Begun> {
+    let (base, head) = (&engine.base.snapshot, &engine.head.snapshot);
+    let candidates = crate::engine::source_replay::candidates(
+        &j.edited,
+        &j.base_ids,
+        &j.head_ids,
+        file_run,
+        base,
+        head,
+    );
+    let (base_collection, head_collection) = (&j.base.collection, &j.head.collection);
+    let plan = plan(
+        engine,
+        base,
+        head,
+        base_collection,
+        head_collection,
+        delta,
+        j.frozen,
+    )?;
+    let session_changed = plan.as_ref().is_some_and(Plan::session_changed);
+    let started = match plan {
+        Some(plan) => Some(start(engine, plan, &file_run.order, &[file_node])?),
+        None => None,
+    };
+    Ok(Begun {
+        started,
+        candidates,
+        session_changed,
+    })
+}
+
+/// Reads the replay and the test-source replay from its runs, and what hooks made of the
+/// head's file-order run (`head_run`).
+pub(crate) fn finish(
+    engine: &Engine,
+    begun: Begun,
+    j: &Judging,
+    delta: &Delta,
+    head_run: &RunResult,
+) -> Result<SpecReplay> {
+    let (base_suite, source_replay) = match begun.started {
+        Some(started) => {
+            let cx = Context {
+                base: &engine.base.snapshot,
+                head: &engine.head.snapshot,
+                head_collection: &j.head.collection,
+                head_run,
+                candidates: &begun.candidates,
+                edited: &j.edited,
+                delta,
+            };
+            let (read, sources) = read(engine, started, &cx)?;
+            (Some(read), sources)
+        }
+        None => (None, Vec::new()),
+    };
+    Ok(SpecReplay {
+        base_suite,
+        source_replay,
+        altered: hook_altered(head_run),
+        session_changed: begun.session_changed,
+    })
+}
+
 /// The tests of the head's run that a hook made look green: the plugin's own record says they
 /// failed (see `docs/plugin-protocol.md`).
-pub(crate) fn hook_altered(head_run: &RunResult) -> Vec<Altered> {
+fn hook_altered(head_run: &RunResult) -> Vec<Altered> {
     head_run
         .tests
         .iter()

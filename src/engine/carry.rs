@@ -14,14 +14,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use fixgate_graph::{Node, NodeId, Output};
+use fixgate_graph::{NodeError, NodeId};
 
 use crate::audit::order::OrderLabel;
 use crate::audit::scope::{Impact, ImpactScope, Lines, WholeWhy};
-use crate::engine::impact;
+use crate::engine::collect::unfrozen;
+use crate::engine::decoded::Decoded;
+use crate::engine::judging::Judging;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::{self, Started};
-use crate::engine::runs::{decode_run, node_bug, Engine, Role, RunRequest};
+use crate::engine::runs::{decode_run, Run, RunRequest};
+use crate::engine::scope::Scoping;
+use crate::engine::step::Role;
+use crate::engine::step::{lines_digest, node_bug, Computed, Encoding, Engine, Key, Step};
 use crate::error::{Error, Result};
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::{RunResult, TestResult};
@@ -37,18 +42,48 @@ pub(crate) struct Whole {
     pub(crate) impact: Impact,
 }
 
-/// The sides a scoped audit's whole runs read.
-pub(crate) struct Inputs<'a> {
-    /// The head's selection and collection node.
-    pub(crate) selection: &'a [CollectedItem],
-    pub(crate) collection: NodeId,
-    /// The base's selection (its collection less the frozen tests) and collection node.
-    pub(crate) base_selection: &'a [CollectedItem],
-    pub(crate) base_collection: NodeId,
-    /// The tests the patch edited or added.
-    pub(crate) edited: &'a BTreeSet<String>,
-    /// The base's recorded runs, when the head's collection read them already.
-    pub(crate) base_runs: Option<&'a std::result::Result<BaseRuns, WholeWhy>>,
+/// What the matrix's whole orders read: what the judgment's phases share (the head's selection
+/// and collection, the base's, the edited tests, what the scope rule reads of the snapshots),
+/// and the base's recorded runs when the head's collection read them already.
+struct Inputs<'a> {
+    judging: &'a Judging<'a>,
+    base_runs: Option<&'a std::result::Result<BaseRuns, WholeWhy>>,
+    scoping: &'a Scoping,
+}
+
+/// The matrix's orders under way (`labels`: file order, reversed, the seeds), with the
+/// file-order run and what the patch affects. A scoped audit's whole orders are carried from the
+/// base's runs where the patch cannot reach ([`whole_runs`]), and its shuffled orders added over
+/// the scope their recording gives; any other audit runs every order over the whole selection
+/// (`full`: because `--full` said so).
+pub(crate) fn orders(
+    engine: &Engine,
+    j: &Judging,
+    base_runs: Option<&std::result::Result<BaseRuns, WholeWhy>>,
+    labels: &[OrderLabel],
+    scoped: bool,
+    full: bool,
+) -> Result<Whole> {
+    let inputs = &Inputs {
+        judging: j,
+        base_runs,
+        scoping: j.scoping,
+    };
+    if !scoped {
+        let started = matrix::start(engine, labels, &j.selection, j.head.node, false)?;
+        let file = started.wait(engine, OrderLabel::File)?;
+        let impact = crate::engine::scope::not_scoped(full);
+        return Ok(Whole {
+            started,
+            file,
+            impact,
+        });
+    }
+    let mut whole = whole_runs(engine, inputs)?;
+    let shuffled = labels.get(WHOLE.len()..).unwrap_or_default();
+    let scope = &whole.impact.scope;
+    (whole.started).add_scoped(engine, shuffled, &j.selection, j.head.node, scope)?;
+    Ok(whole)
 }
 
 /// The base's recorded file-order and reversed runs over its selection: what the head's runs
@@ -63,14 +98,19 @@ pub(crate) struct BaseRuns {
 
 impl BaseRuns {
     /// The impact the base's recording gives (`edited`: the tests the patch edited or added).
-    pub(crate) fn impact(&self, engine: &Engine, edited: &BTreeSet<String>) -> Impact {
+    pub(crate) fn impact(
+        &self,
+        engine: &Engine,
+        scoping: &Scoping,
+        edited: &BTreeSet<String>,
+    ) -> Impact {
         let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((for_edited, impact)) = read.as_ref() {
             if for_edited == edited {
                 return impact.clone();
             }
         }
-        let impact = impact::impact(
+        let impact = scoping.impact(
             engine,
             &self.runs[&OrderLabel::File],
             &self.runs[&OrderLabel::Reversed],
@@ -152,7 +192,7 @@ pub(crate) fn base_runs(
 
 /// Runs the head's file-order and reversed runs of a scoped audit, carrying from the base what
 /// the patch cannot reach, and reads the impact off them.
-pub(crate) fn whole_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
+fn whole_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
     match carried_runs(engine, inputs)? {
         Ok(whole) => Ok(whole),
         Err(why) => {
@@ -165,10 +205,11 @@ pub(crate) fn whole_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
 
 /// The runs over the whole head selection, as before any base recording.
 fn whole_head_runs(engine: &Engine, inputs: &Inputs) -> Result<Whole> {
-    let started = matrix::start(engine, &WHOLE, inputs.selection, inputs.collection, true)?;
+    let j = inputs.judging;
+    let started = matrix::start(engine, &WHOLE, &j.selection, j.head.node, true)?;
     let file = started.wait(engine, OrderLabel::File)?;
     let reversed = started.wait(engine, OrderLabel::Reversed)?;
-    let impact = impact::impact(engine, &file, &reversed, inputs.edited, Lines::Head);
+    let impact = (inputs.scoping).impact(engine, &file, &reversed, &j.edited, Lines::Head);
     Ok(Whole {
         started,
         file,
@@ -183,7 +224,9 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
     let base = match inputs.base_runs {
         Some(base) => base,
         None => {
-            read = base_runs(engine, inputs.base_selection, inputs.base_collection)?;
+            let base = inputs.judging.base;
+            let selection = unfrozen(&base.collection.items, inputs.judging.frozen);
+            read = base_runs(engine, &selection, base.node)?;
             &read
         }
     };
@@ -191,45 +234,44 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
         Ok(base) => base,
         Err(why) => return Ok(Err(why.clone())),
     };
-    let base_impact = base.impact(engine, inputs.edited);
+    let j = inputs.judging;
+    let base_impact = base.impact(engine, inputs.scoping, &j.edited);
     let scope = match &base_impact.scope {
         ImpactScope::Scoped { run, .. } => run,
         ImpactScope::Full(why) => return Ok(Err(WholeWhy::Base(why.clone()))),
     };
     // The head's runs: the scope, and every test the base's file-order run does not have.
     let in_base = |id: &str| base.runs[&OrderLabel::File].test(id).is_some();
-    let keep: BTreeSet<String> = inputs
+    let keep: BTreeSet<String> = j
         .selection
         .iter()
         .map(|i| i.nodeid.clone())
         .filter(|id| scope.contains(id) || !in_base(id))
         .collect();
-    let mut started =
-        matrix::start_within(engine, &WHOLE, inputs.selection, inputs.collection, &keep)?;
+    let mut started = matrix::start_within(engine, &WHOLE, &j.selection, j.head.node, &keep)?;
     for l in WHOLE {
-        let merged = merge_node(
-            engine,
-            l,
-            started.nodes[&l],
-            base.nodes[&l],
-            &l.order(inputs.selection),
-            &keep,
-        )?;
-        started.nodes.insert(l, merged);
+        let carried = CarriedRun {
+            label: l,
+            order: l.order(&j.selection),
+            keep: keep.clone(),
+            decoded: started.decoded.clone(),
+        };
+        let merged = engine.add(carried, &[started.nodes[&l], base.nodes[&l]], &[])?;
+        started.nodes.insert(l, merged.id);
     }
     let file = started.wait(engine, OrderLabel::File)?;
     let reversed = started.wait(engine, OrderLabel::Reversed)?;
-    let carried: BTreeSet<String> = inputs
+    let carried: BTreeSet<String> = j
         .selection
         .iter()
         .map(|i| i.nodeid.clone())
         .filter(|id| !keep.contains(id))
         .collect();
-    let mut impact = impact::impact(
+    let mut impact = inputs.scoping.impact(
         engine,
         &file,
         &reversed,
-        inputs.edited,
+        &j.edited,
         Lines::Carried(&carried),
     );
     // Sound only when what the head's runs recorded asks for nothing they carried.
@@ -250,23 +292,43 @@ fn carried_runs(engine: &Engine, inputs: &Inputs) -> Result<std::result::Result<
     }))
 }
 
-/// A node that merges the head's run of `label` over `keep` with the base's run of the same
-/// order: every test of `order` (the head's whole order) with the head's result when the head
-/// ran it, else the base's. The session's fields (its trace, code, warnings, processes) are the
-/// head's.
-fn merge_node(
-    engine: &Engine,
+/// The run of `label` put together from the head's run over `keep` and the base's run of the
+/// same order (its inputs, in that order): every test of `order` (the head's whole order) with
+/// the head's result when the head ran it, else the base's. The session's fields (its trace,
+/// code, warnings, processes) are the head's.
+pub(crate) struct CarriedRun {
     label: OrderLabel,
-    head: NodeId,
-    base: NodeId,
-    order: &[String],
-    keep: &BTreeSet<String>,
-) -> Result<NodeId> {
-    let order_key = lines_digest(order);
-    let order = order.to_vec();
-    let kind = NodeKind::CarriedRun;
-    let decoded = engine.decoded.clone();
-    let node = Node::new(kind.of(label), kind.as_str(), move |runs: &[&[u8]]| {
+    order: Vec<String>,
+    keep: BTreeSet<String>,
+    /// Where the merged run is left decoded for the scope, the replays and the matrix.
+    decoded: Arc<Decoded>,
+}
+
+impl Step for CarriedRun {
+    type Output = RunResult;
+    const ENCODING: Encoding = Run::ENCODING;
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::CarriedRun
+    }
+
+    fn label(&self) -> String {
+        NodeKind::CarriedRun.of(self.label)
+    }
+
+    fn key(&self, key: &mut Key) {
+        // The label names the node (the order is in the key); the decoded runs are a cache.
+        let CarriedRun {
+            label: _,
+            order,
+            keep,
+            decoded: _,
+        } = self;
+        key.param("order", lines_digest(order))
+            .param("keep", lines_digest(keep));
+    }
+
+    fn compute(&self, runs: &[&[u8]]) -> std::result::Result<Computed<RunResult>, NodeError> {
         let [head, base] = runs else {
             return Err(node_bug("a carried run has two inputs"));
         };
@@ -274,32 +336,17 @@ fn merge_node(
             .map_err(|e| node_bug(format!("the head's run does not decode: {e}")))?;
         let base = decode_run(base)
             .map_err(|e| node_bug(format!("the base's run does not decode: {e}")))?;
-        let merged = Arc::new(merge(head, base, &order));
-        let bytes = postcard::to_allocvec(&*merged)
-            .map_err(|e| node_bug(format!("a carried run does not encode: {e}")))?;
-        // Read next by the scope, the replays and the matrix: none decodes it again.
-        decoded.keep(&bytes, &merged);
-        Ok(Output::new(bytes))
-    })
-    .param("order", order_key)
-    .param("keep", lines_digest(keep));
-    engine
-        .live
-        .add(node, &[head, base])
-        .map_err(|e| Error::bug(e.to_string()))
-}
-
-/// A digest of node ids, one per line, for a key.
-fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
-    let mut h = blake3::Hasher::new();
-    for id in ids {
-        h.update(id.as_bytes());
-        h.update(b"\n");
+        Ok(Computed::new(merge(head, base, &self.order)))
     }
-    h.finalize().to_hex().to_string()
+
+    /// Left decoded: read next by the scope, the replays and the matrix, none decodes it
+    /// again.
+    fn keep(&self, merged: RunResult, bytes: &[u8]) {
+        self.decoded.keep(bytes, &Arc::new(merged));
+    }
 }
 
-/// The merged run: see [`merge_node`]. When the head's run had nothing to run (no process
+/// The merged run: see [`CarriedRun`]. When the head's run had nothing to run (no process
 /// started), the session's fields are the base's: the head's collection is the base's where
 /// nothing the patch changed is in any test's reach.
 fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResult {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use crate::audit::outcome::Nondeterminism;
 use crate::engine::matrix::Matrix;
-use crate::engine::runs::Engine;
+use crate::engine::step::Engine;
 
 /// The outcomes the fresh runs of the matrix's cached orders did not repeat.
 pub(crate) fn run(engine: &Engine, matrix: &Matrix) -> Vec<Nondeterminism> {

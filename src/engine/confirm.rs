@@ -8,9 +8,12 @@ use fixgate_graph::NodeId;
 
 use crate::audit::order::OrderLabel;
 use crate::audit::triage::{Confirm, Evidence, PROOF_RERUNS};
+use crate::engine::judging::Judging;
 use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix::Matrix;
-use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::runs::RunRequest;
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::error::Result;
 use crate::pytest::result::Outcome;
 
@@ -40,6 +43,31 @@ impl Confirmation {
     }
 }
 
+/// What confirmation found: its runs, the tests it was about, and every test's evidence from the
+/// matrix and them.
+pub(crate) struct Confirmed {
+    pub(crate) confirmation: Confirmation,
+    /// The tests green in some order and red in another, and those red in every order.
+    pub(crate) disagreeing: Vec<String>,
+    pub(crate) always_red: Vec<String>,
+    pub(crate) evidence: BTreeMap<String, Evidence>,
+}
+
+/// Reruns the disagreeing orders and runs the tests red everywhere alone ([`confirm`]), then
+/// gathers every test's evidence.
+pub(crate) fn phase(engine: &Engine, matrix: &Matrix, j: &Judging) -> Result<Confirmed> {
+    let disagreeing = matrix.disagreeing(&j.nodeids);
+    let always_red = matrix.always_red(&j.nodeids);
+    let confirmation = confirm(engine, matrix, &disagreeing, &always_red)?;
+    let evidence = evidence(matrix, &confirmation, &j.nodeids, &disagreeing, &j.edited);
+    Ok(Confirmed {
+        confirmation,
+        disagreeing,
+        always_red,
+        evidence,
+    })
+}
+
 /// Above this many tests red in every order, they first run together in one process and only
 /// those that pass there run alone: a change that breaks the whole suite must not start a
 /// process per test. A test red in that run too is taken as red alone.
@@ -61,7 +89,7 @@ const TOGETHER_FROM: usize = 2;
 /// session) runs alone, so that a red alone, which sends a test to the state-setter search, is
 /// always its own run. A patch that makes fifty tests of one module read what one setter writes
 /// costs one process here, not fifty (issue 21).
-pub(crate) fn confirm(
+fn confirm(
     engine: &Engine,
     matrix: &Matrix,
     disagreeing: &[String],
@@ -212,7 +240,7 @@ fn single(engine: &Engine, id: &str, after: &[NodeId]) -> Result<NodeId> {
 
 /// Every test's evidence from the matrix and the confirmation runs (`disagreeing`: the tests
 /// whose orders disagreed, which the confirmation reran).
-pub(crate) fn evidence(
+fn evidence(
     matrix: &Matrix,
     confirmation: &Confirmation,
     nodeids: &[String],

@@ -14,9 +14,29 @@ fn key(base_tree: &Digest, victim: &str) -> Digest {
         .finish()
 }
 
+/// The culprit sets remembered for the victims of one base, in the audit's store.
+#[derive(Clone, Copy)]
+pub(crate) struct Memory<'s> {
+    pub(crate) store: &'s dyn Store,
+    /// The base's tree digest: what the sets are remembered by.
+    pub(crate) base_tree: Digest,
+}
+
+impl Memory<'_> {
+    /// The sets found for `victim` in earlier audits of the base, newest first.
+    pub(crate) fn recall(&self, victim: &str) -> Vec<Vec<String>> {
+        recall(self.store, &self.base_tree, victim)
+    }
+
+    /// Remembers a set found for `victim`.
+    pub(crate) fn remember(&self, victim: &str, set: &[String]) {
+        remember(self.store, &self.base_tree, victim, set);
+    }
+}
+
 /// The culprit sets found for `victim` in earlier audits of the base `base_tree`, newest
 /// first. A missing or unreadable record is no sets: it only costs a bisection.
-pub(crate) fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec<Vec<String>> {
+fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec<Vec<String>> {
     let Some(record) = store.get_action(&key(base_tree, victim)) else {
         return Vec::new();
     };
@@ -27,7 +47,7 @@ pub(crate) fn recall(store: &dyn Store, base_tree: &Digest, victim: &str) -> Vec
 }
 
 /// Remembers a culprit set found for `victim` against the base `base_tree`.
-pub(crate) fn remember(store: &dyn Store, base_tree: &Digest, victim: &str, set: &[String]) {
+fn remember(store: &dyn Store, base_tree: &Digest, victim: &str, set: &[String]) {
     let mut sets = recall(store, base_tree, victim);
     sets.retain(|s| s != set);
     sets.insert(0, set.to_vec());

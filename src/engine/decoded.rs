@@ -34,17 +34,20 @@ pub(crate) struct Decoded {
 
 impl Decoded {
     /// The run `bytes` encode: a kept one, else decoded now and not kept.
-    pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Arc<RunResult>, postcard::Error> {
+    pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Arc<RunResult>, fixgate_graph::NodeError> {
         self.read(bytes, false)
     }
 
     /// The run `bytes` encode, kept for whoever reads them next when it has many tests (a whole
     /// order's, which later phases read again).
-    pub(crate) fn decode_kept(&self, bytes: &[u8]) -> Result<Arc<RunResult>, postcard::Error> {
+    pub(crate) fn decode_kept(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Arc<RunResult>, fixgate_graph::NodeError> {
         self.read(bytes, true)
     }
 
-    fn read(&self, bytes: &[u8], keep: bool) -> Result<Arc<RunResult>, postcard::Error> {
+    fn read(&self, bytes: &[u8], keep: bool) -> Result<Arc<RunResult>, fixgate_graph::NodeError> {
         let key = blake3::hash(bytes);
         if let Some(run) = self.find(&key) {
             return Ok(run);

@@ -7,19 +7,21 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use fixgate_graph::{Node, NodeId, Output};
+use fixgate_graph::{NodeError, NodeId};
 
-use crate::audit::edited::edited_tests;
 use crate::audit::itemize::{self, HeadCollection, Whole};
 use crate::audit::scope::{ImpactScope, WholeWhy};
 use crate::engine::carry::{self, BaseRuns};
-use crate::engine::impact;
+use crate::engine::collect::{self, Collected, Failed};
+use crate::engine::edited::edited_tests;
+use crate::engine::gates::GateNodes;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{Engine, Role};
-use crate::engine::steps::{self, Collected, Failed};
-use crate::error::{Error, Result};
+use crate::engine::scope::Scoping;
+use crate::engine::step::Role;
+use crate::engine::step::{Computed, Engine, Key, Step};
+use crate::error::Result;
 use crate::pytest::driver::CollectIn;
-use crate::pytest::events::{CollectedItem, Collection};
+use crate::pytest::events::Collection;
 use crate::pytest::forkserver::Carried;
 
 /// What the collection phase hands on.
@@ -40,50 +42,45 @@ pub(crate) struct Read {
     pub(crate) head_collection: Option<HeadCollection>,
 }
 
-/// Collects both sides. `frozen`: the tests the gates deselect.
+/// Collects both sides, after the gates. `frozen`: the tests the gates deselect; `scoping`:
+/// what the scope rule reads of the snapshots, which a scoped head's collection asks.
 pub(crate) fn collect(
     engine: &Engine,
-    gate: NodeId,
+    nodes: GateNodes,
     scoped: bool,
     frozen: &HashSet<&str>,
+    scoping: &Scoping,
 ) -> Result<Collections> {
-    let same =
-        crate::pytest::forkserver::same_snapshot(&engine.base.snapshot, &engine.head.snapshot);
-    if !scoped || same || engine.remote.is_some() {
-        let (base, head) = steps::collect_both(engine, gate, scoped)?;
+    let gate = nodes.lock;
+    if !scoped || engine.same_sides() || engine.pytest.remote() {
+        let (base, head) = collect::collect_both(engine, gate, scoped)?;
         return Ok(Collections {
             base,
             head,
             read: Read::default(),
         });
     }
-    let b = steps::add_collection(engine, gate, Role::Base, steps::how(engine, true, true))?;
-    let base = steps::wait_collected(engine, b)?;
-    let base_selection: Vec<CollectedItem> = base
-        .collection
-        .items
-        .iter()
-        .filter(|i| !frozen.contains(i.nodeid.as_str()))
-        .cloned()
-        .collect();
+    let b = collect::add_collection(engine, gate, Role::Base, collect::how(engine, true, true))?;
+    let base = collect::wait_collected(engine, b)?;
+    let base_selection = collect::unfrozen(&base.collection.items, frozen);
     // The sources the rule reads are parsed while the base's runs are read.
     let base_runs = std::thread::scope(|s| {
-        s.spawn(|| impact::read_ahead(engine));
+        s.spawn(|| scoping.read_ahead(engine));
         carry::base_runs(engine, &base_selection, base.node)
     })?;
     let carried = match &base_runs {
         Ok(runs) => {
             let ids: Vec<String> = base_selection.iter().map(|i| i.nodeid.clone()).collect();
-            let edited = edited_tests(&engine.base.snapshot, &engine.head.snapshot, &ids);
-            match runs.impact(engine, &edited).scope {
+            let edited = edited_tests(engine, nodes, Role::Base, ids)?;
+            match runs.impact(engine, scoping, &edited).scope {
                 ImpactScope::Scoped { run, .. } => {
                     let listed = runs.listed_at_collection();
-                    impact::carried_modules(engine, &base.collection.items, &run, &listed)
+                    scoping.carried_modules(engine, &base.collection.items, &run, &listed)
                 }
-                ImpactScope::Full(why) => Err(Whole::NotScoped(why)),
+                ImpactScope::Full(why) => Err(Whole::NotScoped(Box::new(why))),
             }
         }
-        Err(why) => Err(Whole::BaseRuns(why.clone())),
+        Err(why) => Err(Whole::BaseRuns(Box::new(why.clone()))),
     };
     let (head, head_collection) = match carried {
         Ok(carried) => head_carrying(engine, gate, &base, carried)?,
@@ -101,8 +98,8 @@ pub(crate) fn collect(
 
 /// The head's collection over every module.
 fn whole_head(engine: &Engine, gate: NodeId) -> Result<std::result::Result<Collected, Failed>> {
-    let h = steps::add_collection(engine, gate, Role::Head, steps::how(engine, true, true))?;
-    steps::wait_head(engine, h)
+    let h = collect::add_collection(engine, gate, Role::Head, collect::how(engine, true, true))?;
+    collect::wait_head(engine, h)
 }
 
 /// The head's collection without the items of the `carried` modules, put together with the
@@ -120,12 +117,12 @@ fn head_carrying(
         spare: true,
         carried: carried.clone(),
     };
-    let h = steps::add_collection(engine, gate, Role::Head, how)?;
+    let h = collect::add_collection(engine, gate, Role::Head, how)?;
     let planned = HeadCollection::Partial {
         modules,
         itemized: modules.saturating_sub(carried.0.len()),
     };
-    let head = match steps::wait_head(engine, h)? {
+    let head = match collect::wait_head(engine, h)? {
         Ok(head) => head,
         // What does not import fails the same way whichever items are made.
         Err(failed) => return Ok((Err(failed), planned)),
@@ -139,22 +136,22 @@ fn head_carrying(
     let merged = match itemize::merge(&base.collection, head.collection, &carried.0) {
         Ok(merged) => merged,
         Err(why) => {
-            engine
-                .runner
-                .forkserver
-                .forget_collection(&engine.head.snapshot, &carried);
+            (engine.pytest).forget_collection(&engine.head.snapshot, &carried);
             return Ok((whole_head(engine, gate)?, HeadCollection::Whole(why)));
         }
     };
+    let step = CarriedCollect {
+        carried: carried.clone(),
+        merged: merged.clone(),
+    };
     let merged = Collected {
-        node: merged_node(engine, base.node, h, &carried, &merged)?,
+        node: engine.add(step, &[base.node, h.id], &[])?.id,
         collection: merged,
     };
     // A warm interpreter of the head that makes every item (a run outside the scope's needs
     // one) must collect what was put together, or its runs start fresh.
-    engine.runner.forkserver.note_collection(
+    (engine.pytest).note_collection(
         &engine.head.snapshot,
-        &Carried::default(),
         merged.ids().map(str::to_owned).collect(),
     );
     Ok((
@@ -166,25 +163,32 @@ fn head_carrying(
     ))
 }
 
-/// The node of the head's collection put together (`merged`, which the base's collection
-/// `base` and the head's without the `carried` modules' items `head` determine): the node the
-/// head's runs depend on.
-fn merged_node(
-    engine: &Engine,
-    base: NodeId,
-    head: NodeId,
-    carried: &Carried,
-    merged: &Collection,
-) -> Result<NodeId> {
-    let bytes = serde_json::to_vec(merged)
-        .map_err(|e| Error::bug(format!("a collection does not encode: {e}")))?;
-    let kind = NodeKind::CarriedCollect;
-    let node = Node::new(kind.of("head"), kind.as_str(), move |_| {
-        Ok(Output::new(bytes.clone()))
-    })
-    .param("carried", carried.digest());
-    engine
-        .live
-        .add(node, &[base, head])
-        .map_err(|e| Error::bug(e.to_string()))
+/// The head's collection put together (`merged`), which its inputs determine: the base's
+/// collection and the head's without the `carried` modules' items. The node the head's runs
+/// depend on.
+struct CarriedCollect {
+    carried: Arc<Carried>,
+    merged: Collection,
+}
+
+impl Step for CarriedCollect {
+    type Output = Collection;
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::CarriedCollect
+    }
+
+    fn label(&self) -> String {
+        NodeKind::CarriedCollect.of("head")
+    }
+
+    fn key(&self, key: &mut Key) {
+        // What was put together is what its inputs and the carried modules make.
+        let CarriedCollect { carried, merged: _ } = self;
+        key.param("carried", carried.digest());
+    }
+
+    fn compute(&self, _: &[&[u8]]) -> std::result::Result<Computed<Collection>, NodeError> {
+        Ok(Computed::new(self.merged.clone()))
+    }
 }

@@ -57,6 +57,12 @@ pub(crate) enum NodeKind {
     NioRun,
     /// A head finding checked on the base.
     BaseCheck,
+    /// The tests whose source the patch edited.
+    EditedTests,
+    /// Whether the patch changed a `conftest.py`.
+    ConftestsDiffer,
+    /// The source-side moves of the patch (`crate::audit::source_tamper`).
+    SourceTamper,
     /// Every test's bucket and signals.
     Triage,
     /// The budget's breaches.
@@ -72,7 +78,9 @@ impl NodeKind {
     /// versions were counted.
     ///
     /// - budget 2, verdict 2: the budget's breaches and the verdict's reasons are typed values
-    ///   (`audit::budget::Breach`, `audit::verdict::Reason`), no longer the report's lines.
+    ///   (`audit::budget::Breach`, `audit::verdict::Reason`), no longer the report's lines; the
+    ///   verdict's key writes each finding's kind by its ordinal, where its name was ambiguous
+    ///   (`deleted-test` is a kind that rejects and one that does not).
     pub(crate) const fn version(self) -> u32 {
         match self {
             NodeKind::Budget | NodeKind::Verdict => 2,
@@ -105,6 +113,9 @@ impl NodeKind {
             NodeKind::BaseSuiteControl => "base-suite-control",
             NodeKind::NioRun => "nio-run",
             NodeKind::BaseCheck => "base-check",
+            NodeKind::EditedTests => "edited-tests",
+            NodeKind::ConftestsDiffer => "conftests-differ",
+            NodeKind::SourceTamper => "source-tamper",
             NodeKind::Triage => "triage",
             NodeKind::Budget => "budget",
             NodeKind::Verdict => "verdict",

@@ -4,13 +4,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
-use fixgate_graph::{Node, NodeId, Output};
+use fixgate_graph::{NodeError, NodeId};
 
 use crate::audit::order::OrderLabel;
 use crate::audit::scope::ImpactScope;
 use crate::engine::compact::{CompactRun, TestIds};
+use crate::engine::decoded::Decoded;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine, Role, RunRequest};
+use crate::engine::runs::RunRequest;
+use crate::engine::step::Role;
+use crate::engine::step::{node_bug, Computed, Encoding, Engine, Key, Step};
 use crate::error::{Error, Result};
 use crate::pytest::driver::Record;
 use crate::pytest::events::{CollectedItem, StateChange};
@@ -57,6 +60,8 @@ pub(crate) struct Started {
     scoped: bool,
     /// Whether its whole orders run part of the selection (see [`start_within`]).
     within: bool,
+    /// The large runs of its orders, decoded once for the audit.
+    pub(crate) decoded: Arc<Decoded>,
 }
 
 /// Adds one seed run per label over the whole selection, each computed from the collection it
@@ -75,6 +80,7 @@ pub(crate) fn start(
         waited: Default::default(),
         scoped,
         within: false,
+        decoded: Arc::default(),
     };
     started.add(engine, labels, items, collection, |_| true)?;
     Ok(started)
@@ -96,6 +102,7 @@ pub(crate) fn start_within(
         waited: Default::default(),
         scoped: true,
         within: true,
+        decoded: Arc::default(),
     };
     started.add(engine, labels, items, collection, |id| keep.contains(id))?;
     Ok(started)
@@ -160,7 +167,7 @@ impl Started {
             .unwrap_or_else(|e| e.into_inner())
             .insert(label);
         let waited = match keep {
-            true => engine.wait_run_shared(id)?,
+            true => engine.wait_decoded(id, |bytes| self.decoded.decode_kept(bytes))?,
             false => engine.wait_run(id)?.map(Arc::new),
         };
         waited.map_err(|e| Error::Infra(format!("seed run {label} failed: {e}")))
@@ -192,40 +199,11 @@ impl Started {
                 return Err(Error::Infra(format!("seed run {l} failed: {e}")));
             }
         }
-        let kind = NodeKind::Matrix;
-        let decoded = engine.decoded.clone();
-        let node = Node::new(kind.label(), kind.as_str(), move |runs: &[&[u8]]| {
-            let mut ids = TestIds::default();
-            let mut compact = Vec::with_capacity(runs.len());
-            for bytes in runs {
-                let run = decoded
-                    .decode(bytes)
-                    .map_err(|e| node_bug(format!("a seed run does not decode: {e}")))?;
-                compact.push(CompactRun::of(&run, &mut ids));
-            }
-            postcard::to_allocvec(&(ids.names(), compact))
-                .map(Output::new)
-                .map_err(|e| node_bug(format!("the matrix does not encode: {e}")))
-        })
-        .param("encoding", "postcard-2");
-        let id = engine
-            .live
-            .add(node, &inputs)
-            .map_err(|e| Error::bug(e.to_string()))?;
-        let bytes = engine
-            .live
-            .wait(id)
-            .into_result()
-            .map_err(|e| Error::Infra(format!("the matrix failed: {e}")))?;
-        if engine
-            .runner
-            .interrupted
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(Error::Interrupted);
-        }
-        let (names, compact): (Vec<String>, Vec<CompactRun>) = postcard::from_bytes(&bytes)
-            .map_err(|e| Error::bug(format!("a cached matrix does not decode: {e}")))?;
+        let step = MatrixOf {
+            decoded: self.decoded.clone(),
+        };
+        let (matrix, (names, compact)) = engine.run_step(step, &inputs, &[])?;
+        let id = matrix.id;
         engine.live.release(id);
         let mut runs = BTreeMap::new();
         let waited = self.waited.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -250,6 +228,45 @@ impl Started {
             nodes: self.nodes,
             scope,
         })
+    }
+}
+
+/// The matrix read off the seed runs (its inputs): each kept compact, the tests' names once.
+/// A warm audit finds it in the cache and decodes no run.
+struct MatrixOf {
+    decoded: Arc<Decoded>,
+}
+
+impl Step for MatrixOf {
+    type Output = (Vec<String>, Vec<CompactRun>);
+    const ENCODING: Encoding = Encoding::Postcard;
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::Matrix
+    }
+
+    fn label(&self) -> String {
+        NodeKind::Matrix.label()
+    }
+
+    fn key(&self, key: &mut Key) {
+        // The decoded runs are a cache of its inputs.
+        let MatrixOf { decoded: _ } = self;
+        key.param("encoding", "postcard-2");
+    }
+
+    fn compute(&self, runs: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError> {
+        let mut ids = TestIds::default();
+        let mut compact = Vec::with_capacity(runs.len());
+        for bytes in runs {
+            let run = self
+                .decoded
+                .decode(bytes)
+                .map_err(|e| node_bug(format!("a seed run does not decode: {e}")))?;
+            compact.push(CompactRun::of(&run, &mut ids));
+        }
+        let names = ids.names().into_iter().map(str::to_owned).collect();
+        Ok(Computed::new((names, compact)))
     }
 }
 
@@ -318,6 +335,13 @@ impl Matrix {
     pub(crate) fn red_message(&self, nodeid: &str) -> Option<&str> {
         let i = self.ids.get(nodeid)?;
         self.labels.iter().find_map(|l| self.runs[l].message(i))
+    }
+
+    /// Each test's message in the first order where it was not green.
+    pub(crate) fn red_messages(&self, nodeids: &[String]) -> BTreeMap<String, String> {
+        (nodeids.iter())
+            .filter_map(|id| Some((id.clone(), self.red_message(id)?.to_owned())))
+            .collect()
     }
 
     /// The fixture groups the test changed without their lease, in any order.

@@ -10,22 +10,49 @@ use crate::audit::finding::FindingKind;
 use crate::audit::findings::PreExisting;
 use crate::audit::nio::{self, Idempotence, Twice};
 use crate::audit::order::OrderLabel;
-use crate::audit::triage::{Signal, Triage, PROOF_RERUNS};
+use crate::audit::triage::{Evidence, Signal, Triage, PROOF_RERUNS};
 use crate::engine::kind::{repeat, NodeKind};
 use crate::engine::matrix;
-use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::runs::RunRequest;
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::error::Result;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::Outcome;
 use crate::pytest::result::RunResult;
 
-/// Adds the nio order's run beside the matrix.
-pub(crate) fn start(
+/// Adds the nio order's run beside the matrix, when it is `asked` (`--nio`, or the base's
+/// `[tool.fixgate] nio`).
+pub(crate) fn begin(
     engine: &Engine,
+    asked: bool,
     selection: &[CollectedItem],
     collection: NodeId,
-) -> Result<matrix::Started> {
-    matrix::start(engine, &[OrderLabel::Twice], selection, collection, false)
+) -> Result<Option<matrix::Started>> {
+    match asked {
+        true => matrix::start(engine, &[OrderLabel::Twice], selection, collection, false).map(Some),
+        false => Ok(None),
+    }
+}
+
+/// Waits for the nio order's runs (when it ran) and marks what they proved in each test's
+/// evidence.
+pub(crate) fn read_into(
+    engine: &Engine,
+    started: Option<&matrix::Started>,
+    nodeids: &[String],
+    evidence: &mut BTreeMap<String, Evidence>,
+) -> Result<Option<NioRead>> {
+    let Some(started) = started else {
+        return Ok(None);
+    };
+    let read = read(engine, started, nodeids)?;
+    for (id, reading) in &read.readings {
+        if let Some(e) = evidence.get_mut(id) {
+            e.nio = Some(*reading);
+        }
+    }
+    Ok(Some(read))
 }
 
 /// What the nio order and its confirmation runs showed.
@@ -43,11 +70,7 @@ pub(crate) struct NioRead {
 /// Waits for the nio run; each test that passed and then failed there runs twice in a row by
 /// itself, up to [`PROOF_RERUNS`](crate::audit::triage::PROOF_RERUNS) times, stopping at the
 /// first run that does not show it.
-pub(crate) fn read(
-    engine: &Engine,
-    started: &matrix::Started,
-    nodeids: &[String],
-) -> Result<NioRead> {
+fn read(engine: &Engine, started: &matrix::Started, nodeids: &[String]) -> Result<NioRead> {
     let run = started.wait(engine, OrderLabel::Twice)?;
     let node = started.nodes[&OrderLabel::Twice];
     engine.live.release(node);

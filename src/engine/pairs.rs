@@ -8,20 +8,20 @@
 //! order, so the answers do not depend on how many jobs run them.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, OnceLock};
 
-use fixgate_graph::{Node, NodeId, Output};
+use fixgate_graph::{NodeError, NodeId};
 
 use crate::audit::bisect::PairKind;
 use crate::audit::order::OrderLabel;
 use crate::audit::pair::{Found, Pair};
 use crate::audit::triage::{Bucket, Confirm, Evidence, Signal};
 use crate::engine::confirm::Confirmation;
-use crate::engine::culprits;
+use crate::engine::culprits::Memory;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::Matrix;
-use crate::engine::runs::{node_bug, Engine, Role};
 use crate::engine::search::{self, Known, PairRun};
+use crate::engine::step::Role;
+use crate::engine::step::{node_bug, Computed, Engine, Key, Step};
 use crate::error::{Error, Result};
 
 /// How many victims try known sets at once: each waits on runs the graph's workers execute, so
@@ -42,11 +42,35 @@ struct Question {
     asked: Vec<NodeId>,
 }
 
-/// A victim's answer, with the bytes its `pair` node records and the runs it starts after.
+/// A victim's answer, which its `pair` node records, and the runs it starts after.
 struct Answered {
     answer: search::Answer,
-    bytes: Vec<u8>,
     after: Vec<NodeId>,
+}
+
+/// What every victim's question reads: the audit's engine, the matrix and the confirmation runs
+/// that showed the victims, and the culprit sets remembered for the base.
+pub(crate) struct Searching<'s, 'e, 'l, 'a> {
+    pub(crate) engine: &'e Engine<'l, 'a>,
+    pub(crate) matrix: &'s Matrix,
+    pub(crate) confirmation: &'s Confirmation,
+    pub(crate) memory: Memory<'s>,
+}
+
+impl<'s, 'e, 'l, 'a> Searching<'s, 'e, 'l, 'a> {
+    pub(crate) fn new(
+        engine: &'e Engine<'l, 'a>,
+        matrix: &'s Matrix,
+        confirmation: &'s Confirmation,
+        memory: Memory<'s>,
+    ) -> Self {
+        Searching {
+            engine,
+            matrix,
+            confirmation,
+            memory,
+        }
+    }
 }
 
 /// A culprit set and the anomaly it causes.
@@ -58,12 +82,11 @@ type Established = (PairKind, Vec<String>);
 /// checks it again on this code, and repeats nothing else. Every set a search finds is
 /// remembered for the next audit of the base.
 pub(crate) fn search_pairs(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
+    cx: &Searching,
     evidence: &mut BTreeMap<String, Evidence>,
     nodeids: &[String],
 ) -> Result<Vec<PairRun>> {
+    let (engine, matrix, confirmation) = (cx.engine, cx.matrix, cx.confirmation);
     // Victims red alone run alone again, side by side, before their question is asked: one
     // unlucky run alone must not send a flaky victim to a search for a state-setter. An order
     // that ran the victim first and green was a green run alone already: a victim flaky one
@@ -132,7 +155,7 @@ pub(crate) fn search_pairs(
     // established from the cache always were: the first wave reads every victim's own cached
     // answer before anything else.
     let mut held: Vec<Established> = Vec::new();
-    for (set, before) in known_before(engine, matrix, &questions) {
+    for (set, before) in known_before(cx, &questions) {
         let open: Vec<usize> = before.keys().copied().collect();
         let batch = Batch {
             kind: set.0,
@@ -140,7 +163,7 @@ pub(crate) fn search_pairs(
             searched: None,
             before: &before,
         };
-        for (i, a) in batched(engine, matrix, &questions, &open, &answers, &tried, &batch)? {
+        for (i, a) in batched(cx, &questions, &open, &answers, &tried, &batch)? {
             answers[i] = Some(a);
         }
         for &i in &open {
@@ -168,7 +191,7 @@ pub(crate) fn search_pairs(
                 searched: unchecked.as_ref(),
                 before: &BTreeMap::new(),
             };
-            for (i, a) in batched(engine, matrix, &questions, &open, &answers, &tried, &batch)? {
+            for (i, a) in batched(cx, &questions, &open, &answers, &tried, &batch)? {
                 tried[i].push(set.1.clone());
                 answers[i] = Some(a);
                 proven.push(set.clone());
@@ -179,7 +202,7 @@ pub(crate) fn search_pairs(
         if let Some((i, found)) = unchecked.take() {
             if answers[i].is_none() {
                 let set = (found.pair.kind, found.pair.culprits.clone());
-                let a = checked(engine, matrix, confirmation, &questions[i], found)?;
+                let a = checked(cx, &questions[i], found)?;
                 if !a.answer.search.outcome.is_found() && !proven.contains(&set) {
                     known.retain(|k| *k != set);
                     established.retain(|k| *k != set);
@@ -191,15 +214,7 @@ pub(crate) fn search_pairs(
         let known = &known[..];
         let open: Vec<usize> = open.into_iter().filter(|&i| answers[i].is_none()).collect();
         let quick = side_by_side(&open, |i| {
-            known_answer(
-                engine,
-                matrix,
-                confirmation,
-                &questions[i],
-                known,
-                &tried[i],
-                wave == 0,
-            )
+            known_answer(cx, &questions[i], known, &tried[i], wave == 0)
         })?;
         for (&i, (answered, more)) in open.iter().zip(quick) {
             tried[i].extend(more);
@@ -222,7 +237,7 @@ pub(crate) fn search_pairs(
             continue;
         }
         if let Some(i) = (0..questions.len()).find(|&i| answers[i].is_none()) {
-            let found = searched(engine, matrix, confirmation, &questions[i])?;
+            let found = searched(cx, &questions[i])?;
             let set = (found.pair.kind, found.pair.culprits.clone());
             let q = &questions[i];
             if found.pair.search.outcome.is_found() && batchable(matrix, q, set.0, &set.1) {
@@ -231,7 +246,7 @@ pub(crate) fn search_pairs(
                 }
                 unchecked = Some((i, found));
             } else {
-                let a = checked(engine, matrix, confirmation, &questions[i], found)?;
+                let a = checked(cx, &questions[i], found)?;
                 establish(&mut established, &a.answer);
                 answers[i] = Some(a);
             }
@@ -242,10 +257,11 @@ pub(crate) fn search_pairs(
     let mut added = Vec::with_capacity(questions.len());
     for (q, a) in questions.iter().zip(answers) {
         let a = a.expect("every victim is answered before the waves end");
-        let node = engine
-            .live
-            .add_after(pair_node(q, Some(a.bytes)), &q.asked, &a.after)
-            .map_err(|e| Error::bug(e.to_string()))?;
+        let step = PairOf {
+            answer: Some(a.answer.clone()),
+            ..PairOf::question(q)
+        };
+        let node = engine.add(step, &q.asked, &a.after)?.id;
         added.push((node, a.answer));
     }
     let mut pairs = Vec::new();
@@ -358,17 +374,13 @@ enum Before {
 /// remembered for it that ran before it in the order that asked. The others are answered one
 /// by one, as before.
 fn known_before(
-    engine: &Engine,
-    matrix: &Matrix,
+    cx: &Searching,
     questions: &[Question],
 ) -> Vec<(Established, BTreeMap<usize, Before>)> {
     let mut groups: Vec<(Established, BTreeMap<usize, Before>)> = Vec::new();
     for (i, q) in questions.iter().enumerate() {
-        let cached = engine
-            .live
-            .lookup(&pair_node(q, None), &q.asked)
-            .and_then(|bytes| decode_answer(&bytes).ok());
-        let batches = |set: &[String]| batchable(matrix, q, q.kind, set);
+        let cached = cx.engine.lookup(PairOf::question(q), &q.asked);
+        let batches = |set: &[String]| batchable(cx.matrix, q, q.kind, set);
         let (culprits, before) = match cached {
             // A cached answer that explains nothing, or whose victim showed its anomaly alone
             // (its check was the strict one, more runs than a batch makes), is checked on its
@@ -381,10 +393,7 @@ fn known_before(
                 (answer.culprits.clone(), Before::Cached(Box::new(answer)))
             }
             Some(_) => continue,
-            None => match culprits::recall(engine.store, &engine.base_tree, &q.id)
-                .into_iter()
-                .find(|set| batches(set))
-            {
+            None => match cx.memory.recall(&q.id).into_iter().find(|set| batches(set)) {
                 Some(set) => (set, Before::Remembered),
                 None => continue,
             },
@@ -444,8 +453,7 @@ fn batchable(matrix: &Matrix, q: &Question, kind: PairKind, culprits: &[String])
 /// batch's, the same runs each way as its own check would make. Returns the answers of the
 /// victims the batch proved; the others go on one by one.
 fn batched(
-    engine: &Engine,
-    matrix: &Matrix,
+    cx: &Searching,
     questions: &[Question],
     open: &[usize],
     answers: &[Option<Answered>],
@@ -462,7 +470,7 @@ fn batched(
         .filter(|&i| {
             searched.is_some_and(|(j, _)| *j == i) || !tried[i].iter().any(|t| t == culprits)
         })
-        .filter(|&i| batchable(matrix, &questions[i], kind, culprits))
+        .filter(|&i| batchable(cx.matrix, &questions[i], kind, culprits))
         .collect();
     if eligible.len() < BATCH_FROM {
         return Ok(Vec::new());
@@ -470,9 +478,9 @@ fn batched(
     let victims: Vec<String> = eligible.iter().map(|&i| questions[i].id.clone()).collect();
     let after = match searched {
         Some((_, run)) => run.last,
-        None => matrix.nodes[&questions[eligible[0]].label],
+        None => cx.matrix.nodes[&questions[eligible[0]].label],
     };
-    let proof = search::verify_batch(engine, kind, culprits, &victims, after)?;
+    let proof = search::verify_batch(cx.engine, kind, culprits, &victims, after)?;
     let mut out = Vec::new();
     let share = proof.runs.div_ceil(victims.len() as u32);
     let proven: Vec<usize> = eligible
@@ -484,16 +492,16 @@ fn batched(
     // the cache) side by side: fifty victims of one set cost fifty of each.
     let checks = side_by_side(&proven, |i| {
         let q = &questions[i];
-        let orders = matrix.seed_orders(&q.id);
-        let check = search::order_check(engine, &q.id, kind, culprits, &orders, proof.last)?;
-        culprits::remember(engine.store, &engine.base_tree, &q.id, culprits);
+        let orders = cx.matrix.seed_orders(&q.id);
+        let check = search::order_check(cx.engine, &q.id, kind, culprits, &orders, proof.last)?;
+        cx.memory.remember(&q.id, culprits);
         Ok(check)
     })?;
     for (&i, (victim_flaky, last)) in proven.iter().zip(checks) {
         let q = &questions[i];
         let mut indices: Vec<usize> = culprits
             .iter()
-            .filter_map(|c| matrix.position(q.label, c))
+            .filter_map(|c| cx.matrix.position(q.label, c))
             .collect();
         indices.sort_unstable();
         let reused = |found| {
@@ -521,13 +529,10 @@ fn batched(
             verify_runs: share,
             victim_flaky,
         };
-        let bytes = serde_json::to_vec(&answer)
-            .map_err(|e| Error::bug(format!("a pair does not encode: {e}")))?;
         out.push((
             i,
             Answered {
                 answer,
-                bytes,
                 after: vec![last],
             },
         ));
@@ -543,24 +548,53 @@ fn establish(established: &mut Vec<Established>, answer: &search::Answer) {
     }
 }
 
-/// The `pair` node of a question, recording `bytes` (none: for a cache lookup only).
-fn pair_node(q: &Question, bytes: Option<Vec<u8>>) -> Node {
-    let slot: Arc<OnceLock<Vec<u8>>> = Arc::default();
-    if let Some(b) = bytes {
-        let _ = slot.set(b);
+/// A victim's answer as a step: computed by the page from the runs that asked the question
+/// (its inputs), and recorded, so that an audit of the same runs finds it.
+struct PairOf {
+    victim: String,
+    kind: PairKind,
+    /// `None`: for a cache lookup only.
+    answer: Option<search::Answer>,
+}
+
+impl PairOf {
+    /// The step of `q`'s answer, for a lookup.
+    fn question(q: &Question) -> PairOf {
+        PairOf {
+            victim: q.id.clone(),
+            kind: q.kind,
+            answer: None,
+        }
     }
-    Node::new(
-        NodeKind::Pair.of(&q.id),
-        NodeKind::Pair.as_str(),
-        move |_| {
-            slot.get()
-                .cloned()
-                .map(Output::new)
-                .ok_or_else(|| node_bug("a pair node without its answer"))
-        },
-    )
-    .param("victim", q.id.as_str())
-    .param("kind", q.kind.as_str())
+}
+
+impl Step for PairOf {
+    type Output = search::Answer;
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::Pair
+    }
+
+    fn label(&self) -> String {
+        NodeKind::Pair.of(&self.victim)
+    }
+
+    fn key(&self, key: &mut Key) {
+        // The answer is what its input runs say.
+        let PairOf {
+            victim,
+            kind,
+            answer: _,
+        } = self;
+        key.param("victim", victim.as_str())
+            .param("kind", kind.as_str());
+    }
+
+    fn compute(&self, _: &[&[u8]]) -> std::result::Result<Computed<search::Answer>, NodeError> {
+        (self.answer.clone())
+            .map(Computed::new)
+            .ok_or_else(|| node_bug("a pair node without its answer"))
+    }
 }
 
 /// The answer known without a search: the cached one, if it holds on this code (the seed runs
@@ -569,9 +603,7 @@ fn pair_node(q: &Question, bytes: Option<Vec<u8>>) -> Node {
 /// in the first wave, one remembered from an earlier audit of the base) that reproduces. Sets
 /// in `tried` are not tried again. Returns the answer and the sets this call tried.
 fn known_answer(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
+    cx: &Searching,
     q: &Question,
     known: &[Established],
     tried: &[Vec<String>],
@@ -581,35 +613,28 @@ fn known_answer(
     if first_wave {
         // A cached set the batch before the waves did not prove for the victim is not
         // checked again on its own: the victim is searched.
-        let cached = engine
-            .live
-            .lookup(&pair_node(q, None), &q.asked)
-            .map(|bytes| decode_answer(&bytes).map(|a| (a, bytes)))
-            .transpose()?
-            .filter(|(a, _)| !tried.contains(&a.culprits));
-        if let Some((answer, bytes)) = cached {
+        let cached = (cx.engine)
+            .lookup(PairOf::question(q), &q.asked)
+            .filter(|a| !tried.contains(&a.culprits));
+        if let Some(answer) = cached {
             now_tried.push(answer.culprits.clone());
             let holds = match answer.search.outcome.is_found() {
                 true => {
                     let v = search::verify(
-                        engine,
+                        cx.engine,
                         &q.id,
                         q.kind,
                         &answer.culprits,
                         &q.alone_greens,
-                        prior(matrix, q, &answer.culprits),
-                        matrix.nodes[&q.label],
+                        prior(cx.matrix, q, &answer.culprits),
+                        cx.matrix.nodes[&q.label],
                     )?;
                     v.outcome.is_found().then(|| vec![v.last])
                 }
                 false => q.asked.last().map(|n| vec![*n]),
             };
             if let Some(after) = holds {
-                let answered = Answered {
-                    answer,
-                    bytes: bytes.to_vec(),
-                    after,
-                };
+                let answered = Answered { answer, after };
                 return Ok((Some(answered), now_tried));
             }
         }
@@ -623,23 +648,19 @@ fn known_answer(
         })
         .collect();
     if first_wave {
-        sets.extend(
-            culprits::recall(engine.store, &engine.base_tree, &q.id)
-                .into_iter()
-                .map(|culprits| Known {
-                    culprits,
-                    from: Found::ReusedEarlierAudit,
-                }),
-        );
+        sets.extend(cx.memory.recall(&q.id).into_iter().map(|culprits| Known {
+            culprits,
+            from: Found::ReusedEarlierAudit,
+        }));
     }
     sets.retain(|k| !tried.contains(&k.culprits) && !now_tried.contains(&k.culprits));
     if sets.is_empty() {
         return Ok((None, now_tried));
     }
     now_tried.extend(sets.iter().map(|k| k.culprits.clone()));
-    let (prefix, after) = prefix(matrix, confirmation, q);
-    let answered = match search::reuse(engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
-        Some(pair) => Some(checked(engine, matrix, confirmation, q, pair)?),
+    let (prefix, after) = prefix(cx.matrix, cx.confirmation, q);
+    let answered = match search::reuse(cx.engine, &q.id, &prefix, q.kind, q.alone, &sets, &after)? {
+        Some(pair) => Some(checked(cx, q, pair)?),
         None => None,
     };
     Ok((answered, now_tried))
@@ -651,22 +672,17 @@ fn known_answer(
 /// first, and the whole prefix only when they do not show the anomaly (a cause the recording
 /// cannot see, such as a library's object changed in place), the writers' runs counted in the
 /// search's.
-fn searched(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
-    q: &Question,
-) -> Result<PairRun> {
-    let (prefix, mut after) = prefix(matrix, confirmation, q);
+fn searched(cx: &Searching, q: &Question) -> Result<PairRun> {
+    let (prefix, mut after) = prefix(cx.matrix, cx.confirmation, q);
     let writers: Vec<String> = prefix
         .iter()
-        .filter(|t| matrix.writer(t))
+        .filter(|t| cx.matrix.writer(t))
         .cloned()
         .collect();
     let mut writers_runs = 0;
     if !writers.is_empty() && writers.len() < prefix.len() {
         let first = search::find(
-            engine,
+            cx.engine,
             Role::Head,
             &q.id,
             &writers,
@@ -682,12 +698,12 @@ fn searched(
         after = vec![first.last];
     }
     let mut pair = search::find(
-        engine,
+        cx.engine,
         Role::Head,
         &q.id,
         &prefix,
         q.kind,
-        whole_reproduces(confirmation, q),
+        whole_reproduces(cx.confirmation, q),
         1,
         &after,
     )?;
@@ -722,25 +738,19 @@ fn prefix(
 /// runs already made are reused). A pair that holds has the orders it does not explain rerun
 /// once (another outcome there is flakiness), and is remembered for the victim's next audit of
 /// the base (unless it came from there).
-fn checked(
-    engine: &Engine,
-    matrix: &Matrix,
-    confirmation: &Confirmation,
-    q: &Question,
-    found: PairRun,
-) -> Result<Answered> {
+fn checked(cx: &Searching, q: &Question, found: PairRun) -> Result<Answered> {
     let check = |found: PairRun| -> Result<(Pair, u32, NodeId, bool)> {
         let PairRun { mut pair, last } = found;
         if !pair.search.outcome.explains() {
             return Ok((pair, 0, last, false));
         }
         let v = search::verify(
-            engine,
+            cx.engine,
             &q.id,
             q.kind,
             &pair.culprits,
             &q.alone_greens,
-            prior(matrix, q, &pair.culprits),
+            prior(cx.matrix, q, &pair.culprits),
             last,
         )?;
         if !v.outcome.is_found() {
@@ -750,15 +760,15 @@ fn checked(
     };
     let (mut pair, mut verify_runs, mut last, mut victim_flaky) = check(found)?;
     if !pair.search.outcome.is_found() {
-        let (prefix, _) = prefix(matrix, confirmation, q);
+        let (prefix, _) = prefix(cx.matrix, cx.confirmation, q);
         let first_runs = pair.search.runs + verify_runs;
         let again = search::find(
-            engine,
+            cx.engine,
             Role::Head,
             &q.id,
             &prefix,
             q.kind,
-            whole_reproduces(confirmation, q),
+            whole_reproduces(cx.confirmation, q),
             search::SEARCH_AGAIN_REPEATS,
             &[last],
         )?;
@@ -775,13 +785,13 @@ fn checked(
     }
     let search = pair.search;
     if search.outcome.is_found() {
-        let orders = matrix.seed_orders(&q.id);
+        let orders = cx.matrix.seed_orders(&q.id);
         let (flaky, node) =
-            search::order_check(engine, &q.id, q.kind, &pair.culprits, &orders, last)?;
+            search::order_check(cx.engine, &q.id, q.kind, &pair.culprits, &orders, last)?;
         (victim_flaky, last) = (victim_flaky || flaky, node);
     }
     if search.outcome.is_found() && pair.found != Found::ReusedEarlierAudit {
-        culprits::remember(engine.store, &engine.base_tree, &q.id, &pair.culprits);
+        cx.memory.remember(&q.id, &pair.culprits);
     }
     let answer = search::Answer {
         kind: pair.kind,
@@ -791,11 +801,8 @@ fn checked(
         verify_runs,
         victim_flaky,
     };
-    let bytes = serde_json::to_vec(&answer)
-        .map_err(|e| Error::bug(format!("a pair does not encode: {e}")))?;
     Ok(Answered {
         answer,
-        bytes,
         after: vec![last],
     })
 }
@@ -843,9 +850,4 @@ fn record(
         },
         last: node,
     }))
-}
-
-fn decode_answer(bytes: &[u8]) -> Result<search::Answer> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| Error::bug(format!("a cached pair does not decode: {e}")))
 }

@@ -5,19 +5,21 @@ use std::collections::HashSet;
 
 use fixgate_graph::NodeId;
 
-use crate::audit::edited::traced_reads;
-use crate::audit::replay::{Reading, ReplayRead};
-use crate::delta::{Change, ChangedFile, Delta};
+use crate::audit::replay::{FixtureReplay, Reading, ReplayRead};
+use crate::delta::{Change, Delta};
+use crate::engine::coupling::Coupled;
+use crate::engine::judging::Judging;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::runs::RunRequest;
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::error::{Error, Result};
 use crate::pytest::driver::Record;
 use crate::pytest::result::{Outcome, RunResult};
-use crate::repo_path::RepoPath;
 use crate::snapshot::Snapshot;
 
 /// Adds the replay run of `coupled`, after the runs and the delta it was derived from.
-pub(crate) fn start(
+fn start(
     engine: &Engine,
     base: &Snapshot,
     delta: &Delta,
@@ -94,7 +96,7 @@ fn kinds<'c, 'r>(
 /// The coupled tests the replay runs: not a new test whose every changed read the patch added.
 /// Its reading is additive whatever the base's bytes give, and its node id may not exist on
 /// them (a case made of a file the patch added to a folder the test lists).
-pub(crate) fn to_replay(
+fn to_replay(
     delta: &Delta,
     coupled: &[String],
     head_run: &RunResult,
@@ -109,7 +111,7 @@ pub(crate) fn to_replay(
 
 /// Waits for the replay (`node`: none when no coupled test needed one) and reads each coupled
 /// test per the decision table.
-pub(crate) fn read(
+fn read(
     engine: &Engine,
     node: Option<NodeId>,
     delta: &Delta,
@@ -148,29 +150,55 @@ pub(crate) fn read(
     Ok(out)
 }
 
-/// The fixture delta with what coupling follows beyond the declared groups: each file a test
-/// of the file-order run read that the patch changed (see [`traced_reads`]), as a change of no
-/// group (`group` empty). Only files tests read are compared, each by its digest on both sides.
-pub(crate) fn with_traced(engine: &Engine, delta: &Delta, file_run: &RunResult) -> Delta {
-    let mut out = delta.clone();
-    for path in traced_reads(file_run, delta) {
-        let (b, h) = (engine.base.digest(&path), engine.head.digest(&path));
-        let change = match (b, h) {
-            (Some(b), Some(h)) if b == h => continue,
-            (None, None) => continue,
-            (Some(_), Some(_)) => Change::Modified,
-            (None, Some(_)) => Change::Added,
-            (Some(_), None) => Change::Removed,
-        };
-        out.changed.push(ChangedFile {
-            path: RepoPath::parse_lossless(&path),
-            group: String::new(),
-            change,
-            base_blake3: b.map(|d| d.to_string()),
-            head_blake3: h.map(|d| d.to_string()),
-            renamed_from: None,
-        });
+/// Starts the replay of the coupled tests that need one (none: nothing to replay), after the
+/// file-order run `head_run` (its node `file_node`) and the delta they were derived from.
+pub(crate) fn begin(
+    engine: &Engine,
+    j: &Judging,
+    coupled: &Coupled,
+    head_run: &RunResult,
+    file_node: NodeId,
+) -> Result<Option<NodeId>> {
+    let to_replay = to_replay(&coupled.delta, &coupled.coupled, head_run, &j.base_ids);
+    let after = [file_node, j.gated.nodes.delta];
+    match to_replay.is_empty() {
+        true => Ok(None),
+        false => start(
+            engine,
+            &engine.base.snapshot,
+            &coupled.delta,
+            &to_replay,
+            &after,
+        )
+        .map(Some),
     }
-    out.changed.sort_by(|a, b| a.path.cmp(&b.path));
-    out
+}
+
+/// Waits for the replay and reads each coupled test: what the fixture replay found.
+pub(crate) fn finish(
+    engine: &Engine,
+    node: Option<NodeId>,
+    coupled: &Coupled,
+    head_run: &RunResult,
+    base_ids: &HashSet<&str>,
+) -> Result<FixtureReplay> {
+    let replay = match coupled.coupled.is_empty() {
+        true => Vec::new(),
+        false => read(
+            engine,
+            node,
+            &coupled.delta,
+            &coupled.coupled,
+            head_run,
+            base_ids,
+        )?,
+    };
+    Ok(FixtureReplay {
+        coupled: coupled.coupled.clone(),
+        replay,
+        traced: (coupled.delta.changed.iter())
+            .filter(|c| c.group.is_empty())
+            .cloned()
+            .collect(),
+    })
 }

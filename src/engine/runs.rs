@@ -1,43 +1,28 @@
 //! pytest runs as traced graph nodes: every run of an audit (seed runs, confirmations, the
-//! polluter search, replays, base checks) goes through [`Engine::run_batch`], so each is cached
-//! with a verifying trace and independent runs execute side by side.
+//! polluter search, replays, base checks) is a [`Run`] step added through
+//! [`Engine::add_run`], so each is cached with a verifying trace and independent runs execute
+//! side by side.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use fixgate_cache::{Dep, Digest, KeyWriter};
-use fixgate_graph::{Live, Node, NodeError, NodeId, Output, Status};
+use fixgate_graph::{NodeError, NodeId, Status};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::config::{DepsMode, FixtureGroups};
 use crate::engine::digests::TreeDigests;
+use crate::engine::exec::{Pytest, RunSpec};
 use crate::engine::kind::NodeKind;
+use crate::engine::step::{node_error, Computed, Encoding, Engine, Key, Role, Step};
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Record, Runner, ENV_ALLOWLIST, HASH_SEED};
-use crate::pytest::plugin;
+use crate::pytest::driver::Record;
 use crate::pytest::result::RunResult;
-use crate::remote_exec::client::{Executor, RemoteRun};
 use crate::sandbox::Overlay;
 
-/// Which snapshot a run executes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    Base,
-    Head,
-}
-
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Base => "base",
-            Role::Head => "head",
-        }
-    }
-}
-
-/// One pytest run to make (or find in the cache).
+/// One pytest run to make (or find in the cache), with the nodes it starts after.
 #[derive(Clone, Debug)]
 pub(crate) struct RunRequest {
     /// Unique in its batch and stable across audits, e.g. `seed-run(3)`.
@@ -98,125 +83,198 @@ impl RunRequest {
     }
 }
 
-/// Everything runs share within one audit: the audit's one live graph among them.
-pub(crate) struct Engine<'l, 'a> {
-    pub(crate) live: &'l Live<'a>,
-    /// The store behind the graph, for what is remembered beside node results (culprit sets).
-    pub(crate) store: &'a dyn fixgate_cache::Store,
-    /// The base's tree digest: what remembered culprit sets are keyed by.
-    pub(crate) base_tree: Digest,
-    pub(crate) runner: Arc<Runner>,
-    pub(crate) groups: FixtureGroups,
-    pub(crate) deps_mode: DepsMode,
-    pub(crate) base: Arc<TreeDigests>,
-    pub(crate) head: Arc<TreeDigests>,
-    pub(crate) progress: Option<MultiProgress>,
-    /// pytest processes started (cached runs start none).
-    pub(crate) processes: AtomicU32,
-    pub(crate) warnings: Mutex<Vec<String>>,
-    /// Where runs execute when not here (`--remote-executor`).
-    pub(crate) remote: Option<Arc<Executor>>,
-    /// What the scope rule reads of the two snapshots, read once per audit.
-    pub(crate) sources: std::sync::OnceLock<crate::engine::impact::Sources>,
-    /// Large runs decoded once per audit.
-    pub(crate) decoded: Arc<crate::engine::decoded::Decoded>,
+/// The step of one sandboxed pytest run: its result without timings (so identical runs give
+/// identical bytes), found again through the files it depended on.
+pub(crate) struct Run {
+    label: String,
+    kind: NodeKind,
+    role: Role,
+    order: Vec<String>,
+    overlay: Overlay,
+    repeat: u32,
+    record: Record,
+    /// The side's digests: the run's tree, and what its trace is checked against.
+    side: Arc<TreeDigests>,
+    pytest: Arc<dyn Pytest>,
+    groups: FixtureGroups,
+    deps_mode: DepsMode,
+    progress: Option<MultiProgress>,
+}
+
+impl Run {
+    /// The digest of each overlaid path (`None`: removed), which the trace is checked against.
+    fn overlay_digests(&self) -> BTreeMap<String, Option<Digest>> {
+        overlay_digests(&self.overlay)
+    }
+}
+
+/// The digest of each path of an overlay (`None`: the overlay removes it).
+pub(crate) fn overlay_digests(overlay: &Overlay) -> BTreeMap<String, Option<Digest>> {
+    overlay
+        .iter()
+        .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
+        .collect()
+}
+
+/// An overlay's part of a key.
+pub(crate) fn overlay_key(digests: &BTreeMap<String, Option<Digest>>) -> String {
+    let mut key = KeyWriter::new("overlay");
+    key.list(&digests.iter().collect::<Vec<_>>(), |w, (p, d)| {
+        w.str(p).opt_digest(d.as_ref());
+    });
+    key.finish().to_string()
+}
+
+impl Step for Run {
+    type Output = RunResult;
+    /// postcard, not JSON: a warm audit decodes every seed run (8 x 2,000 tests is 9 MB of
+    /// JSON, a third of its time) and a fresh machine downloads them.
+    const ENCODING: Encoding = Encoding::Postcard;
+
+    fn kind(&self) -> NodeKind {
+        self.kind
+    }
+
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    fn key(&self, key: &mut Key) {
+        let Run {
+            // The label names the node; the kind is the key's domain.
+            label: _,
+            kind: _,
+            role,
+            order,
+            overlay: _,
+            repeat,
+            record,
+            side,
+            pytest,
+            groups,
+            deps_mode,
+            // Where the run is drawn on the terminal.
+            progress: _,
+        } = self;
+        let overlay = self.overlay_digests();
+        key.param("role", role.as_str())
+            .param("order", order.join("\n"))
+            .param("overlay", overlay_key(&overlay))
+            .param("paths", side.paths_digest().to_string())
+            .param("encoding", RUN_ENCODING)
+            .param("groups", groups.key())
+            .param("deps", format!("{deps_mode:?}"));
+        identity_params(key, pytest.as_ref());
+        if *repeat > 0 {
+            key.param("repeat", repeat.to_string());
+        }
+        if *record != Record::NONE {
+            key.param("record", record.key());
+        }
+        for (path, digest) in side.startup_files() {
+            key.file(path, digest);
+        }
+        let side = side.clone();
+        key.traced(move |path| match overlay.get(path) {
+            Some(d) => *d,
+            None => side.digest(path),
+        });
+    }
+
+    fn compute(&self, _inputs: &[&[u8]]) -> std::result::Result<Computed<RunResult>, NodeError> {
+        let pb = self.progress.as_ref().map(|mp| {
+            let pb = mp.add(ProgressBar::new(self.order.len() as u64));
+            pb.set_style(
+                ProgressStyle::with_template("{prefix:>18} [{bar:20}] {pos}/{len} {wide_msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            pb.set_prefix(self.label.clone());
+            pb
+        });
+        let spec = RunSpec {
+            label: &self.label,
+            snapshot: &self.side.snapshot,
+            overlay: &self.overlay,
+            order: &self.order,
+            groups: &self.groups,
+            record: self.record,
+            repeat: self.repeat,
+        };
+        let result = self.pytest.run(&spec, pb.as_ref());
+        if let Some(pb) = pb {
+            pb.finish_and_clear();
+        }
+        let mut result = result.map_err(node_error)?;
+        strip_timing(&mut result);
+        let deps = dependencies(
+            &result,
+            &self.side,
+            &self.overlay_digests(),
+            &self.groups,
+            self.deps_mode,
+        );
+        Ok(Computed::new(result).reading(deps))
+    }
+}
+
+/// What the key of every run and collection holds of where it runs (`Pytest::identity`).
+pub(crate) fn identity_params(key: &mut Key, pytest: &dyn Pytest) {
+    let crate::engine::exec::Identity {
+        interpreter,
+        plugin,
+        env,
+        hash_seed,
+        timeout,
+        limits,
+        network,
+    } = pytest.identity();
+    key.param("interpreter", interpreter.as_str())
+        .param("plugin", plugin.as_str())
+        .param("env", env.as_str())
+        .param("hash-seed", hash_seed.as_str())
+        .param("timeout", timeout.as_str())
+        .param("limits", limits.as_str())
+        .param("network", *network);
 }
 
 impl Engine<'_, '_> {
-    pub(crate) fn side(&self, role: Role) -> &Arc<TreeDigests> {
-        match role {
-            Role::Base => &self.base,
-            Role::Head => &self.head,
-        }
-    }
-
-    /// The parameters every run's key includes: the interpreter, the plugin, the environment,
-    /// the fixture groups (leases depend on them) and how dependencies are tracked.
-    fn common_params(&self) -> Vec<(&'static str, String)> {
-        let mut env = KeyWriter::new("run-env");
-        let mut names: Vec<&str> = ENV_ALLOWLIST.to_vec();
-        names.extend(self.runner.pass_env.iter().map(String::as_str));
-        names.sort_unstable();
-        names.dedup();
-        env.list(&names, |w, n| {
-            w.str(n);
-            match self.runner.env.var(n) {
-                Some(v) => w.bytes(v.as_encoded_bytes()),
-                None => w.str("\0unset"),
-            };
-        });
-        vec![
-            ("interpreter", self.runner.interpreter.fingerprint.digest()),
-            ("plugin", plugin::digest()),
-            ("env", env.finish().to_string()),
-            ("hash-seed", HASH_SEED.to_string()),
-            ("timeout", self.runner.test_timeout.as_secs().to_string()),
-            ("limits", self.runner.limits.key()),
-            ("groups", self.groups.key()),
-            ("deps", format!("{:?}", self.deps_mode)),
-            (
-                "network",
-                if self.runner.allow_network {
-                    "host"
-                } else {
-                    "isolated"
-                }
-                .to_string(),
-            ),
-        ]
-    }
-
     /// Counts the pytest processes of an executed run: only this machine's (a remote run's
     /// result says how many it took there, the same number as here, for the same bytes).
     pub(crate) fn count_processes(&self, n: u32) {
-        if self.remote.is_none() {
+        if !self.pytest.remote() {
             self.processes.fetch_add(n, Ordering::Relaxed);
         }
     }
 
     /// Adds a run to the audit's graph; it starts as soon as its edges allow.
     pub(crate) fn add_run(&self, req: &RunRequest) -> Result<NodeId> {
-        let side = self.side(req.role).clone();
-        let overlay: Arc<BTreeMap<String, Option<Digest>>> = Arc::new(
-            req.overlay
-                .iter()
-                .map(|(p, b)| (p.to_string(), b.as_deref().map(Digest::of)))
-                .collect(),
-        );
-        let mut overlay_key = KeyWriter::new("overlay");
-        overlay_key.list(&overlay.iter().collect::<Vec<_>>(), |w, (p, d)| {
-            w.str(p).opt_digest(d.as_ref());
-        });
-        let mut node = Node::new(
-            req.label.clone(),
-            req.kind.as_str(),
-            self.compute(req, side.clone(), overlay.clone()),
-        )
-        .param("role", req.role.as_str())
-        .param("order", req.order.join("\n"))
-        .param("overlay", overlay_key.finish().to_string())
-        .param("paths", side.paths_digest().to_string())
-        .param("encoding", RUN_ENCODING);
-        for (name, value) in self.common_params() {
-            node = node.param(name, value);
-        }
-        if req.repeat > 0 {
-            node = node.param("repeat", req.repeat.to_string());
-        }
-        if req.record != Record::NONE {
-            node = node.param("record", req.record.key());
-        }
-        for (path, digest) in side.startup_files() {
-            node = node.file(path, digest);
-        }
-        let probe_side = side.clone();
-        node = node.traced(move |path| match overlay.get(path) {
-            Some(d) => *d,
-            None => probe_side.digest(path),
-        });
-        self.live
-            .add_after(node, &req.inputs, &req.after)
-            .map_err(|e| Error::bug(e.to_string()))
+        let RunRequest {
+            label,
+            kind,
+            role,
+            order,
+            overlay,
+            inputs,
+            after,
+            repeat,
+            record,
+        } = req;
+        let run = Run {
+            label: label.clone(),
+            kind: *kind,
+            role: *role,
+            order: order.clone(),
+            overlay: overlay.clone(),
+            repeat: *repeat,
+            record: *record,
+            side: self.side(*role).clone(),
+            pytest: self.pytest.clone(),
+            groups: self.groups.clone(),
+            deps_mode: self.deps_mode,
+            progress: self.progress.clone(),
+        };
+        self.add(run, inputs, after).map(|added| added.id)
     }
 
     /// Waits for a run added with [`Engine::add_run`]; a run that failed gives its error.
@@ -224,23 +282,19 @@ impl Engine<'_, '_> {
         self.wait_decoded(id, decode_run)
     }
 
-    /// [`Engine::wait_run`] for a run that may have many tests and be read again in this audit
-    /// (a whole order): decoded once ([`crate::engine::decoded`]).
-    pub(crate) fn wait_run_shared(&self, id: NodeId) -> Result<Result<Arc<RunResult>, String>> {
-        self.wait_decoded(id, |bytes| self.decoded.decode_kept(bytes))
-    }
-
-    fn wait_decoded<R: Borrow<RunResult>>(
+    /// Waits for a run and decodes it with `decode` (a run read again in this audit is decoded
+    /// once: `crate::engine::decoded`); a run that failed gives its error.
+    pub(crate) fn wait_decoded<R: Borrow<RunResult>>(
         &self,
         id: NodeId,
-        decode: impl FnOnce(&[u8]) -> std::result::Result<R, postcard::Error>,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<R, NodeError>,
     ) -> Result<Result<R, String>> {
         let outcome = self.live.wait(id);
-        if self.runner.interrupted.load(Ordering::SeqCst) {
+        if self.interrupted() {
             return Err(Error::Interrupted);
         }
         // A run the service could not run ends the audit: judging without it could be wrong.
-        if let Some(failure) = self.remote.as_ref().and_then(|r| r.failure()) {
+        if let Some(failure) = self.pytest.failure() {
             return Err(Error::Infra(failure));
         }
         let label = self.live.label(id);
@@ -275,20 +329,18 @@ impl Engine<'_, '_> {
     }
 
     /// Starts warm interpreters of `role`'s snapshot in the background, for runs the audit
-    /// will make soon ([`crate::pytest::driver::Runner::prewarm`]); the returned guard waits
-    /// for them when dropped. Nothing under remote execution, where no run forks here, nor
-    /// when the base and the head are one tree (their zygotes are the same).
+    /// will make soon; the returned guard waits for them when dropped. Nothing under remote
+    /// execution, where no run forks here, nor when the base and the head are one tree (their
+    /// zygotes are the same).
     pub(crate) fn prewarm(&self, role: Role) -> Prewarm {
-        if self.remote.is_some()
-            || crate::pytest::forkserver::same_snapshot(&self.base.snapshot, &self.head.snapshot)
-        {
+        if self.pytest.remote() || self.same_sides() {
             return Prewarm(None);
         }
-        let (runner, side) = (self.runner.clone(), self.side(role).clone());
+        let (pytest, side) = (self.pytest.clone(), self.side(role).clone());
         // One for each run of a base check's pair (with the culprits, and without).
-        let count = runner.forkserver.slots().min(2);
+        let count = pytest.warm_slots().min(2);
         Prewarm(Some(std::thread::spawn(move || {
-            runner.prewarm(&side.snapshot, count)
+            pytest.prewarm(&side.snapshot, count)
         })))
     }
 
@@ -304,94 +356,15 @@ impl Engine<'_, '_> {
         self.wait_run(id)?
             .map_err(|e| Error::Infra(format!("{} failed: {e}", self.live.label(id))))
     }
-
-    /// The node's compute function: one sandboxed pytest run, its result without timings (so
-    /// identical runs give identical bytes) and the files it depended on.
-    fn compute(
-        &self,
-        req: &RunRequest,
-        side: Arc<TreeDigests>,
-        overlay: Arc<BTreeMap<String, Option<Digest>>>,
-    ) -> impl Fn(&[&[u8]]) -> Result<Output, NodeError> + Send + Sync + 'static {
-        let runner = self.runner.clone();
-        let groups = self.groups.clone();
-        let deps_mode = self.deps_mode;
-        let order = req.order.clone();
-        let record = req.record;
-        let overlay_bytes = req.overlay.clone();
-        let label = req.label.clone();
-        let progress = self.progress.clone();
-        let remote = self.remote.clone();
-        let repeat = req.repeat;
-        move |_inputs| {
-            let pb = progress.as_ref().map(|mp| {
-                let pb = mp.add(ProgressBar::new(order.len() as u64));
-                pb.set_style(
-                    ProgressStyle::with_template("{prefix:>18} [{bar:20}] {pos}/{len} {wide_msg}")
-                        .expect("a valid template")
-                        .progress_chars("=> "),
-                );
-                pb.set_prefix(label.clone());
-                pb
-            });
-            let result = match &remote {
-                Some(exec) => {
-                    let run = RemoteRun {
-                        label: &label,
-                        snapshot: &side.snapshot,
-                        overlay: &overlay_bytes,
-                        order: Some(&order),
-                        groups: &groups,
-                        repeat,
-                        record,
-                    };
-                    exec.run(&runner, &run, pb.as_ref())
-                }
-                None => runner.run(
-                    &side.snapshot,
-                    &overlay_bytes,
-                    &order,
-                    &groups,
-                    record,
-                    pb.as_ref(),
-                ),
-            };
-            if let Some(pb) = pb {
-                pb.finish_and_clear();
-            }
-            let mut result = result.map_err(node_error)?;
-            strip_timing(&mut result);
-            let deps = dependencies(&result, &side, &overlay, &groups, deps_mode);
-            let bytes = postcard::to_allocvec(&result)
-                .map_err(|e| node_bug(format!("a run result does not encode: {e}")))?;
-            Ok(Output::new(bytes).with_reads(deps))
-        }
-    }
-}
-
-/// A failure of the runner as a node's error: a cancelled run is [`NodeError::Cancelled`] (a
-/// partial run is never a result), anything else an infrastructure error. Neither is cached.
-pub(crate) fn node_error(e: Error) -> NodeError {
-    match e {
-        Error::Interrupted => NodeError::Cancelled,
-        e => NodeError::Infra(e.to_string()),
-    }
-}
-
-/// A broken invariant inside a node's computation: the node fails with [`Error::Bug`]'s
-/// message.
-pub(crate) fn node_bug(what: impl Into<String>) -> NodeError {
-    NodeError::Infra(Error::bug(what).to_string())
 }
 
 /// How a run node's output is encoded, part of its key so that entries in another encoding are
-/// misses, not decode errors. postcard, not JSON: a warm audit decodes every seed run (8 x 2,000
-/// tests is 9 MB of JSON, a third of its time) and a fresh machine downloads them.
+/// misses, not decode errors.
 const RUN_ENCODING: &str = "postcard 4";
 
 /// A run node's output bytes back into the run.
-pub(crate) fn decode_run(bytes: &[u8]) -> std::result::Result<RunResult, postcard::Error> {
-    postcard::from_bytes(bytes)
+pub(crate) fn decode_run(bytes: &[u8]) -> std::result::Result<RunResult, NodeError> {
+    Run::decode(bytes)
 }
 
 /// Wall-clock fields vary between identical runs; they would defeat early cutoff.

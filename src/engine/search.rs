@@ -10,12 +10,14 @@ use crate::audit::order::OrderLabel;
 use crate::audit::pair::{Found, Pair};
 use crate::audit::triage::PROOF_RERUNS;
 use crate::engine::kind::{self, repeat, NodeKind};
-use crate::engine::runs::{Engine, Role, RunRequest};
+use crate::engine::runs::RunRequest;
+use crate::engine::step::Engine;
+use crate::engine::step::Role;
 use crate::error::Error;
 use crate::pytest::result::Outcome;
 
 /// What a pair node records: the answer to "who makes this victim misbehave in this run".
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Answer {
     pub(crate) kind: PairKind,
     pub(crate) culprits: Vec<String>,

@@ -5,7 +5,7 @@ use fixgate_graph::NodeId;
 use crate::audit::order::OrderLabel;
 use crate::audit::outcome::ShardRun;
 use crate::engine::matrix;
-use crate::engine::runs::Engine;
+use crate::engine::step::Engine;
 use crate::error::Result;
 use crate::pytest::events::CollectedItem;
 

@@ -1,19 +1,60 @@
-//! The source-side moves, read from the two snapshots: the code's Python modules the head added
-//! or changed, and the suite's test files, handed to `audit::source_tamper`'s rules. Nothing
-//! runs: the base's tests pass on such code, so only the patch's text can show them.
+//! The source-tamper step: the code's Python modules the head added or changed, and the suite's
+//! test files, read from the two snapshots and handed to `audit::source_tamper`'s rules.
+//! Nothing runs: the base's tests pass on such code, so only the patch's text can show them.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use fixgate_graph::NodeError;
 
 use crate::audit::source_tamper::{self, Suspect};
 use crate::engine::base_suite::{in_test_dir, text};
+use crate::engine::collect::Collect;
+use crate::engine::kind::NodeKind;
+use crate::engine::step::{Computed, Key, Step};
 use crate::pytest::events::Collection;
 use crate::pytest::ini::PytestIni;
 use crate::snapshot::Snapshot;
 
+/// The suspects of the patch from `base` to `head`. Its inputs: the base's and the head's
+/// trees, then their collections (which say what the test files are).
+pub(crate) struct SourceTamper {
+    pub(crate) base: Arc<Snapshot>,
+    pub(crate) head: Arc<Snapshot>,
+}
+
+impl Step for SourceTamper {
+    type Output = Vec<Suspect>;
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::SourceTamper
+    }
+
+    fn label(&self) -> String {
+        NodeKind::SourceTamper.label()
+    }
+
+    fn key(&self, _: &mut Key) {
+        // Everything it reads is its inputs: the trees and the collections.
+        let SourceTamper { base: _, head: _ } = self;
+    }
+
+    fn compute(&self, inputs: &[&[u8]]) -> Result<Computed<Vec<Suspect>>, NodeError> {
+        let base_collection = Collect::decode(inputs[2])?;
+        let head_collection = Collect::decode(inputs[3])?;
+        Ok(Computed::new(read(
+            &self.base,
+            &self.head,
+            &base_collection,
+            &head_collection,
+        )))
+    }
+}
+
 /// The suspects of the patch from `base` to `head`. A test file is a file either side collected
 /// or one the base's `python_files` names; a module of the code is any other `.py` file outside
 /// the test directories, and no `conftest.py`.
-pub(crate) fn read(
+fn read(
     base: &Snapshot,
     head: &Snapshot,
     base_collection: &Collection,

@@ -8,21 +8,93 @@
 //! digests already carry). The graph hashes the kind, fixgate's version, what `key` wrote and
 //! the output digests of the step's input nodes (`fixgate_graph::Derivation`).
 //!
-//! Every node is made by [`Engine::add`] (through [`node`]): what every step's key holds besides
+//! Every node is made by [`node`] (through [`Engine::add`]): what every step's key holds besides
 //! its own input (the kind's [`NodeKind::version`] today; the project of a repository of several
-//! pytest projects tomorrow) is written there once.
+//! pytest projects tomorrow) is written there once. [`Engine`] is what the steps of one audit
+//! share: its graph, where pytest runs, the two sides' digests, and nothing of any one phase.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 
 use fixgate_cache::{Dep, Digest};
-use fixgate_graph::{Node, NodeError, NodeId, Output, Param};
+use fixgate_graph::{Live, Node, NodeError, NodeId, Output, Param};
+use indicatif::MultiProgress;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::config::{DepsMode, FixtureGroups};
+use crate::engine::digests::TreeDigests;
+use crate::engine::exec::Pytest;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{node_bug, Engine};
 use crate::error::{Error, Result};
+
+/// Which side of the audit a step is of (the snapshot a run executes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Base,
+    Head,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Base => "base",
+            Role::Head => "head",
+        }
+    }
+}
+
+/// What the steps of one audit share: its one live graph among them.
+pub(crate) struct Engine<'l, 'a> {
+    pub(crate) live: &'l Live<'a>,
+    /// Where pytest runs.
+    pub(crate) pytest: Arc<dyn Pytest>,
+    /// The fixture groups both sides are judged with (manifests and leases depend on them).
+    pub(crate) groups: FixtureGroups,
+    /// How a run's dependencies are tracked.
+    pub(crate) deps_mode: DepsMode,
+    pub(crate) base: Arc<TreeDigests>,
+    pub(crate) head: Arc<TreeDigests>,
+    pub(crate) progress: Option<MultiProgress>,
+    /// pytest processes started (cached runs start none).
+    pub(crate) processes: AtomicU32,
+    pub(crate) warnings: Mutex<Vec<String>>,
+}
+
+impl Engine<'_, '_> {
+    pub(crate) fn side(&self, role: Role) -> &Arc<TreeDigests> {
+        match role {
+            Role::Base => &self.base,
+            Role::Head => &self.head,
+        }
+    }
+
+    /// Whether the audit was cancelled.
+    pub(crate) fn interrupted(&self) -> bool {
+        self.pytest.interrupted()
+    }
+
+    /// Whether the base and the head are one tree.
+    pub(crate) fn same_sides(&self) -> bool {
+        crate::pytest::forkserver::same_snapshot(&self.base.snapshot, &self.head.snapshot)
+    }
+}
+
+/// A failure of pytest's side as a node's error: a cancelled run is [`NodeError::Cancelled`]
+/// (a partial run is never a result), anything else an infrastructure error. Neither is cached.
+pub(crate) fn node_error(e: Error) -> NodeError {
+    match e {
+        Error::Interrupted => NodeError::Cancelled,
+        e => NodeError::Infra(e.to_string()),
+    }
+}
+
+/// A broken invariant inside a node's computation: the node fails with [`Error::Bug`]'s
+/// message.
+pub(crate) fn node_bug(what: impl Into<String>) -> NodeError {
+    NodeError::Infra(Error::bug(what).to_string())
+}
 
 /// A node of the audit's graph.
 pub(crate) trait Step: Send + Sync + Sized + 'static {
@@ -43,6 +115,17 @@ pub(crate) trait Step: Send + Sync + Sized + 'static {
 
     /// Computes the output from the outputs of the step's input nodes, in edge order.
     fn compute(&self, inputs: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError>;
+
+    /// What becomes of the output once encoded: dropped, unless the step keeps it for the
+    /// readers of its bytes in this audit (a large run, decoded once: `crate::engine::decoded`).
+    fn keep(&self, output: Self::Output, bytes: &[u8]) {
+        let _ = (output, bytes);
+    }
+
+    /// The output's bytes.
+    fn encode(output: &Self::Output) -> std::result::Result<Vec<u8>, NodeError> {
+        Self::ENCODING.encode(output)
+    }
 
     /// The output back from its bytes (a cached one, or a dependency's input).
     fn decode(bytes: &[u8]) -> std::result::Result<Self::Output, NodeError> {
@@ -135,6 +218,16 @@ impl Key {
     }
 }
 
+/// A digest of node ids, one per line, for a key.
+pub(crate) fn lines_digest<'a>(ids: impl IntoIterator<Item = &'a String>) -> String {
+    let mut h = blake3::Hasher::new();
+    for id in ids {
+        h.update(id.as_bytes());
+        h.update(b"\n");
+    }
+    h.finalize().to_hex().to_string()
+}
+
 /// The graph node of a step: its key written, its computation encoding what the step computes.
 pub(crate) fn node<S: Step>(step: S) -> Node {
     let kind = step.kind();
@@ -147,8 +240,10 @@ pub(crate) fn node<S: Step>(step: S) -> Node {
     let label = step.label();
     let step = Arc::new(step);
     let mut node = Node::new(label, kind.as_str(), move |inputs| {
-        let computed = step.compute(inputs)?;
-        Ok(Output::new(S::ENCODING.encode(&computed.output)?).with_reads(computed.reads))
+        let Computed { output, reads } = step.compute(inputs)?;
+        let bytes = S::encode(&output)?;
+        step.keep(output, &bytes);
+        Ok(Output::new(bytes).with_reads(reads))
     });
     let Key {
         params,

@@ -137,10 +137,11 @@ fn add_judgment(
     dispositions: &[Disposition],
     strict: bool,
 ) {
-    report.orders = j.orders.clone();
+    report.orders = j.ran.orders.clone();
     report.scope = Some(scope(j));
-    report.fixtures.coupled = j.coupled.clone();
+    report.fixtures.coupled = j.fixtures.coupled.clone();
     report.fixtures.replay = j
+        .fixtures
         .replay
         .iter()
         .map(|r| report::ReplayReport {
@@ -154,12 +155,12 @@ fn add_judgment(
     report
         .fixtures
         .changed
-        .extend(j.traced.iter().map(|c| report::ChangedFixture {
+        .extend(j.fixtures.traced.iter().map(|c| report::ChangedFixture {
             path: c.path.to_string(),
             group: c.group.clone(),
             change: c.change,
         }));
-    report.base_suite = j.base_suite.as_ref().map(|b| report::BaseSuiteReport {
+    report.base_suite = j.spec.base_suite.as_ref().map(|b| report::BaseSuiteReport {
         whole: b.whole,
         reasons: reasons::spec_reasons(&b.reasons),
         ran: b.ran,
@@ -179,6 +180,7 @@ fn add_judgment(
             .collect(),
     });
     report.source_replay = j
+        .spec
         .source_replay
         .iter()
         .map(|r| report::SourceReplay {
@@ -192,7 +194,7 @@ fn add_judgment(
         })
         .collect();
     // What `--check` found first, then the verdict's findings, then the edited assertions.
-    for n in &j.nondeterministic {
+    for n in &j.tests.nondeterministic {
         report.findings.push(report::Finding {
             kind: FindingKind::Nondeterministic,
             tests: vec![n.nodeid.clone()],
@@ -207,7 +209,7 @@ fn add_judgment(
             .findings
             .push(finding(f, *d, j, repro::finding(f, j)));
     }
-    for (p, f) in findings::edited_assertions(&j.pairs, &j.edited, &j.base_ids) {
+    for (p, f) in findings::edited_assertions(&j.pairs, &j.patch.edited, &j.patch.base_ids) {
         let d = verdict::disposition(&f, strict);
         report
             .findings
@@ -234,12 +236,13 @@ fn add_judgment(
         })
         .collect();
     report.tests = j
+        .ran
         .selection
         .iter()
         .map(|item| {
             let id = &item.nodeid;
-            let t = &j.triaged[id];
-            let e = &j.evidence[id];
+            let t = &j.tests.triaged[id];
+            let e = &j.tests.evidence[id];
             let mut outcomes: std::collections::BTreeMap<Column, _> = e
                 .outcomes
                 .iter()
@@ -247,7 +250,7 @@ fn add_judgment(
                 .collect();
             // The nio order's runs, shown beside the orders' outcomes, never judged with them
             // (see `audit::nio`): `nio` the first, `nio#2` the second.
-            if let Some(twice) = j.twice.as_ref().and_then(|n| n.get(id)) {
+            if let Some(twice) = j.tests.twice.as_ref().and_then(|n| n.get(id)) {
                 outcomes.insert(Column::Order(OrderLabel::Twice), twice.first);
                 if let Some(second) = twice.second {
                     outcomes.insert(Column::SecondRun, second);
@@ -259,11 +262,11 @@ fn add_judgment(
                 signals: t.signals.clone(),
                 outcomes,
                 dirty_groups: e.dirty_groups.clone(),
-                edited_by_patch: j.edited.contains(id),
+                edited_by_patch: j.patch.edited.contains(id),
                 introduced: test_introduced(t, id, &j.pre_existing),
                 file: item.file.clone(),
                 line: item.line,
-                message: j.red_messages.get(id).cloned(),
+                message: j.tests.red_messages.get(id).cloned(),
             }
         })
         .collect();
@@ -391,18 +394,24 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
 /// the tests the shuffled orders carried (with the outcomes that carried them), or why the
 /// orders ran in full.
 fn scope(j: &Judgment) -> report::ScopeReport {
-    let tests = j.selection.len() as u64;
+    let tests = j.ran.selection.len() as u64;
     let ran = j
+        .ran
         .selection
         .iter()
-        .filter(|i| j.impact.scope.runs(&i.nodeid))
+        .filter(|i| j.ran.impact.scope.runs(&i.nodeid))
         .count() as u64;
-    let whole = j.impact.whole.as_ref();
+    let whole = j.ran.impact.whole.as_ref();
     let whole_ran = whole.map_or(tests, |w| {
-        j.selection.iter().filter(|i| w.contains(&i.nodeid)).count() as u64
+        j.ran
+            .selection
+            .iter()
+            .filter(|i| w.contains(&i.nodeid))
+            .count() as u64
     });
     let from_base = |id: &str| whole.is_some_and(|w| !w.contains(id));
     let runs = j
+        .ran
         .orders
         .iter()
         .map(|l| match l {
@@ -411,20 +420,20 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             OrderLabel::Twice => (*l, tests),
         })
         .collect();
-    let whole_reason = j.impact.whole_why.as_ref().map(|w| w.to_string());
-    let affected = j.impact.affected.as_ref().map(|a| a.len() as u64);
+    let whole_reason = j.ran.impact.whole_why.as_ref().map(|w| w.to_string());
+    let affected = j.ran.impact.affected.as_ref().map(|a| a.len() as u64);
     let settled_on_base: Vec<String> = (j.pairs.iter())
-        .filter(|p| base_check::settled(p, &j.impact, |id| j.base_ids.contains(id)))
+        .filter(|p| base_check::settled(p, &j.ran.impact, |id| j.patch.base_ids.contains(id)))
         .map(|p| p.victim.clone())
         .collect();
-    let collection = j.head_collection.as_ref().map(|c| match c {
+    let collection = j.ran.head_collection.as_ref().map(|c| match c {
         HeadCollection::Partial { modules, itemized } => report::CollectionReport {
             modules: *modules as u64,
             itemized: *itemized as u64,
             whole_reason: None,
         },
         HeadCollection::Whole(why) => {
-            let modules = crate::audit::itemize::modules(&j.selection) as u64;
+            let modules = crate::audit::itemize::modules(&j.ran.selection) as u64;
             report::CollectionReport {
                 modules,
                 itemized: modules,
@@ -432,7 +441,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             }
         }
     });
-    match &j.impact.scope {
+    match &j.ran.impact.scope {
         ImpactScope::Full(why) => report::ScopeReport {
             mode: match why {
                 Full::NotAsked => report::ScopeMode::Off,
@@ -457,6 +466,7 @@ fn scope(j: &Judgment) -> report::ScopeReport {
             runs,
             whole_reason,
             carried: j
+                .ran
                 .selection
                 .iter()
                 .filter(|i| !run.contains(&i.nodeid))
@@ -466,7 +476,11 @@ fn scope(j: &Judgment) -> report::ScopeReport {
                         true => report::CarriedFrom::Base,
                         false => report::CarriedFrom::Head,
                     },
-                    evidence: j.evidence[&i.nodeid].outcomes.iter().copied().collect(),
+                    evidence: j.tests.evidence[&i.nodeid]
+                        .outcomes
+                        .iter()
+                        .copied()
+                        .collect(),
                 })
                 .collect(),
             settled_on_base,

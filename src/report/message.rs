@@ -15,22 +15,23 @@ use crate::report::reasons;
 /// The message of a finding the verdict weighed (or of an `edited-assertion`).
 pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
     let (triaged, pairs, replay, new_skips, outside, source_replay) = (
-        &j.triaged,
+        &j.tests.triaged,
         &j.pairs,
-        &j.replay,
-        &j.new_skips,
+        &j.fixtures.replay,
+        &j.patch.new_skips,
         &j.outside,
-        &j.source_replay,
+        &j.spec.source_replay,
     );
     let id = &f.subject;
-    let replayed = j.base_suite.as_ref().and_then(|b| {
+    let replayed = j.spec.base_suite.as_ref().and_then(|b| {
         b.tests
             .iter()
             .find(|t| &t.nodeid == id && !t.edited_candidate)
     });
     let base = match f.kind {
-        FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| &a.nodeid == id) => {
+        FindingKind::HookAlteredOutcome if j.spec.altered.iter().any(|a| &a.nodeid == id) => {
             let a = j
+                .spec
                 .altered
                 .iter()
                 .find(|a| &a.nodeid == id)
@@ -44,7 +45,7 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
             )
         }
         kind if replayed.is_some() && kind.is_hidden() => {
-            let spec = j.base_suite.as_ref().map(|b| b.reasons.as_slice());
+            let spec = j.spec.base_suite.as_ref().map(|b| b.reasons.as_slice());
             hidden(
                 kind,
                 replayed.expect("matched"),
@@ -153,7 +154,7 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
         FindingKind::SpecialCasedInput | FindingKind::EqIgnoresArgument => {
-            source_tamper(f.kind, id, &j.source_tamper)
+            source_tamper(f.kind, id, &j.patch.source_tamper)
         }
         FindingKind::RedefinedTest | FindingKind::TestRefactor => {
             let r = source_replay.iter().find(|r| &r.nodeid == id);

@@ -305,7 +305,8 @@ mod tests {
     use super::*;
     use crate::audit::budget::{Limits, NewSkip, Rerun, Usage};
     use crate::audit::finding::FindingKind;
-    use crate::audit::gates::{Drifted, Expired};
+    use crate::audit::gates::Expired;
+    use crate::audit::lock::Drifted;
     use crate::audit::spec_scope::Changed;
     use crate::delta::Change;
 

@@ -11,7 +11,7 @@ use crate::audit::pair::Pair;
 /// run alone; else the first pair the finding's test is in (a test leaking state without a
 /// victim has no pair to show it).
 pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
-    let replayed = j.base_suite.as_ref().and_then(|b| {
+    let replayed = j.spec.base_suite.as_ref().and_then(|b| {
         Some((
             b,
             b.tests
@@ -22,7 +22,7 @@ pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
     match f.kind {
         FindingKind::NonIdempotent => Some(nio(&f.subject)),
         FindingKind::LeaksState => None,
-        FindingKind::HookAlteredOutcome if j.altered.iter().any(|a| a.nodeid == f.subject) => {
+        FindingKind::HookAlteredOutcome if j.spec.altered.iter().any(|a| a.nodeid == f.subject) => {
             Some(format!(
                 "python -m pytest -p no:randomly -p no:cacheprovider {}",
                 shell_quote(&f.subject)

@@ -1,6 +1,7 @@
 //! The scope phase: the inputs of the scope rule read from the snapshots (the patch's footprint
 //! from the changed files and their bytes, the head's imports) and the recorded file-order and
-//! reversed runs; the judgment is `crate::audit::scope`.
+//! reversed runs; the judgment is `crate::audit::scope`. What it reads of the snapshots is read
+//! once per audit, by the [`Scoping`] the page makes and hands to the phases that ask.
 
 use std::collections::BTreeSet;
 
@@ -9,7 +10,7 @@ use crate::audit::itemize;
 use crate::audit::pysrc::{self, Source};
 use crate::audit::reach::Names;
 use crate::audit::scope::{self, Full, Impact, ImpactScope, Lines};
-use crate::engine::runs::Engine;
+use crate::engine::step::Engine;
 use crate::pytest::events::CollectedItem;
 use crate::pytest::result::RunResult;
 
@@ -113,53 +114,67 @@ fn read_sources(engine: &Engine) -> Sources {
     }
 }
 
-/// What the patch affects and the scope of the shuffled orders of a scoped audit, from runs
-/// whose recorded code is numbered by `lines` (the head's own runs, the base's, or the head's
-/// with tests carried from the base).
-pub(crate) fn impact(
-    engine: &Engine,
-    file: &RunResult,
-    reversed: &RunResult,
-    edited: &BTreeSet<String>,
-    lines: Lines,
-) -> Impact {
-    let sources = engine.sources.get_or_init(|| read_sources(engine));
-    scope::impact(
-        file,
-        reversed,
-        &sources.footprint,
-        edited,
-        &scope::Reach {
+/// What the scope rule reads of the two snapshots, read on first use and kept for the audit.
+#[derive(Default)]
+pub(crate) struct Scoping {
+    sources: std::sync::OnceLock<Sources>,
+}
+
+impl Scoping {
+    fn sources(&self, engine: &Engine) -> &Sources {
+        self.sources.get_or_init(|| read_sources(engine))
+    }
+
+    /// What the patch affects and the scope of the shuffled orders of a scoped audit, from runs
+    /// whose recorded code is numbered by `lines` (the head's own runs, the base's, or the
+    /// head's with tests carried from the base).
+    pub(crate) fn impact(
+        &self,
+        engine: &Engine,
+        file: &RunResult,
+        reversed: &RunResult,
+        edited: &BTreeSet<String>,
+        lines: Lines,
+    ) -> Impact {
+        let sources = self.sources(engine);
+        scope::impact(
+            file,
+            reversed,
+            &sources.footprint,
+            edited,
+            &scope::Reach {
+                imports: &sources.imports,
+                names: &sources.names,
+            },
+            lines,
+        )
+    }
+
+    /// Reads what the scope rule reads of the two snapshots now, so that a later question does
+    /// not wait for it.
+    pub(crate) fn read_ahead(&self, engine: &Engine) {
+        self.sources(engine);
+    }
+
+    /// The base's test modules whose items a scoped head's collection takes from the base's
+    /// (`scope`: the tests the head's runs run), or why it makes them all.
+    pub(crate) fn carried_modules(
+        &self,
+        engine: &Engine,
+        base: &[CollectedItem],
+        scope: &BTreeSet<String>,
+        listed: &BTreeSet<String>,
+    ) -> Result<BTreeSet<String>, itemize::Whole> {
+        let sources = self.sources(engine);
+        itemize::carried(&itemize::Inputs {
+            footprint: &sources.footprint,
+            hook: sources.hook.as_ref(),
             imports: &sources.imports,
-            names: &sources.names,
-        },
-        lines,
-    )
-}
-
-/// Reads what the scope rule reads of the two snapshots now (once per audit), so that a later
-/// question does not wait for it.
-pub(crate) fn read_ahead(engine: &Engine) {
-    engine.sources.get_or_init(|| read_sources(engine));
-}
-
-/// The base's test modules whose items a scoped head's collection takes from the base's
-/// (`scope`: the tests the head's runs run), or why it makes them all.
-pub(crate) fn carried_modules(
-    engine: &Engine,
-    base: &[CollectedItem],
-    scope: &BTreeSet<String>,
-    listed: &BTreeSet<String>,
-) -> Result<BTreeSet<String>, itemize::Whole> {
-    let sources = engine.sources.get_or_init(|| read_sources(engine));
-    itemize::carried(&itemize::Inputs {
-        footprint: &sources.footprint,
-        hook: sources.hook.as_ref(),
-        imports: &sources.imports,
-        base,
-        scope,
-        listed,
-    })
+            base,
+            scope,
+            listed,
+        })
+    }
 }
 
 /// The impact of an audit that is not scoped: nothing was recorded, every order runs whole
