@@ -3,6 +3,7 @@
 //! an audit found is an [`outcome::AuditOutcome`], from which the report is written.
 
 pub(crate) mod base_check;
+pub(crate) mod base_suite;
 pub(crate) mod bisect;
 pub(crate) mod budget;
 pub(crate) mod collection;
@@ -13,7 +14,6 @@ pub(crate) mod findings;
 pub(crate) mod footprint;
 pub(crate) mod freeze;
 pub(crate) mod gates;
-pub(crate) mod hidden;
 pub(crate) mod itemize;
 pub(crate) mod lock;
 pub(crate) mod nio;

@@ -34,5 +34,7 @@ pub(crate) mod sides;
 mod source_replay;
 mod source_tamper;
 pub(crate) mod step;
+#[cfg(test)]
+mod testing;
 mod triage;
 mod verdict;

@@ -201,7 +201,7 @@ pub(crate) struct BaseSuiteTest {
     pub(crate) base: Option<Outcome>,
     /// `holds`, `shown-at-head`, `fails-on-base`, `unconfirmed`, `code-removed`,
     /// `deleted-with-its-code` or the finding's kind.
-    pub(crate) reading: crate::audit::hidden::Reading,
+    pub(crate) reading: crate::audit::base_suite::Reading,
     /// The replay's failure.
     pub(crate) message: Option<String>,
 }

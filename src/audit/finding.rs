@@ -61,7 +61,7 @@ pub(crate) enum FindingKind {
     /// `--check`: a cached run's outcome differs from a fresh run of the same order. Reported
     /// only: what it says is that a cache entry was a coin flip.
     Nondeterministic,
-    /// A base test the patch deleted that fails on the head's code (`audit::hidden`).
+    /// A base test the patch deleted that fails on the head's code (`audit::base_suite`).
     DeletedTest,
     /// A base test the patch deleted with the code it exercised: reported (`deleted-test`, not
     /// blocking).
@@ -214,7 +214,7 @@ impl FindingKind {
         }
     }
 
-    /// A failure of a base test on the head's code that the patch hid (`audit::hidden`), or a
+    /// A failure of a base test on the head's code that the patch hid (`audit::base_suite`), or a
     /// test deleted with its code.
     pub(crate) fn is_hidden(self) -> bool {
         matches!(

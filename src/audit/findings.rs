@@ -7,19 +7,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use crate::audit::base_suite::{self, SpecReplay};
 use crate::audit::collection::Broken;
 use crate::audit::edited::Patch;
 use crate::audit::finding::{Finding, FindingKind};
-use crate::audit::freeze::{self, Date, Entry};
 use crate::audit::gates::Gates;
-use crate::audit::hidden::{self, SpecReplay};
 use crate::audit::outside::OutsideWrites;
 use crate::audit::pair::Pair;
 use crate::audit::replay::FixtureReplay;
 use crate::audit::scope::Impact;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
-use crate::audit::verdict::Disposition;
 
 /// The findings the base shows too (checked on the base snapshot with the same evidence).
 pub(crate) type PreExisting = BTreeSet<(FindingKind, String)>;
@@ -109,7 +107,7 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
         }
     }
     // What the base's suite, replayed on the head's code, says the patch hid.
-    out.extend(hidden::findings(
+    out.extend(base_suite::findings(
         f.spec.base_suite.as_ref(),
         &f.spec.altered,
         f.spec.session_changed,
@@ -216,26 +214,4 @@ pub(crate) fn test_introduced(t: &Triage, nodeid: &str, pre_existing: &PreExisti
     t.finding_kinds()
         .iter()
         .any(|k| !pre_existing.contains(&(*k, nodeid.to_string())))
-}
-
-/// The freeze entries to suggest: one for each finding that is known debt or flaky, from
-/// `today`, the later of two for one test winning.
-pub(crate) fn freeze_suggestions(
-    findings: &[Finding],
-    dispositions: &[Disposition],
-    today: Date,
-) -> BTreeMap<String, Entry> {
-    let mut out = BTreeMap::new();
-    for (f, d) in findings.iter().zip(dispositions) {
-        if *d == Disposition::KnownDebt || f.kind == FindingKind::Flaky {
-            let s = freeze::suggest_entry(
-                &f.subject,
-                today,
-                None,
-                &format!("{} found by fixgate", f.kind),
-            );
-            out.insert(s.nodeid, s.entry);
-        }
-    }
-    out
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::audit::base_suite::SpecReplay;
 use crate::audit::budget::{Breach, Limits, Usage};
 use crate::audit::collection::Broken;
 use crate::audit::edited::Patch;
@@ -10,7 +11,6 @@ use crate::audit::finding::Finding;
 use crate::audit::findings::PreExisting;
 use crate::audit::freeze::Date;
 use crate::audit::gates::Gates;
-use crate::audit::hidden::SpecReplay;
 use crate::audit::itemize::HeadCollection;
 use crate::audit::nio::Twice;
 use crate::audit::order::OrderLabel;

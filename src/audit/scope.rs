@@ -49,8 +49,27 @@ pub(crate) enum Full {
     ReadAtCollection(String),
     /// A test left state changed that any test may read.
     SharedState { test: String, change: StateChange },
-    /// What a test or the session did is not fully known.
-    Incomplete { subject: String, why: String },
+    /// What a test (`None`: the session) did is not fully known.
+    Incomplete { subject: Option<String>, gap: Gap },
+}
+
+/// What a recording does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Gap {
+    /// The recording failed, with what it said.
+    Recording(String),
+    /// The code that ran outside tests.
+    SessionCode,
+    /// The plugin hit an internal error while tracing.
+    PluginError,
+    /// It used what the trace cannot follow (a subprocess, a mapped file).
+    Untraced(String),
+    /// It used the network.
+    Network(String),
+    /// It imported a C extension of the repository, whose state is not seen.
+    Extension(String),
+    /// The code a test ran.
+    Code,
 }
 
 /// What the patch can affect, and what the shuffled orders run.
@@ -430,64 +449,47 @@ fn scope(
 
 /// Why the recording cannot decide, if it cannot.
 fn incomplete(file: &RunResult, reversed: &RunResult) -> Option<Full> {
-    let session = |why: String| Full::Incomplete {
-        subject: "the session".into(),
-        why,
-    };
+    let session = |gap: Gap| Full::Incomplete { subject: None, gap };
     if let Some(why) = &file.recording_error {
-        return Some(session(why.clone()));
+        return Some(session(Gap::Recording(why.clone())));
     }
     if file.session_code.is_none() {
-        return Some(session(
-            "the code that ran outside tests is not known".into(),
-        ));
+        return Some(session(Gap::SessionCode));
     }
     if file.incomplete_trace || reversed.incomplete_trace {
-        return Some(session(
-            "the plugin hit an internal error while tracing".into(),
-        ));
+        return Some(session(Gap::PluginError));
     }
-    for (subject, trace) in [
-        ("the session", &file.session_trace),
-        ("the session", &reversed.session_trace),
-    ] {
+    for trace in [&file.session_trace, &reversed.session_trace] {
         if let Some(u) = trace.unknown.first() {
-            return Some(session(format!(
-                "it used {u}, which the trace cannot follow"
-            )));
+            return Some(session(Gap::Untraced(u.clone())));
         }
         if let Some(n) = trace.network.first() {
-            return Some(Full::Incomplete {
-                subject: subject.into(),
-                why: format!("it used the network ({n})"),
-            });
+            return Some(session(Gap::Network(n.clone())));
         }
     }
     for t in file.tests.iter().chain(&reversed.tests) {
-        let test = |why: String| Full::Incomplete {
-            subject: t.nodeid.clone(),
-            why,
+        let test = |gap: Gap| Full::Incomplete {
+            subject: Some(t.nodeid.clone()),
+            gap,
         };
         if let Some(u) = t.trace.unknown.first() {
-            return Some(test(format!("it used {u}, which the trace cannot follow")));
+            return Some(test(Gap::Untraced(u.clone())));
         }
         if let Some(n) = t.trace.network.first() {
-            return Some(test(format!("it used the network ({n})")));
+            return Some(test(Gap::Network(n.clone())));
         }
         if let Some(StateChange::Extension(path)) = t
             .state
             .iter()
             .find(|s| matches!(s, StateChange::Extension(_)))
         {
-            return Some(test(format!(
-                "it imported the C extension {path}, whose state is not seen"
-            )));
+            return Some(test(Gap::Extension(path.clone())));
         }
     }
     if let Some(t) = file.tests.iter().find(|t| t.code.is_none()) {
         return Some(Full::Incomplete {
-            subject: t.nodeid.clone(),
-            why: "the code it ran is not known".into(),
+            subject: Some(t.nodeid.clone()),
+            gap: Gap::Code,
         });
     }
     None

@@ -5,10 +5,11 @@
 //! # Adding a finding kind
 //!
 //! A new kind of finding is one variant of [`FindingKind`] (its name, its noun, whether it is a
-//! code defect, all in this file) and one rule that produces it from typed evidence (in
+//! code defect, all in `audit::finding`) and one rule that produces it from typed evidence (in
 //! `audit::findings`, or beside the phase whose evidence it reads). Its message is
 //! `report::message`'s default line (`<subject>: <kind>`) until that module gives it one of its
-//! own; the renderers, the verdict and the report need nothing else.
+//! own; the renderers, the verdict and the report need nothing else. The verdict's reasons are
+//! typed ([`Reason`]); `report::reasons` says them.
 
 use std::fmt;
 

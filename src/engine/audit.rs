@@ -460,3 +460,159 @@ fn judge(
     };
     Ok((judgment, decision, matrix.warnings()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fixgate_cache::{Digest, MemStore};
+
+    use super::*;
+    use crate::audit::finding::FindingKind;
+    use crate::audit::freeze::Ledger;
+    use crate::audit::verdict::{Because, Reason, Verdict};
+    use crate::engine::exec::RunSpec;
+    use crate::engine::sides::Side;
+    use crate::engine::testing::{items, tree, with_engine, Fake};
+    use crate::pytest::events::Collection;
+    use crate::pytest::result::Outcome;
+    use crate::snapshot::Snapshot;
+
+    fn options() -> Options {
+        Options {
+            base: "base".into(),
+            head: None,
+            seeds: Vec::new(),
+            strict: false,
+            nio: false,
+            cache: true,
+            check: false,
+            deps: None,
+            budget: Overrides::default(),
+            today: Date::parse("2025-06-01").unwrap(),
+            sandbox: SandboxSettings {
+                pass_env: Vec::new(),
+                test_timeout: Duration::from_secs(60),
+                allow_network: false,
+                strict_containment: false,
+                limits: Default::default(),
+            },
+            shard: None,
+            remote_exec: Default::default(),
+            runner: None,
+            frozen_head: None,
+            full: false,
+            scoped: false,
+        }
+    }
+
+    fn side(snapshot: &Arc<Snapshot>, tree: &str) -> Side {
+        Side {
+            snapshot: snapshot.clone(),
+            ledger: Ledger::default(),
+            lock: None,
+            tree: Digest::of(tree.as_bytes()),
+        }
+    }
+
+    /// The phases of an audit of `head` against `base` (each collecting `tests`) whose pytest is
+    /// `fake`.
+    fn audit(base: &Arc<Snapshot>, head: &Arc<Snapshot>, fake: Fake, tests: &[&str]) -> Phased {
+        let mut fake = fake;
+        for s in [base, head] {
+            let collection = Collection {
+                items: items(tests),
+                ..Collection::default()
+            };
+            fake.collections.push((s.root.clone(), collection));
+        }
+        let config = crate::config::load(&crate::config::ConfigInputs {
+            manifest_file: None,
+            pyproject: None,
+            paths: &[],
+        })
+        .unwrap();
+        let sides = Sides {
+            base: side(base, "base"),
+            head: side(head, "head"),
+            base_config: config.clone(),
+            config,
+            lock_path: None,
+        };
+        let (opts, store) = (options(), MemStore::new());
+        let memory = Memory {
+            store: &store,
+            base_tree: sides.base.tree,
+        };
+        with_engine(&store, base, head, Arc::new(fake), |engine| {
+            let asked = Asked {
+                sides: &sides,
+                opts: &opts,
+                started: Instant::now(),
+                uploads: false,
+                memory,
+            };
+            phases(engine, &asked).unwrap()
+        })
+    }
+
+    #[test]
+    fn a_victim_the_patch_made_follow_a_polluter_rejects_it_with_the_pair() {
+        let ((_b, base), (_h, head)) = (tree(&[("t.py", "")]), tree(&[("t.py", "")]));
+        // On the head, v fails after a; on the base, nothing fails.
+        let head_root = head.root.clone();
+        let rule = move |run: &RunSpec, id: &str, before: &[String]| {
+            let polluted = before.iter().any(|b| b == "t.py::a");
+            match run.snapshot.root == head_root && id == "t.py::v" && polluted {
+                true => Outcome::Failed,
+                false => Outcome::Passed,
+            }
+        };
+        let phased = audit(&base, &head, Fake::new(rule), &["t.py::a", "t.py::v"]);
+        let Reached::Judged(j) = &phased.reached else {
+            panic!("the audit stopped before judging");
+        };
+        assert_eq!(phased.decision.verdict, Verdict::Reject);
+        let rejects = |kind, subject: &str| Reason::Rejects {
+            kind,
+            subject: subject.into(),
+            because: Because::Introduced,
+        };
+        assert_eq!(
+            phased.decision.reasons,
+            [
+                rejects(FindingKind::Polluter, "t.py::a"),
+                rejects(FindingKind::OrderDependent, "t.py::v"),
+            ]
+        );
+        assert_eq!(j.pairs.len(), 1);
+        assert_eq!(
+            (j.pairs[0].victim.as_str(), &j.pairs[0].culprits[..]),
+            ("t.py::v", &["t.py::a".to_string()][..])
+        );
+        assert_eq!(j.ran.orders, [OrderLabel::File, OrderLabel::Reversed]);
+        assert!(j.pre_existing.is_empty());
+        assert!(j.patch.edited.is_empty() && !j.patch.conftests_changed);
+    }
+
+    #[test]
+    fn a_head_that_does_not_collect_is_rejected_before_any_test_runs() {
+        let ((_b, base), (_h, head)) = (tree(&[("t.py", "")]), tree(&[("t.py", "")]));
+        let mut fake = Fake::new(|_: &RunSpec, _: &str, _: &[String]| Outcome::Passed);
+        fake.broken = Some((head.root.clone(), "--- t.py\nSyntaxError".into()));
+        let phased = audit(&base, &head, fake, &["t.py::a"]);
+        let Reached::CollectionError(broken) = &phased.reached else {
+            panic!("the head's collection error was not read");
+        };
+        assert_eq!(broken.file.as_deref(), Some("t.py"));
+        assert_eq!(phased.decision.verdict, Verdict::Reject);
+        assert_eq!(
+            phased.decision.reasons,
+            [Reason::Rejects {
+                kind: FindingKind::CollectionError,
+                subject: "t.py".into(),
+                because: Because::Introduced,
+            }]
+        );
+    }
+}

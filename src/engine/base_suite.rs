@@ -5,32 +5,28 @@
 //! the head's file order; the whole base suite when what every test runs under changed. A test
 //! red there runs again in a control, the same order on the base, and one red on the head's
 //! code and green on the base that the head's suite does not show is a hidden failure, read by
-//! `audit::hidden`. The test-source replay's readings (`redefined-test`, `test-refactor`) come
+//! `audit::base_suite`. The test-source replay's readings (`redefined-test`, `test-refactor`) come
 //! from the same runs.
 //!
 //! Every run is a node of the audit's graph, cached like the others: the control depends on
 //! nothing of the head but the order, so heads against one base share it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 
-use fixgate_graph::{NodeError, NodeId};
+use fixgate_graph::NodeId;
 
-use crate::audit::hidden::{
-    self, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed, SpecReplay,
+use crate::audit::base_suite::{
+    self as rule, Altered, Around, AtHead, BaseSuiteRead, Missing, Reading, Replayed, SpecReplay,
 };
 use crate::audit::renamed::{likeness, Likeness};
 use crate::audit::source_replay::{self, SourceRead};
 use crate::audit::spec_scope::{self, Changed, SpecRole, SpecScope};
 use crate::delta::Delta;
-use crate::engine::digests::TreeDigests;
-use crate::engine::exec::Pytest;
 use crate::engine::judging::Judging;
 use crate::engine::kind::NodeKind;
-use crate::engine::runs::{overlay_digests, overlay_key, RunRequest};
+use crate::engine::runs::RunRequest;
 use crate::engine::source_replay::Candidate;
-use crate::engine::step::Role;
-use crate::engine::step::{Computed, Engine, Key, Step};
+use crate::engine::step::{Engine, Role};
 use crate::error::{Error, Result};
 use crate::pytest::events::Collection;
 use crate::pytest::ini::{self, PytestIni};
@@ -276,74 +272,13 @@ fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
     RunRequest::new(label, NodeKind::BaseSuiteControl, Role::Base, order).repeat(repeat)
 }
 
-/// The replay's tree collected (kind `collect`): the head's tree with the base's test code over
-/// it, its collection errors data.
-struct CollectOverlaid {
-    side: Arc<TreeDigests>,
-    overlay: Overlay,
-    pytest: Arc<dyn Pytest>,
-}
-
-impl Step for CollectOverlaid {
-    type Output = (Collection, Vec<crate::pytest::driver::CollectFailure>);
-
-    fn kind(&self) -> NodeKind {
-        NodeKind::Collect
-    }
-
-    fn label(&self) -> String {
-        NodeKind::Collect.of("base-suite")
-    }
-
-    fn key(&self, key: &mut Key) {
-        let CollectOverlaid {
-            side,
-            overlay,
-            pytest,
-        } = self;
-        let digests = overlay_digests(overlay);
-        let identity = pytest.identity();
-        key.param("role", "base-suite")
-            .param("overlay", overlay_key(&digests))
-            .param("paths", side.paths_digest().to_string())
-            .param("interpreter", identity.interpreter.as_str())
-            .param("plugin", identity.plugin.as_str());
-        for (path, digest) in side.startup_files() {
-            let digest = match digests.get(&path) {
-                Some(Some(d)) => *d,
-                Some(None) => continue,
-                None => digest,
-            };
-            key.file(path, digest);
-        }
-        let side = side.clone();
-        key.traced(move |p| match digests.get(p) {
-            Some(d) => *d,
-            None => side.digest(p),
-        });
-    }
-
-    fn compute(&self, _: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError> {
-        let (collection, trace, errors) = (self.pytest)
-            .collect_overlaid(&self.side.snapshot, &self.overlay)
-            .map_err(|e| NodeError::Infra(e.to_string()))?;
-        let digests = overlay_digests(&self.overlay);
-        let probe = |p: &str| match digests.get(p) {
-            Some(d) => *d,
-            None => self.side.digest(p),
-        };
-        let deps = crate::engine::collect::collection_deps(&trace, &self.side.snapshot, probe);
-        Ok(Computed::new((collection, errors)).reading(deps))
-    }
-}
-
 /// The replay's tree collected, after `after`.
 fn collect(
     engine: &Engine,
     overlay: &Overlay,
     after: &[NodeId],
 ) -> Result<(Collection, Vec<crate::pytest::driver::CollectFailure>)> {
-    let step = CollectOverlaid {
+    let step = crate::engine::collect::CollectOverlaid {
         side: engine.head.clone(),
         overlay: overlay.clone(),
         pytest: engine.pytest.clone(),
@@ -505,7 +440,7 @@ fn read(
         let code_removed = !replayed.is_green()
             && failure
                 .as_deref()
-                .and_then(hidden::missing)
+                .and_then(rule::missing)
                 .is_some_and(|m| sources.removed(&m, &plan.sources));
         let reading = Reading::of(&at_head, around, replayed, control, code_removed);
         readings.push((id.clone(), at_head, replayed, control, reading));
@@ -709,7 +644,7 @@ fn hook_altered(head_run: &RunResult) -> Vec<Altered> {
     head_run
         .tests
         .iter()
-        .filter(|t| hidden::hook_altered(t.outcome, t.reported))
+        .filter(|t| rule::hook_altered(t.outcome, t.reported))
         .map(|t| Altered {
             nodeid: t.nodeid.clone(),
             outcome: t.outcome,
@@ -885,5 +820,186 @@ impl<'a> Sources<'a> {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fixgate_cache::MemStore;
+
+    use super::*;
+    use crate::audit::base_suite::How;
+    use crate::engine::exec::RunSpec;
+    use crate::engine::testing::{items, stand_in, tree, with_engine, Before, Fake};
+
+    const TEST_A: &str =
+        "def test_1():\n    assert f() == 1\n\n\ndef test_2():\n    assert g() == 2\n";
+
+    /// The plan of the patch from `base` to `head` (both (path, text) trees), whose collections
+    /// are the node ids given.
+    fn plan_of(
+        base: &[(&str, &str)],
+        head: &[(&str, &str)],
+        base_ids: &[&str],
+        head_ids: &[&str],
+    ) -> Option<Plan> {
+        let ((_b, base), (_h, head)) = (tree(base), tree(head));
+        let fake = Arc::new(Fake::new(|_: &RunSpec, _: &str, _: &[String]| {
+            Outcome::Passed
+        }));
+        with_engine(&MemStore::new(), &base, &head, fake, |engine| {
+            let collection = |ids: &[&str]| Collection {
+                items: items(ids),
+                ..Collection::default()
+            };
+            let (b, h) = (collection(base_ids), collection(head_ids));
+            plan(
+                engine,
+                &base,
+                &head,
+                &b,
+                &h,
+                &Delta::default(),
+                &HashSet::new(),
+            )
+            .unwrap()
+        })
+    }
+
+    #[test]
+    fn a_patch_that_leaves_the_tests_alone_replays_nothing() {
+        let base = [("pkg/m.py", "X = 1\n"), ("tests/test_a.py", TEST_A)];
+        let head = [("pkg/m.py", "X = 2\n"), ("tests/test_a.py", TEST_A)];
+        let ids = ["tests/test_a.py::test_1", "tests/test_a.py::test_2"];
+        assert!(plan_of(&base, &head, &ids, &ids).is_none());
+    }
+
+    #[test]
+    fn an_edited_test_file_replays_its_base_tests_with_its_base_bytes() {
+        let edited = TEST_A.replace("== 2", "== 3");
+        let base = [
+            ("tests/test_a.py", TEST_A),
+            ("tests/test_b.py", "def test_3():\n    pass\n"),
+        ];
+        let head = [
+            ("tests/test_a.py", edited.as_str()),
+            ("tests/test_b.py", "def test_3():\n    pass\n"),
+        ];
+        let ids = [
+            "tests/test_a.py::test_1",
+            "tests/test_a.py::test_2",
+            "tests/test_b.py::test_3",
+        ];
+        let plan = plan_of(&base, &head, &ids, &ids).unwrap();
+        assert!(!plan.scope.whole && !plan.session_changed());
+        assert_eq!(plan.scope.tests, ids[..2]);
+        let overlaid: Vec<(String, Option<&[u8]>)> = (plan.overlay.iter())
+            .map(|(p, b)| (p.to_string(), b.as_deref()))
+            .collect();
+        assert_eq!(
+            overlaid,
+            [("tests/test_a.py".to_string(), Some(TEST_A.as_bytes()))]
+        );
+    }
+
+    #[test]
+    fn a_changed_conftest_replays_the_whole_base_suite() {
+        let base = [("conftest.py", ""), ("tests/test_a.py", TEST_A)];
+        let head = [("conftest.py", "import os\n"), ("tests/test_a.py", TEST_A)];
+        let ids = ["tests/test_a.py::test_1", "tests/test_a.py::test_2"];
+        let plan = plan_of(&base, &head, &ids, &ids).unwrap();
+        assert!(plan.scope.whole && plan.session_changed());
+        assert_eq!(plan.scope.tests, ids);
+    }
+
+    #[test]
+    fn a_deleted_test_that_fails_on_the_heads_code_is_a_hidden_failure_confirmed_twice() {
+        // The head deleted test_2, whose base version fails on the head's code (the replay, on
+        // the head's side) and passes on the base's (the control).
+        let head_a = "def test_1():\n    assert f() == 1\n";
+        let ((_b, base), (_h, head)) = (
+            tree(&[("tests/test_a.py", TEST_A)]),
+            tree(&[("tests/test_a.py", head_a)]),
+        );
+        let rule = |run: &RunSpec, id: &str, _: &[String]| {
+            let on_head = run.label.starts_with("base-suite-run");
+            match (id, on_head) {
+                ("tests/test_a.py::test_2", true) => Outcome::Failed,
+                _ => Outcome::Passed,
+            }
+        };
+        let mut fake = Fake::new(rule);
+        fake.overlaid = Collection {
+            items: items(&["tests/test_a.py::test_1", "tests/test_a.py::test_2"]),
+            ..Collection::default()
+        };
+        let fake = Arc::new(fake);
+        let spec = with_engine(&MemStore::new(), &base, &head, fake.clone(), |engine| {
+            let before = Before::new(
+                engine,
+                &["tests/test_a.py::test_1", "tests/test_a.py::test_2"],
+                &["tests/test_a.py::test_1"],
+            );
+            let j = before.judging(&[]);
+            let head_run = RunResult::empty(Vec::new()).with_tests(
+                vec!["tests/test_a.py::test_1".into()],
+                vec![crate::pytest::result::TestResult::missing(
+                    "tests/test_a.py::test_1",
+                    Outcome::Passed,
+                    String::new(),
+                    0.0,
+                    0.0,
+                )],
+            );
+            let file_node = stand_in(engine, "file-order run");
+            let delta = Delta::default();
+            let begun = begin(engine, &j, &delta, &head_run, file_node).unwrap();
+            finish(engine, begun, &j, &delta, &head_run).unwrap()
+        });
+        let read = spec.base_suite.expect("the patch removed a base test");
+        assert!(!read.whole);
+        let found: Vec<(&str, &AtHead, Reading)> = (read.tests.iter())
+            .map(|t| (t.nodeid.as_str(), &t.at_head, t.reading))
+            .collect();
+        assert_eq!(
+            found,
+            [(
+                "tests/test_a.py::test_2",
+                &AtHead::Deleted,
+                Reading::Hidden(How::Deleted)
+            )]
+        );
+        // The replay and its control, then both again to confirm the hidden failure.
+        let mut ran = fake.ran();
+        ran.sort();
+        assert_eq!(
+            ran,
+            [
+                "base-suite-control",
+                "base-suite-control#1",
+                "base-suite-run",
+                "base-suite-run#1"
+            ]
+        );
+        assert!(spec.source_replay.is_empty() && spec.altered.is_empty());
+    }
+
+    #[test]
+    fn a_test_out_of_collection_names_the_rule_it_misses() {
+        let ini = PytestIni::find(|f| {
+            (f == "pytest.ini").then(|| "[pytest]\npython_functions = check_*\n".to_string())
+        });
+        assert_eq!(
+            missed_rule(&ini, "tests/test_a.py::test_1"),
+            Some(("python_functions", vec!["check_*".to_string()]))
+        );
+        assert_eq!(
+            missed_rule(&ini, "tests/helpers.py::check_1"),
+            Some(("python_files", ini.python_files()))
+        );
+        assert_eq!(missed_rule(&ini, "tests/test_a.py::check_1"), None);
+        assert!(in_test_dir("tests/unit/test_a.py") && !in_test_dir("pkg/tests.py"));
     }
 }

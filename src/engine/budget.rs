@@ -94,10 +94,6 @@ impl Step for BudgetOf {
         NodeKind::Budget
     }
 
-    fn label(&self) -> String {
-        NodeKind::Budget.label()
-    }
-
     fn key(&self, key: &mut Key) {
         let BudgetOf { limits, usage } = self;
         let Limits {

@@ -393,6 +393,8 @@ fn merge(mut head: RunResult, mut base: RunResult, order: &[String]) -> RunResul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::exec::RunSpec;
+    use crate::engine::testing::{tree, with_engine, Before, Fake};
     use crate::pytest::result::Outcome;
 
     fn test(id: &str, outcome: Outcome, occurrence: u32) -> TestResult {
@@ -489,5 +491,70 @@ mod tests {
             (merged.processes, &merged.warnings[..]),
             (0, &ids(&["base"])[..])
         );
+    }
+
+    const BASE_M: &str = "def f():\n    return 1\n\n\ndef g():\n    return 2\n";
+    const HEAD_M: &str = "def f():\n    return 1\n\n\ndef g():\n    return 1 + 1\n";
+    const TESTS: &str = "from pkg.m import f, g\n\n\ndef test_f():\n    assert f() == 1\n\n\n\
+                         def test_g():\n    assert g() == 2\n";
+
+    /// A scoped audit: the base's recorded runs say which tests ran the changed function, the
+    /// head's file-order and reversed runs run those and carry the others from the base, and
+    /// the shuffled orders run only them.
+    #[test]
+    fn a_scoped_audits_orders_run_what_the_patch_reaches_and_carry_the_rest() {
+        let ((_b, base), (_h, head)) = (
+            tree(&[("pkg/m.py", BASE_M), ("tests/test_m.py", TESTS)]),
+            tree(&[("pkg/m.py", HEAD_M), ("tests/test_m.py", TESTS)]),
+        );
+        let (f, g) = ("tests/test_m.py::test_f", "tests/test_m.py::test_g");
+        let mut fake = Fake::new(|_: &RunSpec, _: &str, _: &[String]| Outcome::Passed);
+        // Each test ran its own function of pkg/m.py (numbered by its first line: the same on
+        // both sides) and its own body.
+        fake.code = [(f, 1, 4), (g, 5, 8)]
+            .into_iter()
+            .map(|(id, m, t)| {
+                let code = [
+                    ("pkg/m.py".to_string(), vec![m]),
+                    ("tests/test_m.py".to_string(), vec![t]),
+                ];
+                (id.to_string(), code.into_iter().collect())
+            })
+            .collect();
+        let fake = Arc::new(fake);
+        let labels = [OrderLabel::File, OrderLabel::Reversed, OrderLabel::Seed(1)];
+        let (impact, file) = with_engine(
+            &fixgate_cache::MemStore::new(),
+            &base,
+            &head,
+            fake.clone(),
+            |engine| {
+                let before = Before::new(engine, &[f, g], &[f, g]);
+                let j = before.judging(&[]);
+                let whole = orders(engine, &j, None, &labels, true, false).unwrap();
+                (whole.impact, whole.file)
+            },
+        );
+        let only_g: BTreeSet<String> = [g.to_string()].into();
+        match &impact.scope {
+            ImpactScope::Scoped { run, writers, .. } => {
+                assert_eq!(run, &only_g);
+                assert!(writers.is_empty());
+            }
+            ImpactScope::Full(why) => panic!("not scoped: {why:?}"),
+        }
+        assert_eq!(impact.whole.as_ref(), Some(&only_g));
+        assert_eq!(impact.affected.as_ref(), Some(&only_g));
+        // The carried file-order run has both tests, the head's own run of it only test_g.
+        assert_eq!(
+            (file.tests.iter())
+                .map(|t| t.nodeid.as_str())
+                .collect::<Vec<_>>(),
+            [f, g]
+        );
+        let order = |label: &str| fake.order_of(label).unwrap_or_default();
+        assert_eq!(order("seed-run(0)[base]"), [f, g]);
+        assert_eq!(order("seed-run(0)[within]"), [g]);
+        assert_eq!(order("seed-run(1)"), [g]);
     }
 }

@@ -11,11 +11,12 @@ use fixgate_graph::{NodeError, NodeId};
 use crate::engine::digests::TreeDigests;
 use crate::engine::exec::Pytest;
 use crate::engine::kind::NodeKind;
-use crate::engine::step::Role;
-use crate::engine::step::{node_error, Added, Computed, Engine, Key, Step};
+use crate::engine::runs::{overlay_digests, overlay_key};
+use crate::engine::step::{node_error, Added, Computed, Engine, Key, Role, Step};
 use crate::error::{Error, Result};
 use crate::pytest::driver::CollectIn;
 use crate::pytest::events::{CollectedItem, Collection};
+use crate::sandbox::Overlay;
 
 /// A side's collection. Where it collects (`how`) is not part of its key: a warm interpreter
 /// reports the collection a fresh `--collect-only` process does. One that makes only some
@@ -88,6 +89,67 @@ impl Step for Collect {
             })?;
         let deps = collection_deps(&trace, &self.side.snapshot, |p| self.side.digest(p));
         Ok(Computed::new(items).reading(deps))
+    }
+}
+
+/// The replay's tree collected (kind `collect`): the head's tree with the base's test code over
+/// it, its collection errors data.
+pub(crate) struct CollectOverlaid {
+    pub(crate) side: Arc<TreeDigests>,
+    pub(crate) overlay: Overlay,
+    pub(crate) pytest: Arc<dyn Pytest>,
+}
+
+impl Step for CollectOverlaid {
+    type Output = (Collection, Vec<crate::pytest::driver::CollectFailure>);
+
+    fn kind(&self) -> NodeKind {
+        NodeKind::Collect
+    }
+
+    fn label(&self) -> String {
+        NodeKind::Collect.of("base-suite")
+    }
+
+    fn key(&self, key: &mut Key) {
+        let CollectOverlaid {
+            side,
+            overlay,
+            pytest,
+        } = self;
+        let digests = overlay_digests(overlay);
+        let identity = pytest.identity();
+        key.param("role", "base-suite")
+            .param("overlay", overlay_key(&digests))
+            .param("paths", side.paths_digest().to_string())
+            .param("interpreter", identity.interpreter.as_str())
+            .param("plugin", identity.plugin.as_str());
+        for (path, digest) in side.startup_files() {
+            let digest = match digests.get(&path) {
+                Some(Some(d)) => *d,
+                Some(None) => continue,
+                None => digest,
+            };
+            key.file(path, digest);
+        }
+        let side = side.clone();
+        key.traced(move |p| match digests.get(p) {
+            Some(d) => *d,
+            None => side.digest(p),
+        });
+    }
+
+    fn compute(&self, _: &[&[u8]]) -> std::result::Result<Computed<Self::Output>, NodeError> {
+        let (collection, trace, errors) = (self.pytest)
+            .collect_overlaid(&self.side.snapshot, &self.overlay)
+            .map_err(|e| NodeError::Infra(e.to_string()))?;
+        let digests = overlay_digests(&self.overlay);
+        let probe = |p: &str| match digests.get(p) {
+            Some(d) => *d,
+            None => self.side.digest(p),
+        };
+        let deps = collection_deps(&trace, &self.side.snapshot, probe);
+        Ok(Computed::new((collection, errors)).reading(deps))
     }
 }
 

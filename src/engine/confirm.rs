@@ -89,7 +89,7 @@ const TOGETHER_FROM: usize = 2;
 /// session) runs alone, so that a red alone, which sends a test to the state-setter search, is
 /// always its own run. A patch that makes fifty tests of one module read what one setter writes
 /// costs one process here, not fifty (issue 21).
-fn confirm(
+pub(crate) fn confirm(
     engine: &Engine,
     matrix: &Matrix,
     disagreeing: &[String],
@@ -240,7 +240,7 @@ fn single(engine: &Engine, id: &str, after: &[NodeId]) -> Result<NodeId> {
 
 /// Every test's evidence from the matrix and the confirmation runs (`disagreeing`: the tests
 /// whose orders disagreed, which the confirmation reran).
-fn evidence(
+pub(crate) fn evidence(
     matrix: &Matrix,
     confirmation: &Confirmation,
     nodeids: &[String],

@@ -17,10 +17,6 @@ impl Step for DeltaOf {
         NodeKind::Delta
     }
 
-    fn label(&self) -> String {
-        NodeKind::Delta.label()
-    }
-
     fn key(&self, _: &mut Key) {
         // Everything it is computed from is its inputs.
         let DeltaOf = self;

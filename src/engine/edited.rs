@@ -98,10 +98,6 @@ impl Step for ConftestsDiffer {
         NodeKind::ConftestsDiffer
     }
 
-    fn label(&self) -> String {
-        NodeKind::ConftestsDiffer.label()
-    }
-
     fn key(&self, _: &mut Key) {
         // Everything it reads is its input trees.
         let ConftestsDiffer { base: _, head: _ } = self;

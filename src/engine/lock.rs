@@ -30,10 +30,6 @@ impl Step for LockGate {
         NodeKind::LockCheck
     }
 
-    fn label(&self) -> String {
-        NodeKind::LockCheck.label()
-    }
-
     fn key(&self, key: &mut Key) {
         // The snapshots' bytes are their manifests', the step's inputs.
         let LockGate {

@@ -245,10 +245,6 @@ impl Step for MatrixOf {
         NodeKind::Matrix
     }
 
-    fn label(&self) -> String {
-        NodeKind::Matrix.label()
-    }
-
     fn key(&self, key: &mut Key) {
         // The decoded runs are a cache of its inputs.
         let MatrixOf { decoded: _ } = self;

@@ -20,8 +20,7 @@ use crate::engine::culprits::Memory;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::Matrix;
 use crate::engine::search::{self, Known, PairRun};
-use crate::engine::step::Role;
-use crate::engine::step::{node_bug, Computed, Engine, Key, Step};
+use crate::engine::step::{node_bug, Computed, Engine, Key, Role, Step};
 use crate::error::{Error, Result};
 
 /// How many victims try known sets at once: each waits on runs the graph's workers execute, so
@@ -850,4 +849,158 @@ fn record(
         },
         last: node,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use fixgate_cache::{Digest, MemStore};
+
+    use super::*;
+    use crate::audit::scope::{Full, ImpactScope};
+    use crate::engine::confirm;
+    use crate::engine::exec::RunSpec;
+    use crate::engine::matrix;
+    use crate::engine::testing::{items, stand_in, tree, with_engine, Fake};
+    use crate::pytest::result::Outcome;
+
+    /// The matrix of `tests` in file order and reversed, confirmed, and the pairs the search
+    /// finds, with every test's evidence after it; through `store`.
+    fn search(
+        store: &MemStore,
+        fake: Arc<Fake>,
+        tests: &[&str],
+    ) -> (Vec<PairRun>, BTreeMap<String, Evidence>) {
+        let (_base_dir, base) = tree(&[("t.py", "")]);
+        let (_head_dir, head) = tree(&[("t.py", "")]);
+        with_engine(store, &base, &head, fake, |engine| {
+            let collection = stand_in(engine, "collection");
+            let labels = [OrderLabel::File, OrderLabel::Reversed];
+            let started = matrix::start(engine, &labels, &items(tests), collection, false).unwrap();
+            let file = started.wait(engine, OrderLabel::File).unwrap();
+            let matrix = (started)
+                .finish(engine, file, ImpactScope::Full(Full::NotAsked))
+                .unwrap();
+            let nodeids: Vec<String> = tests.iter().map(|t| t.to_string()).collect();
+            let disagreeing = matrix.disagreeing(&nodeids);
+            let always_red = matrix.always_red(&nodeids);
+            let confirmation =
+                confirm::confirm(engine, &matrix, &disagreeing, &always_red).unwrap();
+            let edited = BTreeSet::new();
+            let mut evidence =
+                confirm::evidence(&matrix, &confirmation, &nodeids, &disagreeing, &edited);
+            let memory = Memory {
+                store,
+                base_tree: Digest::of(b"the base"),
+            };
+            let cx = Searching::new(engine, &matrix, &confirmation, memory);
+            let pairs = search_pairs(&cx, &mut evidence, &nodeids).unwrap();
+            (pairs, evidence)
+        })
+    }
+
+    fn after(before: &[String], test: &str) -> bool {
+        before.iter().any(|b| b == test)
+    }
+
+    #[test]
+    fn a_victim_is_answered_with_its_polluter_and_an_audit_of_the_same_runs_runs_nothing() {
+        // v fails after a, in the same process: file order shows it, reversed does not.
+        let rule = |_: &RunSpec, id: &str, before: &[String]| match id {
+            "t.py::v" if after(before, "t.py::a") => Outcome::Failed,
+            _ => Outcome::Passed,
+        };
+        let tests = ["t.py::a", "t.py::b", "t.py::c", "t.py::v"];
+        let store = MemStore::new();
+        let (pairs, evidence) = search(&store, Arc::new(Fake::new(rule)), &tests);
+        assert_eq!(
+            pairs.len(),
+            1,
+            "{:?}",
+            pairs.iter().map(|p| &p.pair).collect::<Vec<_>>()
+        );
+        let pair = &pairs[0].pair;
+        assert_eq!(
+            (pair.kind, pair.victim.as_str(), &pair.culprits[..]),
+            (PairKind::Polluter, "t.py::v", &["t.py::a".to_string()][..])
+        );
+        assert!(pair.search.outcome.is_found());
+        assert_eq!(pair.found, Found::Searched);
+        assert!(evidence["t.py::a"].polluter_in_pair);
+        assert!(!evidence["t.py::b"].polluter_in_pair);
+        let victim = crate::audit::triage::triage(&evidence["t.py::v"]);
+        assert_eq!(victim.bucket, Bucket::OrderDependent);
+
+        // The same runs again: every run, rerun, step of the search and the pair are cached.
+        let again = Arc::new(Fake::new(rule));
+        let (pairs_again, _) = search(&store, again.clone(), &tests);
+        assert_eq!(again.ran(), Vec::<String>::new());
+        assert_eq!(pairs_again[0].pair.culprits, pair.culprits);
+    }
+
+    #[test]
+    fn a_victim_that_needs_a_test_before_it_is_answered_with_its_state_setter() {
+        // v passes only after s: red alone and in reversed order, green in file order.
+        let rule = |_: &RunSpec, id: &str, before: &[String]| match id {
+            "t.py::v" if !after(before, "t.py::s") => Outcome::Failed,
+            _ => Outcome::Passed,
+        };
+        let tests = ["t.py::s", "t.py::x", "t.py::v"];
+        let (pairs, evidence) = search(&MemStore::new(), Arc::new(Fake::new(rule)), &tests);
+        assert_eq!(pairs.len(), 1);
+        let pair = &pairs[0].pair;
+        assert_eq!(pair.kind, PairKind::StateSetter);
+        assert_eq!(pair.culprits, ["t.py::s"]);
+        assert!(evidence["t.py::s"].state_setter_in_pair);
+        assert_eq!(evidence["t.py::v"].alone, Some(Outcome::Failed));
+    }
+
+    #[test]
+    fn a_set_found_for_one_victim_is_proven_for_the_others_and_remembered_for_the_base() {
+        // Both victims fail after a.
+        let rule = |_: &RunSpec, id: &str, before: &[String]| match id {
+            "t.py::v" | "t.py::w" if after(before, "t.py::a") => Outcome::Failed,
+            _ => Outcome::Passed,
+        };
+        let tests = ["t.py::a", "t.py::b", "t.py::v", "t.py::w"];
+        let store = MemStore::new();
+        let (pairs, _) = search(&store, Arc::new(Fake::new(rule)), &tests);
+        let found: Vec<(&str, Found, &[String])> = (pairs.iter())
+            .map(|p| (p.pair.victim.as_str(), p.pair.found, &p.pair.culprits[..]))
+            .collect();
+        let a = ["t.py::a".to_string()];
+        assert_eq!(
+            found,
+            [
+                ("t.py::v", Found::Searched, &a[..]),
+                ("t.py::w", Found::ReusedThisAudit, &a[..])
+            ]
+        );
+        let memory = Memory {
+            store: &store,
+            base_tree: Digest::of(b"the base"),
+        };
+        assert_eq!(memory.recall("t.py::w"), [a.to_vec()]);
+        assert_eq!(memory.recall("t.py::v"), [a.to_vec()]);
+    }
+
+    #[test]
+    fn a_victim_whose_prefix_does_not_reproduce_gets_no_pair() {
+        // v fails after a only now and then: never in the reruns, so nothing explains it.
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let rule = move |_: &RunSpec, id: &str, before: &[String]| match id {
+            "t.py::v" if after(before, "t.py::a") && !failed.swap(true, Ordering::SeqCst) => {
+                Outcome::Failed
+            }
+            _ => Outcome::Passed,
+        };
+        let tests = ["t.py::a", "t.py::v"];
+        let (pairs, evidence) = search(&MemStore::new(), Arc::new(Fake::new(rule)), &tests);
+        assert!(pairs.is_empty());
+        let v = crate::audit::triage::triage(&evidence["t.py::v"]);
+        assert_eq!(v.bucket, Bucket::Flaky);
+    }
 }

@@ -30,10 +30,6 @@ impl Step for SourceTamper {
         NodeKind::SourceTamper
     }
 
-    fn label(&self) -> String {
-        NodeKind::SourceTamper.label()
-    }
-
     fn key(&self, _: &mut Key) {
         // Everything it reads is its inputs: the trees and the collections.
         let SourceTamper { base: _, head: _ } = self;

@@ -107,8 +107,11 @@ pub(crate) trait Step: Send + Sync + Sized + 'static {
     /// The node's kind.
     fn kind(&self) -> NodeKind;
 
-    /// The node's label: stable across audits, unique in one (`manifest(base)`).
-    fn label(&self) -> String;
+    /// The node's label: stable across audits, unique in one (`manifest(base)`); the kind's
+    /// name for the kinds an audit has one node of.
+    fn label(&self) -> String {
+        self.kind().label()
+    }
 
     /// Writes the key: every field of the step, destructured.
     fn key(&self, key: &mut Key);

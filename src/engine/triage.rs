@@ -34,10 +34,6 @@ impl Step for TriageOf {
         NodeKind::Triage
     }
 
-    fn label(&self) -> String {
-        NodeKind::Triage.label()
-    }
-
     fn key(&self, key: &mut Key) {
         let TriageOf { evidence } = self;
         key.param("evidence", evidence_key(evidence));

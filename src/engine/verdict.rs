@@ -39,10 +39,6 @@ impl Step for VerdictOf {
         NodeKind::Verdict
     }
 
-    fn label(&self) -> String {
-        NodeKind::Verdict.label()
-    }
-
     fn key(&self, key: &mut Key) {
         let VerdictOf { weighed } = self;
         let Weighed {

@@ -2,9 +2,12 @@
 //! [`AuditReport`]. Every field is a translation of something the phases found; nothing here
 //! judges (the rules are in `crate::audit`) and nothing is read back out of a report.
 
+use std::collections::BTreeMap;
+
 use crate::audit::base_check;
 use crate::audit::finding::{Finding, FindingKind};
-use crate::audit::findings::{self, freeze_suggestions, test_introduced};
+use crate::audit::findings::{self, test_introduced};
+use crate::audit::freeze::{self, Date, Entry};
 use crate::audit::itemize::HeadCollection;
 use crate::audit::order::OrderLabel;
 use crate::audit::outcome::{AuditOutcome, Judgment, Reached, Revision};
@@ -282,6 +285,28 @@ fn finding(f: &Finding, d: Disposition, j: &Judgment, repro: Option<String>) -> 
         introduced: f.introduced,
         blocking: d == Disposition::Rejects,
     }
+}
+
+/// The freeze entries to suggest: one for each finding that is known debt or flaky, from
+/// `today`, the later of two for one test winning.
+pub(crate) fn freeze_suggestions(
+    findings: &[Finding],
+    dispositions: &[Disposition],
+    today: Date,
+) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    for (f, d) in findings.iter().zip(dispositions) {
+        if *d == Disposition::KnownDebt || f.kind == FindingKind::Flaky {
+            let s = freeze::suggest_entry(
+                &f.subject,
+                today,
+                None,
+                &format!("{} found by fixgate", f.kind),
+            );
+            out.insert(s.nodeid, s.entry);
+        }
+    }
+    out
 }
 
 /// The budget section: the limits, what was used, the breach lines. The proof runs are the runs

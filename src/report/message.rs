@@ -1,11 +1,11 @@
 //! The one-line message of each finding, as the report prints it, from the typed evidence it
 //! rests on. A kind without a case here gets the default line, `<subject>: <kind>`.
 
+use crate::audit::base_suite::{AtHead, Replayed};
 use crate::audit::bisect::PairKind;
 use crate::audit::collection::Broken;
 use crate::audit::finding::{Finding, FindingKind};
 use crate::audit::findings;
-use crate::audit::hidden::{AtHead, Replayed};
 use crate::audit::outcome::{Judgment, Nondeterminism};
 use crate::audit::pair::Pair;
 use crate::audit::source_tamper::{Move, Suspect};

@@ -9,7 +9,7 @@ use crate::audit::bisect::SearchOutcome;
 use crate::audit::budget::Breach;
 use crate::audit::footprint::Everything;
 use crate::audit::itemize::Whole;
-use crate::audit::scope::{Full, WholeWhy};
+use crate::audit::scope::{Full, Gap, WholeWhy};
 use crate::audit::spec_scope::{SpecReason, SpecRole};
 use crate::audit::verdict::{Because, Reason};
 use crate::pytest::events::StateChange;
@@ -127,8 +127,25 @@ impl fmt::Display for Full {
                 "{test} leaves {} changed, which any test may read",
                 describe_leak(change)
             ),
-            Full::Incomplete { subject, why } => {
-                write!(f, "the recording of {subject} is incomplete: {why}")
+            Full::Incomplete { subject, gap } => {
+                let subject = subject.as_deref().unwrap_or("the session");
+                write!(f, "the recording of {subject} is incomplete: ")?;
+                match gap {
+                    Gap::Recording(why) => f.write_str(why),
+                    Gap::SessionCode => f.write_str("the code that ran outside tests is not known"),
+                    Gap::PluginError => {
+                        f.write_str("the plugin hit an internal error while tracing")
+                    }
+                    Gap::Untraced(what) => {
+                        write!(f, "it used {what}, which the trace cannot follow")
+                    }
+                    Gap::Network(what) => write!(f, "it used the network ({what})"),
+                    Gap::Extension(path) => write!(
+                        f,
+                        "it imported the C extension {path}, whose state is not seen"
+                    ),
+                    Gap::Code => f.write_str("the code it ran is not known"),
+                }
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The one-line commands that reproduce a finding, quoted for a POSIX shell.
 
+use crate::audit::base_suite::{BaseSuiteRead, Replayed};
 use crate::audit::bisect::PairKind;
 use crate::audit::finding::{Finding, FindingKind};
-use crate::audit::hidden::{BaseSuiteRead, Replayed};
 use crate::audit::outcome::Judgment;
 use crate::audit::pair::Pair;
 
