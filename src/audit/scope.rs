@@ -494,3 +494,178 @@ fn incomplete(file: &RunResult, reversed: &RunResult) -> Option<Full> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::footprint::Everything;
+
+    /// A passing test that ran `code` (each file with the first lines of what ran in it).
+    fn test(nodeid: &str, code: &[(&str, &[u32])]) -> TestResult {
+        let mut t = TestResult::missing(
+            nodeid,
+            crate::pytest::result::Outcome::Passed,
+            "".into(),
+            0.0,
+            0.0,
+        );
+        t.code = Some(
+            code.iter()
+                .map(|(f, l)| (f.to_string(), l.to_vec()))
+                .collect(),
+        );
+        t
+    }
+
+    /// A run of `tests` that recorded the session's code (none of it the patch's).
+    fn run(tests: Vec<TestResult>) -> RunResult {
+        let order = tests.iter().map(|t| t.nodeid.clone()).collect();
+        let mut r = RunResult::empty(Vec::new()).with_tests(order, tests);
+        r.session_code = Some(BTreeMap::new());
+        r
+    }
+
+    /// The impact of a patch changing `app.py`'s lines 10 to 20 on the head's `file` run (the
+    /// reversed run the same tests).
+    fn impact_of(file: &RunResult, footprint: &Footprint) -> Impact {
+        let (imports, names) = (Imports::default(), Names::default());
+        let reach = Reach {
+            imports: &imports,
+            names: &names,
+        };
+        let edited = BTreeSet::new();
+        impact(file, file, footprint, &edited, &reach, Lines::Head)
+    }
+
+    fn app_changed() -> Footprint {
+        Footprint {
+            functions: [("app.py".to_string(), vec![(10, 20)])].into(),
+            ..Footprint::default()
+        }
+    }
+
+    fn ids(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_test_that_ran_the_changed_code_is_affected_and_one_that_did_not_keeps_its_outcome() {
+        let file = run(vec![
+            test("t.py::test_app", &[("app.py", &[12])]),
+            test(
+                "t.py::test_other",
+                &[("other.py", &[12]), ("app.py", &[30])],
+            ),
+        ]);
+        let impact = impact_of(&file, &app_changed());
+        assert_eq!(impact.affected, Some(ids(&["t.py::test_app"])));
+        let scope = impact.scope;
+        assert!(scope.runs("t.py::test_app") && !scope.runs("t.py::test_other"));
+        assert_eq!(scope.sensitive(), Some(BTreeSet::new()));
+        assert!(scope.shares("t.py::test_app"), "it writes nothing");
+    }
+
+    #[test]
+    fn a_writer_of_a_global_brings_the_tests_that_see_its_module_and_shares_no_process() {
+        let mut writer = test("t.py::test_writer", &[("other.py", &[1])]);
+        writer.state = vec![StateChange::Global {
+            path: "state.py".into(),
+            name: "CACHE".into(),
+        }];
+        let reader = test("t.py::test_reader", &[("state.py", &[3])]);
+        let bystander = test("t.py::test_bystander", &[("other.py", &[1])]);
+        let file = run(vec![writer, reader, bystander]);
+        let ImpactScope::Scoped {
+            run,
+            writers,
+            readers,
+        } = impact_of(&file, &app_changed()).scope
+        else {
+            panic!("a global of the repository scopes the orders")
+        };
+        assert_eq!(run, ids(&["t.py::test_reader", "t.py::test_writer"]));
+        assert_eq!(writers, ids(&["t.py::test_writer"]));
+        assert_eq!(readers, ids(&["t.py::test_reader"]));
+        let scope = ImpactScope::Scoped {
+            run,
+            writers,
+            readers,
+        };
+        assert!(!scope.shares("t.py::test_writer") && scope.shares("t.py::test_reader"));
+    }
+
+    #[test]
+    fn a_file_written_by_one_test_brings_the_test_that_reads_it() {
+        let mut writer = test("t.py::test_writer", &[("other.py", &[1])]);
+        writer.trace.write = vec!["data/out.json".into()];
+        let mut reader = test("t.py::test_reader", &[("other.py", &[1])]);
+        reader.trace.read = vec!["data/out.json".into()];
+        let file = run(vec![writer, reader, test("t.py::test_c", &[])]);
+        let scope = impact_of(&file, &app_changed()).scope;
+        assert_eq!(
+            scope.sensitive(),
+            Some(ids(&["t.py::test_reader", "t.py::test_writer"]))
+        );
+        assert!(!scope.runs("t.py::test_c"));
+    }
+
+    #[test]
+    fn state_any_test_may_read_runs_the_whole_selection() {
+        let mut t = test("t.py::test_env", &[]);
+        t.state = vec![StateChange::Env("TZ".into())];
+        let scope = impact_of(&run(vec![t]), &app_changed()).scope;
+        assert_eq!(
+            scope,
+            ImpactScope::Full(Full::SharedState {
+                test: "t.py::test_env".into(),
+                change: StateChange::Env("TZ".into()),
+            })
+        );
+        assert!(scope.runs("t.py::anything") && scope.sensitive().is_none());
+    }
+
+    #[test]
+    fn what_the_recording_does_not_know_runs_the_whole_selection_and_says_whose_gap_it_is() {
+        let mut online = test("t.py::test_online", &[]);
+        online.trace.network = vec!["127.0.0.1:80".into()];
+        assert_eq!(
+            impact_of(&run(vec![online]), &app_changed()).scope,
+            ImpactScope::Full(Full::Incomplete {
+                subject: Some("t.py::test_online".into()),
+                gap: Gap::Network("127.0.0.1:80".into()),
+            })
+        );
+        let mut unrecorded = run(vec![test("t.py::test_a", &[])]);
+        unrecorded.session_code = None;
+        assert_eq!(
+            impact_of(&unrecorded, &app_changed()).scope,
+            ImpactScope::Full(Full::Incomplete {
+                subject: None,
+                gap: Gap::SessionCode,
+            })
+        );
+        let mut session = run(vec![test("t.py::test_a", &[])]);
+        session.session_code = Some([("app.py".to_string(), vec![15])].into());
+        assert_eq!(
+            impact_of(&session, &app_changed()).scope,
+            ImpactScope::Full(Full::RanAtCollection {
+                path: "app.py".into(),
+                line: 15,
+            })
+        );
+    }
+
+    #[test]
+    fn a_footprint_of_everything_affects_every_test() {
+        let footprint = Footprint {
+            everything: Some(Everything::Conftest("conftest.py".into())),
+            ..Footprint::default()
+        };
+        let impact = impact_of(&run(vec![test("t.py::test_a", &[])]), &footprint);
+        assert_eq!(impact.affected, None);
+        assert_eq!(
+            impact.scope,
+            ImpactScope::Full(Full::Footprint(footprint.everything))
+        );
+    }
+}
