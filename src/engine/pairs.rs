@@ -19,8 +19,8 @@ use crate::engine::confirm::Confirmation;
 use crate::engine::culprits::Memory;
 use crate::engine::kind::NodeKind;
 use crate::engine::matrix::Matrix;
-use crate::engine::search::{self, Known, PairRun};
-use crate::engine::step::{node_bug, Computed, Engine, Key, Role, Step};
+use crate::engine::search::{self, Hunt, Known, PairRun};
+use crate::engine::step::{node_bug, Computed, Engine, Key, Step};
 use crate::error::{Error, Result};
 
 /// How many victims try known sets at once: each waits on runs the graph's workers execute, so
@@ -680,32 +680,28 @@ fn searched(cx: &Searching, q: &Question) -> Result<PairRun> {
         .collect();
     let mut writers_runs = 0;
     if !writers.is_empty() && writers.len() < prefix.len() {
-        let first = search::find(
-            cx.engine,
-            Role::Head,
-            &q.id,
-            &writers,
-            q.kind,
-            false,
-            1,
-            &after,
-        )?;
+        let hunt = Hunt {
+            victim: &q.id,
+            prefix: &writers,
+            kind: q.kind,
+            whole_reproduces: false,
+            repeats: 1,
+        };
+        let first = search::find(cx.engine, &hunt, &after)?;
         if first.pair.search.outcome.explains() {
             return Ok(first);
         }
         writers_runs = first.pair.search.runs;
         after = vec![first.last];
     }
-    let mut pair = search::find(
-        cx.engine,
-        Role::Head,
-        &q.id,
-        &prefix,
-        q.kind,
-        whole_reproduces(cx.confirmation, q),
-        1,
-        &after,
-    )?;
+    let hunt = Hunt {
+        victim: &q.id,
+        prefix: &prefix,
+        kind: q.kind,
+        whole_reproduces: whole_reproduces(cx.confirmation, q),
+        repeats: 1,
+    };
+    let mut pair = search::find(cx.engine, &hunt, &after)?;
     pair.pair.search.runs += writers_runs;
     Ok(pair)
 }
@@ -761,16 +757,14 @@ fn checked(cx: &Searching, q: &Question, found: PairRun) -> Result<Answered> {
     if !pair.search.outcome.is_found() {
         let (prefix, _) = prefix(cx.matrix, cx.confirmation, q);
         let first_runs = pair.search.runs + verify_runs;
-        let again = search::find(
-            cx.engine,
-            Role::Head,
-            &q.id,
-            &prefix,
-            q.kind,
-            whole_reproduces(cx.confirmation, q),
-            search::SEARCH_AGAIN_REPEATS,
-            &[last],
-        )?;
+        let hunt = Hunt {
+            victim: &q.id,
+            prefix: &prefix,
+            kind: q.kind,
+            whole_reproduces: whole_reproduces(cx.confirmation, q),
+            repeats: search::SEARCH_AGAIN_REPEATS,
+        };
+        let again = search::find(cx.engine, &hunt, &[last])?;
         let flaky_before = victim_flaky;
         if again.pair.culprits == pair.culprits && again.pair.search.outcome.explains() {
             // The same set: its check would read the same runs (they are cached) again.

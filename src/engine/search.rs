@@ -431,28 +431,32 @@ pub(crate) fn reuse(
     Ok(None)
 }
 
-/// Searches `prefix` (the tests that ran before `victim` in the order where it misbehaved) for
-/// the tests responsible. `kind` says which anomaly: a polluter makes the victim fail, a
-/// state-setter makes it pass. `whole_reproduces`: a confirmation run of the same order already
-/// showed the anomaly after the whole prefix. The first step starts after `after` (the runs
+/// What one search looks for: the tests responsible for `victim`'s anomaly (`kind`: a polluter
+/// makes it fail, a state-setter makes it pass) among `prefix`, the tests that ran before it in
+/// the order where it misbehaved. `whole_reproduces`: a confirmation run of the same order
+/// already showed the anomaly after the whole prefix. `repeats`: how many runs in a row a step
+/// must show the anomaly to count as showing it (1, or more for a victim known to show it now
+/// and then by itself: a step that shows it by chance would send the search the wrong way).
+pub(crate) struct Hunt<'a> {
+    pub(crate) victim: &'a str,
+    pub(crate) prefix: &'a [String],
+    pub(crate) kind: PairKind,
+    pub(crate) whole_reproduces: bool,
+    pub(crate) repeats: u32,
+}
+
+/// Searches the head for what `hunt` looks for. The first step starts after `after` (the runs
 /// that showed the anomaly), every other after the step before it: one chain in the audit's
-/// graph. `repeats`: how many runs in a row a step must show the anomaly to count as showing
-/// it (1, or more for a victim known to show it now and then by itself: a step that shows it by
-/// chance would send the search the wrong way).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one search's question, each part named"
-)]
-pub(crate) fn find(
-    engine: &Engine,
-    role: Role,
-    victim: &str,
-    prefix: &[String],
-    kind: PairKind,
-    whole_reproduces: bool,
-    repeats: u32,
-    after: &[NodeId],
-) -> Result<PairRun, Error> {
+/// graph.
+pub(crate) fn find(engine: &Engine, hunt: &Hunt, after: &[NodeId]) -> Result<PairRun, Error> {
+    let Hunt {
+        victim,
+        prefix,
+        kind,
+        whole_reproduces,
+        repeats,
+    } = *hunt;
+    let role = Role::Head;
     let first = after.to_vec();
     let last: Cell<Option<NodeId>> = Cell::new(None);
     let repeated = Cell::new(0u32);
