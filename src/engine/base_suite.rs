@@ -200,7 +200,7 @@ impl Plan {
 }
 
 /// The replay under way: its collection is known, its run added.
-struct Started {
+struct Replaying {
     plan: Plan,
     /// The order the replay and the control run.
     order: Vec<String>,
@@ -215,7 +215,12 @@ struct Started {
 
 /// Collects the replay's tree (waiting for it), then adds the replay run in the head's file
 /// order, after `after`.
-fn start(engine: &Engine, plan: Plan, head_order: &[String], after: &[NodeId]) -> Result<Started> {
+fn start(
+    engine: &Engine,
+    plan: Plan,
+    head_order: &[String],
+    after: &[NodeId],
+) -> Result<Replaying> {
     let (collection, errors) = collect(engine, &plan.overlay, after)?;
     let collected: HashSet<&str> = collection.items.iter().map(|i| i.nodeid.as_str()).collect();
     let broken: BTreeMap<&str, &str> = errors
@@ -251,7 +256,7 @@ fn start(engine: &Engine, plan: Plan, head_order: &[String], after: &[NodeId]) -
         true => None,
         false => Some(engine.add_run(&replay_request(runnable, &run_overlay, 0).after(after))?),
     };
-    Ok(Started {
+    Ok(Replaying {
         plan,
         order,
         run_overlay,
@@ -304,10 +309,10 @@ struct Context<'a> {
 /// tests, and reads every test; with the test-source replay's readings of the edited tests.
 fn read(
     engine: &Engine,
-    started: Started,
+    started: Replaying,
     cx: &Context,
 ) -> Result<(BaseSuiteRead, Vec<SourceRead>)> {
-    let Started {
+    let Replaying {
         plan,
         order,
         run_overlay,
@@ -364,7 +369,7 @@ fn read(
         .iter()
         .filter_map(|c| c.file.as_deref())
         .collect();
-    let mut sources = Sources::new(cx.base, cx.head);
+    let mut sources = ParsedSources::new(cx.base, cx.head);
     // Where a gone test may be: the Python files the patch changed.
     let python: Vec<String> = plan
         .changed
@@ -559,7 +564,7 @@ fn read(
 /// The base-suite replay under way (when the patch touched what the base's tests are made of),
 /// and the edited tests the test-source replay reads from its runs.
 pub(crate) struct Begun {
-    started: Option<Started>,
+    started: Option<Replaying>,
     candidates: Vec<Candidate>,
     session_changed: bool,
 }
@@ -703,15 +708,15 @@ fn base_lines(base: &Snapshot, file: &str, id: &str) -> Vec<String> {
 
 /// The two sides' Python sources, parsed on demand: where a gone test's function went, and
 /// whether what a failure says is missing was removed by the head.
-struct Sources<'a> {
+struct ParsedSources<'a> {
     base: &'a Snapshot,
     head: &'a Snapshot,
     parsed: HashMap<(bool, String), Option<(String, SourceFile)>>,
 }
 
-impl<'a> Sources<'a> {
-    fn new(base: &'a Snapshot, head: &'a Snapshot) -> Sources<'a> {
-        Sources {
+impl<'a> ParsedSources<'a> {
+    fn new(base: &'a Snapshot, head: &'a Snapshot) -> ParsedSources<'a> {
+        ParsedSources {
             base,
             head,
             parsed: HashMap::new(),
