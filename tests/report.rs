@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Run, TestRepo};
+use common::TestRepo;
 use serde_json::Value;
 
 const PRICING: &str = "CART = []\nTAX_RATE = 0.25\n\n\ndef add_item(name, price):\n    \
@@ -193,21 +193,6 @@ fn junit_times(text: &str) -> String {
     out
 }
 
-fn audit(repo: &TestRepo, base: &str, head: &str, format: &str) -> Run {
-    let mut args = vec!["audit", "--base", base, "--head", head, "--format", format];
-    args.extend([
-        "--seeds",
-        "2",
-        "--today",
-        "2025-06-01",
-        "--quiet",
-        "--jobs",
-        "2",
-    ]);
-    // The snapshots name the containment: namespaces, whatever FIXGATE_TEST_NO_NAMESPACES says.
-    repo.fixgate_with(repo.cache.path(), &[("FIXGATE_NO_NAMESPACES", "")], &args)
-}
-
 /// The keys of the nodes whose derivation holds nothing of the machine (no interpreter, no
 /// plugin digest): what this audit's cache entries are found by, on any machine, as main's
 /// binary computed them before the audit became typed phases. A change here is a new cache for
@@ -257,7 +242,13 @@ const PINNED_KEYS: [(&str, &str); 9] = [
 fn one_audit_in_every_format_matches_its_snapshots() {
     let (repo, base, head) = repo();
     let redact = Redactor::new(&repo, &base, &head);
-    let json = audit(&repo, &base, &head, "json");
+    // The snapshots name the containment: namespaces, whatever FIXGATE_TEST_NO_NAMESPACES says.
+    let audit = repo
+        .audit(&base, &head)
+        .seeds(2)
+        .args(&["--today", "2025-06-01", "--jobs", "2"])
+        .env(&[("FIXGATE_NO_NAMESPACES", "")]);
+    let json = audit.run();
     assert_eq!(json.code, fixgate::exit::REJECT, "{json:?}");
     let v = json.json();
     let keys: Vec<(&str, &str)> = v["graph"]["executed_nodes"]
@@ -279,7 +270,7 @@ fn one_audit_in_every_format_matches_its_snapshots() {
         ("junit", "audit.xml"),
         ("github", "audit.github"),
     ] {
-        let run = audit(&repo, &base, &head, format);
+        let run = audit.clone().format(format).run();
         assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
         insta::assert_snapshot!(name, junit_times(&redact.text(&run.stdout)));
     }
