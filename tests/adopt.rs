@@ -453,8 +453,8 @@ fn init_writes_groups_where_the_repository_declares_them_and_registers_in_pytest
     assert_eq!(v["registration"], "pytest.ini");
     assert_eq!(
         text(&repo, "pyproject.toml"),
-        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\nseeds = [\"tests/seeds/**\"]\n\
-         golden = [\"tests/golden/**\"]\n"
+        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\ngolden = [\"tests/golden/**\"]\n\
+         seeds = [\"tests/seeds/**\"]\n"
     );
     assert_eq!(
         text(&repo, "pytest.ini"),
