@@ -275,3 +275,74 @@ fn one_audit_in_every_format_matches_its_snapshots() {
         insta::assert_snapshot!(name, junit_times(&redact.text(&run.stdout)));
     }
 }
+
+/// Test ids are the suite's own text: pytest takes the ids a parametrization gives as they are. Ones that
+/// would be markup, references or a CDATA end in XML, quotes, whitespace and a 5,000-character
+/// id come out of the JUnit report, read back by an XML parser, exactly as the JSON report
+/// gives them.
+#[test]
+fn hostile_test_ids_read_back_from_the_junit_report_as_the_json_gives_them() {
+    use quick_xml::events::Event;
+
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_plain.py",
+        "def test_plain():\n    assert True\n",
+    );
+    let base = repo.commit("base");
+    let long = "x".repeat(5_000);
+    repo.write(
+        "tests/test_hostile.py",
+        format!(
+            "import pytest\n\n\nIDS = [\n    '<script>alert(1)</script>',\n    \
+             '\"double\" \\'single\\'',\n    ']]>&amp;&#60;<![CDATA[x',\n    'tab\\there\\nline',\n    \
+             '{long}',\n]\n\n\n@pytest.mark.parametrize('v', IDS, ids=IDS)\ndef test_hostile(v):\n    \
+             assert v\n"
+        ),
+    );
+    let head = repo.commit("hostile ids");
+    let audit = repo.audit(&base, &head).seeds(1);
+    let (run, v) = audit.report();
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut ids: Vec<String> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| {
+            t["nodeid"]
+                .as_str()?
+                .split_once("::")
+                .map(|(_, n)| n.to_owned())
+        })
+        .collect();
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    assert!(
+        ids.iter().any(|id| id.contains("<script>")) && ids.iter().any(|id| id.len() > 5_000),
+        "pytest kept the ids: {ids:?}"
+    );
+
+    let junit = audit.clone().format("junit").run();
+    assert_eq!(junit.code, 0, "{junit:?}");
+    let mut reader = quick_xml::Reader::from_str(&junit.stdout);
+    let mut names = Vec::new();
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e) | Event::Empty(e)) if e.name().as_ref() == b"testcase" => {
+                let name = e
+                    .try_get_attribute("name")
+                    .unwrap()
+                    .expect("a testcase has a name");
+                let value = name
+                    .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                    .unwrap_or_else(|e| panic!("{e}: {}", junit.stdout));
+                names.push(value.into_owned());
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("the JUnit report is not XML ({e}):\n{}", junit.stdout),
+        }
+    }
+    ids.sort();
+    names.sort();
+    assert_eq!(names, ids);
+}
