@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{tree_bytes, TestRepo};
+use common::{processes_with, tree_bytes, unique, TestRepo};
 
 /// The test interpreter's own executable, not a wrapper (a pyenv shim adds variables of its
 /// own to the environment tests see).
@@ -81,22 +81,6 @@ fn outside_writes(v: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Processes on this machine whose command line holds `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cmdline).contains(marker) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
 fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -106,14 +90,6 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     cond()
-}
-
-fn unique(prefix: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{t}", std::process::id())
 }
 
 /// The outside-write cases of issue 12, one test each: straight to a file, through a shell

@@ -13,8 +13,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::audit::{warnings, Audit};
 use common::servers;
-use common::{git, Run, TestRepo};
+use common::{files_under, git, processes_with, unique, Run, TestRepo};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -26,10 +27,12 @@ const BROKEN_PRICE: &str = "def total(items):\n    return 0\n";
 const PRICE_TESTS: &str =
     "from price import total\n\n\ndef test_total():\n    assert total([1, 2]) == 3\n";
 
-/// Runs the binary on `repo` with the test interpreter and the cache `cache`, contained in
-/// namespaces whatever the caller's environment says.
+/// Contained in namespaces whatever the caller's environment says.
+const CONTAINED: [(&str, &str); 1] = [("FIXGATE_NO_NAMESPACES", "")];
+
+/// Runs the binary on `repo` with the test interpreter and the cache `cache`, [`CONTAINED`].
 fn fixgate(repo: &TestRepo, cache: &Path, args: &[&str]) -> Run {
-    repo.fixgate_with(cache, &[("FIXGATE_NO_NAMESPACES", "")], args)
+    repo.fixgate_with(cache, &CONTAINED, args)
 }
 
 /// A base with one green test of `price.total`; returns the repo and the base commit.
@@ -62,18 +65,6 @@ fn breaking_patch(repo: &TestRepo, base: &str) -> String {
     )
 }
 
-fn audit(repo: &TestRepo, cache: &Path, base: &str, head: &str) -> (Run, Value) {
-    let run = fixgate(
-        repo,
-        cache,
-        &[
-            "audit", "--base", base, "--head", head, "--seeds", "1", "--format", "json",
-        ],
-    );
-    let v = run.json();
-    (run, v)
-}
-
 fn assert_rejected_for_failing_total(run: &Run, v: &Value) {
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(v["verdict"], "reject", "{v}");
@@ -94,37 +85,12 @@ fn assert_rejected_for_failing_total(run: &Run, v: &Value) {
     );
 }
 
-/// Every file under `dir`.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// The files under `dir` whose bytes hold `needle`.
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     files_under(dir)
         .into_iter()
         .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
         .collect()
-}
-
-fn unique(prefix: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{t}", std::process::id())
 }
 
 fn outcome_of(v: &Value, test: &str) -> (String, String) {
@@ -417,7 +383,11 @@ fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
 
     // Patch A forges, then patch B is audited on the same cache.
     let cache = tempfile::tempdir().unwrap();
-    let (run_a, _) = audit(&repo, cache.path(), &base, &forger);
+    let (run_a, _) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &forger)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert!(matches!(run_a.code, 0 | 1), "{run_a:?}");
     for how in ["plain", "muted", "subprocess"] {
         let marker = format!("forged-{how}");
@@ -427,7 +397,11 @@ fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
             "a run wrote a forged rewrite ({how}) into the cache"
         );
     }
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    let (run_b, v_b) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &breaker)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_rejected_for_failing_total(&run_b, &v_b);
 
     // Both heads in one command, on a fresh cache: pass or reject for A, reject for B.
@@ -522,13 +496,21 @@ fn forged_plugin_bytecode_does_not_change_a_later_audits_verdict_before_or_after
     );
     let breaker = breaking_patch(&repo, &base);
     let cache = tempfile::tempdir().unwrap();
-    let (run_p, _) = audit(&repo, cache.path(), &base, &poisoner);
+    let (run_p, _) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &poisoner)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_eq!(run_p.code, 0, "{run_p:?}");
     assert!(
         files_holding(cache.path(), b"poisoned-plugin").is_empty(),
         "a run replaced the plugin's bytecode"
     );
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    let (run_b, v_b) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &breaker)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_rejected_for_failing_total(&run_b, &v_b);
 
     let clear = fixgate(&repo, cache.path(), &["cache", "clear"]);
@@ -541,7 +523,11 @@ fn forged_plugin_bytecode_does_not_change_a_later_audits_verdict_before_or_after
         vec![cache.path().join("store/VERSION")],
         "cache clear left {left:?}"
     );
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+    let (run_b, v_b) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &breaker)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_rejected_for_failing_total(&run_b, &v_b);
 }
 
@@ -954,21 +940,6 @@ def test_after_them_all():
     assert True
 "#;
 
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 const LIMITS: &str = "[tool.fixgate.limits]\nmemory = \"512M\"\nprocesses = 400\ndisk = \"64M\"\n";
 
 #[test]
@@ -1081,15 +1052,6 @@ fn an_audit_reports_a_resource_limit_finding_for_the_test_that_hit_it_and_the_co
 // Every cache or remote fault is a miss
 // ---------------------------------------------------------------------------------------------
 
-fn warnings(v: &Value) -> Vec<String> {
-    v["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_swapped_remote_action_entry_without_a_key_is_a_miss_with_one_warning() {
     let server = servers::nginx();
@@ -1136,7 +1098,11 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
     let (repo, base) = price_repo();
     let head = breaking_patch(&repo, &base);
     let cache = tempfile::tempdir().unwrap();
-    let (first, v_first) = audit(&repo, cache.path(), &base, &head);
+    let (first, v_first) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &head)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_eq!(first.code, 1, "{first:?}");
     // Every other blob loses its tail, the others get a byte flipped in place; the index gets
     // garbage in its middle.
@@ -1169,7 +1135,11 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
         }
         std::fs::write(file, bytes).unwrap();
     }
-    let (run, v) = audit(&repo, cache.path(), &base, &head);
+    let (run, v) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &head)
+        .seeds(1)
+        .env(&CONTAINED)
+        .report();
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(v["verdict"], v_first["verdict"]);
     assert!(

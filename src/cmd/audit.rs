@@ -149,7 +149,7 @@ pub(crate) fn options(
 ) -> Result<Options> {
     let today = match &args.today {
         Some(d) => Date::parse(d).map_err(|e| Error::Usage(format!("--today: {e}")))?,
-        None => today(),
+        None => Date::today(),
     };
     Ok(Options {
         base: base.to_owned(),
@@ -182,15 +182,6 @@ pub(crate) fn options(
         full: args.full,
         scoped: args.scoped,
     })
-}
-
-/// Today in UTC.
-pub(crate) fn today() -> Date {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Date::from_unix_days(secs.div_euclid(86_400))
 }
 
 /// The report in the chosen format. JSON is one line per report when several go to one

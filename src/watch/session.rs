@@ -367,7 +367,7 @@ impl Session {
             .unwrap_or_default();
         let runner = self.runner(ctx, &limits)?;
         let mut opts = self.settings.options.clone();
-        opts.today = self.settings.today.unwrap_or_else(crate::cmd::audit::today);
+        opts.today = self.settings.today.unwrap_or_else(Date::today);
         // The runner's clone shares the warm interpreters; its flag is this audit's own.
         let mut own = (*runner).clone();
         own.interrupted = cancel;

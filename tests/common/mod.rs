@@ -1,6 +1,7 @@
 //! Test helpers: small git repositories in temp dirs, and the real `fixgate` binary run on them.
 #![allow(dead_code)] // each integration test binary uses a different subset
 
+pub mod audit;
 pub mod servers;
 
 use std::path::{Path, PathBuf};
@@ -115,10 +116,7 @@ impl TestRepo {
     /// Runs the binary on this repository with the test interpreter, the cache directory
     /// `cache` and the variables `env` set.
     pub fn fixgate_with(&self, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
-        let py = python();
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--python", py.to_str().unwrap()]);
-        fixgate_at(self.path(), cache, env, &all)
+        fixgate_py_at(self.path(), cache, env, args)
     }
 }
 
@@ -167,6 +165,14 @@ pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str])
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+/// [`fixgate_at`] with the test interpreter (`--python`).
+pub fn fixgate_py_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let py = python();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--python", py.to_str().expect("a UTF-8 interpreter path")]);
+    fixgate_at(cwd, cache, env, &all)
 }
 
 /// With `FIXGATE_TEST_DUMP_DIR` set, every run's standard output is also written there, named
@@ -278,6 +284,48 @@ pub fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// Every file under `dir`, and none when it cannot be read.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A name no other test (or run of this test) uses: `prefix`, this process and the time.
+pub fn unique(prefix: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{t}", std::process::id())
+}
+
+/// The processes whose command line holds `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// A Python interpreter that can import pytest: `$FIXGATE_TEST_PYTHON`, else `python3` when it
 /// has pytest, else a virtualenv under `target/` made once (under a file lock, since test
 /// binaries may run at once) with `pip install pytest`.
@@ -364,11 +412,7 @@ pub fn install_venv(venv: &Path, packages: &[&str]) {
 impl TestRepo {
     /// Runs the binary with the test interpreter (`--python`).
     pub fn fixgate_py(&self, args: &[&str]) -> Run {
-        let py = python();
-        let mut all: Vec<&str> = args.to_vec();
-        all.push("--python");
-        all.push(py.to_str().unwrap());
-        self.fixgate(&all)
+        fixgate_py_at(self.path(), self.cache.path(), &[], args)
     }
 }
 
@@ -449,60 +493,6 @@ pub fn new_case_in_a_data_file() -> (TestRepo, String, String) {
     repo.write("tests/data/cases.txt", "1\n2\n3\n");
     let head = repo.commit("head: a third case");
     (repo, base, head)
-}
-
-/// The verdict, every test's bucket and every pair of an audit report: what a scoped audit and
-/// `--full` must agree on (issue 21).
-pub fn judgment(v: &serde_json::Value) -> serde_json::Value {
-    let buckets: std::collections::BTreeMap<String, serde_json::Value> = v["tests"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|t| {
-                    (
-                        t["nodeid"].as_str().unwrap_or("").to_string(),
-                        t["bucket"].clone(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut pairs: Vec<serde_json::Value> = v["pairs"]
-        .as_array()
-        .map(|p| {
-            p.iter()
-                .map(|p| {
-                    serde_json::json!([p["kind"], p["victim"], p["culprits"], p["introduced"]])
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    pairs.sort_by_key(|p| p.to_string());
-    serde_json::json!({"verdict": v["verdict"], "exit_code": v["exit_code"], "buckets": buckets, "pairs": pairs})
-}
-
-/// Runs the same audit the other way (scoped when `args` did not ask for `--scoped`, whole
-/// orders when they did) and asserts that both judge alike: the verdict, every bucket, every
-/// pair (issue 21: a scoped audit is sound wherever the traces are complete).
-pub fn assert_same_scoped_and_full(repo: &TestRepo, args: &[&str], first: &serde_json::Value) {
-    let scoped = args.contains(&"--scoped");
-    let mut other: Vec<&str> = args.iter().copied().filter(|a| *a != "--scoped").collect();
-    if !scoped {
-        other.push("--scoped");
-    }
-    let run = repo.fixgate_py(&other);
-    let second: serde_json::Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("the report of {other:?} is not JSON ({e}): {run:?}"));
-    let (scoped_v, full_v) = match scoped {
-        true => (first, &second),
-        false => (&second, first),
-    };
-    assert_eq!(
-        judgment(scoped_v),
-        judgment(full_v),
-        "the scoped audit (scope {}) and the whole orders disagree",
-        scoped_v["scope"]
-    );
 }
 
 /// Runs `script` with the interpreter the tests use and asserts it printed `ok` (its asserts all
