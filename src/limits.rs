@@ -423,6 +423,7 @@ mod tests {
             memory: Some(1 << 30),
             processes: Some(500),
             disk: None,
+            read_paths: Vec::new(),
         };
         let args = LimitArgs {
             memory: Some(2 << 30),

@@ -193,6 +193,45 @@ impl Dir {
         }))
     }
 
+    /// Gives `name` (or, with `None`, this directory itself) to `uid` and `gid`; a link is
+    /// changed itself, never what it leads to.
+    pub(crate) fn chown(&self, name: Option<&OsStr>, uid: u32, gid: u32) -> io::Result<()> {
+        let c = match name {
+            Some(n) => cname(n)?,
+            None => CString::default(),
+        };
+        let flags = match name {
+            Some(_) => libc::AT_SYMLINK_NOFOLLOW,
+            None => libc::AT_EMPTY_PATH,
+        };
+        // SAFETY: a valid descriptor and C string.
+        check(unsafe { libc::fchownat(self.fd.as_raw_fd(), c.as_ptr(), uid, gid, flags) })?;
+        Ok(())
+    }
+
+    /// The owner of `name`, without following a link; `None` when nothing is there.
+    pub(crate) fn owner(&self, name: &OsStr) -> io::Result<Option<(u32, u32)>> {
+        let c = cname(name)?;
+        // SAFETY: an out-parameter of the right size, a valid descriptor and C string.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::NotFound => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some((st.st_uid, st.st_gid)))
+    }
+
     /// The names in this directory (without `.` and `..`), sorted by their bytes.
     pub(crate) fn names(&self) -> io::Result<Vec<OsString>> {
         // SAFETY: `dup` of an owned descriptor; `fdopendir` owns the copy, `closedir` closes it.
