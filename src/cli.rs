@@ -471,7 +471,13 @@ pub(crate) struct SandboxArgs {
     /// auto: contain runs in namespaces where the platform permits them, else with Landlock,
     /// else refuse (exit 2); strict: namespaces, or Landlock with every file and TCP rule
     /// enforced, else refuse; none: run uncontained, with a private cache and no remote cache
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        env = "FIXGATE_CONTAINMENT",
+        default_value_t = ContainmentArg::Auto
+    )]
     pub(crate) containment: ContainmentArg,
     /// Let runs read this absolute path outside the repository (repeatable), as
     /// [tool.fixgate] read-paths does: a data folder the suite needs, which containment hides
@@ -529,7 +535,9 @@ impl Command {
 fn absolute_path(s: &str) -> std::result::Result<PathBuf, String> {
     match s.starts_with('/') {
         true => Ok(PathBuf::from(s)),
-        false => Err(format!("{s:?} is not an absolute path; write e.g. /data/corpus")),
+        false => Err(format!(
+            "{s:?} is not an absolute path; write e.g. /data/corpus"
+        )),
     }
 }
 

@@ -294,7 +294,10 @@ fn parse_string(doc: &Doc, (key, value): Entry, example: &str) -> Result<String,
 }
 
 /// `read-paths = ["/data/corpus", ...]`: absolute paths, each a string.
-fn parse_read_paths(doc: &Doc, (key, value): Entry) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+fn parse_read_paths(
+    doc: &Doc,
+    (key, value): Entry,
+) -> Result<Vec<std::path::PathBuf>, ConfigError> {
     let wrong = |found: String| {
         doc.err(
             key.span(),

@@ -32,7 +32,9 @@ use super::reads::{interpreter_prefixes, libraries, outermost, private, real};
 const TARGET: ABI = ABI::V10;
 
 /// System folders a run reads: programs, libraries, data (time zones, locales, certificates).
-const SYSTEM_DIRS: [&str; 7] = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"];
+const SYSTEM_DIRS: [&str; 7] = [
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
+];
 
 /// What programs read of `/etc` (the dynamic loader's cache, users and groups, name
 /// resolution, time zone, certificates, MIME types, the distribution's Python settings); the
@@ -84,7 +86,10 @@ impl Support {
     /// What this ABI cannot enforce of the rules above, each with what would.
     pub(crate) fn unenforced(self) -> Vec<String> {
         let gaps: [(u32, &str); 6] = [
-            (3, "truncating files outside the sandbox (Landlock ABI 3, Linux 6.2)"),
+            (
+                3,
+                "truncating files outside the sandbox (Landlock ABI 3, Linux 6.2)",
+            ),
             (4, "TCP bind and connect (Landlock ABI 4, Linux 6.7)"),
             (5, "ioctl on devices (Landlock ABI 5, Linux 6.10)"),
             (
@@ -140,10 +145,13 @@ pub(super) fn probe() -> Result<Support, String> {
             _ => "the kernel has no Landlock (Linux 5.13 or later with CONFIG_SECURITY_LANDLOCK)"
                 .to_owned(),
         }),
-        (_, landlock::LandlockStatus::Available {
-            effective_abi,
-            kernel_abi,
-        }) => Ok(Support {
+        (
+            _,
+            landlock::LandlockStatus::Available {
+                effective_abi,
+                kernel_abi,
+            },
+        ) => Ok(Support {
             abi: kernel_abi.map_or(effective_abi as u32, |k| k.max(0) as u32),
         }),
         (_, other) => Err(format!("Landlock answered {other:?}")),
@@ -231,7 +239,11 @@ fn hidden(paths: &RunPaths, home: Option<&Path>) -> Vec<PathBuf> {
 }
 
 /// Every path the run is granted, and how.
-fn granted(host: &Host, paths: &RunPaths, hidden: &[PathBuf]) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
+fn granted(
+    host: &Host,
+    paths: &RunPaths,
+    hidden: &[PathBuf],
+) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
     let read = AccessFs::from_read(TARGET);
     let mut readable: Vec<PathBuf> = [paths.plugin_dir, paths.rewrite_cache]
         .into_iter()
@@ -271,11 +283,7 @@ fn granted(host: &Host, paths: &RunPaths, hidden: &[PathBuf]) -> Vec<(PathBuf, B
     let sandbox = real(paths.sandbox);
     if let Some(shm) = real(Path::new(SHM)) {
         // Only where no sandbox lives below it: the grant covers everything beneath.
-        if !sandbox
-            .iter()
-            .chain(hidden)
-            .any(|p| p.starts_with(&shm))
-        {
+        if !sandbox.iter().chain(hidden).any(|p| p.starts_with(&shm)) {
             let named =
                 make_bitflags!(AccessFs::{ReadFile | WriteFile | MakeReg | RemoveFile | Truncate});
             out.push((shm, named));
@@ -408,7 +416,10 @@ mod tests {
         assert!(now.strict());
         let gaps = now.unenforced();
         assert!(!gaps.iter().any(|g| g.contains("TCP")), "{gaps:?}");
-        assert!(gaps.iter().any(|g| g.contains("Unix sockets outside")), "{gaps:?}");
+        assert!(
+            gaps.iter().any(|g| g.contains("Unix sockets outside")),
+            "{gaps:?}"
+        );
         assert!(Support { abi: 10 }.unenforced().is_empty());
     }
 }

@@ -16,7 +16,6 @@ use super::reads::{cstr, interpreter_prefixes, libraries, outermost, private, re
 use super::sys::{check, fd_path, write_file};
 use crate::limits::PID_MAX_MIN;
 
-
 /// One mount of the hidden tree that must stay visible: bound back from the real path.
 struct Keep {
     /// Where it is mounted (the path the run uses).

@@ -300,7 +300,9 @@ pub(super) fn reachable_sockets(run_as: Option<(u32, u32)>) -> Vec<PathBuf> {
             None => {
                 let c = cstr(p);
                 // SAFETY: a valid C string; the call only checks.
-                unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+                unsafe {
+                    libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0
+                }
             }
         })
         .collect();

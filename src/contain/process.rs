@@ -20,7 +20,11 @@ pub(super) unsafe fn close_all_but(keep: libc::c_int) {
 
 /// The supervisor: waits for its child, sweeps what is left (without namespaces), and ends the
 /// way pytest ended, so that fixgate sees pytest's exit code or signal.
-pub(super) unsafe fn supervise(child: libc::pid_t, status_pipe: libc::c_int, namespaces: bool) -> ! {
+pub(super) unsafe fn supervise(
+    child: libc::pid_t,
+    status_pipe: libc::c_int,
+    namespaces: bool,
+) -> ! {
     close_all_but(status_pipe);
     let mut status = 0;
     loop {

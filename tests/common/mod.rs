@@ -1,6 +1,7 @@
 //! Test helpers: small git repositories in temp dirs, and the real `fixgate` binary run on them.
 #![allow(dead_code)] // each integration test binary uses a different subset
 
+pub mod containment;
 pub mod servers;
 
 use std::path::{Path, PathBuf};
@@ -124,8 +125,10 @@ impl TestRepo {
 
 /// The real binary, with none of the caller's `FIXGATE_*` variables: a developer's
 /// `FIXGATE_REMOTE_CACHE` or `FIXGATE_FORK=0` must not reach a test that did not ask for it.
-/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the supervisor alone)
-/// but those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes.
+/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the Landlock tier) but
+/// those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes. The
+/// condition of `FIXGATE_TEST_CONTAINMENT` ([`containment::Condition`]) is applied by
+/// [`fixgate_at_command`], which knows the folders the condition's user must own.
 pub fn fixgate_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
     for (name, _) in std::env::vars_os() {
@@ -153,6 +156,8 @@ pub fn fixgate_at_command(
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied());
+    containment::Condition::current()
+        .configure(&mut cmd, &[&containment::repository_of(cwd), cache]);
     cmd
 }
 
@@ -282,6 +287,9 @@ pub fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// has pytest, else a virtualenv under `target/` made once (under a file lock, since test
 /// binaries may run at once) with `pip install pytest`.
 pub fn python() -> PathBuf {
+    if containment::Condition::current().unprivileged() {
+        return containment::shared_python();
+    }
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON.get_or_init(find_or_make_python).clone()
 }
