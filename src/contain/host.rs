@@ -194,6 +194,12 @@ impl Host {
         self.mode != Mode::Landlock
     }
 
+    /// The scratch folder runs write beside their sandbox that no mount of their own bounds:
+    /// `/dev/shm` under Landlock (the disk watch counts its growth).
+    pub(crate) fn shared_scratch(&self) -> Option<&'static Path> {
+        (self.mode == Mode::Landlock).then(|| Path::new(super::landlock::SHM))
+    }
+
     /// Whether this process's audits may use the cache other audits read (not when runs are
     /// not contained: a run that can write the cache directory forges what later audits read).
     pub(crate) fn shares_cache(&self) -> bool {

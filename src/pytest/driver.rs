@@ -725,7 +725,11 @@ impl Runner {
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
         result.session_code = record.code.then(CodeRan::new);
         // The run's disk bound, counted from the sandbox as the run found it.
-        let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
+        let mut disk = crate::limits::DiskWatch::new(
+            &sandbox_dir,
+            self.limits.disk,
+            self.host.shared_scratch(),
+        );
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {

@@ -72,8 +72,10 @@ impl Condition {
         }
     }
 
-    /// Runs `f` with this condition as the thread's.
+    /// Runs `f` with this condition as the thread's (said on standard error, which a failed
+    /// test shows).
     pub fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        eprintln!("-- condition: {self:?}");
         let before = OVERRIDE.with(|o| o.replace(Some(self)));
         struct Restore(Option<Condition>);
         impl Drop for Restore {
