@@ -14,7 +14,7 @@ use super::host::Host;
 use super::plan::RunPaths;
 use super::reads::{cstr, interpreter_prefixes, libraries, outermost, private, real};
 use super::sys::{check, fd_path, write_file};
-use crate::limits::PID_MAX_MIN;
+use crate::limits::{PID_MAX_MIN, UNLIMITED};
 
 /// One mount of the hidden tree that must stay visible: bound back from the real path.
 struct Keep {
@@ -94,8 +94,8 @@ impl NsPlan {
             writable: Vec::new(),
             masked: Vec::new(),
             fd_path: [0; 32],
-            pid_max: host
-                .pid_max_per_namespace()
+            // No bound, no file to write: the kernel refuses a pid_max above its own.
+            pid_max: (host.pid_max_per_namespace() && paths.limits.processes != UNLIMITED)
                 .then(|| format!("{}\n", paths.limits.processes.max(PID_MAX_MIN)).into_bytes()),
         };
         let writable: Vec<PathBuf> = real(paths.sandbox).into_iter().collect();
