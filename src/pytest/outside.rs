@@ -70,11 +70,16 @@ pub(crate) fn outside_writes(result: &RunResult) -> Vec<OutsideWrite> {
 
 /// The paths a failure message reports as on a read-only file system, in the forms Python
 /// (`[Errno 30] Read-only file system: '/x'`) and shells (`cannot create /x: Read-only file
-/// system`) write them.
+/// system`) write them; and those a shell could not create for want of permission (`cannot
+/// create /x: Permission denied`, as Landlock answers), a write by its own words.
 fn erofs_paths(message: &str) -> Vec<String> {
     const EROFS: &str = "Read-only file system";
+    const DENIED: &str = "Permission denied";
     let mut out = Vec::new();
-    for line in message.lines().filter(|l| l.contains(EROFS)) {
+    for line in message
+        .lines()
+        .filter(|l| l.contains(EROFS) || (l.contains("cannot create ") && l.contains(DENIED)))
+    {
         if let Some(rest) = line.split(&format!("{EROFS}: ")).nth(1) {
             let quoted = rest
                 .strip_prefix('\'')
@@ -111,5 +116,10 @@ mod tests {
             vec!["/home/u/x"]
         );
         assert!(erofs_paths("AssertionError: assert 1 == 2").is_empty());
+        assert_eq!(
+            erofs_paths("sh: 1: cannot create /tmp/x.sh: Permission denied"),
+            vec!["/tmp/x.sh"]
+        );
+        assert!(erofs_paths("PermissionError: [Errno 13] Permission denied: '/x'").is_empty());
     }
 }
