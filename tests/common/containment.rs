@@ -109,6 +109,16 @@ impl Condition {
         }
     }
 
+    /// [`Condition::python`]'s own executable, not a wrapper (a pyenv shim adds variables of
+    /// its own to the environment tests see).
+    pub fn real_python(self) -> PathBuf {
+        let out = Command::new(self.python())
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().into()
+    }
+
     /// Makes `cmd` (the fixgate binary) run in this condition. `owned`: folders its user must
     /// own (the repository, the cache, a home), handed over to it first.
     pub fn configure(self, cmd: &mut Command, owned: &[&Path]) {
@@ -125,7 +135,11 @@ impl Condition {
                 for dir in owned.iter().copied().chain([home.as_path()]) {
                     chown_tree(dir);
                 }
-                cmd.uid(USER).gid(USER).env("HOME", &home);
+                cmd.uid(USER).gid(USER);
+                // A caller that sets a home of its own hands it over itself (in `owned`).
+                if !cmd.get_envs().any(|(k, _)| k == "HOME") {
+                    cmd.env("HOME", &home);
+                }
                 install_filters(cmd, false);
             }
         }
