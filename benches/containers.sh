@@ -61,10 +61,19 @@ EOF
     security=(--security-opt "seccomp=$profile")
 fi
 
+# crun refuses a hybrid cgroup v1/v2 host; runc runs there. Limits the engine would raise
+# need CAP_SYS_RESOURCE, which a root inside a VM may lack: lower ones are asked for instead.
+engine_opts=(--ulimit nofile=1024:1024 --ulimit nproc=4096:4096)
+if [ "$ENGINE" = podman ] && command -v runc >/dev/null; then
+    engine_opts+=(--runtime "$(command -v runc)")
+fi
+
 run() {
-    "$ENGINE" run --rm --ulimit host --rootfs "$ROOTFS" "${security[@]}" \
+    # Podman's --rootfs is a switch: the first argument after the options is the root file
+    # system, the rest the command.
+    "$ENGINE" run --rm "${engine_opts[@]}" "${security[@]}" \
         -v "$FIXGATE:/usr/local/bin/fixgate:ro" -e PATH=/opt/py/bin:/usr/local/bin:/usr/bin:/bin \
-        -e HOME=/root -w /root "$@"
+        -e HOME=/root -w /root --rootfs "$ROOTFS" "$@"
 }
 
 echo "== $ENGINE, profile: $PROFILE"
@@ -74,6 +83,8 @@ run /bin/sh -c 'fixgate demo > /tmp/demo.txt 2>&1; echo "exit $?"; grep -E "^(PA
 echo "-- the attack repository"
 run /bin/sh -c '
 set -e
+# --rootfs runs in the folder itself: what an earlier run left goes first.
+rm -rf /root/repo /root/.cache/fixgate /root/planted /tmp/planted
 git config --global user.email t@example.com; git config --global user.name t
 git config --global safe.directory "*"
 mkdir -p /root/repo/tests && cd /root/repo && git init -q -b main

@@ -107,6 +107,14 @@ pub(crate) struct Host {
     run_as: Option<(u32, u32)>,
     /// Set once a run kept `CAP_DAC_READ_SEARCH` (something it reads is out of its uid's reach).
     kept_read_search: AtomicBool,
+    /// Whether this process may hand `CAP_DAC_READ_SEARCH` on (in its permitted and bounding
+    /// sets: a container may have dropped it).
+    read_search_available: bool,
+    /// Set once a run stayed root (without any capability) because what it reads is out of
+    /// the unprivileged uid's reach and the capability could not be kept.
+    stayed_root: AtomicBool,
+    /// The credentials of runs, once the first run decided them ([`Host::run_as`]).
+    decided: std::sync::OnceLock<Option<RunAs>>,
     /// The compiled seccomp filter of the Landlock tier.
     filter: Option<Arc<seccompiler::BpfProgram>>,
     /// Daemon sockets the Landlock tier cannot keep runs from (ABI below 9).
@@ -163,6 +171,10 @@ impl Host {
         }
         super::plan::probe(&host)
             .map_err(|e| format!("a run contained by Landlock failed ({e})"))?;
+        // The probe read nothing of a real run's: the first real run decides its uid.
+        host.decided = std::sync::OnceLock::new();
+        *host.kept_read_search.get_mut() = false;
+        *host.stayed_root.get_mut() = false;
         Ok(host)
     }
 
@@ -175,6 +187,9 @@ impl Host {
             landlock: None,
             run_as: None,
             kept_read_search: AtomicBool::new(false),
+            read_search_available: super::uid::read_search_available(),
+            stayed_root: AtomicBool::new(false),
+            decided: std::sync::OnceLock::new(),
             filter: None,
             reachable_sockets: Vec::new(),
             home: env.home.clone(),
@@ -313,6 +328,15 @@ impl Host {
                         .to_owned(),
                 );
             }
+            if self.stayed_root.load(Ordering::Relaxed) {
+                notes.push(
+                    "runs stayed uid 0 (with no capability): something they read (the \
+                     interpreter, the plugin in the cache directory) is out of uid 65534's reach \
+                     and this process may not keep CAP_DAC_READ_SEARCH; make them readable by \
+                     others (a cache directory outside /root, --cache-dir) to drop the uid"
+                        .to_owned(),
+                );
+            }
         }
         if self.mode == Mode::None {
             notes.push("the audit used a private cache and no remote cache".to_owned());
@@ -325,7 +349,10 @@ impl Host {
             } else {
                 Vec::new()
             },
-            run_as: self.run_as.map(|(u, g)| format!("{u}:{g}")),
+            run_as: self
+                .run_as
+                .filter(|_| !self.stayed_root.load(Ordering::Relaxed))
+                .map(|(u, g)| format!("{u}:{g}")),
             notes,
             shared_cache: self.shares_cache(),
         }
@@ -347,19 +374,34 @@ impl Host {
         self.filter.as_ref()
     }
 
-    /// The credentials a run of these reads gets (root in the Landlock tier only).
+    /// The credentials a run of these reads gets (root in the Landlock tier only): `nobody`,
+    /// keeping `CAP_DAC_READ_SEARCH` where it must and may; else, where it must and may not,
+    /// none (the run stays root, with no capability), and the report says so.
+    ///
+    /// Decided at the first run and kept: what runs read (the interpreter, the plugin, the
+    /// rewritten modules) is the same for every run of a process, and a warm interpreter's
+    /// forks must find its sandbox owned as at its start.
     pub(super) fn run_as(&self, reads: &[PathBuf]) -> Option<RunAs> {
-        self.run_as.map(|_| {
+        self.run_as?;
+        *self.decided.get_or_init(|| {
             let run_as = RunAs::nobody(reads);
+            if run_as.read_search && !self.read_search_available {
+                self.stayed_root.store(true, Ordering::Relaxed);
+                return None;
+            }
             if run_as.read_search {
                 self.kept_read_search.store(true, Ordering::Relaxed);
             }
-            run_as
+            Some(run_as)
         })
     }
 
     /// The uid and gid the sandbox is handed over to before a run, when runs drop to one.
     pub(super) fn owner(&self) -> Option<(u32, u32)> {
-        self.run_as
+        self.decided
+            .get()
+            .copied()
+            .flatten()
+            .map(|r| (r.uid, r.gid))
     }
 }

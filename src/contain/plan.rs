@@ -51,8 +51,9 @@ pub(crate) struct RunPaths<'a> {
 /// (it adds the last `pre_exec` step). A run that drops to an unprivileged uid gets its
 /// sandbox handed over first.
 pub(crate) fn apply(host: &Host, cmd: &mut Command, paths: &RunPaths) -> Result<()> {
-    hand_over(host, paths.sandbox)?;
+    // The plan decides the run's uid first; its sandbox is then that uid's.
     let mut plan = Plan::new(host, paths)?;
+    hand_over(host, paths.sandbox)?;
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
     // on memory prepared before the fork (no allocation, no locks), which is what a child of
     // a multithreaded process may do; each tier's child part says how it keeps to that.

@@ -143,6 +143,22 @@ unsafe fn set_capabilities(keep: Option<u32>) -> std::io::Result<()> {
     ))
 }
 
+/// Whether this process has `CAP_DAC_READ_SEARCH` to hand on: in its permitted and bounding
+/// sets (`/proc/self/status`), which a container's engine may have cut down.
+pub(super) fn read_search_available() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    let has = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << CAP_DAC_READ_SEARCH) != 0)
+    };
+    has("CapPrm:") && has("CapBnd:")
+}
+
 /// Whether `uid` (in group `gid`, no other group) can reach `path`: search every folder on the
 /// way, and read it (list it, for a folder).
 fn reachable(path: &Path, uid: u32, gid: u32) -> bool {

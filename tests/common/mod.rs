@@ -418,7 +418,8 @@ pub fn private_venv(dir: &Path) -> std::path::PathBuf {
         .output()
         .unwrap();
     let site = String::from_utf8(site.stdout).unwrap().trim().to_string();
-    let ok = Command::new("python3")
+    // From the test interpreter, so that its base is one the condition's user can run.
+    let ok = Command::new(&py)
         .args(["-m", "venv", "--without-pip"])
         .arg(dir)
         .status()
