@@ -6,21 +6,21 @@
 # each attack left a trace. Not part of .ci/run: it needs a container engine and a root file
 # system for the container (made here with debootstrap from Debian's archive when missing).
 #
-#   bash benches/containers.sh                 # podman, the default profile
+#   bash benches/containers.sh                 # the engine's default profile
 #   PROFILE=docker bash benches/containers.sh  # a profile that refuses what Docker's refuses
 #
 # Environment: FIXGATE (the binary, default target/release/fixgate, built when missing),
-# ROOTFS (default /var/tmp/fixgate-rootfs), ENGINE (podman or docker, default podman).
+# ROOTFS (default /var/tmp/fixgate-rootfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ENGINE=${ENGINE:-podman}
+ENGINE=podman
 ROOTFS=${ROOTFS:-/var/tmp/fixgate-rootfs}
 FIXGATE=${FIXGATE:-target/release/fixgate}
 PROFILE=${PROFILE:-default}
 
 command -v "$ENGINE" >/dev/null || {
-    echo "containers.sh: $ENGINE is not installed (apt-get install podman, or docker.io)" >&2
+    echo "containers.sh: podman is not installed (apt-get install podman runc)" >&2
     exit 2
 }
 [ -x "$FIXGATE" ] || cargo build --release
@@ -64,7 +64,7 @@ fi
 # crun refuses a hybrid cgroup v1/v2 host; runc runs there. Limits the engine would raise
 # need CAP_SYS_RESOURCE, which a root inside a VM may lack: lower ones are asked for instead.
 engine_opts=(--ulimit nofile=1024:1024 --ulimit nproc=4096:4096)
-if [ "$ENGINE" = podman ] && command -v runc >/dev/null; then
+if command -v runc >/dev/null; then
     engine_opts+=(--runtime "$(command -v runc)")
 fi
 
