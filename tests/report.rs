@@ -205,9 +205,8 @@ fn audit(repo: &TestRepo, base: &str, head: &str, format: &str) -> Run {
         "2",
     ]);
     // The snapshots name the containment: namespaces, whatever the suite's condition is.
-    common::containment::Condition::Namespaces.run(|| {
-        repo.fixgate_with(repo.cache.path(), &[("FIXGATE_NO_NAMESPACES", "")], &args)
-    })
+    common::containment::Condition::Namespaces
+        .run(|| repo.fixgate_with(repo.cache.path(), &[("FIXGATE_NO_NAMESPACES", "")], &args))
 }
 
 /// The keys of the nodes whose derivation holds nothing of the machine (no interpreter, no

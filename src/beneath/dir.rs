@@ -165,6 +165,21 @@ impl Dir {
 
     /// What `name` is, without following a link; `None` when nothing is there.
     pub(crate) fn kind(&self, name: &OsStr) -> io::Result<Option<Kind>> {
+        let Some(st) = self.stat(name)? else {
+            return Ok(None);
+        };
+        Ok(Some(match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File {
+                executable: st.st_mode & 0o111 != 0,
+            },
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Link,
+            _ => Kind::Other,
+        }))
+    }
+
+    /// `fstatat` of `name` without following a link; `None` when nothing is there.
+    fn stat(&self, name: &OsStr) -> io::Result<Option<libc::stat>> {
         let c = cname(name)?;
         // SAFETY: an out-parameter of the right size, a valid descriptor and C string.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -183,14 +198,7 @@ impl Dir {
                 _ => Err(e),
             };
         }
-        Ok(Some(match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => Kind::File {
-                executable: st.st_mode & 0o111 != 0,
-            },
-            libc::S_IFDIR => Kind::Dir,
-            libc::S_IFLNK => Kind::Link,
-            _ => Kind::Other,
-        }))
+        Ok(Some(st))
     }
 
     /// Gives `name` (or, with `None`, this directory itself) to `uid` and `gid`; a link is
@@ -211,25 +219,7 @@ impl Dir {
 
     /// The owner of `name`, without following a link; `None` when nothing is there.
     pub(crate) fn owner(&self, name: &OsStr) -> io::Result<Option<(u32, u32)>> {
-        let c = cname(name)?;
-        // SAFETY: an out-parameter of the right size, a valid descriptor and C string.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::fstatat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::NotFound => Ok(None),
-                _ => Err(e),
-            };
-        }
-        Ok(Some((st.st_uid, st.st_gid)))
+        Ok(self.stat(name)?.map(|st| (st.st_uid, st.st_gid)))
     }
 
     /// The names in this directory (without `.` and `..`), sorted by their bytes.

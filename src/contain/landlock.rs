@@ -342,31 +342,12 @@ pub(super) fn refused_read(host: &Host, paths: &RunPaths, message: &str) -> Opti
     None
 }
 
-/// The absolute paths a failure message says permission was denied on, as Python
-/// (`[Errno 13] Permission denied: '/x'`) and shells (`/x: Permission denied`) write them.
+/// The absolute paths a failure message says permission was denied on.
 fn denied_paths(message: &str) -> Vec<PathBuf> {
-    const DENIED: &str = "Permission denied";
-    let mut out = Vec::new();
-    for line in message.lines().filter(|l| l.contains(DENIED)) {
-        if let Some(rest) = line.split(&format!("{DENIED}: ")).nth(1) {
-            let quoted = rest
-                .strip_prefix('\'')
-                .and_then(|r| r.split('\'').next())
-                .or_else(|| rest.strip_prefix('"').and_then(|r| r.split('"').next()));
-            if let Some(p) = quoted.filter(|p| p.starts_with('/')) {
-                out.push(PathBuf::from(p));
-                continue;
-            }
-        }
-        for word in line.split_whitespace() {
-            let word = word.trim_end_matches(':').trim_matches(['\'', '"']);
-            if word.starts_with('/') && word.len() > 1 {
-                out.push(PathBuf::from(word));
-                break;
-            }
-        }
-    }
-    out
+    crate::pytest::outside::error_paths(message, "Permission denied", |_| true)
+        .into_iter()
+        .map(PathBuf::from)
+        .collect()
 }
 
 #[cfg(test)]

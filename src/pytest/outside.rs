@@ -73,14 +73,20 @@ pub(crate) fn outside_writes(result: &RunResult) -> Vec<OutsideWrite> {
 /// system`) write them; and those a shell could not create for want of permission (`cannot
 /// create /x: Permission denied`, as Landlock answers), a write by its own words.
 fn erofs_paths(message: &str) -> Vec<String> {
-    const EROFS: &str = "Read-only file system";
-    const DENIED: &str = "Permission denied";
+    let mut out = error_paths(message, "Read-only file system", |_| true);
+    out.extend(error_paths(message, "Permission denied", |l| {
+        l.contains("cannot create ")
+    }));
+    out
+}
+
+/// The absolute paths a failure message reports `error` for on the lines `keep` accepts, in the
+/// forms Python (`[Errno 13] Permission denied: '/x'`) and shells (`cannot open /x: Permission
+/// denied`) write them.
+pub(crate) fn error_paths(message: &str, error: &str, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let mut out = Vec::new();
-    for line in message
-        .lines()
-        .filter(|l| l.contains(EROFS) || (l.contains("cannot create ") && l.contains(DENIED)))
-    {
-        if let Some(rest) = line.split(&format!("{EROFS}: ")).nth(1) {
+    for line in message.lines().filter(|l| l.contains(error) && keep(l)) {
+        if let Some(rest) = line.split(&format!("{error}: ")).nth(1) {
             let quoted = rest
                 .strip_prefix('\'')
                 .and_then(|r| r.split('\'').next())

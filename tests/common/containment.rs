@@ -260,12 +260,7 @@ fn make_shared_python() -> PathBuf {
         .join("..")
         .join("contain-shared-venv");
     let python = venv.join("bin").join("python");
-    let has_pytest = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import pytest"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
+    let has_pytest = super::has_pytest;
     if has_pytest(&python) {
         return python;
     }
@@ -280,24 +275,7 @@ fn make_shared_python() -> PathBuf {
                 "the unprivileged conditions need a python3 in /usr/bin or /usr/local/bin \
                  (apt-get install python3-venv)",
             );
-        let ok = Command::new(base)
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "{base} -m venv failed: install python3-venv");
-        let ok = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "pytest>=7.4",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "pip install pytest into {} failed", venv.display());
+        super::install_venv_from(Path::new(base), &venv, &["pytest>=7.4"]);
     }
     drop(lock);
     python

@@ -338,14 +338,20 @@ pub fn exclusive(path: &Path) -> std::fs::File {
 /// Makes the virtualenv `venv` afresh with `packages` from PyPI; fails saying what to install
 /// when it cannot.
 pub fn install_venv(venv: &Path, packages: &[&str]) {
-    let made = Command::new("python3")
+    install_venv_from(Path::new("python3"), venv, packages)
+}
+
+/// [`install_venv`] from the interpreter `base`.
+pub fn install_venv_from(base: &Path, venv: &Path, packages: &[&str]) {
+    let made = Command::new(base)
         .args(["-m", "venv", "--clear"])
         .arg(venv)
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         made,
-        "python3 -m venv {} failed: the tests need Python 3 with the venv module",
+        "{} -m venv {} failed: the tests need Python 3 with the venv module",
+        base.display(),
         venv.display()
     );
     let py = venv.join("bin").join("python");
