@@ -567,7 +567,7 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env("FIXGATE_NO_NAMESPACES", "1")
+        .env("FIXGATE_CONTAINMENT", "none")
         .output()
         .unwrap();
     let run = Run {

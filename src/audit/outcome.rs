@@ -140,7 +140,7 @@ pub(crate) struct RunFacts {
     /// With `--remote-executor`: what the service ran where, what was uploaded.
     pub(crate) remote: Option<crate::remote_exec::client::Summary>,
     pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
-    pub(crate) containment: crate::contain::Mode,
+    pub(crate) containment: crate::contain::Containment,
     pub(crate) duration_seconds: f64,
     /// Problems that did not stop the audit, in the order met.
     pub(crate) warnings: Vec<String>,

@@ -110,6 +110,7 @@ pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             test_timeout: 60,
             allow_network: false,
             containment: crate::cli::ContainmentArg::Auto,
+            read_paths: Vec::new(),
             memory_limit: None,
             process_limit: None,
             disk_limit: None,

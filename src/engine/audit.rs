@@ -212,7 +212,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<AuditOutcome> {
             // The warm interpreters' counters are this fixgate process's: with several heads,
             // each report counts the heads before it too.
             forkserver: ctx.fork_stats.summary(),
-            containment: runner.host.mode(),
+            containment: runner.host.containment(),
             duration_seconds: started.elapsed().as_secs_f64(),
             warnings: phased.warnings,
             graph: run.report,

@@ -67,7 +67,8 @@ pub(crate) fn assemble(o: &AuditOutcome) -> AuditReport {
         pytest_processes: o.run.pytest_processes,
         remote_execution: o.run.remote.clone(),
         forkserver: o.run.forkserver.clone(),
-        containment: Some(o.run.containment),
+        containment: Some(o.run.containment.tier),
+        containment_detail: Some(o.run.containment.clone()),
         duration_seconds: o.run.duration_seconds,
         warnings: o
             .run
@@ -367,6 +368,7 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
             commit: None,
         },
         containment: None,
+        containment_detail: None,
         ..AuditReport::default()
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each integration test binary uses a different subset
 
 pub mod audit;
+pub mod containment;
 pub mod servers;
 
 use std::path::{Path, PathBuf};
@@ -40,7 +41,9 @@ impl std::fmt::Debug for Run {
 }
 
 pub fn git(dir: &Path, args: &[&str]) -> String {
+    // A condition of `containment` may have given the repository to another user.
     let out = Command::new("git")
+        .args(["-c", "safe.directory=*"])
         .args(args)
         .current_dir(dir)
         .env("GIT_AUTHOR_NAME", "t")
@@ -122,8 +125,10 @@ impl TestRepo {
 
 /// The real binary, with none of the caller's `FIXGATE_*` variables: a developer's
 /// `FIXGATE_REMOTE_CACHE` or `FIXGATE_FORK=0` must not reach a test that did not ask for it.
-/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the supervisor alone)
-/// but those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes.
+/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the Landlock tier) but
+/// those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes. The
+/// condition of `FIXGATE_TEST_CONTAINMENT` ([`containment::Condition`]) is applied by
+/// [`fixgate_at_command`], which knows the folders the condition's user must own.
 pub fn fixgate_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
     for (name, _) in std::env::vars_os() {
@@ -151,6 +156,8 @@ pub fn fixgate_at_command(
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied());
+    containment::Condition::current()
+        .configure(&mut cmd, &[&containment::repository_of(cwd), cache]);
     cmd
 }
 
@@ -330,6 +337,9 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 /// has pytest, else a virtualenv under `target/` made once (under a file lock, since test
 /// binaries may run at once) with `pip install pytest`.
 pub fn python() -> PathBuf {
+    if containment::Condition::current().unprivileged() {
+        return containment::shared_python();
+    }
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON.get_or_init(find_or_make_python).clone()
 }
@@ -376,14 +386,20 @@ pub fn exclusive(path: &Path) -> std::fs::File {
 /// Makes the virtualenv `venv` afresh with `packages` from PyPI; fails saying what to install
 /// when it cannot.
 pub fn install_venv(venv: &Path, packages: &[&str]) {
-    let made = Command::new("python3")
+    install_venv_from(Path::new("python3"), venv, packages)
+}
+
+/// [`install_venv`] from the interpreter `base`.
+pub fn install_venv_from(base: &Path, venv: &Path, packages: &[&str]) {
+    let made = Command::new(base)
         .args(["-m", "venv", "--clear"])
         .arg(venv)
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         made,
-        "python3 -m venv {} failed: the tests need Python 3 with the venv module",
+        "{} -m venv {} failed: the tests need Python 3 with the venv module",
+        base.display(),
         venv.display()
     );
     let py = venv.join("bin").join("python");
@@ -452,7 +468,8 @@ pub fn private_venv(dir: &Path) -> std::path::PathBuf {
         .output()
         .unwrap();
     let site = String::from_utf8(site.stdout).unwrap().trim().to_string();
-    let ok = Command::new("python3")
+    // From the test interpreter, so that its base is one the condition's user can run.
+    let ok = Command::new(&py)
         .args(["-m", "venv", "--without-pip"])
         .arg(dir)
         .status()
