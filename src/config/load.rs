@@ -558,7 +558,7 @@ mod tests {
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
                  keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
+                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \"read-paths\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",
