@@ -215,6 +215,10 @@ pub(crate) struct WorkerArgs {
     /// The bot's id at the service [default: fixgate-HOSTNAME-PID]
     #[arg(long, value_name = "ID")]
     pub(crate) bot_id: Option<String>,
+    /// How actions are contained, as for `fixgate run`: auto, strict, or none (uncontained;
+    /// share such a worker only with clients you trust)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
+    pub(crate) containment: ContainmentArg,
 }
 
 /// Where an audit's runs execute (docs/remote-execution.md).
@@ -461,13 +465,24 @@ pub(crate) struct SandboxArgs {
     )]
     pub(crate) test_timeout: u64,
     /// Let tests use the network. By default each run gets a network namespace with only
-    /// loopback, where the platform permits it
+    /// loopback where namespaces are permitted, and no TCP or UDP at all under Landlock
     #[arg(long)]
     pub(crate) allow_network: bool,
-    /// auto: contain runs in namespaces where the platform permits them, else run them in the
-    /// plain sandbox and say so; strict: refuse to run uncontained (exit 2)
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = ContainmentArg::Auto)]
+    /// auto: contain runs in namespaces where the platform permits them, else with Landlock,
+    /// else refuse (exit 2); strict: namespaces, or Landlock with every file and TCP rule
+    /// enforced, else refuse; none: run uncontained, with a private cache and no remote cache
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        env = "FIXGATE_CONTAINMENT",
+        default_value_t = ContainmentArg::Auto
+    )]
     pub(crate) containment: ContainmentArg,
+    /// Let runs read this absolute path outside the repository (repeatable), as
+    /// [tool.fixgate] read-paths does: a data folder the suite needs, which containment hides
+    #[arg(long = "read-path", value_name = "PATH", value_parser = absolute_path)]
+    pub(crate) read_paths: Vec<PathBuf>,
     /// Bound each process of a run to this much memory (address space), e.g. 4G, or
     /// unlimited [default: [tool.fixgate.limits] memory, else the machine's memory divided by
     /// --jobs]
@@ -488,6 +503,42 @@ pub(crate) struct SandboxArgs {
 pub(crate) enum ContainmentArg {
     Auto,
     Strict,
+    None,
+}
+
+impl ContainmentArg {
+    pub(crate) fn choice(self) -> crate::contain::Choice {
+        match self {
+            ContainmentArg::Auto => crate::contain::Choice::Auto,
+            ContainmentArg::Strict => crate::contain::Choice::Strict,
+            ContainmentArg::None => crate::contain::Choice::None,
+        }
+    }
+}
+
+impl Command {
+    /// The containment a command that runs tests asks for (`None` for the others).
+    pub(crate) fn containment(&self) -> Option<ContainmentArg> {
+        let sandbox = match self {
+            Command::Run(a) => &a.sandbox,
+            Command::Trace(a) => &a.sandbox,
+            Command::Init(a) => &a.sandbox,
+            Command::Audit(a) => &a.options.sandbox,
+            Command::Watch(a) => &a.options.sandbox,
+            _ => return None,
+        };
+        Some(sandbox.containment)
+    }
+}
+
+/// A path given on the command line that must be absolute.
+fn absolute_path(s: &str) -> std::result::Result<PathBuf, String> {
+    match s.starts_with('/') {
+        true => Ok(PathBuf::from(s)),
+        false => Err(format!(
+            "{s:?} is not an absolute path; write e.g. /data/corpus"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,11 @@ pub(crate) fn run(cli: Cli) -> Result<i32> {
     }
     let mut ctx = Ctx::new(&settings::global(&cli.global), env)?;
     ctx.remote = settings::remote(&cli.global.remote, &ctx.repo.root, &ctx.env)?;
+    // Uncontained runs can write whatever fixgate can: they get a cache of their own, which no
+    // other audit reads, and no remote.
+    if cli.command.containment() == Some(crate::cli::ContainmentArg::None) {
+        ctx.isolate_cache()?;
+    }
     let code = match cli.command {
         Command::Manifest(args) => manifest::run(&ctx, &args),
         Command::Lock(args) => lock::run(&ctx, &args),

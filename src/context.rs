@@ -47,8 +47,11 @@ pub(crate) struct SandboxSettings {
     pub(crate) test_timeout: Duration,
     /// Leave the network alone instead of giving each run a loopback-only namespace.
     pub(crate) allow_network: bool,
-    /// Refuse to run where runs cannot be contained.
-    pub(crate) strict_containment: bool,
+    /// What containment the user accepts (`--containment`).
+    pub(crate) containment: crate::contain::Choice,
+    /// Paths outside the repository runs may read (`--read-path`), beside the base's
+    /// `[tool.fixgate] read-paths`.
+    pub(crate) read_paths: Vec<PathBuf>,
     /// The bounds the command line sets.
     pub(crate) limits: crate::limits::LimitArgs,
 }
@@ -77,6 +80,8 @@ pub(crate) struct Ctx {
     pub(crate) fork_stats: Arc<crate::pytest::forkserver::ForkStats>,
     /// The warnings [`Ctx::warn_once`] printed.
     warned: Arc<Mutex<Vec<String>>>,
+    /// With `--containment none`: the cache of this process alone, removed when it ends.
+    private_cache: Option<Arc<tempfile::TempDir>>,
 }
 
 impl Ctx {
@@ -120,7 +125,29 @@ impl Ctx {
             host: Arc::default(),
             fork_stats: Arc::default(),
             warned: Arc::default(),
+            private_cache: None,
         })
+    }
+
+    /// Uses a cache of this process's own, removed when it ends, and no remote cache: for
+    /// audits whose runs are not contained, which could forge what later audits read.
+    pub(crate) fn isolate_cache(&mut self) -> Result<()> {
+        let dir = tempfile::Builder::new()
+            .prefix("fixgate-private-cache-")
+            .tempdir_in(&self.env.temp_dir)
+            .map_err(|e| Error::io("create a private cache in", &self.env.temp_dir, e))?;
+        self.cache_dir = dir.path().to_path_buf();
+        self.private_cache = Some(Arc::new(dir));
+        self.remote = None;
+        Ok(())
+    }
+
+    /// How runs are contained on this machine, probed once per process (with the first
+    /// command's choice; a process makes one command's runs).
+    pub(crate) fn host(&self, choice: crate::contain::Choice) -> Arc<crate::contain::Host> {
+        self.host
+            .get_or_init(|| Arc::new(crate::contain::Host::probe(&self.env, choice)))
+            .clone()
     }
 
     /// This context on another repository, with another interpreter (the demo's): everything
@@ -142,6 +169,7 @@ impl Ctx {
             host: self.host.clone(),
             fork_stats: self.fork_stats.clone(),
             warned: self.warned.clone(),
+            private_cache: self.private_cache.clone(),
         }
     }
 
@@ -182,15 +210,9 @@ impl Ctx {
         args: &SandboxSettings,
         limits: &crate::config::LimitsConfig,
     ) -> Result<Runner> {
-        let host = self
-            .host
-            .get_or_init(|| Arc::new(crate::contain::Host::probe(&self.env)))
-            .clone();
-        if let Some(why) = host.check(args.strict_containment)? {
-            self.warn_once(&format!(
-                "runs are not contained ({why}): tests can write outside their sandbox and \
-                 processes they start may outlive the run; --containment strict refuses this"
-            ));
+        let host = self.host(args.containment);
+        if let Some(why) = host.check()? {
+            self.warn_once(&why);
         }
         let path = interpreter::choose(self.python.as_deref(), &self.repo.root, &self.env);
         let interpreter = interpreter::probe_cached(&path, &self.cache_dir, &self.env)?;
@@ -210,11 +232,13 @@ impl Ctx {
             &executable,
             &fingerprint,
         )?;
+        let mut read_paths = limits.read_paths.clone();
+        read_paths.extend(args.read_paths.iter().cloned());
         let limits = crate::limits::Limits::resolve(
             &args.limits,
             limits,
             self.jobs,
-            &crate::sandbox::sandboxes_root(&self.env.temp_dir),
+            &crate::sandbox::sandboxes_root(&self.env.temp_dir, host.sandboxes_in_ram()),
         );
         crate::limits::check(&limits)?;
         Ok(Runner {
@@ -228,6 +252,7 @@ impl Ctx {
             origin_root: self.repo.root.clone(),
             interrupted: self.interrupted.clone(),
             allow_network: args.allow_network,
+            read_paths: Arc::new(read_paths),
             forkserver: Arc::new(crate::pytest::forkserver::Pool::new(
                 self.jobs,
                 (!self.env.fork).then(|| "FIXGATE_FORK=0".to_owned()),
@@ -461,9 +486,6 @@ impl Ctx {
 
 /// Today in UTC.
 pub(crate) fn today() -> crate::audit::freeze::Date {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    crate::audit::freeze::Date::from_unix_days(secs.div_euclid(86_400))
+    let now = jiff::tz::TimeZone::UTC.to_datetime(jiff::Timestamp::now());
+    crate::audit::freeze::Date::from_civil(now.date())
 }

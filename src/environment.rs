@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// The `FIXGATE_*` variables fixgate reads (`FIXGATE_REMOTE_CACHE` is read by the command-line
-/// parser as the default of `--remote-cache`); any other `FIXGATE_*` name is a warning.
+/// The `FIXGATE_*` variables fixgate reads (`FIXGATE_REMOTE_CACHE` and `FIXGATE_CONTAINMENT`
+/// are read by the command-line parser as the defaults of `--remote-cache` and
+/// `--containment`); any other `FIXGATE_*` name is a warning.
 pub(crate) const KNOBS: &[&str] = &[
     CACHE_DIR,
+    CONTAINMENT,
     FORK,
     NO_NAMESPACES,
     REMOTE_CACHE,
@@ -22,6 +24,7 @@ pub(crate) const KNOBS: &[&str] = &[
     CACHE_KEY,
 ];
 const CACHE_DIR: &str = "FIXGATE_CACHE_DIR";
+const CONTAINMENT: &str = "FIXGATE_CONTAINMENT";
 const FORK: &str = "FIXGATE_FORK";
 const NO_NAMESPACES: &str = "FIXGATE_NO_NAMESPACES";
 const REMOTE_CACHE: &str = "FIXGATE_REMOTE_CACHE";
@@ -51,7 +54,8 @@ pub(crate) struct Environment {
     pub(crate) cache_dir: Option<PathBuf>,
     /// `FIXGATE_FORK`: `false` turns the fork server off.
     pub(crate) fork: bool,
-    /// `FIXGATE_NO_NAMESPACES`: act as if the platform refused namespaces.
+    /// `FIXGATE_NO_NAMESPACES`: act as if the platform refused namespaces (runs then get the
+    /// Landlock tier where the kernel has it).
     pub(crate) no_namespaces: bool,
     /// `FIXGATE_REMOTE_HEADER`: headers for the remote cache, `Name: value` a line (parsed
     /// where the remote is configured, so its errors stay beside the format they check).

@@ -258,6 +258,9 @@ fn used_bytes(path: &Path) -> Option<u64> {
 /// system grew by a quarter of the bound since the last measure, or a second has passed.
 pub(crate) struct DiskWatch {
     dir: PathBuf,
+    /// A scratch folder the run shares with others (`/dev/shm` under Landlock), and what it
+    /// held when the run started: its growth counts too.
+    shared: Option<(PathBuf, u64)>,
     limit: u64,
     /// The sandbox's size when the run started.
     start: u64,
@@ -272,13 +275,16 @@ pub(crate) struct DiskWatch {
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 impl DiskWatch {
-    /// A watch of the sandbox `dir` for a run starting now; `None` for no bound.
-    pub(crate) fn new(dir: &Path, limit: u64) -> Option<DiskWatch> {
+    /// A watch of the sandbox `dir` for a run starting now; `None` for no bound. `shared`: a
+    /// scratch folder the run may write beside its sandbox that no private mount bounds
+    /// (`/dev/shm` under Landlock); what the file system there grows by counts too.
+    pub(crate) fn new(dir: &Path, limit: u64, shared: Option<&Path>) -> Option<DiskWatch> {
         if limit == UNLIMITED {
             return None;
         }
         let start = du(dir);
         Some(DiskWatch {
+            shared: shared.and_then(|s| Some((s.to_path_buf(), used_bytes(s)?))),
             dir: dir.to_path_buf(),
             limit,
             start,
@@ -304,6 +310,12 @@ impl DiskWatch {
 
     /// How much the sandbox grew since the run started, when it is past the bound.
     pub(crate) fn over(&mut self) -> Option<u64> {
+        if let Some((shared, start)) = &self.shared {
+            let grew = used_bytes(shared).unwrap_or(0).saturating_sub(*start);
+            if grew > self.limit {
+                return Some(grew);
+            }
+        }
         let fs_used = used_bytes(&self.dir)?;
         let grew = fs_used.saturating_sub(self.fs_used);
         if grew < self.limit / 4 && self.measured.elapsed() < MEASURE_EVERY {
@@ -423,6 +435,7 @@ mod tests {
             memory: Some(1 << 30),
             processes: Some(500),
             disk: None,
+            read_paths: Vec::new(),
         };
         let args = LimitArgs {
             memory: Some(2 << 30),
@@ -446,7 +459,7 @@ mod tests {
     fn a_sandbox_past_the_bound_is_seen_and_a_next_process_adds_little() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("tree"), vec![1u8; 4 << 20]).unwrap();
-        let mut watch = DiskWatch::new(tmp.path(), 2 << 20).unwrap();
+        let mut watch = DiskWatch::new(tmp.path(), 2 << 20, None).unwrap();
         assert_eq!(watch.over(), None);
         std::fs::write(tmp.path().join("a"), vec![1u8; 1 << 20]).unwrap();
         watch.measured -= MEASURE_EVERY;
@@ -465,6 +478,6 @@ mod tests {
         std::fs::write(tmp.path().join("c"), vec![1u8; 2 << 20]).unwrap();
         watch.measured -= MEASURE_EVERY;
         assert!(watch.over().is_some());
-        assert!(DiskWatch::new(tmp.path(), UNLIMITED).is_none());
+        assert!(DiskWatch::new(tmp.path(), UNLIMITED, None).is_none());
     }
 }

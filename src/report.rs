@@ -407,11 +407,14 @@ pub(crate) struct AuditReport {
     /// Wall seconds of the audit: a timing field.
     pub(crate) duration_seconds: f64,
     pub(crate) strict: bool,
-    /// How the runs were contained: `namespaces` (a read-only world, no survivors) or `none`
-    /// (the platform refused namespaces; see docs/containment.md); empty in the report of a
-    /// head that could not be audited.
+    /// How the runs were contained: `namespaces`, `landlock` or `none` (see
+    /// docs/containment.md); empty in the report of a head that could not be audited.
     #[serde(serialize_with = "containment")]
     pub(crate) containment: Option<crate::contain::Mode>,
+    /// What the containment held exactly: Landlock's ABI, the rules not enforced here, the
+    /// uid runs dropped to, whether the shared cache was used; `null` where `containment` is
+    /// empty.
+    pub(crate) containment_detail: Option<crate::contain::Containment>,
     pub(crate) interpreter: Option<String>,
     /// Problems around the audit that did not stop it (an editable install, a damaged cache
     /// entry): also printed on standard error.

@@ -37,10 +37,11 @@ fn candidate_roots(temp_dir: &Path) -> [PathBuf; 2] {
 /// A RAM file system is used only when it has room to spare for any ordinary repository.
 const SHM_MIN_FREE: u64 = 4 << 30;
 
-/// The folder that holds every sandbox of this user.
-pub(crate) fn sandboxes_root(temp_dir: &Path) -> PathBuf {
+/// The folder that holds every sandbox of this user; `ram`: whether it may be in RAM (the
+/// containment says: not where runs may write `/dev/shm`).
+pub(crate) fn sandboxes_root(temp_dir: &Path, ram: bool) -> PathBuf {
     let [shm, tmp] = candidate_roots(temp_dir);
-    if free_bytes(Path::new("/dev/shm")).is_some_and(|f| f >= SHM_MIN_FREE) {
+    if ram && free_bytes(Path::new("/dev/shm")).is_some_and(|f| f >= SHM_MIN_FREE) {
         return shm;
     }
     tmp
@@ -58,13 +59,15 @@ fn free_bytes(path: &Path) -> Option<u64> {
 }
 
 impl Sandbox {
-    /// Materializes `snapshot` (with `overlay` applied) into a new sandbox.
+    /// Materializes `snapshot` (with `overlay` applied) into a new sandbox (in RAM where
+    /// `ram` allows and there is room).
     pub(crate) fn create(
         snapshot: &Snapshot,
         overlay: &Overlay,
         temp_dir: &Path,
+        ram: bool,
     ) -> Result<Sandbox> {
-        let mut root = sandboxes_root(temp_dir);
+        let mut root = sandboxes_root(temp_dir, ram);
         if std::fs::create_dir_all(&root).is_err() {
             root = candidate_roots(temp_dir)[1].clone();
             std::fs::create_dir_all(&root).map_err(|e| Error::io("create", &root, e))?;

@@ -33,6 +33,68 @@ fn shop_repo() -> TestRepo {
     repo
 }
 
+/// Issue 54: the programs fixgate starts for itself (git, the interpreter's probe) say nothing
+/// on the user's terminal. On a machine whose git has no settings (no `init.defaultBranch`: a
+/// `git init` there prints a "hint:" block about the initial branch's name), `fixgate init`
+/// prints its proposal and nothing of another program's, and so does `fixgate demo`, which makes
+/// a git repository of its own.
+#[test]
+fn init_and_the_demo_print_nothing_of_git_where_git_has_no_settings() {
+    let home = tempfile::tempdir().unwrap();
+    let gitconfig = home.path().join(".gitconfig");
+    std::fs::write(&gitconfig, "").unwrap();
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_CONFIG_HOME", home.path().to_str().unwrap()),
+        ("GIT_CONFIG_GLOBAL", gitconfig.to_str().unwrap()),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+    ];
+    // The machine is as said: a git init there hints.
+    let probe = tempfile::tempdir().unwrap();
+    let hinted = Command::new("git")
+        .arg("init")
+        .current_dir(probe.path())
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&hinted.stderr).contains("hint:"),
+        "git gives no hint here, so the test below proves nothing: {hinted:?}"
+    );
+
+    let repo = shop_repo();
+    let init = common::fixgate_py_at(repo.path(), repo.cache.path(), &env, &["init"]);
+    assert_eq!(init.code, 0, "{init:?}");
+    assert!(
+        init.stdout.starts_with("group golden: tests/golden/**"),
+        "{init:?}"
+    );
+    let demo_dir = TestRepo::plain();
+    let demo = common::fixgate_py_at(demo_dir.path(), demo_dir.cache.path(), &env, &["demo"]);
+    assert_eq!(demo.code, 0, "{demo:?}");
+    // What git says on its own: hints, warnings, a new repository, a commit's summary.
+    let gits = [
+        "hint:",
+        "warning:",
+        "error:",
+        "fatal:",
+        "Initialized empty Git repository",
+        "Reinitialized existing Git repository",
+        "[main",
+        "[master",
+        " create mode",
+    ];
+    for run in [&init, &demo] {
+        let foreign: Vec<&str> = run
+            .stdout
+            .lines()
+            .chain(run.stderr.lines())
+            .filter(|l| gits.iter().any(|g| l.starts_with(g)))
+            .collect();
+        assert!(foreign.is_empty(), "{foreign:?} in {run:?}");
+    }
+}
+
 fn text(repo: &TestRepo, rel: &str) -> String {
     String::from_utf8(repo.read(rel)).unwrap()
 }
@@ -453,8 +515,8 @@ fn init_writes_groups_where_the_repository_declares_them_and_registers_in_pytest
     assert_eq!(v["registration"], "pytest.ini");
     assert_eq!(
         text(&repo, "pyproject.toml"),
-        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\nseeds = [\"tests/seeds/**\"]\n\
-         golden = [\"tests/golden/**\"]\n"
+        "[project]\nname = \"shop\"\n\n[tool.fixgate.groups]\ngolden = [\"tests/golden/**\"]\n\
+         seeds = [\"tests/seeds/**\"]\n"
     );
     assert_eq!(
         text(&repo, "pytest.ini"),

@@ -5,38 +5,13 @@ mod common;
 
 use fixgate::exit;
 
+use common::audit::{bucket, findings, test};
 use common::{tree_bytes, Run, TestRepo};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// `fixgate audit --base BASE --head HEAD --format json --quiet EXTRA... --python <test python>`.
-fn audit(repo: &TestRepo, base: &str, head: &str, extra: &[&str]) -> (Run, Value) {
-    let mut args = vec![
-        "audit", "--base", base, "--head", head, "--format", "json", "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let run = repo.fixgate_py(&args);
-    let json = run.json();
-    // Every audit here judges the same scoped (`--scoped`: the shuffled orders over what the
-    // patch can affect) as with whole orders (issue 21: sound wherever the traces are complete).
-    common::assert_same_scoped_and_full(repo, &args, &json);
-    (run, json)
-}
-
-/// The report's entry for `nodeid`.
-fn test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
-    let tests = v["tests"].as_array().expect("tests is an array");
-    tests
-        .iter()
-        .find(|t| t["nodeid"] == nodeid)
-        .unwrap_or_else(|| {
-            let ids: Vec<&str> = tests.iter().filter_map(|t| t["nodeid"].as_str()).collect();
-            panic!("no test {nodeid} in the report; it has {ids:?}")
-        })
-}
 
 fn has_test(v: &Value, nodeid: &str) -> bool {
     v["tests"]
@@ -59,26 +34,12 @@ fn strs(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The findings of one kind.
-fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
-    v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
-}
-
 /// The finding of `kind` about `nodeid`.
 fn finding<'a>(v: &'a Value, kind: &str, nodeid: &str) -> &'a Value {
     findings(v, kind)
         .into_iter()
         .find(|f| strs(&f["tests"]).iter().any(|t| t == nodeid))
         .unwrap_or_else(|| panic!("no {kind} finding for {nodeid}: {}", v["findings"]))
-}
-
-fn bucket(v: &Value, nodeid: &str) -> String {
-    test(v, nodeid)["bucket"].as_str().unwrap().to_string()
 }
 
 fn outcome(v: &Value, nodeid: &str, label: &str) -> String {
@@ -179,7 +140,7 @@ fn the_shared_cart_patch_that_matches_the_polluted_total_is_rejected_with_its_pa
     );
     let head = repo.commit("fix test_tax_on_lamp");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&base, &head).seeds(2).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(v["schema"], 1);
     assert_eq!(v["base"]["commit"], base.as_str());
@@ -299,7 +260,7 @@ fn a_test_writing_a_sqlite_fixture_without_a_lease_is_a_polluter_of_group_db() {
     repo.write("tests/test_writer.py", db_writer(""));
     let head = repo.commit("add a test that writes the db");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let writer = test(&v, WRITER);
     assert_eq!(writer["bucket"], "polluter", "{writer}");
@@ -327,7 +288,7 @@ fn a_test_holding_the_db_lease_is_stable_and_no_finding() {
     );
     let head = repo.commit("add a test that writes the db under its lease");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     let writer = test(&v, WRITER);
     assert_eq!(writer["bucket"], "stable", "{writer}");
@@ -405,7 +366,7 @@ fn a_code_only_patch_has_no_fixture_delta_and_the_other_gates_decide() {
     );
     let head = repo.commit("refactor parse");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    let (run, v) = repo.audit(&base, &head).seeds(1).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["fixtures"]["changed"], serde_json::json!([]));
     assert_eq!(v["fixtures"]["coupled"], serde_json::json!([]));
@@ -438,7 +399,7 @@ fn code_and_its_expected_data_edited_together_is_a_redefined_test_and_rejected()
     .write(EXPECTED, "{\"a\": 10, \"b\": 20}\n");
     let head = repo.commit("parse in tenths");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(
         v["fixtures"]["changed"],
@@ -477,7 +438,7 @@ fn a_conftest_that_hides_a_coupled_test_from_the_replay_does_not_hide_the_redefi
     );
     let head = repo.commit("parse in tenths, and hide the test from the old answer key");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let replay = &v["fixtures"]["replay"];
     assert_eq!(
@@ -494,7 +455,7 @@ fn reordering_the_keys_of_a_json_fixture_is_cosmetic_and_passes_flagged() {
     repo.write(EXPECTED, "{\n  \"b\": 2,\n  \"a\": 1\n}\n");
     let head = repo.commit("reformat expected.json");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(
         v["fixtures"]["changed"],
@@ -523,7 +484,7 @@ fn a_new_test_reading_only_a_new_fixture_is_additive_and_passes() {
         );
     let head = repo.commit("negative values, with their fixture");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     let new_id = "tests/test_negative.py::test_negative_values";
     assert_eq!(
@@ -547,7 +508,7 @@ fn a_new_test_reading_only_a_new_fixture_is_additive_and_passes() {
 #[test]
 fn a_new_case_of_a_modified_data_file_is_additive_where_the_base_bytes_have_no_such_case() {
     let (repo, base, head) = common::new_case_in_a_data_file();
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     let replay = v["fixtures"]["replay"].as_array().unwrap();
     let of = |id: &str| {
@@ -606,7 +567,7 @@ fn a_pre_existing_flaky_test_is_flaky_gets_a_suggested_freeze_and_does_not_rejec
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env("FIXGATE_NO_NAMESPACES", "1")
+        .env("FIXGATE_CONTAINMENT", "none")
         .output()
         .unwrap();
     let run = Run {
@@ -668,7 +629,7 @@ fn a_new_test_failing_in_every_order_is_failing_and_rejects() {
     let (repo, base, head) = base_plus(
         "def add(a, b):\n    return a + b\n\n\ndef test_add():\n    assert add(2, 2) == 5\n",
     );
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    let (run, v) = repo.audit(&base, &head).seeds(1).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_add";
     let t = test(&v, id);
@@ -695,7 +656,7 @@ fn a_test_the_patch_broke_passes_six_base_runs_before_its_failure_is_the_patchs(
     let base = repo.commit("base");
     repo.write("app.py", "def add(a, b):\n    return a - b\n");
     let head = repo.commit("breaks add");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    let (run, v) = repo.audit(&base, &head).seeds(1).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_app.py::test_add";
     assert_eq!(bucket(&v, id), "failing", "{}", test(&v, id));
@@ -732,7 +693,7 @@ fn two_victims_of_one_polluter_the_base_has_too_are_checked_together_and_pre_exi
     let base = repo.commit("base with a polluter and two victims");
     repo.write("README.md", "docs\n");
     let head = repo.commit("docs only");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&base, &head).seeds(2).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     let labels: Vec<&str> = v["graph"]["all_nodes"]
         .as_array()
@@ -762,7 +723,7 @@ fn a_fixture_that_raises_in_setup_is_the_error_bucket() {
         "import pytest\n\n\n@pytest.fixture\ndef database():\n    raise RuntimeError(\"cannot connect\")\n\n\n\
          def test_uses_database(database):\n    assert database\n",
     );
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_uses_database";
     assert_eq!(bucket(&v, id), "error", "{}", test(&v, id));
@@ -777,7 +738,7 @@ fn a_test_that_exits_the_interpreter_is_crashed_and_the_others_still_run() {
         "import os\n\n\ndef test_before():\n    pass\n\n\ndef test_exits():\n    os._exit(3)\n\n\n\
          def test_after():\n    pass\n",
     );
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let id = "tests/test_new.py::test_exits";
     assert_eq!(bucket(&v, id), "crashed", "{}", test(&v, id));
@@ -799,12 +760,11 @@ fn a_test_that_outlives_the_test_timeout_is_the_timeout_bucket() {
         "import time\n\n\ndef test_sleeps():\n    time.sleep(60)\n\n\ndef test_quick():\n    pass\n",
     );
     let started = std::time::Instant::now();
-    let (run, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--test-timeout", "2"],
-    );
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--test-timeout", "2"])
+        .report_both_ways();
     assert!(
         started.elapsed() < std::time::Duration::from_secs(50),
         "the sleeping test was not killed at its timeout"
@@ -836,7 +796,7 @@ fn a_test_that_writes_a_file_another_test_reads_is_found_as_their_pair() {
     );
     let head = repo.commit("a test that writes settings.txt");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    let (run, v) = repo.audit(&base, &head).seeds(1).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let writer = "tests/test_a_debug.py::test_turns_debug_on";
     let reader = "tests/test_b_settings.py::test_debug_is_off";
@@ -910,7 +870,10 @@ fn a_victim_broken_only_by_two_tests_together_gets_the_minimal_set_of_two() {
     let head = repo.commit("add two tests that fill SEEN");
 
     let seeds = [1u64, 2, 3];
-    let (run, v) = audit(&repo, &base, &head, &["--seed-list", "1,2,3"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .args(&["--seed-list", "1,2,3"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let victim = "tests/test_parts.py::test_victim_needs_a_clean_slate";
     let a = "tests/test_parts.py::test_sets_a";
@@ -1046,7 +1009,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     let victim = "tests/test_registry.py::test_registry_starts_empty";
     let polluter = "tests/test_registry.py::test_register_plugin";
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     let pairs = v["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), 1, "{}", v["pairs"]);
@@ -1089,7 +1052,11 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     assert_eq!(run_repro(&repo, &both), Some(1), "{repro}");
     assert_eq!(run_repro(&repo, &alone), Some(0), "{repro}");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0", "--strict"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--strict"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(v["strict"], true);
     assert_eq!(v["pairs"][0]["introduced"], false);
@@ -1104,7 +1071,7 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
         ),
     );
     let edits_victim = repo.commit("touch the victim's assertion");
-    let (run, v) = audit(&repo, &base, &edits_victim, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &edits_victim).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     assert_eq!(test(&v, victim)["edited_by_patch"], true);
     let f = finding(&v, "order-dependent", victim);
@@ -1140,7 +1107,7 @@ fn a_test_that_chdirs_into_a_temp_dir_and_stays_there_is_the_polluter_of_relativ
     .write("tests/test_c_config.py", reader("reads_config_again"));
     let head = repo.commit("a test that changes directory");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let chdir = "tests/test_b_scratch.py::test_works_in_a_scratch_dir";
     let first = "tests/test_a_config.py::test_reads_config";
@@ -1192,7 +1159,7 @@ fn the_polluter_search_stays_within_its_bound_for_a_prefix_of_64_tests() {
     repo.write("tests/test_many.py", &src);
     let head = repo.commit("the first test dirties STATE");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     let victim = "tests/test_many.py::test_999_victim";
     let polluter = "tests/test_many.py::test_000_polluter";
@@ -1232,7 +1199,7 @@ fn a_new_skip_marker_makes_the_patch_unverified_with_a_budget_breach() {
     let head = repo.commit("skip test_writes");
     let id = "tests/test_io.py::test_writes";
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     let breaches = strs(&v["budget"]["breaches"]);
     assert!(!breaches.is_empty(), "{}", v["budget"]);
@@ -1245,12 +1212,11 @@ fn a_new_skip_marker_makes_the_patch_unverified_with_a_budget_breach() {
     assert!(f["message"].as_str().unwrap().contains("skip"), "{f}");
 
     // A budget set outside the patch that allows one new skip: the same patch passes.
-    let (run, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--max-new-skips", "1"],
-    );
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--max-new-skips", "1"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["budget"]["breaches"], serde_json::json!([]));
 }
@@ -1259,7 +1225,11 @@ fn a_new_skip_marker_makes_the_patch_unverified_with_a_budget_breach() {
 fn too_many_tests_for_the_budget_is_unverified() {
     let (repo, base, head) =
         base_plus("def test_two():\n    pass\n\n\ndef test_three():\n    pass\n");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0", "--max-tests", "2"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--max-tests", "2"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     assert_eq!(v["budget"]["used"]["tests"], 3);
     assert_eq!(v["budget"]["limits"]["tests"], 2);
@@ -1298,12 +1268,11 @@ fn an_expired_freeze_entry_of_the_base_stops_the_audit_with_exit_5() {
     repo.write("README.md", "docs\n");
     let head = repo.commit("unrelated");
 
-    let (run, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--today", "2024-04-01"],
-    );
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--today", "2024-04-01"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::EXPIRED_FREEZE, "expired-freeze");
     assert_eq!(strs(&v["freeze"]["expired"]), [old]);
     let reasons = strs(&v["reasons"]).join("\n");
@@ -1316,12 +1285,11 @@ fn an_expired_freeze_entry_of_the_base_stops_the_audit_with_exit_5() {
     assert_eq!(v["pytest_processes"], 0, "checked before any test runs");
 
     // On its last day the entry still holds: the test is deselected and counted.
-    let (run, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--today", "2024-03-31"],
-    );
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--today", "2024-03-31"])
+        .report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(strs(&v["freeze"]["active"]), [old]);
     assert_eq!(v["freeze"]["expired"], serde_json::json!([]));
@@ -1394,12 +1362,11 @@ fn active_freeze_entries_deselect_and_count_and_entries_the_patch_adds_are_repor
     );
     let head = repo.commit("add test_new_emoji, frozen");
 
-    let (run, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--today", "2025-06-01"],
-    );
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--today", "2025-06-01"])
+        .report_both_ways();
     assert_eq!(strs(&v["freeze"]["active"]), [frozen]);
     assert!(
         !has_test(&v, frozen),
@@ -1415,12 +1382,11 @@ fn active_freeze_entries_deselect_and_count_and_entries_the_patch_adds_are_repor
     assert_verdict(&run, &v, exit::REJECT, "reject");
 
     // A frozen-count budget of zero is breached by the base's entry (reject still wins).
-    let (_, v) = audit(
-        &repo,
-        &base,
-        &head,
-        &["--seeds", "0", "--today", "2025-06-01", "--max-frozen", "0"],
-    );
+    let (_, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--today", "2025-06-01", "--max-frozen", "0"])
+        .report_both_ways();
     assert!(
         strs(&v["budget"]["breaches"])
             .iter()
@@ -1453,7 +1419,7 @@ fn a_fixture_modified_without_relocking_is_drift_with_exit_3() {
     repo.write("tests/fixtures/cfg/settings.json", "{\"level\": 2}\n");
     let head = repo.commit("bump the level, forget the lock");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::DRIFT, "drift");
     assert_eq!(
         v["lock"]["drift"],
@@ -1474,7 +1440,7 @@ fn a_locked_repository_with_an_untouched_fixture_passes_the_lock_gate() {
     let (repo, base) = locked_repo();
     repo.write("README.md", "notes\n");
     let head = repo.commit("docs");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(v["lock"]["drift"], serde_json::json!([]));
     assert_eq!(v["lock"]["changed_by_patch"], false);
@@ -1488,7 +1454,7 @@ fn a_patch_that_relocks_a_modified_fixture_reports_the_lock_change_and_no_drift(
     assert_eq!(lock.code, 0, "{lock:?}");
     let head = repo.commit("bump the level and re-lock");
 
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_eq!(v["lock"]["drift"], serde_json::json!([]), "{run:?}");
     assert_eq!(v["lock"]["changed_by_patch"], true);
     let f = finding(&v, "lock-changed", "tests/fixtures/cfg/settings.json");
@@ -1591,8 +1557,8 @@ fn two_audits_of_the_same_inputs_give_the_same_report_apart_from_timing() {
     let head = repo.commit("cosmetic fixture edit and a new test");
     let args = ["--seeds", "2", "--today", "2025-06-01"];
 
-    let (run1, first) = audit(&repo, &base, &head, &args);
-    let (run2, second) = audit(&repo, &base, &head, &args);
+    let (run1, first) = repo.audit(&base, &head).args(&args).report_both_ways();
+    let (run2, second) = repo.audit(&base, &head).args(&args).report_both_ways();
     assert_eq!(run1.code, run2.code);
     for field in [
         "tests", "pairs", "verdict", "fixtures", "findings", "freeze", "seeds",
@@ -1622,7 +1588,7 @@ fn two_audits_of_the_same_inputs_give_the_same_report_apart_from_timing() {
     // And without the cache: every run executes again and gives the same report.
     let mut fresh = args.to_vec();
     fresh.push("--no-cache");
-    let (run3, third) = audit(&repo, &base, &head, &fresh);
+    let (run3, third) = repo.audit(&base, &head).args(&fresh).report_both_ways();
     assert_eq!(run1.code, run3.code);
     assert!(third["pytest_processes"].as_u64().unwrap() > 0, "{run3:?}");
     for field in ["tests", "pairs", "verdict", "fixtures", "findings"] {
@@ -1651,7 +1617,7 @@ fn regression_a_new_unittest_skip_decorator_is_a_new_skip() {
         "import unittest\n\nclass T(unittest.TestCase):\n    @unittest.skip('TODO: flaky on CI')\n    def test_a(self):\n        self.assertTrue(True)\n",
     );
     let head = repo.commit("skip it");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     assert_eq!(v["budget"]["used"]["new_skips"], 1, "{}", v["budget"]);
 }
@@ -1666,7 +1632,7 @@ fn regression_a_skip_inside_an_edited_test_body_is_a_new_skip() {
         "import pytest\n\ndef test_a():\n    pytest.skip('covered elsewhere')\n    assert 1 + 1 == 2\n",
     );
     let head = repo.commit("skip inside");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report_both_ways();
     assert_verdict(&run, &v, exit::UNVERIFIED, "unverified");
     let f = finding(&v, "new-skip", "tests/test_s.py::test_a");
     assert!(
@@ -1691,7 +1657,7 @@ fn regression_a_change_that_breaks_every_test_does_not_start_a_process_per_test(
         "import pytest\n\n@pytest.fixture(autouse=True)\ndef broken():\n    raise RuntimeError('the fixture is broken')\n",
     );
     let head = repo.commit("break every test");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "1"]);
+    let (run, v) = repo.audit(&base, &head).seeds(1).report_both_ways();
     assert_verdict(&run, &v, exit::REJECT, "reject");
     assert!(
         v["tests"]

@@ -1,8 +1,9 @@
 //! Containment of untrusted test code: writes outside the sandbox are blocked and reported,
 //! the repository, the home and the host's processes are out of sight, the environment is
 //! clean, and no process a test starts outlives its run, even when fixgate is SIGKILLed.
-//! Namespaces are exercised where the platform permits them (it does here, and in CI, as
-//! root); the fallback is exercised everywhere with `FIXGATE_NO_NAMESPACES`.
+//! Each test runs in every condition of `common::containment` (namespaces; a container's
+//! seccomp profile as root and as an unprivileged user, where Landlock contains the runs) but
+//! where it pins what one tier alone does.
 
 mod common;
 
@@ -10,24 +11,23 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{tree_bytes, TestRepo};
+use common::containment::{Condition, CONTAINED};
+use common::{processes_with, tree_bytes, unique, TestRepo};
 
-/// The test interpreter's own executable, not a wrapper (a pyenv shim adds variables of its
-/// own to the environment tests see).
+/// The test interpreter's own executable in this thread's condition.
 fn real_python() -> std::path::PathBuf {
-    static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let out = Command::new(common::python())
-                .args(["-c", "import sys; print(sys.executable)"])
-                .output()
-                .unwrap();
-            String::from_utf8(out.stdout).unwrap().trim().into()
-        })
-        .clone()
+    Condition::current().real_python()
 }
 
-/// Runs the binary on `repo` with the test interpreter, a given HOME and extra environment.
+/// Runs `test` in each condition of [`CONTAINED`], saying which on failure.
+fn each_condition(test: impl Fn()) {
+    for c in CONTAINED {
+        c.run(&test);
+    }
+}
+
+/// Runs the binary on `repo` with the test interpreter, a given HOME and extra environment, in
+/// this thread's condition.
 fn fixgate_env(repo: &TestRepo, home: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = common::fixgate_command();
     cmd.args(args)
@@ -41,6 +41,7 @@ fn fixgate_env(repo: &TestRepo, home: &Path, env: &[(&str, &str)], args: &[&str]
     for (k, v) in env {
         cmd.env(k, v);
     }
+    Condition::current().configure(&mut cmd, &[repo.path(), repo.cache.path(), home]);
     cmd.output().expect("fixgate runs")
 }
 
@@ -81,22 +82,6 @@ fn outside_writes(v: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Processes on this machine whose command line holds `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cmdline).contains(marker) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
 fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -106,14 +91,6 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     cond()
-}
-
-fn unique(prefix: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{t}", std::process::id())
 }
 
 /// The outside-write cases of issue 12, one test each: straight to a file, through a shell
@@ -144,102 +121,126 @@ fn hostile_writes_repo(home: &Path, tmp_target: &Path) -> TestRepo {
 
 #[test]
 fn writes_outside_the_sandbox_are_blocked_and_reported_per_test() {
-    assert_namespaces_permitted();
-    let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join(".bashrc"), "# mine\n").unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let target = scratch.path().join("evil.txt");
-    let repo = hostile_writes_repo(home.path(), &target);
-    let tree_before = tree_bytes(repo.path());
-    let home_before = tree_bytes(home.path());
+    each_condition(|| {
+        assert_namespaces_permitted();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(home.path().join(".bashrc"), "# mine\n").unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let target = scratch.path().join("evil.txt");
+        let repo = hostile_writes_repo(home.path(), &target);
+        let tree_before = tree_bytes(repo.path());
+        let home_before = tree_bytes(home.path());
 
-    let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let v = json(&out);
-    assert_eq!(v["containment"], "namespaces", "{v}");
-    for t in [
-        "test_direct",
-        "test_subprocess",
-        "test_user_repo",
-        "test_real_home",
-        "test_tmp",
-    ] {
-        assert_eq!(outcome(&v, t), "failed", "{t} must be blocked: {v}");
-    }
-    assert_eq!(outcome(&v, "test_own_sandbox_is_writable"), "passed", "{v}");
+        let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v = json(&out);
+        assert_eq!(v["containment"], Condition::current().tier(), "{v}");
+        for t in [
+            "test_direct",
+            "test_subprocess",
+            "test_user_repo",
+            "test_real_home",
+            "test_tmp",
+        ] {
+            assert_eq!(outcome(&v, t), "failed", "{t} must be blocked: {v}");
+        }
+        assert_eq!(outcome(&v, "test_own_sandbox_is_writable"), "passed", "{v}");
 
-    let writes = outside_writes(&v);
-    let reported = |test: &str, path_end: &str| {
-        writes
-            .iter()
-            .any(|(t, p)| t.ends_with(test) && p.ends_with(path_end))
-    };
-    assert!(reported("test_direct", "evil.txt"), "{writes:?}");
-    assert!(reported("test_subprocess", "evil.txt.sh"), "{writes:?}");
-    assert!(reported("test_user_repo", "pkg/INJECTED.py"), "{writes:?}");
-    assert!(reported("test_real_home", "planted"), "{writes:?}");
-    assert!(reported("test_tmp", "evil.txt.tmp"), "{writes:?}");
-    assert!(
-        !writes.iter().any(|(t, _)| t.ends_with("writable")),
-        "{writes:?}"
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("outside its sandbox"), "{stderr}");
+        let writes = outside_writes(&v);
+        let reported = |test: &str, path_end: &str| {
+            writes
+                .iter()
+                .any(|(t, p)| t.ends_with(test) && p.ends_with(path_end))
+        };
+        assert!(reported("test_direct", "evil.txt"), "{writes:?}");
+        assert!(reported("test_subprocess", "evil.txt.sh"), "{writes:?}");
+        assert!(reported("test_user_repo", "pkg/INJECTED.py"), "{writes:?}");
+        assert!(reported("test_real_home", "planted"), "{writes:?}");
+        assert!(reported("test_tmp", "evil.txt.tmp"), "{writes:?}");
+        assert!(
+            !writes.iter().any(|(t, _)| t.ends_with("writable")),
+            "{writes:?}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("outside its sandbox"), "{stderr}");
 
-    assert_eq!(
-        tree_bytes(repo.path()),
-        tree_before,
-        "the user's tree changed"
-    );
-    assert_eq!(tree_bytes(home.path()), home_before, "the home changed");
-    assert!(!target.exists());
-    assert!(!Path::new("/tmp/evil.txt.sh").exists());
-    assert!(!Path::new("/tmp")
-        .join(format!(
-            "{}.tmp",
-            target.file_name().unwrap().to_string_lossy()
-        ))
-        .exists());
+        assert_eq!(
+            tree_bytes(repo.path()),
+            tree_before,
+            "the user's tree changed"
+        );
+        assert_eq!(tree_bytes(home.path()), home_before, "the home changed");
+        assert!(!target.exists());
+        assert!(!Path::new("/tmp/evil.txt.sh").exists());
+        assert!(!Path::new("/tmp")
+            .join(format!(
+                "{}.tmp",
+                target.file_name().unwrap().to_string_lossy()
+            ))
+            .exists());
+    });
 }
 
 #[test]
 fn tests_see_neither_the_repository_nor_the_home_nor_the_hosts_processes() {
-    assert_namespaces_permitted();
-    let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
-    let repo = TestRepo::new();
-    let origin = repo.path().display().to_string();
-    repo.write(
+    each_condition(|| {
+        assert_namespaces_permitted();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
+        let repo = TestRepo::new();
+        let origin = repo.path().display().to_string();
+        // Namespaces cover what a run must not see with empty folders and give it a PID namespace;
+        // Landlock refuses to list or read them, and lets it inspect no process of the host (the
+        // checkout found through /proc/*/cwd included). Runs keep no capability but, under
+        // Landlock for root with an interpreter out of uid 65534's reach, CAP_DAC_READ_SEARCH.
+        let (hidden, processes, caps, fields) = match Condition::current().tier() {
+        "namespaces" => (
+            "def hidden(path):\n    return os.listdir(path) == []\n",
+            "def test_own_processes():\n    pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]\n    assert max(pids) < 100, pids\n    assert os.getppid() in (1, 2)\n    assert b'fixgate' not in open('/proc/1/cmdline', 'rb').read()\n",
+            "0x0",
+            "('CapEff', 'CapPrm', 'CapAmb', 'CapBnd')",
+        ),
+        _ => (
+            "def hidden(path):\n    try:\n        os.listdir(path)\n    except PermissionError:\n        return True\n    return False\n",
+            "def test_own_processes():\n    seen = []\n    for p in os.listdir('/proc'):\n        if p.isdigit():\n            try:\n                seen.append(os.readlink('/proc/%s/cwd' % p))\n            except OSError:\n                pass\n    assert not [c for c in seen if c.startswith(ORIGIN)], seen\n",
+            "0x4",
+            // An unprivileged user cannot empty its bounding set; no_new_privs makes it moot.
+            "('CapEff', 'CapPrm', 'CapAmb')",
+        ),
+    };
+        repo.write(
         "tests/test_look.py",
         format!(
-            "import os\n\n\
-             def test_repository_hidden():\n    assert os.listdir({origin:?}) == []\n\n\
-             def test_home_hidden():\n    assert os.listdir({home:?}) == []\n\n\
-             def test_own_pid_namespace():\n    pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]\n    assert max(pids) < 100, pids\n    assert os.getppid() in (1, 2)\n    assert b'fixgate' not in open('/proc/1/cmdline', 'rb').read()\n\n\
+            "import os\n\nORIGIN = {origin:?}\n\n{hidden}\n\
+             def test_repository_hidden():\n    assert hidden({origin:?})\n\n\
+             def test_home_hidden():\n    assert hidden({home:?})\n\n\
+             {processes}\n\
              def test_proc_sys_read_only():\n    try:\n        open('/proc/sys/kernel/hostname', 'w').write('x')\n    except OSError:\n        return\n    raise AssertionError('wrote /proc/sys')\n\n\
-             def test_no_capabilities():\n    status = open('/proc/self/status').read()\n    assert 'CapEff:\\t0000000000000000' in status, status\n    assert 'CapBnd:\\t0000000000000000' in status, status\n",
+             def test_no_capabilities():\n    status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n    for field in {fields}:\n        assert int(status[field], 16) & ~{caps} == 0, status\n    assert status['NoNewPrivs'].strip() == '1', status\n",
             home = home.path().display().to_string(),
         ),
     );
-    repo.commit("base");
-    let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
-    let v = json(&out);
-    for t in [
-        "test_repository_hidden",
-        "test_home_hidden",
-        "test_own_pid_namespace",
-        "test_proc_sys_read_only",
-        "test_no_capabilities",
-    ] {
-        assert_eq!(outcome(&v, t), "passed", "{t}: {v}");
-    }
+        repo.commit("base");
+        let out = fixgate_env(&repo, home.path(), &[], &["run", "--format", "json"]);
+        let v = json(&out);
+        for t in [
+            "test_repository_hidden",
+            "test_home_hidden",
+            "test_own_processes",
+            "test_proc_sys_read_only",
+            "test_no_capabilities",
+        ] {
+            assert_eq!(outcome(&v, t), "passed", "{t}: {v}");
+        }
+    });
 }
 
 #[test]
 fn tests_see_only_the_documented_environment() {
-    let home = tempfile::tempdir().unwrap();
-    let repo = TestRepo::new();
-    repo.write(
+    each_condition(|| {
+        let home = tempfile::tempdir().unwrap();
+        let repo = TestRepo::new();
+        repo.write(
         "tests/test_env.py",
         "import os, site, sys\n\n\
          def test_interpreter_variables_scrubbed():\n    leaked = sorted(k for k in os.environ if k.startswith('PYTHON') and k not in ('PYTHONPATH', 'PYTHONHASHSEED', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED', 'PYTHONNOUSERSITE', 'PYTHONBREAKPOINT'))\n    assert leaked == []\n    assert 'PYTEST_ADDOPTS' not in os.environ\n\n\
@@ -247,42 +248,43 @@ fn tests_see_only_the_documented_environment() {
          def test_exact_environment():\n    names = set(os.environ) - {'PATH', 'LANG', 'LANGUAGE', 'LC_ALL', 'LC_CTYPE', 'LC_MESSAGES', 'LC_NUMERIC', 'LC_TIME', 'LC_COLLATE'}\n    expected = {'PYTHONPATH', 'HOME', 'TMPDIR', 'TEMP', 'TMP', 'PYTHONHASHSEED', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED', 'TZ', 'NO_COLOR', 'PYTHONNOUSERSITE', 'PYTHONBREAKPOINT', 'PYTEST_CURRENT_TEST', 'PYTEST_VERSION'}\n    assert names == expected, sorted(names ^ expected)\n\n\
          def test_passed_on_purpose():\n    assert os.environ.get('PYTHONBREAKPOINT') == '0'\n",
     );
-    repo.commit("base");
-    let hostile = [
-        ("PYTHONUSERBASE", "/nonexistent/userbase"),
-        ("PYTHONSTARTUP", "/nonexistent/startup.py"),
-        ("PYTHONINSPECT", "1"),
-        ("PYTHONBREAKPOINT", "0"),
-        ("PYTHONWARNINGS", "error"),
-        ("PYTHONOPTIMIZE", "2"),
-        ("PYTHONSAFEPATH", "1"),
-        ("PYTEST_ADDOPTS", "-x"),
-        ("PYTEST_PLUGINS", "nonexistent_plugin"),
-        ("AWS_SECRET_ACCESS_KEY", "hunter2"),
-    ];
-    for no_ns in ["", "1"] {
-        let mut env = hostile.to_vec();
-        env.push(("FIXGATE_NO_NAMESPACES", no_ns));
-        let out = fixgate_env(
-            &repo,
-            home.path(),
-            &env,
-            &["run", "--format", "json", "--pass-env", "PYTHONBREAKPOINT"],
-        );
-        let v = json(&out);
-        for t in [
-            "test_interpreter_variables_scrubbed",
-            "test_user_site_off",
-            "test_exact_environment",
-            "test_passed_on_purpose",
-        ] {
-            assert_eq!(
-                outcome(&v, t),
-                "passed",
-                "{t} (no namespaces: {no_ns:?}): {v}"
+        repo.commit("base");
+        let hostile = [
+            ("PYTHONUSERBASE", "/nonexistent/userbase"),
+            ("PYTHONSTARTUP", "/nonexistent/startup.py"),
+            ("PYTHONINSPECT", "1"),
+            ("PYTHONBREAKPOINT", "0"),
+            ("PYTHONWARNINGS", "error"),
+            ("PYTHONOPTIMIZE", "2"),
+            ("PYTHONSAFEPATH", "1"),
+            ("PYTEST_ADDOPTS", "-x"),
+            ("PYTEST_PLUGINS", "nonexistent_plugin"),
+            ("AWS_SECRET_ACCESS_KEY", "hunter2"),
+        ];
+        for no_ns in ["", "1"] {
+            let mut env = hostile.to_vec();
+            env.push(("FIXGATE_NO_NAMESPACES", no_ns));
+            let out = fixgate_env(
+                &repo,
+                home.path(),
+                &env,
+                &["run", "--format", "json", "--pass-env", "PYTHONBREAKPOINT"],
             );
+            let v = json(&out);
+            for t in [
+                "test_interpreter_variables_scrubbed",
+                "test_user_site_off",
+                "test_exact_environment",
+                "test_passed_on_purpose",
+            ] {
+                assert_eq!(
+                    outcome(&v, t),
+                    "passed",
+                    "{t} (no namespaces: {no_ns:?}): {v}"
+                );
+            }
         }
-    }
+    });
 }
 
 /// A suite whose tests leave processes behind: a plain fork, a setsid daemon, a double fork.
@@ -307,51 +309,55 @@ fn survivors_repo(marker: &str, hang: bool) -> TestRepo {
 
 #[test]
 fn no_process_a_test_starts_outlives_its_run() {
-    for no_ns in ["", "1"] {
-        let marker = unique("fixgate-survivor");
-        let repo = survivors_repo(&marker, false);
-        let home = tempfile::tempdir().unwrap();
-        let out = fixgate_env(
-            &repo,
-            home.path(),
-            &[("FIXGATE_NO_NAMESPACES", no_ns)],
-            &["run", "--format", "json"],
-        );
-        let v = json(&out);
-        assert_eq!(outcome(&v, "test_setsid_daemon"), "passed", "{v}");
-        let left = processes_with(&marker);
-        for pid in &left {
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
+    each_condition(|| {
+        for no_ns in ["", "1"] {
+            let marker = unique("fixgate-survivor");
+            let repo = survivors_repo(&marker, false);
+            let home = tempfile::tempdir().unwrap();
+            let out = fixgate_env(
+                &repo,
+                home.path(),
+                &[("FIXGATE_NO_NAMESPACES", no_ns)],
+                &["run", "--format", "json"],
+            );
+            let v = json(&out);
+            assert_eq!(outcome(&v, "test_setsid_daemon"), "passed", "{v}");
+            let left = processes_with(&marker);
+            for pid in &left {
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            assert!(
+                left.is_empty(),
+                "survivors {left:?} (no namespaces: {no_ns:?})"
+            );
         }
-        assert!(
-            left.is_empty(),
-            "survivors {left:?} (no namespaces: {no_ns:?})"
-        );
-    }
+    });
 }
 
 #[test]
 fn a_hanging_test_and_everything_it_started_die_at_the_timeout() {
-    assert_namespaces_permitted();
-    let marker = unique("fixgate-hang");
-    let repo = survivors_repo(&marker, true);
-    let home = tempfile::tempdir().unwrap();
-    let out = fixgate_env(
-        &repo,
-        home.path(),
-        &[],
-        &["run", "--format", "json", "--test-timeout", "2"],
-    );
-    let v = json(&out);
-    assert_eq!(outcome(&v, "test_hangs"), "timeout", "{v}");
-    let gone = wait_until(Duration::from_secs(10), || {
-        processes_with(&marker).is_empty()
+    each_condition(|| {
+        assert_namespaces_permitted();
+        let marker = unique("fixgate-hang");
+        let repo = survivors_repo(&marker, true);
+        let home = tempfile::tempdir().unwrap();
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[],
+            &["run", "--format", "json", "--test-timeout", "2"],
+        );
+        let v = json(&out);
+        assert_eq!(outcome(&v, "test_hangs"), "timeout", "{v}");
+        let gone = wait_until(Duration::from_secs(10), || {
+            processes_with(&marker).is_empty()
+        });
+        let left = processes_with(&marker);
+        for pid in &left {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(gone, "survivors {left:?}");
     });
-    let left = processes_with(&marker);
-    for pid in &left {
-        unsafe { libc::kill(*pid, libc::SIGKILL) };
-    }
-    assert!(gone, "survivors {left:?}");
 }
 
 #[test]
@@ -436,85 +442,99 @@ fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
 
 /// `fixgate run --format json` on `repo` with the interpreter `py` and the home `home`.
 fn run_with(repo: &TestRepo, py: &Path, home: &Path) -> serde_json::Value {
-    let out = common::fixgate_command()
-        .args(["run", "--format", "json", "--python"])
+    let mut cmd = common::fixgate_command();
+    cmd.args(["run", "--format", "json", "--python"])
         .arg(py)
         .arg("--cache-dir")
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env("HOME", home)
-        .output()
-        .unwrap();
-    json(&out)
+        .env("HOME", home);
+    Condition::current().configure(&mut cmd, &[repo.path(), repo.cache.path()]);
+    json(&cmd.output().unwrap())
 }
 
 #[test]
 fn regression_a_virtualenv_whose_base_interpreter_is_under_the_hidden_home_still_runs() {
-    assert_namespaces_permitted();
-    // The venv's python links to its base interpreter; with the base under the (hidden) home,
-    // the link led nowhere and every run failed to start.
-    let venv = tempfile::tempdir().unwrap();
-    let py = common::private_venv(venv.path());
-    let base = Command::new(&py)
-        .args(["-c", "import sys; print(sys.base_prefix)"])
-        .output()
+    each_condition(|| {
+        assert_namespaces_permitted();
+        // The venv's python links to its base interpreter; with the base under the (hidden) home,
+        // the link led nowhere and every run failed to start.
+        let venv = tempfile::tempdir().unwrap();
+        // Any user runs it (an unprivileged condition's fixgate too).
+        std::fs::set_permissions(
+            venv.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
         .unwrap();
-    let base = std::path::PathBuf::from(String::from_utf8(base.stdout).unwrap().trim());
-    let home = base.parent().unwrap();
-    let repo = TestRepo::new();
-    repo.write("tests/test_a.py", "def test_a():\n    pass\n");
-    repo.commit("base");
-    let v = run_with(&repo, &py, home);
-    assert_eq!(v["containment"], "namespaces", "{v}");
-    assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+        let py = common::private_venv(venv.path());
+        let base = Command::new(&py)
+            .args(["-c", "import sys; print(sys.base_prefix)"])
+            .output()
+            .unwrap();
+        let base = std::path::PathBuf::from(String::from_utf8(base.stdout).unwrap().trim());
+        let home = base.parent().unwrap();
+        let repo = TestRepo::new();
+        repo.write("tests/test_a.py", "def test_a():\n    pass\n");
+        repo.commit("base");
+        let v = run_with(&repo, &py, home);
+        assert_eq!(v["containment"], Condition::current().tier(), "{v}");
+        assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+    });
 }
 
 #[test]
 fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
-    assert_namespaces_permitted();
-    // A venv whose `.pth` adds a folder under /tmp (a checkout under /tmp whose shared venv is
-    // there): each run has a private /tmp, which hid the folder, and the import failed.
-    let venv = tempfile::tempdir().unwrap();
-    let py = common::private_venv(venv.path());
-    let lib = tempfile::Builder::new()
-        .prefix("fixgate-lib-")
-        .tempdir_in("/tmp")
+    each_condition(|| {
+        assert_namespaces_permitted();
+        // A venv whose `.pth` adds a folder under /tmp (a checkout under /tmp whose shared venv is
+        // there): each run has a private /tmp, which hid the folder, and the import failed.
+        let venv = tempfile::tempdir().unwrap();
+        let lib = tempfile::Builder::new()
+            .prefix("fixgate-lib-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // Any user reads them (an unprivileged condition's fixgate too).
+        for dir in [venv.path(), lib.path()] {
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        let py = common::private_venv(venv.path());
+        std::fs::write(lib.path().join("extra_lib.py"), "ANSWER = 42\n").unwrap();
+        std::fs::write(
+            common::purelib(&py).join("extra.pth"),
+            format!("{}\n", lib.path().display()),
+        )
         .unwrap();
-    std::fs::write(lib.path().join("extra_lib.py"), "ANSWER = 42\n").unwrap();
-    std::fs::write(
-        common::purelib(&py).join("extra.pth"),
-        format!("{}\n", lib.path().display()),
-    )
-    .unwrap();
-    // Only the library folder comes back: the rest of /tmp stays out of sight.
-    let secret = tempfile::Builder::new()
-        .prefix("fixgate-secret-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let key = secret.path().join("key");
-    std::fs::write(&key, "s3cret").unwrap();
-    let repo = TestRepo::new();
-    repo.write(
+        // Only the library folder comes back: the rest of /tmp stays out of sight.
+        let secret = tempfile::Builder::new()
+            .prefix("fixgate-secret-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let key = secret.path().join("key");
+        std::fs::write(&key, "s3cret").unwrap();
+        let repo = TestRepo::new();
+        repo.write(
         "tests/test_a.py",
         format!(
             "import os\nimport extra_lib\n\n\ndef test_a():\n    assert extra_lib.ANSWER == 42\n\n\n\
-             def test_the_rest_of_tmp_is_hidden():\n    assert not os.path.exists({:?})\n",
+             def test_the_rest_of_tmp_is_hidden():\n    try:\n        open({:?}).read()\n    except OSError:\n        return\n    raise AssertionError('read the rest of /tmp')\n",
             key.display().to_string()
         ),
     );
-    repo.commit("base");
-    let v = run_with(
-        &repo,
-        &py,
-        Path::new(&std::env::var_os("HOME").unwrap_or_default()),
-    );
-    assert_eq!(v["containment"], "namespaces", "{v}");
-    assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
-    assert_eq!(
-        outcome(&v, "test_the_rest_of_tmp_is_hidden"),
-        "passed",
-        "{v}"
-    );
+        repo.commit("base");
+        let v = run_with(
+            &repo,
+            &py,
+            Path::new(&std::env::var_os("HOME").unwrap_or_default()),
+        );
+        assert_eq!(v["containment"], Condition::current().tier(), "{v}");
+        assert_eq!(outcome(&v, "test_a"), "passed", "{v}");
+        assert_eq!(
+            outcome(&v, "test_the_rest_of_tmp_is_hidden"),
+            "passed",
+            "{v}"
+        );
+    });
 }
 
 #[test]
@@ -634,7 +654,7 @@ fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
 }
 
 #[test]
-fn without_namespaces_the_report_says_none_and_outside_writes_are_still_findings() {
+fn uncontained_the_report_says_none_and_outside_writes_are_still_findings() {
     let home = tempfile::tempdir().unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let target = scratch.path().join("fallback.txt");
@@ -650,11 +670,13 @@ fn without_namespaces_the_report_says_none_and_outside_writes_are_still_findings
     let out = fixgate_env(
         &repo,
         home.path(),
-        &[("FIXGATE_NO_NAMESPACES", "1")],
-        &["run", "--format", "json"],
+        &[],
+        &["run", "--format", "json", "--containment", "none"],
     );
+    let _ = std::fs::remove_file(&target);
     let v = json(&out);
     assert_eq!(v["containment"], "none", "{v}");
+    assert_eq!(v["containment_detail"]["shared_cache"], false, "{v}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.matches("runs are not contained").count(),
@@ -669,16 +691,22 @@ fn without_namespaces_the_report_says_none_and_outside_writes_are_still_findings
         "{v}"
     );
 
-    let strict = fixgate_env(
-        &repo,
-        home.path(),
-        &[("FIXGATE_NO_NAMESPACES", "1")],
-        &["run", "--containment", "strict"],
-    );
-    assert_eq!(strict.status.code(), Some(2), "{strict:?}");
-    let stderr = String::from_utf8_lossy(&strict.stderr);
-    assert!(stderr.contains("--containment strict"), "{stderr}");
-    assert!(stderr.contains("namespaces"), "{stderr}");
+    // Where nothing can contain runs (a container whose profile refuses Landlock too), auto
+    // and strict refuse, saying what the machine lacks and how to get it.
+    for choice in ["auto", "strict"] {
+        let refused = Condition::NoTier
+            .run(|| fixgate_env(&repo, home.path(), &[], &["run", "--containment", choice]));
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        for said in [
+            "cannot be contained here",
+            "namespaces",
+            "Landlock",
+            "Linux 5.13",
+        ] {
+            assert!(stderr.contains(said), "{choice}: {said}: {stderr}");
+        }
+    }
 }
 
 #[test]
@@ -687,7 +715,7 @@ fn the_audit_report_names_its_containment() {
     let repo = TestRepo::new();
     repo.write("tests/test_a.py", "def test_a():\n    assert True\n");
     repo.commit("base");
-    for (no_ns, expected) in [("", "namespaces"), ("1", "none")] {
+    for (no_ns, expected) in [("", "namespaces"), ("1", "landlock")] {
         let out = fixgate_env(
             &repo,
             home.path(),
@@ -727,60 +755,10 @@ fn assert_namespaces_permitted() {
     );
 }
 
-/// An interpreter with pytest that an unprivileged user can run: a virtualenv under `target/`
-/// made once (under a file lock) from a system `python3` outside any home.
-fn python_for_everyone() -> std::path::PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("..")
-        .join("contain-shared-venv");
-    let python = venv.join("bin").join("python");
-    let has_pytest = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import pytest"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_pytest(&python) {
-        return python;
-    }
-    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let lock = std::fs::File::create(
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("contain-shared-venv.lock"),
-    )
-    .unwrap();
-    use std::os::unix::io::AsRawFd;
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
-    if !has_pytest(&python) {
-        let base = ["/usr/bin/python3", "/usr/local/bin/python3"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("this test needs a python3 in /usr/bin or /usr/local/bin (apt-get install python3-venv)");
-        let ok = Command::new(base)
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "{base} -m venv failed: install python3-venv");
-        let ok = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "pytest>=7.4",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "pip install pytest into {} failed", venv.display());
-    }
-    python
-}
-
 #[test]
 fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
     assert_namespaces_permitted();
-    let python = python_for_everyone();
+    let python = common::containment::shared_python();
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("secret.txt"), "hunter2").unwrap();
     let scratch = tempfile::tempdir().unwrap();
@@ -858,50 +836,52 @@ fn an_unprivileged_user_gets_the_same_containment_through_a_user_namespace() {
 
 #[test]
 fn an_audit_rejects_a_patch_whose_test_writes_outside_its_sandbox() {
-    for no_ns in ["", "1"] {
-        let target = std::env::temp_dir().join(unique("fixgate-outside"));
-        let repo = TestRepo::new();
-        repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
-        let base = repo.commit("base");
-        repo.write(
+    each_condition(|| {
+        for no_ns in ["", "1"] {
+            let target = std::env::temp_dir().join(unique("fixgate-outside"));
+            let repo = TestRepo::new();
+            repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
+            let base = repo.commit("base");
+            repo.write(
             "tests/test_sneaky.py",
             format!(
                 "def test_sneaky():\n    try:\n        open({:?}, 'w').write('x')\n    except OSError:\n        pass\n",
                 target.display().to_string()
             ),
         );
-        let head = repo.commit("a test that writes outside");
-        let home = tempfile::tempdir().unwrap();
-        let out = fixgate_env(
-            &repo,
-            home.path(),
-            &[("FIXGATE_NO_NAMESPACES", no_ns)],
-            &[
-                "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json",
-            ],
-        );
-        let v = json(&out);
-        let _ = std::fs::remove_file(&target);
-        assert_eq!(out.status.code(), Some(1), "{v}");
-        let finding = v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "outside-write")
-            .unwrap_or_else(|| panic!("no outside-write finding: {v}"));
-        assert_eq!(finding["tests"][0], "tests/test_sneaky.py::test_sneaky");
-        assert_eq!(finding["blocking"], true);
-        assert!(
-            finding["message"]
-                .as_str()
+            let head = repo.commit("a test that writes outside");
+            let home = tempfile::tempdir().unwrap();
+            let out = fixgate_env(
+                &repo,
+                home.path(),
+                &[("FIXGATE_NO_NAMESPACES", no_ns)],
+                &[
+                    "audit", "--base", &base, "--head", &head, "--seeds", "1", "--format", "json",
+                ],
+            );
+            let v = json(&out);
+            let _ = std::fs::remove_file(&target);
+            assert_eq!(out.status.code(), Some(1), "{v}");
+            let finding = v["findings"]
+                .as_array()
                 .unwrap()
-                .contains(&target.display().to_string()),
-            "{finding}"
-        );
-        assert!(v["reasons"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r.as_str().unwrap().starts_with("outside-write")));
-    }
+                .iter()
+                .find(|f| f["kind"] == "outside-write")
+                .unwrap_or_else(|| panic!("no outside-write finding: {v}"));
+            assert_eq!(finding["tests"][0], "tests/test_sneaky.py::test_sneaky");
+            assert_eq!(finding["blocking"], true);
+            assert!(
+                finding["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&target.display().to_string()),
+                "{finding}"
+            );
+            assert!(v["reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r.as_str().unwrap().starts_with("outside-write")));
+        }
+    });
 }

@@ -873,7 +873,7 @@ fn a_forked_run_runs_the_suites_exit_callbacks_and_ends_with_the_sessions_status
             cache.path(),
             &[
                 ("FIXGATE_FORK", if fork { "1" } else { "0" }),
-                ("FIXGATE_NO_NAMESPACES", "1"),
+                ("FIXGATE_CONTAINMENT", "none"),
             ],
             &["run", "--seed", "0", "--format", "json"],
         );

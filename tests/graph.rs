@@ -29,16 +29,6 @@ fn suite() -> TestRepo {
     repo
 }
 
-fn audit(repo: &TestRepo, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "audit", "--base", "HEAD", "--seeds", "1", "--format", "json", "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let run = repo.fixgate_py(&args);
-    assert_eq!(run.code, 0, "{run:?}");
-    run.json()
-}
-
 fn executed_of_kind(v: &Value, kind: &str) -> usize {
     v["graph"]["executed_nodes"]
         .as_array()
@@ -65,10 +55,10 @@ fn outcomes(v: &Value) -> Vec<(String, Value)> {
 #[test]
 fn an_audit_run_twice_with_nothing_changed_executes_nothing_the_second_time() {
     let repo = suite();
-    let first = audit(&repo, &[]);
+    let first = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert!(first["graph"]["executed"].as_u64().unwrap() > 0);
     assert_eq!(executed_of_kind(&first, "seed-run"), 3);
-    let second = audit(&repo, &[]);
+    let second = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(second["graph"]["executed"], 0, "{:#}", second["graph"]);
     assert_eq!(second["graph"]["nodes"], first["graph"]["nodes"]);
     assert_eq!(second["pytest_processes"], 0);
@@ -78,9 +68,9 @@ fn an_audit_run_twice_with_nothing_changed_executes_nothing_the_second_time() {
 #[test]
 fn a_readme_change_executes_no_seed_run() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     repo.write("README.md", "the suite, documented\n");
-    let v = audit(&repo, &[]);
+    let v = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&v, "seed-run"), 0, "{:#}", v["graph"]);
     assert_eq!(executed_of_kind(&v, "collect"), 0, "{:#}", v["graph"]);
 }
@@ -88,10 +78,10 @@ fn a_readme_change_executes_no_seed_run() {
 #[test]
 fn a_fixture_some_test_reads_reruns_every_seed_run_and_explain_names_it() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     let old = blake3::hash(b"{\"a\": 1}\n").to_hex().to_string();
     repo.write("tests/fixtures/data/a.json", "{\"a\": 2}\n");
-    let v = audit(&repo, &[]);
+    let v = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&v, "seed-run"), 3, "{:#}", v["graph"]);
     let explain = repo.fixgate(&["explain"]);
     assert_eq!(explain.code, 0, "{explain:?}");
@@ -114,30 +104,30 @@ fn a_fixture_some_test_reads_reruns_every_seed_run_and_explain_names_it() {
 #[test]
 fn a_fixture_no_test_reads_executes_no_seed_run() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     repo.write("tests/fixtures/data/unused.json", "{\"u\": 2}\n");
-    let v = audit(&repo, &[]);
+    let v = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&v, "seed-run"), 0, "{:#}", v["graph"]);
 }
 
 #[test]
 fn a_changed_source_file_that_tests_import_reruns_the_seed_runs() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     repo.write("src/calc.py", "def double(x):\n    return x + x\n");
-    let v = audit(&repo, &[]);
+    let v = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&v, "seed-run"), 3, "{:#}", v["graph"]);
 }
 
 #[test]
 fn flipping_a_fixture_and_back_hits_the_cache_the_second_time() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     repo.write("tests/fixtures/data/a.json", "{\"a\": 5}\n");
-    let flipped = audit(&repo, &[]);
+    let flipped = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&flipped, "seed-run"), 3);
     repo.write("tests/fixtures/data/a.json", "{\"a\": 1}\n");
-    let back = audit(&repo, &[]);
+    let back = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(
         executed_of_kind(&back, "seed-run"),
         0,
@@ -145,7 +135,7 @@ fn flipping_a_fixture_and_back_hits_the_cache_the_second_time() {
         back["graph"]
     );
     repo.write("tests/fixtures/data/a.json", "{\"a\": 5}\n");
-    let again = audit(&repo, &[]);
+    let again = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(
         executed_of_kind(&again, "seed-run"),
         0,
@@ -228,7 +218,7 @@ fn damage(dir: &Path, seed: u64) {
 #[test]
 fn a_damaged_cache_is_a_miss_never_a_crash_or_a_wrong_answer() {
     let repo = suite();
-    let clean = audit(&repo, &[]);
+    let clean = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     for seed in [7u64, 99, 12345] {
         damage(repo.cache.path(), seed);
         let run = repo.fixgate_py(&[
@@ -278,7 +268,7 @@ fn four_audits_at_once_on_one_cache_all_complete_with_identical_outcomes() {
         assert_eq!(outcomes(r), outcomes(&results[0]));
         assert_eq!(r["verdict"], results[0]["verdict"]);
     }
-    let after = audit(&repo, &[]);
+    let after = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(after["graph"]["executed"], 0, "{:#}", after["graph"]);
 }
 
@@ -290,7 +280,11 @@ fn two_independent_seed_runs_overlap_in_time_with_two_jobs() {
         "import time\n\ndef test_slow():\n    time.sleep(1.5)\n",
     );
     repo.commit("slow");
-    let v = audit(&repo, &["--jobs", "2"]);
+    let v = repo
+        .audit_tree("HEAD")
+        .seeds(1)
+        .args(&["--jobs", "2"])
+        .report_exiting(0);
     let runs: Vec<(f64, f64)> = v["graph"]["executed_nodes"]
         .as_array()
         .unwrap()
@@ -309,7 +303,7 @@ fn two_independent_seed_runs_overlap_in_time_with_two_jobs() {
 #[test]
 fn graph_prints_every_node_and_dot_is_graphviz() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     let g = repo.fixgate(&["graph"]);
     assert_eq!(g.code, 0, "{g:?}");
     assert!(
@@ -324,10 +318,18 @@ fn graph_prints_every_node_and_dot_is_graphviz() {
 #[test]
 fn no_cache_runs_everything_and_check_compares_with_the_cache() {
     let repo = suite();
-    audit(&repo, &[]);
-    let fresh = audit(&repo, &["--no-cache"]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
+    let fresh = repo
+        .audit_tree("HEAD")
+        .seeds(1)
+        .args(&["--no-cache"])
+        .report_exiting(0);
     assert_eq!(executed_of_kind(&fresh, "seed-run"), 3);
-    let checked = audit(&repo, &["--check"]);
+    let checked = repo
+        .audit_tree("HEAD")
+        .seeds(1)
+        .args(&["--check"])
+        .report_exiting(0);
     assert!(checked["findings"]
         .as_array()
         .unwrap()
@@ -342,7 +344,7 @@ fn no_cache_runs_everything_and_check_compares_with_the_cache() {
 #[test]
 fn cache_commands_report_and_maintain_the_store() {
     let repo = suite();
-    audit(&repo, &[]);
+    repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     let stats = repo.fixgate(&["cache", "stats", "--format", "json"]);
     assert_eq!(stats.code, 0, "{stats:?}");
     assert!(stats.json()["ac"]["entries"].as_u64().unwrap() > 0);
@@ -354,7 +356,7 @@ fn cache_commands_report_and_maintain_the_store() {
     assert_eq!(none.code, exit::ERROR);
     let clear = repo.fixgate(&["cache", "clear"]);
     assert_eq!(clear.code, 0);
-    let after = audit(&repo, &[]);
+    let after = repo.audit_tree("HEAD").seeds(1).report_exiting(0);
     assert_eq!(executed_of_kind(&after, "seed-run"), 3);
 }
 

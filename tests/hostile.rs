@@ -59,7 +59,7 @@ fn run_case(repo: &TestRepo, c: &Case) -> Outcome {
         .env("RUST_BACKTRACE", "0");
     if c.pipes != Pipes::Captured {
         // Makes fixgate warn (runs not contained), so that a closed standard error is written to.
-        cmd.env("FIXGATE_NO_NAMESPACES", "1");
+        cmd.env("FIXGATE_CONTAINMENT", "none");
     }
     let (out_pipe, err_pipe) = match c.pipes {
         Pipes::Captured => (Stdio::piped(), Stdio::piped()),
@@ -456,7 +456,7 @@ fn regression_a_closed_stderr_pipe_left_an_empty_report_and_exit_101() {
     let repo = suite_repo();
     let py = common::python();
     let script = format!(
-        "FIXGATE_NO_NAMESPACES=1 {bin} audit --base HEAD --seeds 1 --format json --cache-dir {cache} --python {py} \
+        "FIXGATE_CONTAINMENT=none {bin} audit --base HEAD --seeds 1 --format json --cache-dir {cache} --python {py} \
          2>&1 >{cache}/report.json | head -c 0; echo \"${{PIPESTATUS[0]}}\"",
         bin = env!("CARGO_BIN_EXE_fixgate"),
         cache = repo.cache.path().display(),

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::audit::{bucket, findings, judgment, Audit};
 use common::TestRepo;
 use serde_json::Value;
 
@@ -211,33 +212,17 @@ fn a_conftest_hook_between_the_phases_is_recorded_for_every_test() {
     );
 }
 
-/// Runs `fixgate audit` with the test interpreter and the repository's own cache.
-fn audit(repo: &TestRepo, args: &[&str]) -> (common::Run, Value) {
-    let mut all = vec!["audit", "--format", "json", "--jobs", "2"];
-    all.extend_from_slice(args);
-    let run = repo.fixgate_py(&all);
-    let v: Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
-    (run, v)
-}
-
-fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
-    v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
-}
-
 #[test]
 fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets_an_env_var() {
     let repo = recording_repo();
     repo.write("README.md", "docs\n");
     repo.commit("head: docs only");
-    let args = ["--base", "HEAD~1", "--head", "HEAD", "--seeds", "1"];
+    let audit = Audit::at(repo.path(), repo.cache.path())
+        .sides("HEAD~1", "HEAD")
+        .seeds(1)
+        .args(&["--jobs", "2"]);
     // Not scoped (the default): nothing is recorded, and the report says so.
-    let (run, v) = audit(&repo, &args);
+    let (run, v) = audit.report();
     assert_eq!(run.code, 0, "{run:?}");
     assert!(findings(&v, "leaks-state").is_empty(), "{v}");
     assert_eq!(v["scope"]["mode"], "off", "{v}");
@@ -247,7 +232,7 @@ fn leaks_state_names_the_test_that_mutates_a_module_global_and_the_one_that_sets
             .is_some_and(|r| r.starts_with("not scoped")),
         "{v}"
     );
-    let (run, v) = audit(&repo, &[&args[..], &["--scoped"]].concat());
+    let (run, v) = audit.args(&["--scoped"]).report();
     assert_eq!(run.code, 0, "{run:?}");
     let leaks = findings(&v, "leaks-state");
     let message = |id: &str| -> String {
@@ -452,36 +437,17 @@ fn rewrite_m1(repo: &TestRepo) {
     repo.commit("head: m1 rewritten");
 }
 
-fn scoped_audit(repo: &TestRepo, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "audit", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", "--quiet", "--seeds",
-        "2", "--scoped",
-    ];
-    args.extend_from_slice(extra);
-    let run = repo.fixgate_py(&args);
-    let v: Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {run:?}"));
-    common::assert_same_scoped_and_full(repo, &args, &v);
-    v
-}
-
-fn bucket(v: &Value, nodeid: &str) -> String {
-    v["tests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["nodeid"] == nodeid)
-        .unwrap_or_else(|| panic!("{nodeid} is not in the report"))["bucket"]
-        .as_str()
-        .unwrap()
-        .to_string()
+/// The scoped audit of the last commit, checked against whole orders.
+fn scoped_audit(repo: &TestRepo) -> Value {
+    let audit = repo.audit("HEAD~1", "HEAD").seeds(2).args(&["--scoped"]);
+    audit.report_both_ways().1
 }
 
 #[test]
 fn an_equivalent_rewrite_runs_its_tests_with_the_writers_and_readers_and_carries_the_rest() {
     let repo = registry_repo();
     rewrite_m1(&repo);
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "pass", "{v}");
     let scope = &v["scope"];
     assert_eq!(scope["mode"], "scoped", "{scope}");
@@ -577,7 +543,7 @@ fn every_way_a_test_reaches_a_written_global_puts_it_in_the_scope() {
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5, "True"));
     repo.commit("head: the setter writes what breaks its readers");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &[
@@ -656,7 +622,7 @@ fn a_test_method_reads_what_its_class_and_its_bases_name() {
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5));
     repo.commit("head: the setter writes what breaks the classes' readers");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &[
@@ -721,7 +687,7 @@ fn a_class_field_is_read_through_a_written_class_and_a_local_of_the_same_name_is
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5));
     repo.commit("head: the setter leaves the class field changed");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &["tests/test_b.py::test_default_size"],
@@ -769,7 +735,7 @@ fn a_name_filled_with_the_registry_at_import_reads_what_the_writer_changed() {
     repo.commit("base");
     repo.write("tests/test_a.py", writer("slow"));
     repo.commit("head: the writer leaves the registry changed");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &["tests/test_b.py::test_alias", "tests/test_b.py::test_table"],
@@ -820,7 +786,7 @@ fn a_registry_a_fixture_handed_out_earlier_and_a_class_its_own_test_wrote_are_re
     repo.commit("base");
     write(5);
     repo.commit("head: both writers write what breaks their readers");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &[
@@ -867,7 +833,7 @@ fn a_parameter_a_collection_hook_takes_from_a_written_module_makes_every_test_it
     repo.commit("base");
     repo.write("tests/test_a.py", setter(5));
     repo.commit("head: the setter writes what breaks the parameter's reader");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
     let victim = "tests/test_b.py::test_held[held0]";
@@ -887,7 +853,7 @@ fn a_rewrite_that_makes_a_module_read_the_registry_is_order_dependent_and_introd
         "from pkg import registry\n\n\ndef add(x):\n    return x + 1 + registry.VALUES.get('offset', 0)\n",
     );
     repo.commit("head: m1 reads the registry");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
     for t in 0..3 {
@@ -984,7 +950,7 @@ fn a_pair_whose_victim_reads_the_written_state_on_the_base_is_checked_there_and_
     );
     repo.commit("base: a reader the setter breaks");
     rewrite_m1(&repo);
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
     let victim = "tests/test_m2.py::test_reader";
     assert_eq!(bucket(&v, victim), "order-dependent", "{v}");
@@ -1026,7 +992,7 @@ fn victims_red_when_run_together_run_alone_and_get_the_state_setter_search() {
         "from pkg import m1\n\n\ndef test_0():\n    assert m1.add(0) == 6\n\n\ndef test_1():\n    assert m1.add(1) == 7\n\n\ndef test_2():\n    assert m1.add(2) == 8\n",
     );
     repo.commit("head: m1 needs the registry's offset");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     assert_eq!(v["scope"]["mode"], "scoped", "{}", v["scope"]);
     assert_eq!(executed(&v, "alone-together-run"), 1, "{:#}", v["graph"]);
@@ -1050,7 +1016,7 @@ fn a_conftest_change_falls_back_to_full_orders_and_says_why() {
     let repo = registry_repo();
     repo.write("tests/conftest.py", "import pytest\n");
     repo.commit("head: a conftest");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     let scope = &v["scope"];
     assert_eq!(scope["mode"], "full", "{scope}");
     assert_eq!(
@@ -1097,7 +1063,7 @@ fn a_test_that_fills_a_pure_functions_cache_with_frozen_values_is_no_writer() {
     repo.commit("base");
     repo.write("pkg/m.py", "def add(x):\n    return 1 + x\n");
     repo.commit("head: m rewritten");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "pass", "{v}");
     let scope = &v["scope"];
     assert_eq!(scope["mode"], "scoped", "{scope}");
@@ -1149,7 +1115,7 @@ fn a_pure_functions_cache_that_hands_out_a_list_a_test_changes_is_written_state(
     repo.commit("base");
     repo.write("tests/test_fill.py", filler("cached.parts(5).append(0)"));
     repo.commit("head: the filler changes the list the cache hands out");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &["tests/test_reads.py::test_reads"],
@@ -1187,7 +1153,7 @@ fn a_cache_filled_under_a_patched_global_is_read_through_an_alias() {
     repo.commit("base");
     repo.write("tests/test_fill.py", filler(10));
     repo.commit("head: the filler fills the cache under another factor");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_polluted(
         &v,
         &["tests/test_reader.py::test_times"],
@@ -1216,7 +1182,7 @@ fn tests_nothing_reaches_are_carried_with_their_outcomes_in_the_orders_that_ran_
     repo.commit("base");
     repo.write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     let scope = &v["scope"];
     assert_eq!(scope["mode"], "scoped", "{scope}");
     assert_eq!(scope["affected"], 1);
@@ -1256,7 +1222,7 @@ fn a_changed_function_that_moved_down_is_found_in_the_base_recording() {
          def p():\n    return 2\n\n\ndef g():\n    return 4\n",
     );
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     assert_ne!(bucket(&v, "tests/test_m.py::test_g"), "stable", "{v}");
     let carried: Vec<&str> = v["scope"]["carried"]
@@ -1305,7 +1271,7 @@ fn a_test_that_gets_a_changed_session_fixture_from_the_cache_is_not_carried() {
         "import pytest\n\n\n@pytest.fixture(scope='session')\ndef value():\n    return 2\n",
     );
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     not_carried(&v, &["tests/test_b.py::test_b"]);
 }
@@ -1323,7 +1289,7 @@ fn a_data_file_read_while_collecting_makes_the_runs_whole() {
     repo.commit("base");
     repo.write("tests/cases.json", "[1, 20]\n");
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     not_carried(&v, &["tests/test_c.py::test_c[b]"]);
 }
@@ -1347,7 +1313,7 @@ fn a_value_a_module_computes_at_its_first_import_in_a_test_is_not_carried() {
     repo.commit("base");
     repo.write("pkg/calc.py", "def f():\n    return 2\n");
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "reject", "{v}");
     not_carried(&v, &["tests/test_b.py::test_b"]);
 }
@@ -1379,7 +1345,7 @@ fn a_patched_test_that_now_writes_what_a_carried_test_reads_makes_the_whole_runs
         "from pkg import reg\n\n\ndef touch():\n    reg.REG['k'] = 1\n    return 1\n",
     );
     repo.commit("head");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_whole_and_rejected(
         &v,
         &["tests/test_r.py::test_read", "carried from the base"],
@@ -1570,7 +1536,7 @@ fn a_new_test_that_changes_the_root_loggers_level_makes_the_whole_runs_whole() {
          assert m.add(0) == 1\n",
     );
     repo.commit("head: a test that silences logging for good");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_whole_and_rejected(&v, &["tests/test_m.py::test_silence", "logging.root"], 3);
     let reader = "tests/test_log.py::test_warnings_are_on";
     assert_eq!(bucket(&v, reader), "order-dependent");
@@ -1605,7 +1571,7 @@ fn a_new_test_that_replaces_a_library_function_for_good_makes_the_whole_runs_who
          def test_quiet():\n    json.dumps = lambda *a, **k: ''\n    assert m.add(0) == 1\n",
     );
     repo.commit("head: a test that silences json for good");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_whole_and_rejected(&v, &["tests/test_m.py::test_quiet", "json.dumps"], 3);
     assert_eq!(
         bucket(&v, "tests/test_fmt.py::test_dumps"),
@@ -1657,7 +1623,7 @@ fn wider_registry_repo() -> TestRepo {
 fn a_head_collection_makes_only_the_items_of_the_modules_the_patch_or_the_scope_reaches() {
     let repo = wider_registry_repo();
     rewrite_m1(&repo);
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "pass", "{v}");
     let scope = &v["scope"];
     assert_eq!(
@@ -1702,7 +1668,7 @@ fn a_head_collection_makes_only_the_items_of_the_modules_the_patch_or_the_scope_
         ],
     );
     let fresh: Value = serde_json::from_str(&run.stdout).expect("the report is JSON");
-    assert_eq!(common::judgment(&fresh), common::judgment(&v));
+    assert_eq!(judgment(&fresh), judgment(&v));
     let collection = &fresh["scope"]["collection"];
     assert_eq!(collection["itemized"], 5, "{collection}");
     assert!(
@@ -1721,7 +1687,7 @@ fn a_head_collection_makes_only_the_items_of_the_modules_the_patch_or_the_scope_
 #[test]
 fn a_head_collection_is_whole_where_an_untouched_modules_items_may_change_and_says_why() {
     let whole = |repo: &TestRepo, why: &str| {
-        let v = scoped_audit(repo, &[]);
+        let v = scoped_audit(repo);
         let collection = &v["scope"]["collection"];
         assert_eq!(
             collection["itemized"], collection["modules"],
@@ -1806,7 +1772,7 @@ fn a_file_added_where_collection_lists_a_folder_makes_the_head_collection_whole(
     repo.write("tests/data/b.txt", "not ok\n")
         .write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
     repo.commit("head: a case and m1 rewritten");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     let collection = &v["scope"]["collection"];
     assert!(
         collection["whole_reason"]
@@ -1847,7 +1813,7 @@ fn a_carried_file_with_doctests_is_listed_once() {
     .write("tests/test_notes.txt", ">>> 1 + 1\n2\n");
     repo.commit("base: doctests");
     rewrite_m1(&repo);
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     let ids: Vec<&str> = v["tests"]
         .as_array()
         .unwrap()
@@ -1880,7 +1846,7 @@ fn a_file_added_where_only_pytests_walk_lists_keeps_the_head_collection_partial(
         .write("tests/notes.txt", "nothing reads this\n")
         .write("pkg/m1.py", "def add(x):\n    return 1 + x\n");
     repo.commit("head: m1 rewritten, and notes");
-    let v = scoped_audit(&repo, &[]);
+    let v = scoped_audit(&repo);
     assert_eq!(v["verdict"], "pass", "{v}");
     assert_eq!(
         v["scope"]["collection"],

@@ -8,52 +8,18 @@ use fixgate::exit;
 
 use std::path::Path;
 
+use common::audit::{findings, test};
 use common::{Run, TestRepo};
 use serde_json::Value;
 
 /// `fixgate ARGS --python <test python> --cache-dir CACHE` with the fork server on or off.
 fn fixgate(repo: &TestRepo, cache: &Path, fork: bool, args: &[&str]) -> Run {
-    repo.fixgate_with(
-        cache,
-        &[("FIXGATE_FORK", if fork { "1" } else { "0" })],
-        args,
-    )
+    repo.fixgate_with(cache, &forked(fork), args)
 }
 
-/// `fixgate audit --base BASE --head HEAD --format json --quiet --seeds 1 EXTRA...`.
-fn audit(
-    repo: &TestRepo,
-    cache: &Path,
-    fork: bool,
-    base: &str,
-    head: &str,
-    extra: &[&str],
-) -> (Run, Value) {
-    let mut args = vec![
-        "audit", "--base", base, "--head", head, "--format", "json", "--quiet", "--seeds", "1",
-    ];
-    args.extend_from_slice(extra);
-    let run = fixgate(repo, cache, fork, &args);
-    let json = run.json();
-    (run, json)
-}
-
-fn test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
-    v["tests"]
-        .as_array()
-        .expect("tests is an array")
-        .iter()
-        .find(|t| t["nodeid"] == nodeid)
-        .unwrap_or_else(|| panic!("no test {nodeid} in the report: {}", v["tests"]))
-}
-
-fn findings<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
-    v["findings"]
-        .as_array()
-        .expect("findings is an array")
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
+/// The fork server on or off.
+fn forked(on: bool) -> [(&'static str, &'static str); 1] {
+    [("FIXGATE_FORK", if on { "1" } else { "0" })]
 }
 
 fn signals(v: &Value, nodeid: &str) -> Vec<String> {
@@ -221,14 +187,24 @@ fn assert_non_idempotent_found(run: &Run, v: &Value, fork: bool) {
 #[test]
 fn a_test_that_breaks_its_own_state_is_non_idempotent_with_its_repro_forked() {
     let (repo, base, head) = self_polluting_repo();
-    let (run, v) = audit(&repo, repo.cache.path(), true, &base, &head, &["--nio"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .args(&["--nio"])
+        .report();
     assert_non_idempotent_found(&run, &v, true);
 }
 
 #[test]
 fn a_test_that_breaks_its_own_state_is_non_idempotent_with_its_repro_fresh() {
     let (repo, base, head) = self_polluting_repo();
-    let (run, v) = audit(&repo, repo.cache.path(), false, &base, &head, &["--nio"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(false))
+        .args(&["--nio"])
+        .report();
     assert_non_idempotent_found(&run, &v, false);
 }
 
@@ -302,7 +278,11 @@ fn a_pre_existing_non_idempotent_test_is_reported_not_blocking_and_nio_comes_fro
     let base = repo.commit("base: the test already breaks its own state");
     repo.write("README.md", "docs only\n");
     let head = repo.commit("head: docs");
-    let (run, v) = audit(&repo, repo.cache.path(), true, &base, &head, &[]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .report();
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(v["verdict"], "pass");
     let found = findings(&v, "non-idempotent");
@@ -324,7 +304,12 @@ fn a_pre_existing_non_idempotent_test_is_reported_not_blocking_and_nio_comes_fro
         "{labels:?}"
     );
     // --strict makes it the patch's to fix.
-    let (run, v) = audit(&repo, repo.cache.path(), true, &base, &head, &["--strict"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .args(&["--strict"])
+        .report();
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(findings(&v, "non-idempotent")[0]["blocking"], true);
 }
@@ -339,8 +324,17 @@ fn an_idempotent_suite_with_nio_has_no_finding_and_nothing_else_changes() {
         "def test_more():\n    assert 'a'.upper() == 'A'\n",
     );
     let head = repo.commit("head");
-    let (plain_run, plain) = audit(&repo, repo.cache.path(), true, &base, &head, &[]);
-    let (nio_run, nio) = audit(&repo, repo.cache.path(), true, &base, &head, &["--nio"]);
+    let (plain_run, plain) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .report();
+    let (nio_run, nio) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .args(&["--nio"])
+        .report();
     assert_eq!((plain_run.code, nio_run.code), (0, 0), "{nio_run:?}");
     assert_eq!(plain["verdict"], nio["verdict"]);
     assert_eq!(plain["findings"], nio["findings"]);
@@ -383,7 +377,12 @@ fn a_test_that_fails_its_second_run_only_after_other_tests_is_neither_non_idempo
          assert state.CALLS.count('b') < 2 or 'a' not in state.CALLS\n",
     );
     let head = repo.commit("head");
-    let (run, v) = audit(&repo, repo.cache.path(), true, &base, &head, &["--nio"]);
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .env(&forked(true))
+        .args(&["--nio"])
+        .report();
     let id = "tests/test_pair.py::test_b";
     assert!(
         findings(&v, "non-idempotent").is_empty(),
@@ -418,7 +417,12 @@ fn a_doctest_that_uses_its_modules_names_is_idempotent() {
         let base = repo.commit("base");
         repo.write("README.md", "docs\n");
         let head = repo.commit("head");
-        let (run, v) = audit(&repo, repo.cache.path(), fork, &base, &head, &["--nio"]);
+        let (run, v) = repo
+            .audit(&base, &head)
+            .seeds(1)
+            .env(&forked(fork))
+            .args(&["--nio"])
+            .report();
         let id = "tests/prices.py::prices.double";
         let t = test(&v, id);
         assert_eq!(t["outcomes"]["nio"], "passed", "fork {fork}: {t}");

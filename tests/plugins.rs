@@ -12,6 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::audit::test;
 use common::{tree_bytes, Run, TestRepo};
 use serde_json::Value;
 
@@ -312,15 +313,6 @@ fn audit_in(
     );
     let v = run.json();
     (run, v)
-}
-
-fn test<'a>(v: &'a Value, nodeid: &str) -> &'a Value {
-    v["tests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["nodeid"] == nodeid)
-        .unwrap_or_else(|| panic!("no test {nodeid} in {}", v["tests"]))
 }
 
 fn outcome(v: &Value, nodeid: &str, label: &str) -> String {

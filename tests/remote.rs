@@ -9,8 +9,9 @@ use fixgate::exit;
 
 use std::path::Path;
 
+use common::audit::{warnings, Audit};
 use common::servers::{self, Server};
-use common::{git, Run, TestRepo};
+use common::{files_under, fixgate_py_at, git, TestRepo};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -79,52 +80,25 @@ fn clone_of(repo: &TestRepo) -> TestRepo {
     other
 }
 
-/// Runs the binary in `dir` with `cache` as its cache directory, the test interpreter, none of
-/// the caller's remote settings, and `env`.
-fn fixgate(dir: &Path, cache: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = common::fixgate_command();
-    cmd.args(args)
-        .arg("--cache-dir")
-        .arg(cache)
-        .arg("--python")
-        .arg(common::python())
-        .current_dir(dir)
-        .env("NO_COLOR", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("fixgate runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 /// One machine: a work tree and a cache directory.
 struct Machine<'a> {
     dir: &'a Path,
     cache: &'a Path,
 }
 
-impl Machine<'_> {
-    fn audit(&self, base: &str, head: &str, extra: &[&str], env: &[(&str, &str)]) -> (Run, Value) {
-        let mut args = vec![
-            "audit", "--base", base, "--head", head, "--format", "json", "--seeds", "2",
-        ];
-        args.extend_from_slice(extra);
-        let run = fixgate(self.dir, self.cache, &args, env);
-        let v = run.json();
-        (run, v)
+impl<'a> Machine<'a> {
+    /// The machine's audit of `base` to `head`, two shuffled orders.
+    fn audit(&self, base: &str, head: &str) -> Audit<'a> {
+        Audit::at(self.dir, self.cache).sides(base, head).seeds(2)
     }
 
     /// The last audit's transfer counters, from `cache stats --format json`.
     fn stats(&self) -> Value {
-        let run = fixgate(
+        let run = fixgate_py_at(
             self.dir,
             self.cache,
-            &["cache", "stats", "--format", "json"],
             &[],
+            &["cache", "stats", "--format", "json"],
         );
         assert_eq!(run.code, 0, "{run:?}");
         run.json()["last_audit"].clone()
@@ -159,31 +133,6 @@ fn processes(v: &Value) -> u64 {
     v["pytest_processes"].as_u64().expect("pytest_processes")
 }
 
-fn warnings(v: &Value) -> Vec<String> {
-    v["warnings"]
-        .as_array()
-        .expect("warnings")
-        .iter()
-        .map(|w| w.as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// Machine A audits and uploads; machine B, a clone with an empty cache, audits the same pair
 /// and must get everything from the remote: the same judgment, no pytest process.
 fn hit_across_machines(server: &Server, digest_function: &str) {
@@ -193,12 +142,10 @@ fn hit_across_machines(server: &Server, digest_function: &str) {
         cache: repo.cache.path(),
     };
     let url = server.url.as_str();
-    let (run_a, va) = a.audit(
-        &base,
-        &head,
-        &["--remote-cache", url, "--remote-upload"],
-        &[],
-    );
+    let (run_a, va) = a
+        .audit(&base, &head)
+        .args(&["--remote-cache", url, "--remote-upload"])
+        .report();
     assert_eq!(run_a.code, 1, "{run_a:?}");
     assert_eq!(va["verdict"], "reject");
     assert!(processes(&va) > 0);
@@ -212,7 +159,10 @@ fn hit_across_machines(server: &Server, digest_function: &str) {
         dir: &other.path().join("repo"),
         cache: other.cache.path(),
     };
-    let (run_b, vb) = b.audit(&base, &head, &["--remote-cache", url], &[]);
+    let (run_b, vb) = b
+        .audit(&base, &head)
+        .args(&["--remote-cache", url])
+        .report();
     assert_eq!(run_b.code, 1, "{run_b:?}");
     assert_eq!(judgment(&vb), judgment(&va));
     assert_eq!(processes(&vb), 0, "machine B ran pytest: {run_b:?}");
@@ -221,7 +171,7 @@ fn hit_across_machines(server: &Server, digest_function: &str) {
         "{:#}",
         vb["graph"]
     );
-    let explain = fixgate(b.dir, b.cache, &["explain"], &[]);
+    let explain = fixgate_py_at(b.dir, b.cache, &[], &["explain"]);
     assert!(
         explain.stdout.contains("came from the remote cache")
             && explain.stdout.contains("seed-run(0)"),
@@ -235,7 +185,7 @@ fn hit_across_machines(server: &Server, digest_function: &str) {
     assert_eq!(sb["digest_function"], digest_function, "{sb}");
 
     // The remote hits were written locally: a third audit on B needs the remote no more.
-    let (_, vb2) = b.audit(&base, &head, &[], &[]);
+    let (_, vb2) = b.audit(&base, &head).report();
     assert_eq!(judgment(&vb2), judgment(&va));
     assert_eq!(processes(&vb2), 0);
     let sb2 = b.stats();
@@ -275,7 +225,10 @@ fn nothing_is_uploaded_without_remote_upload() {
         cache: repo.cache.path(),
     };
     // Named by the environment this time, as CI would.
-    let (run, _) = a.audit(&base, &head, &[], &[("FIXGATE_REMOTE_CACHE", &server.url)]);
+    let (run, _) = a
+        .audit(&base, &head)
+        .env(&[("FIXGATE_REMOTE_CACHE", &server.url)])
+        .report();
     assert_eq!(run.code, 1, "{run:?}");
     assert!(
         files_under(&server.data).is_empty(),
@@ -295,12 +248,10 @@ fn a_corrupted_blob_on_the_server_is_a_miss_with_a_warning_and_the_verdict_is_un
         dir: repo.path(),
         cache: repo.cache.path(),
     };
-    let (_, va) = a.audit(
-        &base,
-        &head,
-        &["--remote-cache", &server.url, "--remote-upload"],
-        &[],
-    );
+    let (_, va) = a
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url, "--remote-upload"])
+        .report();
     // nginx stores what is PUT without looking: damage every blob on its disk.
     let blobs = files_under(&server.data.join("cas"));
     assert!(!blobs.is_empty());
@@ -315,7 +266,10 @@ fn a_corrupted_blob_on_the_server_is_a_miss_with_a_warning_and_the_verdict_is_un
         dir: &other.path().join("repo"),
         cache: other.cache.path(),
     };
-    let (run_b, vb) = b.audit(&base, &head, &["--remote-cache", &server.url], &[]);
+    let (run_b, vb) = b
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url])
+        .report();
     assert_eq!(judgment(&vb), judgment(&va), "{run_b:?}");
     assert!(processes(&vb) > 0, "damaged results were used: {run_b:?}");
     let w = warnings(&vb);
@@ -341,12 +295,10 @@ fn with_a_cache_key_unsigned_results_are_ignored_and_signed_ones_are_used() {
         cache: repo.cache.path(),
     };
     // Someone who can PUT to the cache, but has no key, fills it.
-    let (_, va) = a.audit(
-        &base,
-        &head,
-        &["--remote-cache", &server.url, "--remote-upload"],
-        &[],
-    );
+    let (_, va) = a
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url, "--remote-upload"])
+        .report();
 
     let key = [("FIXGATE_CACHE_KEY", "the-team-key")];
     let other = clone_of(&repo);
@@ -354,7 +306,11 @@ fn with_a_cache_key_unsigned_results_are_ignored_and_signed_ones_are_used() {
         dir: &other.path().join("repo"),
         cache: other.cache.path(),
     };
-    let (run_b, vb) = b.audit(&base, &head, &["--remote-cache", &server.url], &key);
+    let (run_b, vb) = b
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url])
+        .env(&key)
+        .report();
     assert_eq!(judgment(&vb), judgment(&va));
     assert!(processes(&vb) > 0, "unsigned results were used: {run_b:?}");
     let w = warnings(&vb);
@@ -371,19 +327,21 @@ fn with_a_cache_key_unsigned_results_are_ignored_and_signed_ones_are_used() {
         dir: &signer.path().join("repo"),
         cache: signer.cache.path(),
     };
-    c.audit(
-        &base,
-        &head,
-        &["--remote-cache", &server.url, "--remote-upload"],
-        &key,
-    );
+    c.audit(&base, &head)
+        .args(&["--remote-cache", &server.url, "--remote-upload"])
+        .env(&key)
+        .report();
     // ... they are used by a machine with the key, and not by one with another key.
     let third = clone_of(&repo);
     let d = Machine {
         dir: &third.path().join("repo"),
         cache: third.cache.path(),
     };
-    let (run_d, vd) = d.audit(&base, &head, &["--remote-cache", &server.url], &key);
+    let (run_d, vd) = d
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url])
+        .env(&key)
+        .report();
     assert_eq!(judgment(&vd), judgment(&va));
     assert_eq!(processes(&vd), 0, "{run_d:?}");
     let fourth = clone_of(&repo);
@@ -391,12 +349,11 @@ fn with_a_cache_key_unsigned_results_are_ignored_and_signed_ones_are_used() {
         dir: &fourth.path().join("repo"),
         cache: fourth.cache.path(),
     };
-    let (_, ve) = e.audit(
-        &base,
-        &head,
-        &["--remote-cache", &server.url],
-        &[("FIXGATE_CACHE_KEY", "a-guessed-key")],
-    );
+    let (_, ve) = e
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url])
+        .env(&[("FIXGATE_CACHE_KEY", "a-guessed-key")])
+        .report();
     assert_eq!(judgment(&ve), judgment(&va));
     assert!(processes(&ve) > 0);
 }
@@ -408,7 +365,7 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
         dir: repo.path(),
         cache: repo.cache.path(),
     };
-    let (_, reference) = a.audit(&base, &head, &[], &[]);
+    let (_, reference) = a.audit(&base, &head).report();
 
     for url in [
         format!("http://127.0.0.1:{}/cache", servers::free_port()),
@@ -420,7 +377,10 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
             cache: other.cache.path(),
         };
         let started = std::time::Instant::now();
-        let (run, v) = b.audit(&base, &head, &["--remote-cache", &url], &[]);
+        let (run, v) = b
+            .audit(&base, &head)
+            .args(&["--remote-cache", &url])
+            .report();
         assert_eq!(judgment(&v), judgment(&reference), "{url}: {run:?}");
         let w = warnings(&v);
         assert_eq!(w.len(), 1, "{url}: {w:?}");
@@ -432,12 +392,10 @@ fn a_remote_that_is_down_is_one_warning_and_the_same_verdict() {
         assert!((1..=4).contains(&errors), "{errors}");
 
         // --remote-required turns the same failure into an error (exit 2), after the audit.
-        let (run, _) = b.audit(
-            &base,
-            &head,
-            &["--remote-cache", &url, "--remote-required"],
-            &[],
-        );
+        let (run, _) = b
+            .audit(&base, &head)
+            .args(&["--remote-cache", &url, "--remote-required"])
+            .report();
         assert_eq!(run.code, exit::ERROR, "{url}: {run:?}");
         assert!(run.stderr.contains("--remote-required"), "{run:?}");
     }
@@ -451,7 +409,7 @@ fn killed_mid_audit(mut server: Server, ready: impl Fn(&Server) -> bool) {
         dir: repo.path(),
         cache: repo.cache.path(),
     };
-    let (_, reference) = a.audit(&base, &head, &[], &[]);
+    let (_, reference) = a.audit(&base, &head).report();
 
     let other = clone_of(&repo);
     let dir = other.path().join("repo");
@@ -463,7 +421,9 @@ fn killed_mid_audit(mut server: Server, ready: impl Fn(&Server) -> bool) {
             dir: &dir,
             cache: &cache,
         };
-        m.audit(&base2, &head2, &["--remote-cache", &url], &[])
+        m.audit(&base2, &head2)
+            .args(&["--remote-cache", &url])
+            .report()
     });
     let start = std::time::Instant::now();
     while !ready(&server) {
@@ -510,10 +470,11 @@ fn cache_push_seeds_the_remote_from_a_local_audit() {
         dir: repo.path(),
         cache: repo.cache.path(),
     };
-    let (_, va) = a.audit(&base, &head, &[], &[]);
-    let push = fixgate(
+    let (_, va) = a.audit(&base, &head).report();
+    let push = fixgate_py_at(
         repo.path(),
         repo.cache.path(),
+        &[],
         &[
             "cache",
             "push",
@@ -522,7 +483,6 @@ fn cache_push_seeds_the_remote_from_a_local_audit() {
             "--remote-cache",
             &server.url,
         ],
-        &[],
     );
     assert_eq!(push.code, 0, "{push:?}");
     let pushed = push.json();
@@ -534,15 +494,18 @@ fn cache_push_seeds_the_remote_from_a_local_audit() {
         dir: &other.path().join("repo"),
         cache: other.cache.path(),
     };
-    let (run_b, vb) = b.audit(&base, &head, &["--remote-cache", &server.url], &[]);
+    let (run_b, vb) = b
+        .audit(&base, &head)
+        .args(&["--remote-cache", &server.url])
+        .report();
     assert_eq!(judgment(&vb), judgment(&va));
     assert_eq!(processes(&vb), 0, "{run_b:?}");
 
-    let human = fixgate(
+    let human = fixgate_py_at(
         other.path(),
         other.cache.path(),
-        &["cache", "stats", "--repo", "repo"],
         &[],
+        &["cache", "stats", "--repo", "repo"],
     );
     assert_eq!(human.code, 0, "{human:?}");
     assert!(human.stdout.contains(&server.url), "{human:?}");
@@ -573,9 +536,10 @@ fn credentials_appear_in_no_report_log_line_or_cache_file() {
         (server.url.as_str(), "--remote-upload"),
         (down.as_str(), "--remote-required"),
     ] {
-        let run = fixgate(
+        let run = fixgate_py_at(
             repo.path(),
             repo.cache.path(),
+            &env,
             &[
                 "audit",
                 "--base",
@@ -592,7 +556,6 @@ fn credentials_appear_in_no_report_log_line_or_cache_file() {
                 "--format",
                 "json",
             ],
-            &env,
         );
         outputs.push(format!("{run:?}"));
         outputs.push(std::fs::read_to_string(&report).unwrap_or_default());
@@ -605,15 +568,15 @@ fn credentials_appear_in_no_report_log_line_or_cache_file() {
     ] {
         outputs.push(format!(
             "{:?}",
-            fixgate(repo.path(), repo.cache.path(), &args, &env)
+            fixgate_py_at(repo.path(), repo.cache.path(), &env, &args)
         ));
     }
     // A malformed header is refused without echoing it.
-    let bad = fixgate(
+    let bad = fixgate_py_at(
         repo.path(),
         repo.cache.path(),
-        &["cache", "stats", "--remote-cache", &server.url],
         &[("FIXGATE_REMOTE_HEADER", TOKEN)],
+        &["cache", "stats", "--remote-cache", &server.url],
     );
     assert_eq!(bad.code, exit::ERROR, "{bad:?}");
     outputs.push(format!("{bad:?}"));
@@ -713,12 +676,10 @@ fn three_shards_then_the_final_audit_runs_no_seed_run_and_judges_as_one_audit() 
             cache: machine.cache.path(),
         };
         let shard = format!("{k}/3");
-        let (run, note) = m.audit(
-            &base,
-            &head,
-            &["--shard", &shard, "--remote-cache", url, "--remote-upload"],
-            &[],
-        );
+        let (run, note) = m
+            .audit(&base, &head)
+            .args(&["--shard", &shard, "--remote-cache", url, "--remote-upload"])
+            .report();
         assert_eq!(run.code, 0, "shard {shard}: {run:?}");
         assert_eq!(note["shard"], shard.as_str(), "{note}");
         assert_eq!(note["uploaded"], true);
@@ -741,7 +702,10 @@ fn three_shards_then_the_final_audit_runs_no_seed_run_and_judges_as_one_audit() 
         dir: &last.path().join("repo"),
         cache: last.cache.path(),
     };
-    let (run, v) = final_machine.audit(&base, &head, &["--remote-cache", url], &[]);
+    let (run, v) = final_machine
+        .audit(&base, &head)
+        .args(&["--remote-cache", url])
+        .report();
     assert_eq!(run.code, 1, "{run:?}");
     let seed_runs_executed = v["graph"]["executed_nodes"]
         .as_array()
@@ -756,7 +720,7 @@ fn three_shards_then_the_final_audit_runs_no_seed_run_and_judges_as_one_audit() 
         dir: &alone.path().join("repo"),
         cache: alone.cache.path(),
     };
-    let (_, unsharded) = one.audit(&base, &head, &[], &[]);
+    let (_, unsharded) = one.audit(&base, &head).report();
     assert_eq!(judgment(&v), judgment(&unsharded));
 }
 
@@ -764,11 +728,11 @@ fn three_shards_then_the_final_audit_runs_no_seed_run_and_judges_as_one_audit() 
 fn a_shard_must_be_k_of_n() {
     let (repo, base, head) = pricing_repo();
     for bad in ["0/3", "4/3", "3", "a/b", "1/0"] {
-        let run = fixgate(
+        let run = fixgate_py_at(
             repo.path(),
             repo.cache.path(),
-            &["audit", "--base", &base, "--head", &head, "--shard", bad],
             &[],
+            &["audit", "--base", &base, "--head", &head, "--shard", bad],
         );
         assert_eq!(run.code, exit::ERROR, "{bad}: {run:?}");
         assert!(run.stderr.contains("K/N"), "{bad}: {}", run.stderr);

@@ -8,6 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::audit::Audit;
 use common::servers::{self, Server, Worker};
 use common::{git, Run, TestRepo};
 
@@ -35,13 +36,6 @@ fn essence(v: &serde_json::Value) -> (String, Vec<(String, String)>, Vec<String>
     (v["verdict"].as_str().unwrap().to_owned(), buckets, pairs)
 }
 
-fn audit(dir: &Path, cache: &Path, extra: &[&str]) -> Run {
-    let args = audit_args(extra);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let path = client_path();
-    common::fixgate_at(dir, cache, &[("PATH", &path)], &args)
-}
-
 /// The client's PATH: the tests' interpreter's directory first. An action names its interpreter
 /// (`python3.11`) and carries the client's PATH, where the worker looks for it first: with the
 /// tests' venv off PATH, the worker would find another `python3.11` and refuse every action.
@@ -59,28 +53,20 @@ fn client_path() -> String {
     std::env::join_paths(dirs).unwrap().into_string().unwrap()
 }
 
-fn audit_args(extra: &[&str]) -> Vec<String> {
-    let py = common::python();
-    let mut args = vec![
-        "--format",
-        "json",
-        "--quiet",
-        "--python",
-        py.to_str().unwrap(),
-        "audit",
-        "--base",
-        "HEAD~1",
-        "--head",
-        "HEAD",
-        "--test-timeout",
-        "120",
-    ];
-    // Two shuffled orders unless the test asks for others.
-    if !extra.contains(&"--seeds") {
-        args.extend_from_slice(&["--seeds", "2"]);
-    }
-    args.extend_from_slice(extra);
-    args.into_iter().map(str::to_owned).collect()
+/// The audit these tests run: the last commit in `dir` against the one before, two shuffled
+/// orders unless `extra` says how many, with the client's PATH.
+fn audit<'a>(dir: &'a Path, cache: &'a Path, extra: &[&str]) -> Audit<'a> {
+    let seeds: &[&str] = match extra.contains(&"--seeds") {
+        true => &[],
+        false => &["--seeds", "2"],
+    };
+    Audit::at(dir, cache)
+        .quiet()
+        .sides("HEAD~1", "HEAD")
+        .args(&["--test-timeout", "120"])
+        .args(seeds)
+        .args(extra)
+        .env(&[("PATH", &client_path())])
 }
 
 /// `audit`, stopped by PID if it is not done within `limit`: a hang fails the test with what
@@ -92,12 +78,7 @@ fn audit_within(
     limit: Duration,
     service: &Server,
 ) -> Run {
-    let args = audit_args(extra);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let path = client_path();
-    common::fixgate_within_telling(dir, cache, &[("PATH", &path)], &args, limit, || {
-        format!("BuildGrid said:\n{}", service.log())
-    })
+    audit(dir, cache, extra).run_within(limit, || format!("BuildGrid said:\n{}", service.log()))
 }
 
 /// A local audit and a remote one of the repository in `dir` agree; the remote one ran its
@@ -108,7 +89,7 @@ fn assert_same_as_local(
     workers: &[&Worker],
     extra: &[&str],
 ) -> serde_json::Value {
-    let local = audit(dir, tempfile::tempdir().unwrap().path(), extra);
+    let local = audit(dir, tempfile::tempdir().unwrap().path(), extra).run();
     let mut args = vec!["--remote-executor", service.url.as_str()];
     args.extend_from_slice(extra);
     let remote = audit_within(
@@ -260,7 +241,8 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         repo.path(),
         tempfile::tempdir().unwrap().path(),
         &["--remote-executor", &service.url],
-    );
+    )
+    .run();
     assert_eq!(first.code, 0, "{first:?}");
     assert_eq!(
         first.json()["containment"],
@@ -294,7 +276,8 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
         repo.path(),
         tempfile::tempdir().unwrap().path(),
         &["--remote-executor", &service.url],
-    );
+    )
+    .run();
     assert_eq!(second.code, 0, "{second:?}");
     let second = second.json();
     let exec = &second["remote_execution"];
@@ -319,7 +302,8 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
             "pool=green",
             "--no-cache",
         ],
-    );
+    )
+    .run();
     assert_eq!(pooled.code, 0, "{pooled:?}");
     let pooled = pooled.json();
     let runs = pooled["remote_execution"]["runs"].as_object().unwrap();
@@ -340,7 +324,8 @@ fn remote_audits_judge_as_local_ones_and_upload_only_what_changed() {
             "container-image=docker://python:3.12",
             "--no-cache",
         ],
-    );
+    )
+    .run();
     assert_eq!(imaged.code, 2, "{imaged:?}");
     assert!(
         imaged.stderr.contains("container-image") && imaged.stderr.contains("tried twice"),
@@ -391,7 +376,7 @@ fn audit_in_background(
         let cache = tempfile::tempdir().unwrap();
         let mut args = vec!["--remote-executor", url.as_str(), "--jobs", "1"];
         args.extend_from_slice(extra);
-        audit(&dir, cache.path(), &args)
+        audit(&dir, cache.path(), &args).run()
     })
 }
 
@@ -410,7 +395,7 @@ fn a_worker_lost_mid_action_is_retried_once_then_the_audit_ends_with_exit_2() {
     let recovered = running.join().unwrap();
     assert_eq!(recovered.code, 1, "the polluter rejects: {recovered:?}");
     let r = recovered.json();
-    let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]);
+    let local = audit(repo.path(), tempfile::tempdir().unwrap().path(), &[]).run();
     assert_eq!(essence(&r), essence(&local.json()));
     let retried = r["remote_execution"]["retried"].as_array().unwrap();
     assert_eq!(
@@ -495,7 +480,8 @@ fn a_worker_that_comes_to_a_service_the_audit_keeps_busy_gets_its_turn() {
         repo.path(),
         tempfile::tempdir().unwrap().path(),
         &["--seeds", "12"],
-    );
+    )
+    .run();
     let cache = tempfile::tempdir().unwrap();
     std::thread::scope(|s| {
         let remote = s.spawn(|| {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Run, TestRepo};
+use common::TestRepo;
 use serde_json::Value;
 
 const PRICING: &str = "CART = []\nTAX_RATE = 0.25\n\n\ndef add_item(name, price):\n    \
@@ -193,21 +193,6 @@ fn junit_times(text: &str) -> String {
     out
 }
 
-fn audit(repo: &TestRepo, base: &str, head: &str, format: &str) -> Run {
-    let mut args = vec!["audit", "--base", base, "--head", head, "--format", format];
-    args.extend([
-        "--seeds",
-        "2",
-        "--today",
-        "2025-06-01",
-        "--quiet",
-        "--jobs",
-        "2",
-    ]);
-    // The snapshots name the containment: namespaces, whatever FIXGATE_TEST_NO_NAMESPACES says.
-    repo.fixgate_with(repo.cache.path(), &[("FIXGATE_NO_NAMESPACES", "")], &args)
-}
-
 /// The keys of the nodes whose derivation holds nothing of the machine (no interpreter, no
 /// plugin digest): what this audit's cache entries are found by, on any machine, as main's
 /// binary computed them before the audit became typed phases. A change here is a new cache for
@@ -258,9 +243,19 @@ const PINNED_KEYS: [(&str, &str); 9] = [
 
 #[test]
 fn one_audit_in_every_format_matches_its_snapshots() {
+    // The snapshots name the containment: namespaces, whatever the suite's condition is.
+    common::containment::Condition::Namespaces.run(one_audit_in_every_format);
+}
+
+fn one_audit_in_every_format() {
     let (repo, base, head) = repo();
     let redact = Redactor::new(&repo, &base, &head);
-    let json = audit(&repo, &base, &head, "json");
+    let audit = repo
+        .audit(&base, &head)
+        .seeds(2)
+        .args(&["--today", "2025-06-01", "--jobs", "2"])
+        .env(&[("FIXGATE_NO_NAMESPACES", "")]);
+    let json = audit.run();
     assert_eq!(json.code, fixgate::exit::REJECT, "{json:?}");
     let v = json.json();
     let keys: Vec<(&str, &str)> = v["graph"]["executed_nodes"]
@@ -282,8 +277,79 @@ fn one_audit_in_every_format_matches_its_snapshots() {
         ("junit", "audit.xml"),
         ("github", "audit.github"),
     ] {
-        let run = audit(&repo, &base, &head, format);
+        let run = audit.clone().format(format).run();
         assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
         insta::assert_snapshot!(name, junit_times(&redact.text(&run.stdout)));
     }
+}
+
+/// Test ids are the suite's own text: pytest takes the ids a parametrization gives as they are. Ones that
+/// would be markup, references or a CDATA end in XML, quotes, whitespace and a 5,000-character
+/// id come out of the JUnit report, read back by an XML parser, exactly as the JSON report
+/// gives them.
+#[test]
+fn hostile_test_ids_read_back_from_the_junit_report_as_the_json_gives_them() {
+    use quick_xml::events::Event;
+
+    let repo = TestRepo::new();
+    repo.write(
+        "tests/test_plain.py",
+        "def test_plain():\n    assert True\n",
+    );
+    let base = repo.commit("base");
+    let long = "x".repeat(5_000);
+    repo.write(
+        "tests/test_hostile.py",
+        format!(
+            "import pytest\n\n\nIDS = [\n    '<script>alert(1)</script>',\n    \
+             '\"double\" \\'single\\'',\n    ']]>&amp;&#60;<![CDATA[x',\n    'tab\\there\\nline',\n    \
+             '{long}',\n]\n\n\n@pytest.mark.parametrize('v', IDS, ids=IDS)\ndef test_hostile(v):\n    \
+             assert v\n"
+        ),
+    );
+    let head = repo.commit("hostile ids");
+    let audit = repo.audit(&base, &head).seeds(1);
+    let (run, v) = audit.report();
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut ids: Vec<String> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| {
+            t["nodeid"]
+                .as_str()?
+                .split_once("::")
+                .map(|(_, n)| n.to_owned())
+        })
+        .collect();
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    assert!(
+        ids.iter().any(|id| id.contains("<script>")) && ids.iter().any(|id| id.len() > 5_000),
+        "pytest kept the ids: {ids:?}"
+    );
+
+    let junit = audit.clone().format("junit").run();
+    assert_eq!(junit.code, 0, "{junit:?}");
+    let mut reader = quick_xml::Reader::from_str(&junit.stdout);
+    let mut names = Vec::new();
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e) | Event::Empty(e)) if e.name().as_ref() == b"testcase" => {
+                let name = e
+                    .try_get_attribute("name")
+                    .unwrap()
+                    .expect("a testcase has a name");
+                let value = name
+                    .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                    .unwrap_or_else(|e| panic!("{e}: {}", junit.stdout));
+                names.push(value.into_owned());
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("the JUnit report is not XML ({e}):\n{}", junit.stdout),
+        }
+    }
+    ids.sort();
+    names.sort();
+    assert_eq!(names, ids);
 }

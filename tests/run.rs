@@ -443,7 +443,7 @@ fn a_test_importing_project_code_from_the_original_repository_is_warned_about() 
         .args(["run", "--python", py.to_str().unwrap(), "--cache-dir"])
         .arg(repo.cache.path())
         .current_dir(repo.path())
-        .env("FIXGATE_NO_NAMESPACES", "1")
+        .env("FIXGATE_CONTAINMENT", "none")
         .env_remove("FIXGATE_CACHE_DIR")
         .output()
         .unwrap();

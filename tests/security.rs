@@ -4,8 +4,10 @@
 //! names a host path, a run reading the cache or another sandbox, a host Unix socket, a fork
 //! bomb, a memory grab, a disk fill, a swapped remote entry, a damaged local cache.
 //!
-//! The attacks run where namespaces contain the runs (this machine and CI, as root); without
-//! them a run can write whatever the user can, which docs/threat-model.md says.
+//! Each attack on a run runs in every condition runs are contained in where users run fixgate
+//! (issue 49): namespaces, and a container's seccomp profile as root and as an unprivileged
+//! user (Landlock then), see `common::containment`. Without containment a run can write
+//! whatever the user can, which docs/threat-model.md says.
 
 mod common;
 
@@ -13,8 +15,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::audit::{warnings, Audit};
+use common::containment::{Condition, CONTAINED};
 use common::servers;
-use common::{git, Run, TestRepo};
+use common::{files_under, git, processes_with, unique, Run, TestRepo};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -27,10 +31,13 @@ const PRICE_TESTS: &str =
     "from price import total\n\n\ndef test_total():\n    assert total([1, 2]) == 3\n";
 
 /// Runs the binary on `repo` with the test interpreter and the cache `cache`, contained in
-/// namespaces whatever the caller's environment says.
+/// this thread's condition (`common::containment`), whatever the caller's environment says.
 fn fixgate(repo: &TestRepo, cache: &Path, args: &[&str]) -> Run {
-    repo.fixgate_with(cache, &[("FIXGATE_NO_NAMESPACES", "")], args)
+    repo.fixgate_with(cache, &IN_CONDITION, args)
 }
+
+/// The caller's `FIXGATE_NO_NAMESPACES` cleared: the thread's condition decides alone.
+const IN_CONDITION: [(&str, &str); 1] = [("FIXGATE_NO_NAMESPACES", "")];
 
 /// A base with one green test of `price.total`; returns the repo and the base commit.
 fn price_repo() -> (TestRepo, String) {
@@ -62,22 +69,26 @@ fn breaking_patch(repo: &TestRepo, base: &str) -> String {
     )
 }
 
+/// Audits `head` against `base` with one seed, in the thread's condition.
 fn audit(repo: &TestRepo, cache: &Path, base: &str, head: &str) -> (Run, Value) {
-    let run = fixgate(
-        repo,
-        cache,
-        &[
-            "audit", "--base", base, "--head", head, "--seeds", "1", "--format", "json",
-        ],
-    );
-    let v = run.json();
-    (run, v)
+    Audit::at(repo.path(), cache)
+        .sides(base, head)
+        .seeds(1)
+        .env(&IN_CONDITION)
+        .report()
+}
+
+/// Runs `attack` in each condition of [`CONTAINED`], saying which on failure.
+fn each_condition(attack: impl Fn()) {
+    for c in CONTAINED {
+        c.run(&attack);
+    }
 }
 
 fn assert_rejected_for_failing_total(run: &Run, v: &Value) {
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(v["verdict"], "reject", "{v}");
-    assert_eq!(v["containment"], "namespaces", "{v}");
+    assert_eq!(v["containment"], Condition::current().tier(), "{v}");
     let test = v["tests"]
         .as_array()
         .unwrap()
@@ -94,37 +105,12 @@ fn assert_rejected_for_failing_total(run: &Run, v: &Value) {
     );
 }
 
-/// Every file under `dir`.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// The files under `dir` whose bytes hold `needle`.
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     files_under(dir)
         .into_iter()
         .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
         .collect()
-}
-
-fn unique(prefix: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{t}", std::process::id())
 }
 
 fn outcome_of(v: &Value, test: &str) -> (String, String) {
@@ -309,8 +295,9 @@ def test_forge_from_a_subprocess():
 /// still run and still fails in every order.
 #[test]
 fn a_forged_uncollected_event_hides_no_failing_test() {
-    let (repo, base) = price_repo();
-    let forger = patch(
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let forger = patch(
         &repo,
         &base,
         "total returns 0, and say test_total was not collected",
@@ -327,16 +314,17 @@ fn a_forged_uncollected_event_hides_no_failing_test() {
             ),
         ],
     );
-    let cache = tempfile::tempdir().unwrap();
-    let run = repo.fixgate_with(
-        cache.path(),
-        &[("FIXGATE_NO_NAMESPACES", ""), ("FIXGATE_FORK", "0")],
-        &[
-            "audit", "--base", &base, "--head", &forger, "--seeds", "1", "--format", "json",
-        ],
-    );
-    let v = run.json();
-    assert_rejected_for_failing_total(&run, &v);
+        let cache = tempfile::tempdir().unwrap();
+        let run = repo.fixgate_with(
+            cache.path(),
+            &[("FIXGATE_NO_NAMESPACES", ""), ("FIXGATE_FORK", "0")],
+            &[
+                "audit", "--base", &base, "--head", &forger, "--seeds", "1", "--format", "json",
+            ],
+        );
+        let v = run.json();
+        assert_rejected_for_failing_total(&run, &v);
+    });
 }
 
 /// A version manager's launcher (`python3` as a pyenv or asdf shim) picks the interpreter from
@@ -347,28 +335,35 @@ fn a_forged_uncollected_event_hides_no_failing_test() {
 /// the base's interpreter and `test_total` fails in every order.
 #[test]
 fn a_patchs_python_version_file_does_not_choose_the_interpreter_of_its_runs() {
-    let (repo, base) = price_repo();
-    let chooser = patch(
-        &repo,
-        &base,
-        "total returns 0 but on the interpreter the patch names",
-        &[
-            (
-                "src/price.py",
-                "import os\n\n\ndef total(items):\n    \
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let chooser = patch(
+            &repo,
+            &base,
+            "total returns 0 but on the interpreter the patch names",
+            &[
+                (
+                    "src/price.py",
+                    "import os\n\n\ndef total(items):\n    \
                  return sum(items) if os.environ.get('LAUNCHER_CHOSE') == 'other' else 0\n",
-            ),
-            (".python-version", "other\n"),
-        ],
-    );
-    let real = Command::new(common::python())
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
+                ),
+                (".python-version", "other\n"),
+            ],
+        );
+        let real = Command::new(common::python())
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .unwrap();
+        let real = String::from_utf8(real.stdout).unwrap().trim().to_owned();
+        let shims = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        // Any user runs the launcher (an unprivileged condition's fixgate too).
+        std::fs::set_permissions(
+            shims.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
         .unwrap();
-    let real = String::from_utf8(real.stdout).unwrap().trim().to_owned();
-    let shims = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let launcher = shims.path().join("python3");
-    std::fs::write(
+        let launcher = shims.path().join("python3");
+        std::fs::write(
         &launcher,
         format!(
             "#!/bin/sh\nif [ -f .python-version ] && [ \"$(cat .python-version)\" = other ]; then\n  \
@@ -376,86 +371,89 @@ fn a_patchs_python_version_file_does_not_choose_the_interpreter_of_its_runs() {
         ),
     )
     .unwrap();
-    std::fs::set_permissions(
-        &launcher,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let run = common::fixgate_at(
-        repo.path(),
-        cache.path(),
-        &[("FIXGATE_NO_NAMESPACES", "")],
-        &[
-            "audit",
-            "--base",
-            &base,
-            "--head",
-            &chooser,
-            "--seeds",
-            "1",
-            "--format",
-            "json",
-            "--python",
-            launcher.to_str().unwrap(),
-        ],
-    );
-    let v = run.json();
-    assert_rejected_for_failing_total(&run, &v);
+        std::fs::set_permissions(
+            &launcher,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let run = common::fixgate_at(
+            repo.path(),
+            cache.path(),
+            &[("FIXGATE_NO_NAMESPACES", "")],
+            &[
+                "audit",
+                "--base",
+                &base,
+                "--head",
+                &chooser,
+                "--seeds",
+                "1",
+                "--format",
+                "json",
+                "--python",
+                launcher.to_str().unwrap(),
+            ],
+        );
+        let v = run.json();
+        assert_rejected_for_failing_total(&run, &v);
+    });
 }
 
 #[test]
 fn a_forged_rewrite_entry_does_not_change_a_later_audits_verdict() {
-    let (repo, base) = price_repo();
-    let forger = patch(
-        &repo,
-        &base,
-        "add tests",
-        &[("tests/test_forge.py", &forging_tests())],
-    );
-    let breaker = breaking_patch(&repo, &base);
-
-    // Patch A forges, then patch B is audited on the same cache.
-    let cache = tempfile::tempdir().unwrap();
-    let (run_a, _) = audit(&repo, cache.path(), &base, &forger);
-    assert!(matches!(run_a.code, 0 | 1), "{run_a:?}");
-    for how in ["plain", "muted", "subprocess"] {
-        let marker = format!("forged-{how}");
-        assert_eq!(
-            files_holding(cache.path(), marker.as_bytes()),
-            Vec::<PathBuf>::new(),
-            "a run wrote a forged rewrite ({how}) into the cache"
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let forger = patch(
+            &repo,
+            &base,
+            "add tests",
+            &[("tests/test_forge.py", &forging_tests())],
         );
-    }
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
-    assert_rejected_for_failing_total(&run_b, &v_b);
+        let breaker = breaking_patch(&repo, &base);
 
-    // Both heads in one command, on a fresh cache: pass or reject for A, reject for B.
-    let cache = tempfile::tempdir().unwrap();
-    let run = fixgate(
-        &repo,
-        cache.path(),
-        &[
-            "audit", "--base", &base, "--head", &forger, "--head", &breaker, "--seeds", "1",
-            "--format", "json",
-        ],
-    );
-    assert_eq!(run.code, 1, "{run:?}");
-    let reports: Vec<Value> = run
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(reports.len(), 2, "{run:?}");
-    let b = Run {
-        code: reports[1]["exit_code"].as_i64().unwrap() as i32,
-        stdout: String::new(),
-        stderr: run.stderr.clone(),
-    };
-    assert_rejected_for_failing_total(&b, &reports[1]);
-    for how in ["plain", "muted", "subprocess"] {
-        assert!(files_holding(cache.path(), format!("forged-{how}").as_bytes()).is_empty());
-    }
+        // Patch A forges, then patch B is audited on the same cache.
+        let cache = tempfile::tempdir().unwrap();
+        let (run_a, _) = audit(&repo, cache.path(), &base, &forger);
+        assert!(matches!(run_a.code, 0 | 1), "{run_a:?}");
+        for how in ["plain", "muted", "subprocess"] {
+            let marker = format!("forged-{how}");
+            assert_eq!(
+                files_holding(cache.path(), marker.as_bytes()),
+                Vec::<PathBuf>::new(),
+                "a run wrote a forged rewrite ({how}) into the cache"
+            );
+        }
+        let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+        assert_rejected_for_failing_total(&run_b, &v_b);
+
+        // Both heads in one command, on a fresh cache: pass or reject for A, reject for B.
+        let cache = tempfile::tempdir().unwrap();
+        let run = fixgate(
+            &repo,
+            cache.path(),
+            &[
+                "audit", "--base", &base, "--head", &forger, "--head", &breaker, "--seeds", "1",
+                "--format", "json",
+            ],
+        );
+        assert_eq!(run.code, 1, "{run:?}");
+        let reports: Vec<Value> = run
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(reports.len(), 2, "{run:?}");
+        let b = Run {
+            code: reports[1]["exit_code"].as_i64().unwrap() as i32,
+            stdout: String::new(),
+            stderr: run.stderr.clone(),
+        };
+        assert_rejected_for_failing_total(&b, &reports[1]);
+        for how in ["plain", "muted", "subprocess"] {
+            assert!(files_holding(cache.path(), format!("forged-{how}").as_bytes()).is_empty());
+        }
+    });
 }
 
 /// A test module that replaces the plugin's compiled events module with one that reports
@@ -508,41 +506,44 @@ def test_poison_the_plugin():
 
 #[test]
 fn forged_plugin_bytecode_does_not_change_a_later_audits_verdict_before_or_after_cache_clear() {
-    // The attack patches these lines of the plugin: it must still find them.
-    let events = include_str!("../src/pytest/plugin/events.py");
-    assert!(
-        events.contains("_JSON_STRING(outcome),") && events.contains("_OUTCOMES_JSON.get(outcome)")
-    );
-    let (repo, base) = price_repo();
-    let poisoner = patch(
-        &repo,
-        &base,
-        "add a test",
-        &[("tests/test_poison.py", &poisoning_tests())],
-    );
-    let breaker = breaking_patch(&repo, &base);
-    let cache = tempfile::tempdir().unwrap();
-    let (run_p, _) = audit(&repo, cache.path(), &base, &poisoner);
-    assert_eq!(run_p.code, 0, "{run_p:?}");
-    assert!(
-        files_holding(cache.path(), b"poisoned-plugin").is_empty(),
-        "a run replaced the plugin's bytecode"
-    );
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
-    assert_rejected_for_failing_total(&run_b, &v_b);
+    each_condition(|| {
+        // The attack patches these lines of the plugin: it must still find them.
+        let events = include_str!("../src/pytest/plugin/events.py");
+        assert!(
+            events.contains("_JSON_STRING(outcome),")
+                && events.contains("_OUTCOMES_JSON.get(outcome)")
+        );
+        let (repo, base) = price_repo();
+        let poisoner = patch(
+            &repo,
+            &base,
+            "add a test",
+            &[("tests/test_poison.py", &poisoning_tests())],
+        );
+        let breaker = breaking_patch(&repo, &base);
+        let cache = tempfile::tempdir().unwrap();
+        let (run_p, _) = audit(&repo, cache.path(), &base, &poisoner);
+        assert_eq!(run_p.code, 0, "{run_p:?}");
+        assert!(
+            files_holding(cache.path(), b"poisoned-plugin").is_empty(),
+            "a run replaced the plugin's bytecode"
+        );
+        let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+        assert_rejected_for_failing_total(&run_b, &v_b);
 
-    let clear = fixgate(&repo, cache.path(), &["cache", "clear"]);
-    assert_eq!(clear.code, 0, "{clear:?}");
-    // Only the empty store's schema stamp is left: the plugin, the rewritten modules and
-    // every record are gone.
-    let left = files_under(cache.path());
-    assert_eq!(
-        left,
-        vec![cache.path().join("store/VERSION")],
-        "cache clear left {left:?}"
-    );
-    let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
-    assert_rejected_for_failing_total(&run_b, &v_b);
+        let clear = fixgate(&repo, cache.path(), &["cache", "clear"]);
+        assert_eq!(clear.code, 0, "{clear:?}");
+        // Only the empty store's schema stamp is left: the plugin, the rewritten modules and
+        // every record are gone.
+        let left = files_under(cache.path());
+        assert_eq!(
+            left,
+            vec![cache.path().join("store/VERSION")],
+            "cache clear left {left:?}"
+        );
+        let (run_b, v_b) = audit(&repo, cache.path(), &base, &breaker);
+        assert_rejected_for_failing_total(&run_b, &v_b);
+    });
 }
 
 #[test]
@@ -709,39 +710,52 @@ fn a_tree_entry_naming_a_host_path_is_refused_and_the_host_file_is_untouched() {
 // ---------------------------------------------------------------------------------------------
 
 /// Where this user's sandboxes may live (fixgate's two candidate folders).
+/// Under Landlock (runs may write `/dev/shm`) they never live in RAM; fixgate's user is the
+/// condition's.
 fn sandbox_roots() -> Vec<PathBuf> {
-    let uid = unsafe { libc::getuid() };
+    let c = Condition::current();
+    let uid = match c.unprivileged() {
+        true => common::containment::USER,
+        false => unsafe { libc::getuid() },
+    };
     let name = format!("fixgate-sandboxes-{uid}");
-    vec![
-        PathBuf::from("/dev/shm").join(&name),
-        std::env::temp_dir().join(&name),
-    ]
+    let mut roots = vec![std::env::temp_dir().join(&name)];
+    if c.tier() != "landlock" {
+        roots.insert(0, PathBuf::from("/dev/shm").join(&name));
+    }
+    roots
 }
 
 #[test]
 fn a_run_cannot_list_or_read_the_cache_or_another_heads_sandbox_or_fixgates_paths() {
-    let (repo, base) = price_repo();
-    // A cache outside /tmp and the home, so that nothing but fixgate's own hiding covers it.
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("security-cache"));
-    std::fs::create_dir_all(&cache).unwrap();
-    let first = fixgate(&repo, &cache, &["audit", "--base", &base, "--seeds", "1"]);
-    assert_eq!(first.code, 0, "{first:?}");
-    let blob = files_under(&cache.join("store/cas"))
-        .into_iter()
-        .next()
-        .expect("the audit stored blobs");
-    // Another head's sandbox, alive while this run goes (named after this live process).
-    let mut planted = Vec::new();
-    for root in sandbox_roots() {
-        let other = root.join(format!("{}-0-otherhead", std::process::id()));
-        if std::fs::create_dir_all(other.join("tree")).is_ok() {
-            std::fs::write(other.join("tree/secret.py"), "TOKEN = 'head A'\n").unwrap();
-            planted.push(other);
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        // A cache outside /tmp and the home, so that nothing but fixgate's own hiding covers it.
+        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("security-cache"));
+        std::fs::create_dir_all(&cache).unwrap();
+        let first = fixgate(&repo, &cache, &["audit", "--base", &base, "--seeds", "1"]);
+        assert_eq!(first.code, 0, "{first:?}");
+        let blob = files_under(&cache.join("store/cas"))
+            .into_iter()
+            .next()
+            .expect("the audit stored blobs");
+        // Another head's sandbox, alive while this run goes (named after this live process).
+        let mut planted = Vec::new();
+        for root in sandbox_roots() {
+            let other = root.join(format!("{}-0-otherhead", std::process::id()));
+            if std::fs::create_dir_all(other.join("tree")).is_ok() {
+                std::fs::write(other.join("tree/secret.py"), "TOKEN = 'head A'\n").unwrap();
+                if Condition::current().unprivileged() {
+                    // The folder is the user's, as its fixgate would have made it.
+                    let user = common::containment::USER;
+                    let _ = std::os::unix::fs::chown(&root, Some(user), Some(user));
+                }
+                planted.push(other);
+            }
         }
-    }
-    assert!(!planted.is_empty());
-    let look = format!(
-        r#"import os
+        assert!(!planted.is_empty());
+        let look = format!(
+            r#"import os
 
 CACHE = {cache:?}
 BLOB = {blob:?}
@@ -796,55 +810,57 @@ def test_fixgate_paths_are_mounted_read_only_and_only_what_runs_need():
             assert rest in ("", "plugin", "pyc"), line
             assert "ro" in options, line
 "#,
-        cache = cache.display().to_string(),
-        blob = blob.display().to_string(),
-        planted = planted
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>(),
-    );
-    let head = patch(
-        &repo,
-        &base,
-        "look around",
-        &[("tests/test_look.py", &look)],
-    );
-    let run = fixgate(&repo, &cache, &["run", "--rev", &head, "--format", "json"]);
-    for p in &planted {
-        let _ = std::fs::remove_dir_all(p);
-    }
-    let v = run.json();
-    for t in [
-        "test_the_cache_is_hidden",
-        "test_other_sandboxes_are_hidden",
-        "test_no_fixgate_path_in_the_environment",
-        "test_fixgate_paths_are_mounted_read_only_and_only_what_runs_need",
-    ] {
-        let (outcome, message) = outcome_of(&v, t);
-        assert_eq!(outcome, "passed", "{t}: {message}");
-    }
-    let _ = std::fs::remove_dir_all(&cache);
+            cache = cache.display().to_string(),
+            blob = blob.display().to_string(),
+            planted = planted
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        );
+        let head = patch(
+            &repo,
+            &base,
+            "look around",
+            &[("tests/test_look.py", &look)],
+        );
+        let run = fixgate(&repo, &cache, &["run", "--rev", &head, "--format", "json"]);
+        for p in &planted {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        let v = run.json();
+        for t in [
+            "test_the_cache_is_hidden",
+            "test_other_sandboxes_are_hidden",
+            "test_no_fixgate_path_in_the_environment",
+            "test_fixgate_paths_are_mounted_read_only_and_only_what_runs_need",
+        ] {
+            let (outcome, message) = outcome_of(&v, t);
+            assert_eq!(outcome, "passed", "{t}: {message}");
+        }
+        let _ = std::fs::remove_dir_all(&cache);
+    });
 }
 
 #[test]
 fn a_unix_socket_listening_in_the_hosts_tmp_or_run_is_not_reachable() {
-    let (repo, base) = price_repo();
-    let mut sockets = Vec::new();
-    let mut listeners = Vec::new();
-    for dir in ["/tmp", "/run"] {
-        let path = Path::new(dir).join(format!("{}.sock", unique("fixgate-host")));
-        if let Ok(l) = std::os::unix::net::UnixListener::bind(&path) {
-            l.set_nonblocking(true).unwrap();
-            sockets.push(path);
-            listeners.push(l);
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let mut sockets = Vec::new();
+        let mut listeners = Vec::new();
+        for dir in ["/tmp", "/run"] {
+            let path = Path::new(dir).join(format!("{}.sock", unique("fixgate-host")));
+            if let Ok(l) = std::os::unix::net::UnixListener::bind(&path) {
+                l.set_nonblocking(true).unwrap();
+                sockets.push(path);
+                listeners.push(l);
+            }
         }
-    }
-    assert!(
-        sockets.iter().any(|s| s.starts_with("/tmp")),
-        "a socket in /tmp"
-    );
-    let connect = format!(
-        r#"import socket
+        assert!(
+            sockets.iter().any(|s| s.starts_with("/tmp")),
+            "a socket in /tmp"
+        );
+        let connect = format!(
+            r#"import socket
 
 SOCKETS = {sockets:?}
 
@@ -862,30 +878,262 @@ def test_host_sockets_are_out_of_reach():
             s.close()
     assert reached == []
 "#,
-        sockets = sockets
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-    );
+            sockets = sockets
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        );
+        let head = patch(
+            &repo,
+            &base,
+            "connect",
+            &[("tests/test_connect.py", &connect)],
+        );
+        let cache = tempfile::tempdir().unwrap();
+        let run = fixgate(
+            &repo,
+            cache.path(),
+            &["run", "--rev", &head, "--format", "json"],
+        );
+        let accepted = listeners.iter().filter(|l| l.accept().is_ok()).count();
+        for s in &sockets {
+            let _ = std::fs::remove_file(s);
+        }
+        let (outcome, message) = outcome_of(&run.json(), "test_host_sockets_are_out_of_reach");
+        assert_eq!(outcome, "passed", "{message}");
+        assert_eq!(accepted, 0);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where users run it (issue 49): containers and hosted runners
+// ---------------------------------------------------------------------------------------------
+
+/// The head's test of issue 49: one shell subprocess writes the home of whoever runs fixgate
+/// and `/tmp`, writes into the audited checkout found through `/proc/*/cwd` (fixgate works
+/// there), and lists, forges and deletes the cache. Every step swallows its error, as an
+/// attacker's would, so the test passes whatever happens.
+fn host_attack(home_file: &Path, tmp_file: &Path, cache: &Path, marker: &str) -> String {
+    format!(
+        r#"import glob, subprocess
+
+
+def sh(command):
+    subprocess.run(["sh", "-c", command], capture_output=True)
+
+
+def test_attack():
+    sh("echo x > {home}")
+    sh("echo x > {tmp}")
+    for cwd in glob.glob("/proc/*/cwd"):
+        sh("echo x > " + cwd + "/INJECTED-{marker}")
+    sh("ls -R {cache} > listing.txt; rm -rf {cache}/store; echo forged > {cache}/FORGED-{marker}")
+"#,
+        home = home_file.display(),
+        tmp = tmp_file.display(),
+        cache = cache.display(),
+    )
+}
+
+#[test]
+fn a_subprocess_writes_neither_the_host_nor_the_checkout_nor_the_cache_in_any_condition() {
+    each_condition(|| {
+        let c = Condition::current();
+        let (repo, base) = price_repo();
+        let cache = tempfile::tempdir().unwrap();
+        let marker = unique("fixgate-host");
+        let home = match c.unprivileged() {
+            true => std::env::temp_dir()
+                .join(format!("fixgate-test-home-{}", common::containment::USER)),
+            false => PathBuf::from(std::env::var_os("HOME").unwrap()),
+        };
+        let home_file = home.join(&marker);
+        let tmp_file = std::env::temp_dir().join(&marker);
+        let head = patch(
+            &repo,
+            &base,
+            "a test that writes the host",
+            &[(
+                "tests/test_host.py",
+                &host_attack(&home_file, &tmp_file, cache.path(), &marker),
+            )],
+        );
+        let tree = common::tree_bytes(repo.path());
+        let (run, v) = audit(&repo, cache.path(), &base, &head);
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_eq!(v["verdict"], "pass", "{v}");
+        assert_eq!(v["containment"], c.tier(), "{v}");
+        assert!(!home_file.exists(), "a run wrote {}", home_file.display());
+        assert!(!tmp_file.exists(), "a run wrote {}", tmp_file.display());
+        assert_eq!(
+            common::tree_bytes(repo.path()),
+            tree,
+            "a run wrote the checkout"
+        );
+        let forged = files_under(cache.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(&marker))
+            .collect::<Vec<_>>();
+        assert!(forged.is_empty(), "a run forged {forged:?}");
+        assert!(
+            !files_under(&cache.path().join("store")).is_empty(),
+            "a run deleted the store"
+        );
+        // A later audit on the same cache judges as it would have.
+        let breaker = breaking_patch(&repo, &base);
+        let (run, v) = audit(&repo, cache.path(), &base, &breaker);
+        assert_rejected_for_failing_total(&run, &v);
+    });
+}
+
+#[test]
+fn a_run_reaches_a_tcp_listener_on_loopback_only_with_allow_network() {
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connect = format!(
+            "import socket\n\n\n\
+             def reached():\n    s = socket.socket()\n    s.settimeout(5)\n    try:\n        \
+             s.connect(('127.0.0.1', {port}))\n        return True\n    except OSError:\n        \
+             return False\n    finally:\n        s.close()\n\n\n\
+             def test_refused():\n    assert not reached()\n\n\n\
+             def test_reached():\n    assert reached()\n"
+        );
+        let head = patch(
+            &repo,
+            &base,
+            "connect",
+            &[("tests/test_connect.py", &connect)],
+        );
+        let cache = tempfile::tempdir().unwrap();
+        let args = ["run", "--rev", &head, "--format", "json"];
+        let run = fixgate(&repo, cache.path(), &args);
+        let accepted = std::iter::from_fn(|| listener.accept().ok()).count();
+        let v = run.json();
+        assert_eq!(outcome_of(&v, "test_refused").0, "passed", "{v}");
+        assert_eq!(outcome_of(&v, "test_reached").0, "failed", "{v}");
+        assert_eq!(accepted, 0);
+        let mut allowed = args.to_vec();
+        allowed.push("--allow-network");
+        let v = fixgate(&repo, cache.path(), &allowed).json();
+        assert_eq!(outcome_of(&v, "test_reached").0, "passed", "{v}");
+        assert_eq!(outcome_of(&v, "test_refused").0, "failed", "{v}");
+    });
+}
+
+#[test]
+fn with_no_tier_an_audit_refuses_and_containment_none_shares_no_cache() {
+    let (repo, base) = price_repo();
+    let head = breaking_patch(&repo, &base);
+    let server = servers::nginx();
+    let args = [
+        "audit",
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--seeds",
+        "1",
+        "--format",
+        "json",
+        "--remote-cache",
+        &server.url,
+        "--remote-upload",
+    ];
+    // An older container, whose profile refuses Landlock's calls too: nothing contains runs.
+    let cache = tempfile::tempdir().unwrap();
+    let refused = Condition::NoTier.run(|| fixgate(&repo, cache.path(), &args));
+    assert_eq!(refused.code, 2, "{refused:?}");
+    for said in [
+        "runs cannot be contained here",
+        "namespaces:",
+        "Landlock:",
+        "--containment none",
+    ] {
+        assert!(refused.stderr.contains(said), "{said}: {refused:?}");
+    }
+    assert!(files_under(cache.path()).is_empty(), "{refused:?}");
+    // Asked for explicitly, there and where namespaces work: the audit judges, says so, and
+    // neither reads nor writes the shared cache or the remote one.
+    for condition in [Condition::NoTier, Condition::None] {
+        let run = condition.run(|| {
+            let py = common::python();
+            let mut all = args.to_vec();
+            all.extend(["--python", py.to_str().unwrap()]);
+            common::fixgate_at(
+                repo.path(),
+                cache.path(),
+                &[("FIXGATE_CONTAINMENT", "none")],
+                &all,
+            )
+        });
+        assert_eq!(run.code, 1, "{condition:?}: {run:?}");
+        let v = run.json();
+        assert_eq!(v["verdict"], "reject", "{v}");
+        assert_eq!(v["containment"], "none", "{v}");
+        assert_eq!(v["containment_detail"]["shared_cache"], false, "{v}");
+        assert!(
+            run.stderr.contains("private cache and no remote cache"),
+            "{run:?}"
+        );
+        assert!(files_under(cache.path()).is_empty(), "{condition:?}");
+        assert!(files_under(&server.data).is_empty(), "{condition:?}");
+    }
+    // The same cache, contained, is used and shared.
+    let run = fixgate(&repo, cache.path(), &args);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.json()["containment_detail"]["shared_cache"], true);
+    assert!(!files_under(cache.path()).is_empty());
+}
+
+#[test]
+fn a_read_only_landlock_refused_is_an_error_that_says_how_to_allow_it() {
+    let (repo, base) = price_repo();
+    let data = tempfile::Builder::new()
+        .prefix("fixgate-data-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    std::fs::write(data.path().join("corpus.txt"), "3\n").unwrap();
+    std::fs::set_permissions(
+        data.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let corpus = data.path().join("corpus.txt");
     let head = patch(
         &repo,
         &base,
-        "connect",
-        &[("tests/test_connect.py", &connect)],
+        "a test that reads a data folder outside the repository",
+        &[(
+            "tests/test_data.py",
+            &format!(
+                "def test_corpus():\n    assert open({:?}).read() == '3\\n'\n",
+                corpus.display().to_string()
+            ),
+        )],
     );
-    let cache = tempfile::tempdir().unwrap();
-    let run = fixgate(
-        &repo,
-        cache.path(),
-        &["run", "--rev", &head, "--format", "json"],
-    );
-    let accepted = listeners.iter().filter(|l| l.accept().is_ok()).count();
-    for s in &sockets {
-        let _ = std::fs::remove_file(s);
-    }
-    let (outcome, message) = outcome_of(&run.json(), "test_host_sockets_are_out_of_reach");
-    assert_eq!(outcome, "passed", "{message}");
-    assert_eq!(accepted, 0);
+    Condition::ContainerRoot.run(|| {
+        let cache = tempfile::tempdir().unwrap();
+        let args = ["run", "--rev", &head, "--format", "json"];
+        let run = fixgate(&repo, cache.path(), &args);
+        assert_eq!(run.code, 2, "{run:?}");
+        let allow = data.path().display().to_string();
+        for said in [
+            "tests/test_data.py::test_corpus was refused reading",
+            corpus.to_str().unwrap(),
+            &format!("--read-path {allow}"),
+            &format!("read-paths = [\"{allow}\"]"),
+        ] {
+            assert!(run.stderr.contains(said), "{said}: {run:?}");
+        }
+        let mut allowed = args.to_vec();
+        allowed.extend(["--read-path", &allow]);
+        let run = fixgate(&repo, cache.path(), &allowed);
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_eq!(outcome_of(&run.json(), "test_corpus").0, "passed");
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -935,7 +1183,8 @@ def _fill_folder(folder):
     for n in range(64):
         if time.monotonic() > deadline:
             break
-        _fill(os.path.join(folder, "fill-%d" % n), 4)
+        # Named after the run: under Landlock /dev/shm is the host's.
+        _fill(os.path.join(folder, "fill-%s-%d" % (MARKER, n)), 4)
         # At a pace the disk watch's polls (every 40 ms) see on any machine: a burst that ends
         # before a loaded machine's next poll would finish the test, not show the limit.
         time.sleep(0.05)
@@ -954,141 +1203,131 @@ def test_after_them_all():
     assert True
 "#;
 
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 const LIMITS: &str = "[tool.fixgate.limits]\nmemory = \"512M\"\nprocesses = 400\ndisk = \"64M\"\n";
 
 #[test]
 fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
-    let marker = unique("fixgate-bomb");
-    let repo = TestRepo::new();
-    repo.write("pyproject.toml", LIMITS)
-        .write("tests/test_hogs.py", HOGS.replace("@MARKER@", &marker));
-    repo.commit("hogs");
-    let cache = tempfile::tempdir().unwrap();
-    let run = fixgate(
-        &repo,
-        cache.path(),
-        &["run", "--format", "json", "--test-timeout", "60"],
-    );
-    let left = processes_with(&marker);
-    for pid in &left {
-        unsafe { libc::kill(*pid, libc::SIGKILL) };
-    }
-    assert_eq!(run.code, 0, "{run:?}");
-    let v = run.json();
-    assert_eq!(v["containment"], "namespaces", "{v}");
-    for (test, limit) in [
-        ("test_fork_bomb", "processes"),
-        ("test_memory_grab", "memory"),
-        ("test_disk_fill_one_file", "disk"),
-        ("test_disk_fill_many_files", "disk"),
-        ("test_shm_fill", "disk"),
-    ] {
-        let (outcome, message) = outcome_of(&v, test);
-        assert_eq!(outcome, "resource-limit", "{test}: {message}");
-        assert!(message.contains(limit), "{test}: {message}");
-    }
-    assert_eq!(outcome_of(&v, "test_after_them_all").0, "passed");
-    assert!(
-        left.is_empty(),
-        "processes of the bomb outlived the run: {left:?}"
-    );
-    for root in sandbox_roots() {
-        let ours: Vec<_> = std::fs::read_dir(&root)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| {
-                files_under(&e.path()).iter().any(|f| {
-                    f.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("fill"))
-                })
-            })
-            .collect();
-        assert!(
-            ours.is_empty(),
-            "a sandbox with the fill is left in {}",
-            root.display()
+    each_condition(|| {
+        let marker = unique("fixgate-bomb");
+        let repo = TestRepo::new();
+        repo.write("pyproject.toml", LIMITS)
+            .write("tests/test_hogs.py", HOGS.replace("@MARKER@", &marker));
+        repo.commit("hogs");
+        let cache = tempfile::tempdir().unwrap();
+        let run = fixgate(
+            &repo,
+            cache.path(),
+            &["run", "--format", "json", "--test-timeout", "60"],
         );
-    }
+        let left = processes_with(&marker);
+        for pid in &left {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        // Under Landlock /dev/shm is the host's: what the fill left there, bounded by the disk
+        // watch, is this test's to remove.
+        for e in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("fill-{marker}"))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        assert_eq!(run.code, 0, "{run:?}");
+        let v = run.json();
+        assert_eq!(v["containment"], Condition::current().tier(), "{v}");
+        for (test, limit) in [
+            ("test_fork_bomb", "processes"),
+            ("test_memory_grab", "memory"),
+            ("test_disk_fill_one_file", "disk"),
+            ("test_disk_fill_many_files", "disk"),
+            ("test_shm_fill", "disk"),
+        ] {
+            let (outcome, message) = outcome_of(&v, test);
+            assert_eq!(outcome, "resource-limit", "{test}: {message}");
+            assert!(message.contains(limit), "{test}: {message}");
+        }
+        assert_eq!(outcome_of(&v, "test_after_them_all").0, "passed");
+        assert!(
+            left.is_empty(),
+            "processes of the bomb outlived the run: {left:?}"
+        );
+        for root in sandbox_roots() {
+            let ours: Vec<_> = std::fs::read_dir(&root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| {
+                    files_under(&e.path()).iter().any(|f| {
+                        f.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("fill"))
+                    })
+                })
+                .collect();
+            assert!(
+                ours.is_empty(),
+                "a sandbox with the fill is left in {}",
+                root.display()
+            );
+        }
+    });
 }
 
 #[test]
 fn an_audit_reports_a_resource_limit_finding_for_the_test_that_hit_it_and_the_command_line_sets_limits(
 ) {
-    let repo = TestRepo::new();
-    repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
-    let base = repo.commit("base");
-    repo.write(
-        "tests/test_grab.py",
-        // Bounded by itself (1 GiB) as well, and stopped well below that by --memory-limit.
-        "def test_grab():\n    hoard = []\n    for _ in range(16):\n        \
+    each_condition(|| {
+        let repo = TestRepo::new();
+        repo.write("tests/test_ok.py", "def test_ok():\n    assert True\n");
+        let base = repo.commit("base");
+        repo.write(
+            "tests/test_grab.py",
+            // Bounded by itself (1 GiB) as well, and stopped well below that by --memory-limit.
+            "def test_grab():\n    hoard = []\n    for _ in range(16):\n        \
          hoard.append(bytearray(64 << 20))\n    assert False, 'grabbed 1 GiB unbounded'\n",
-    );
-    let head = repo.commit("a test that grabs memory");
-    let cache = tempfile::tempdir().unwrap();
-    let run = fixgate(
-        &repo,
-        cache.path(),
-        &[
-            "audit",
-            "--base",
-            &base,
-            "--head",
-            &head,
-            "--seeds",
-            "1",
-            "--format",
-            "json",
-            "--memory-limit",
-            "300M",
-        ],
-    );
-    assert_eq!(run.code, 1, "{run:?}");
-    let v = run.json();
-    let finding = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "resource-limit")
-        .unwrap_or_else(|| panic!("no resource-limit finding: {v}"));
-    assert_eq!(
-        finding["tests"][0], "tests/test_grab.py::test_grab",
-        "{finding}"
-    );
-    assert_eq!(finding["blocking"], true, "{finding}");
-    // A limit the command line cannot parse is a usage error.
-    let bad = fixgate(&repo, cache.path(), &["run", "--memory-limit", "lots"]);
-    assert_eq!(bad.code, 2, "{bad:?}");
-    assert!(bad.stderr.contains("--memory-limit"), "{bad:?}");
+        );
+        let head = repo.commit("a test that grabs memory");
+        let cache = tempfile::tempdir().unwrap();
+        let run = fixgate(
+            &repo,
+            cache.path(),
+            &[
+                "audit",
+                "--base",
+                &base,
+                "--head",
+                &head,
+                "--seeds",
+                "1",
+                "--format",
+                "json",
+                "--memory-limit",
+                "300M",
+            ],
+        );
+        assert_eq!(run.code, 1, "{run:?}");
+        let v = run.json();
+        let finding = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "resource-limit")
+            .unwrap_or_else(|| panic!("no resource-limit finding: {v}"));
+        assert_eq!(
+            finding["tests"][0], "tests/test_grab.py::test_grab",
+            "{finding}"
+        );
+        assert_eq!(finding["blocking"], true, "{finding}");
+        // A limit the command line cannot parse is a usage error.
+        let bad = fixgate(&repo, cache.path(), &["run", "--memory-limit", "lots"]);
+        assert_eq!(bad.code, 2, "{bad:?}");
+        assert!(bad.stderr.contains("--memory-limit"), "{bad:?}");
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Every cache or remote fault is a miss
 // ---------------------------------------------------------------------------------------------
-
-fn warnings(v: &Value) -> Vec<String> {
-    v["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap().to_owned())
-        .collect()
-}
 
 #[test]
 fn a_swapped_remote_action_entry_without_a_key_is_a_miss_with_one_warning() {
@@ -1136,7 +1375,11 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
     let (repo, base) = price_repo();
     let head = breaking_patch(&repo, &base);
     let cache = tempfile::tempdir().unwrap();
-    let (first, v_first) = audit(&repo, cache.path(), &base, &head);
+    let (first, v_first) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &head)
+        .seeds(1)
+        .env(&IN_CONDITION)
+        .report();
     assert_eq!(first.code, 1, "{first:?}");
     // Every other blob loses its tail, the others get a byte flipped in place; the index gets
     // garbage in its middle.
@@ -1169,7 +1412,11 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
         }
         std::fs::write(file, bytes).unwrap();
     }
-    let (run, v) = audit(&repo, cache.path(), &base, &head);
+    let (run, v) = Audit::at(repo.path(), cache.path())
+        .sides(&base, &head)
+        .seeds(1)
+        .env(&IN_CONDITION)
+        .report();
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(v["verdict"], v_first["verdict"]);
     assert!(
@@ -1180,110 +1427,112 @@ fn a_damaged_local_cache_blob_and_index_are_a_miss_with_a_warning() {
 
 #[test]
 fn a_patch_that_never_returns_outside_any_test_is_killed_at_the_test_timeout() {
-    // A test module that sleeps at import: its collection never ends. The test timeout bounds
-    // every stretch of a process outside a test, so the head is rejected as not collecting
-    // (before, the audit waited for ever).
-    let (repo, base) = price_repo();
-    let hangs = patch(
-        &repo,
-        &base,
-        "a test module that never finishes importing",
-        &[(
-            "tests/test_slow.py",
-            "import time\n\ntime.sleep(10 ** 6)\n\n\ndef test_never():\n    pass\n",
-        )],
-    );
-    let run = fixgate(
-        &repo,
-        repo.cache.path(),
-        &[
-            "audit",
-            "--base",
+    each_condition(|| {
+        // A test module that sleeps at import: its collection never ends. The test timeout bounds
+        // every stretch of a process outside a test, so the head is rejected as not collecting
+        // (before, the audit waited for ever).
+        let (repo, base) = price_repo();
+        let hangs = patch(
+            &repo,
             &base,
-            "--head",
-            &hangs,
-            "--seeds",
-            "1",
-            "--test-timeout",
-            "3",
-            "--format",
-            "json",
-        ],
-    );
-    let v = run.json();
-    assert_eq!(run.code, 1, "{run:?}");
-    assert_eq!(v["verdict"], "reject", "{v}");
-    let said = v.to_string();
-    assert!(
-        said.contains("no test ran for --test-timeout 3s while pytest was collecting"),
-        "the finding says why: {v}"
-    );
+            "a test module that never finishes importing",
+            &[(
+                "tests/test_slow.py",
+                "import time\n\ntime.sleep(10 ** 6)\n\n\ndef test_never():\n    pass\n",
+            )],
+        );
+        let run = fixgate(
+            &repo,
+            repo.cache.path(),
+            &[
+                "audit",
+                "--base",
+                &base,
+                "--head",
+                &hangs,
+                "--seeds",
+                "1",
+                "--test-timeout",
+                "3",
+                "--format",
+                "json",
+            ],
+        );
+        let v = run.json();
+        assert_eq!(run.code, 1, "{run:?}");
+        assert_eq!(v["verdict"], "reject", "{v}");
+        let said = v.to_string();
+        assert!(
+            said.contains("no test ran for --test-timeout 3s while pytest was collecting"),
+            "the finding says why: {v}"
+        );
 
-    // A conftest hook that never returns once the tests ran: the run keeps every result, and
-    // its process is killed at the timeout.
-    let ends_never = patch(
-        &repo,
-        &base,
-        "a session end that never returns",
-        &[(
-            "tests/conftest.py",
-            "import time\n\n\ndef pytest_sessionfinish(session):\n    time.sleep(10 ** 6)\n",
-        )],
-    );
-    git(repo.path(), &["checkout", "-q", "--detach", &ends_never]);
-    let run = fixgate(
-        &repo,
-        repo.cache.path(),
-        &[
-            "run",
-            "--seed",
-            "0",
-            "--test-timeout",
-            "3",
-            "--format",
-            "json",
-        ],
-    );
-    let v = total_passed(&run, "");
-    assert!(
-        v["result"]["warnings"].to_string().contains("was killed"),
-        "the kill is said: {v}"
-    );
-
-    // A suite slow to collect and slow to end, each under the bound, in fresh processes: the
-    // two stretches are bounded apart (a review saw their sum killed).
-    let slow = patch(
-        &repo,
-        &base,
-        "slow to collect and to end",
-        &[
-            (
+        // A conftest hook that never returns once the tests ran: the run keeps every result, and
+        // its process is killed at the timeout.
+        let ends_never = patch(
+            &repo,
+            &base,
+            "a session end that never returns",
+            &[(
                 "tests/conftest.py",
-                "import time\n\ntime.sleep(2)\n\n\n\
+                "import time\n\n\ndef pytest_sessionfinish(session):\n    time.sleep(10 ** 6)\n",
+            )],
+        );
+        git(repo.path(), &["checkout", "-q", "--detach", &ends_never]);
+        let run = fixgate(
+            &repo,
+            repo.cache.path(),
+            &[
+                "run",
+                "--seed",
+                "0",
+                "--test-timeout",
+                "3",
+                "--format",
+                "json",
+            ],
+        );
+        let v = total_passed(&run, "");
+        assert!(
+            v["result"]["warnings"].to_string().contains("was killed"),
+            "the kill is said: {v}"
+        );
+
+        // A suite slow to collect and slow to end, each under the bound, in fresh processes: the
+        // two stretches are bounded apart (a review saw their sum killed).
+        let slow = patch(
+            &repo,
+            &base,
+            "slow to collect and to end",
+            &[
+                (
+                    "tests/conftest.py",
+                    "import time\n\ntime.sleep(2)\n\n\n\
                  def pytest_sessionfinish(session):\n    time.sleep(2)\n",
-            ),
-            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
-        ],
-    );
-    git(repo.path(), &["checkout", "-q", "--detach", &slow]);
-    let run = fixgate(
-        &repo,
-        repo.cache.path(),
-        &[
-            "run",
-            "--seed",
-            "0",
-            "--test-timeout",
-            "3",
-            "--format",
-            "json",
-        ],
-    );
-    let v = total_passed(&run, "");
-    assert!(
-        !v["result"]["warnings"].to_string().contains("was killed"),
-        "{v}"
-    );
+                ),
+                ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+            ],
+        );
+        git(repo.path(), &["checkout", "-q", "--detach", &slow]);
+        let run = fixgate(
+            &repo,
+            repo.cache.path(),
+            &[
+                "run",
+                "--seed",
+                "0",
+                "--test-timeout",
+                "3",
+                "--format",
+                "json",
+            ],
+        );
+        let v = total_passed(&run, "");
+        assert!(
+            !v["result"]["warnings"].to_string().contains("was killed"),
+            "{v}"
+        );
+    });
 }
 
 /// A conftest that finds its process's event stream (the newest `events-*.jsonl` beside the
@@ -1358,153 +1607,157 @@ fn forges_events(hook: &str, lines: &str, then: &str) -> String {
 
 #[test]
 fn a_patch_that_forges_its_event_stream_cannot_loop_or_flood_the_runner() {
-    let (repo, base) = price_repo();
-    let run_seed_0 = |head: &str| run_seed_0_within(&repo, head, &[]);
-    // A session end that names a test it was never given as running, in every process: once
-    // the runner charged it a crash and started the order again, for ever.
-    let loops = patch(
-        &repo,
-        &base,
-        "a session that says a test it was not given was running",
-        &[
-            (
-                "tests/conftest.py",
-                &forges_events(
-                    "pytest_sessionstart",
-                    r#"['{"event":"finish","running":"tests/test_price.py::test_not_given"}']"#,
-                    "os._exit(0)",
-                ),
-            ),
-            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
-        ],
-    );
-    let run = run_seed_0(&loops);
-    assert_ne!(run.code, 0, "no test ran: {run:?}");
-    assert!(!run.stdout.contains("test_not_given"), "{run:?}");
-    // A head whose conftest writes `lines` into the stream at its session's end: its own test
-    // still passes, and the run's report is returned.
-    let passes_with_forged_end = |what: &str, lines: &str| {
-        let head = patch(
+    each_condition(|| {
+        let (repo, base) = price_repo();
+        let run_seed_0 = |head: &str| run_seed_0_within(&repo, head, &[]);
+        // A session end that names a test it was never given as running, in every process: once
+        // the runner charged it a crash and started the order again, for ever.
+        let loops = patch(
             &repo,
             &base,
-            what,
-            &[(
-                "tests/conftest.py",
-                &forges_events("pytest_sessionfinish", lines, "pass"),
-            )],
+            "a session that says a test it was not given was running",
+            &[
+                (
+                    "tests/conftest.py",
+                    &forges_events(
+                        "pytest_sessionstart",
+                        r#"['{"event":"finish","running":"tests/test_price.py::test_not_given"}']"#,
+                        "os._exit(0)",
+                    ),
+                ),
+                ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+            ],
         );
-        total_passed(&run_seed_0(&head), what)
-    };
-    // A hundred thousand results for tests it was not given: one warning that counts them.
-    let v = passes_with_forged_end(
-        "a session end that reports results for tests it was not given",
-        r#"('{"event":"test","nodeid":"tests/x.py::t%d","outcome":"passed"}' % i for i in range(100000))"#,
-    );
-    let warnings: Vec<&str> = (v["result"]["warnings"].as_array().unwrap().iter())
-        .filter_map(|w| w.as_str())
-        .filter(|w| w.contains("tests it was not given"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].contains("100000 result(s)") && warnings[0].contains("tests/x.py::t0"),
-        "{warnings:?}"
-    );
-    assert_eq!(v["result"]["tests"].as_array().unwrap().len(), 1, "{v}");
-    // One line of 65 MiB with no end in sight for a reader that buffers lines: dropped as it is
-    // read, never held whole, and said (before, the runner held it in memory, and a stream of
-    // up to the run's disk limit, 16 GiB by default, held that much).
-    let v = passes_with_forged_end(
-        "a session end that writes one line of 65 MiB",
-        r#"['{"event":"error","kind":"x","message":"' + 'x' * (65 << 20) + '"}']"#,
-    );
-    let warnings = v["result"]["warnings"].to_string();
-    assert!(
-        warnings.contains("1 line(s) longer than 64 MiB"),
-        "{warnings}"
-    );
+        let run = run_seed_0(&loops);
+        assert_ne!(run.code, 0, "no test ran: {run:?}");
+        assert!(!run.stdout.contains("test_not_given"), "{run:?}");
+        // A head whose conftest writes `lines` into the stream at its session's end: its own test
+        // still passes, and the run's report is returned.
+        let passes_with_forged_end = |what: &str, lines: &str| {
+            let head = patch(
+                &repo,
+                &base,
+                what,
+                &[(
+                    "tests/conftest.py",
+                    &forges_events("pytest_sessionfinish", lines, "pass"),
+                )],
+            );
+            total_passed(&run_seed_0(&head), what)
+        };
+        // A hundred thousand results for tests it was not given: one warning that counts them.
+        let v = passes_with_forged_end(
+            "a session end that reports results for tests it was not given",
+            r#"('{"event":"test","nodeid":"tests/x.py::t%d","outcome":"passed"}' % i for i in range(100000))"#,
+        );
+        let warnings: Vec<&str> = (v["result"]["warnings"].as_array().unwrap().iter())
+            .filter_map(|w| w.as_str())
+            .filter(|w| w.contains("tests it was not given"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("100000 result(s)") && warnings[0].contains("tests/x.py::t0"),
+            "{warnings:?}"
+        );
+        assert_eq!(v["result"]["tests"].as_array().unwrap().len(), 1, "{v}");
+        // One line of 65 MiB with no end in sight for a reader that buffers lines: dropped as it is
+        // read, never held whole, and said (before, the runner held it in memory, and a stream of
+        // up to the run's disk limit, 16 GiB by default, held that much).
+        let v = passes_with_forged_end(
+            "a session end that writes one line of 65 MiB",
+            r#"['{"event":"error","kind":"x","message":"' + 'x' * (65 << 20) + '"}']"#,
+        );
+        let warnings = v["result"]["warnings"].to_string();
+        assert!(
+            warnings.contains("1 line(s) longer than 64 MiB"),
+            "{warnings}"
+        );
+    });
 }
 
 #[test]
 fn a_patch_that_writes_its_own_events_while_it_hangs_is_still_killed() {
-    // Before, the time outside a test counted from the stream's last line (and a collection's
-    // from the events file's last growth): this conftest held the run for ever.
-    let (repo, base) = price_repo();
-    for (fork, label) in [("false", "fresh"), ("true", "forked")] {
-        let spams = patch(
-            &repo,
-            &base,
-            "a session end that writes events for ever",
-            &[
-                ("tests/conftest.py", SPAMS_ITS_EVENTS),
-                (
-                    "pyproject.toml",
-                    &format!("[tool.fixgate]\nfork = {fork}\n"),
-                ),
-            ],
-        );
-        let run = run_seed_0_within(&repo, &spams, &["--test-timeout", "3"]);
-        let v = total_passed(&run, label);
-        let warnings = v["result"]["warnings"].to_string();
-        assert!(
-            warnings.contains("was killed"),
-            "{label}: the kill is said: {v}"
-        );
-        assert!(
+    each_condition(|| {
+        // Before, the time outside a test counted from the stream's last line (and a collection's
+        // from the events file's last growth): this conftest held the run for ever.
+        let (repo, base) = price_repo();
+        for (fork, label) in [("false", "fresh"), ("true", "forked")] {
+            let spams = patch(
+                &repo,
+                &base,
+                "a session end that writes events for ever",
+                &[
+                    ("tests/conftest.py", SPAMS_ITS_EVENTS),
+                    (
+                        "pyproject.toml",
+                        &format!("[tool.fixgate]\nfork = {fork}\n"),
+                    ),
+                ],
+            );
+            let run = run_seed_0_within(&repo, &spams, &["--test-timeout", "3"]);
+            let v = total_passed(&run, label);
+            let warnings = v["result"]["warnings"].to_string();
+            assert!(
+                warnings.contains("was killed"),
+                "{label}: the kill is said: {v}"
+            );
+            assert!(
             warnings.contains("tests it was not given or reported more often than listed (the first: tests/test_price.py::test_forged)"),
             "{label}: the forged result is ignored and said (so the attack reached the stream): {v}"
         );
-        assert!(
-            v["result"]["tests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|t| t["nodeid"] != "tests/test_price.py::test_forged"),
-            "{label}: {v}"
-        );
-    }
+            assert!(
+                v["result"]["tests"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|t| t["nodeid"] != "tests/test_price.py::test_forged"),
+                "{label}: {v}"
+            );
+        }
 
-    // The same at collection, where the time counted from the events file's last growth: a
-    // conftest that writes lines while it never finishes importing. The head does not collect.
-    let spams_at_import = SPAMS_ITS_EVENTS
-        .replace("def pytest_sessionfinish(session):", "def _spam():")
-        + "\n\n_spam()\n";
-    let spams = patch(
-        &repo,
-        &base,
-        "a conftest that writes events for ever while importing",
-        &[
-            ("tests/conftest.py", &spams_at_import),
-            ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
-        ],
-    );
-    let py = common::python();
-    let run = common::fixgate_within(
-        repo.path(),
-        repo.cache.path(),
-        &[("FIXGATE_NO_NAMESPACES", "")],
-        &[
-            "audit",
-            "--base",
+        // The same at collection, where the time counted from the events file's last growth: a
+        // conftest that writes lines while it never finishes importing. The head does not collect.
+        let spams_at_import = SPAMS_ITS_EVENTS
+            .replace("def pytest_sessionfinish(session):", "def _spam():")
+            + "\n\n_spam()\n";
+        let spams = patch(
+            &repo,
             &base,
-            "--head",
-            &spams,
-            "--seeds",
-            "1",
-            "--test-timeout",
-            "3",
-            "--format",
-            "json",
-            "--python",
-            py.to_str().unwrap(),
-        ],
-        std::time::Duration::from_secs(180),
-    );
-    let v = run.json();
-    assert_eq!(run.code, 1, "{run:?}");
-    assert_eq!(v["verdict"], "reject", "{v}");
-    assert!(
-        v.to_string()
-            .contains("no test ran for --test-timeout 3s while pytest was collecting"),
-        "{v}"
-    );
+            "a conftest that writes events for ever while importing",
+            &[
+                ("tests/conftest.py", &spams_at_import),
+                ("pyproject.toml", "[tool.fixgate]\nfork = false\n"),
+            ],
+        );
+        let py = common::python();
+        let run = common::fixgate_within(
+            repo.path(),
+            repo.cache.path(),
+            &[("FIXGATE_NO_NAMESPACES", "")],
+            &[
+                "audit",
+                "--base",
+                &base,
+                "--head",
+                &spams,
+                "--seeds",
+                "1",
+                "--test-timeout",
+                "3",
+                "--format",
+                "json",
+                "--python",
+                py.to_str().unwrap(),
+            ],
+            std::time::Duration::from_secs(180),
+        );
+        let v = run.json();
+        assert_eq!(run.code, 1, "{run:?}");
+        assert_eq!(v["verdict"], "reject", "{v}");
+        assert!(
+            v.to_string()
+                .contains("no test ran for --test-timeout 3s while pytest was collecting"),
+            "{v}"
+        );
+    });
 }

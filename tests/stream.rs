@@ -37,14 +37,6 @@ fn polluted() -> TestRepo {
     repo
 }
 
-fn audit(repo: &TestRepo, base: &str, head: &str) -> Value {
-    let run = repo.fixgate_py(&[
-        "audit", "--base", base, "--head", head, "--seeds", "2", "--format", "json", "--quiet",
-    ]);
-    assert_eq!(run.code, 1, "{run:?}");
-    run.json()
-}
-
 fn pairs_by_victim(v: &Value) -> Vec<(String, String, u64, Vec<String>)> {
     let mut out: Vec<_> = v["pairs"]
         .as_array()
@@ -71,7 +63,7 @@ fn pairs_by_victim(v: &Value) -> Vec<(String, String, u64, Vec<String>)> {
 #[test]
 fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audit() {
     let repo = polluted();
-    let v = audit(&repo, "HEAD~1", "HEAD");
+    let v = repo.audit("HEAD~1", "HEAD").seeds(2).report_exiting(1);
     let pairs = pairs_by_victim(&v);
     assert_eq!(pairs.len(), 3, "{:#}", v["pairs"]);
     let polluter = vec!["tests/test_a_pollute.py::test_pollute".to_string()];
@@ -93,7 +85,7 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
 
     // The same audit again: every answer is cached, and its check is the cached batched proof
     // (before, each cached answer was checked on its own, runs the first audit never made).
-    let same = audit(&repo, "HEAD~1", "HEAD");
+    let same = repo.audit("HEAD~1", "HEAD").seeds(2).report_exiting(1);
     assert_eq!(pairs_by_victim(&same), pairs, "{:#}", same["pairs"]);
     assert_eq!(same["pytest_processes"], 0, "{:#}", same["graph"]);
 
@@ -102,7 +94,7 @@ fn a_polluter_found_for_one_victim_is_reused_for_the_others_and_by_the_next_audi
     // for the three in one batch (no reuse run and check each, no search).
     repo.write("tests/test_more.py", "def test_more():\n    assert True\n");
     repo.commit("another head");
-    let again = audit(&repo, "HEAD~2", "HEAD");
+    let again = repo.audit("HEAD~2", "HEAD").seeds(2).report_exiting(1);
     let pairs = pairs_by_victim(&again);
     assert_eq!(pairs.len(), 3, "{:#}", again["pairs"]);
     assert!(
@@ -133,7 +125,7 @@ fn executed(v: &Value, label: &str) -> usize {
 #[test]
 fn a_remembered_set_that_no_longer_holds_for_one_victim_is_not_tried_twice() {
     let repo = polluted();
-    let first = audit(&repo, "HEAD~1", "HEAD");
+    let first = repo.audit("HEAD~1", "HEAD").seeds(2).report_exiting(1);
     assert_eq!(pairs_by_victim(&first).len(), 3, "{:#}", first["pairs"]);
     // The next head of the same base: test_v1 now reads another value, which another test
     // pollutes; test_pollute still breaks v2 and v3.
@@ -147,7 +139,7 @@ fn a_remembered_set_that_no_longer_holds_for_one_victim_is_not_tried_twice() {
             "from pkg import other\n\ndef test_other():\n    other.VALUE.append(1)\n",
         );
     repo.commit("v1 has another polluter now");
-    let again = audit(&repo, "HEAD~2", "HEAD");
+    let again = repo.audit("HEAD~2", "HEAD").seeds(2).report_exiting(1);
     let pairs = pairs_by_victim(&again);
     assert_eq!(pairs.len(), 3, "{:#}", again["pairs"]);
     let v1 = pairs

@@ -7,18 +7,9 @@ mod common;
 
 use std::process::Command;
 
+use common::audit::warnings;
 use common::{Run, TestRepo};
 use serde_json::Value;
-
-fn audit(repo: &TestRepo, base: &str, head: &str, extra: &[&str]) -> (Run, Value) {
-    let mut args = vec![
-        "audit", "--base", base, "--head", head, "--format", "json", "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let run = repo.fixgate_py(&args);
-    let json = run.json();
-    (run, json)
-}
 
 #[track_caller]
 fn assert_verdict(run: &Run, v: &Value, code: i32, verdict: &str) {
@@ -41,15 +32,6 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
                 p["victim"].as_str().unwrap().to_owned(),
             )
         })
-        .collect()
-}
-
-fn warnings(v: &Value) -> Vec<String> {
-    v["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap().to_owned())
         .collect()
 }
 
@@ -80,7 +62,7 @@ fn addopts_lf_and_the_cache_fixture_work_in_fixgates_runs() {
         "def test_more(cache):\n    assert cache.get('fixgate/more', 'unset') == 'unset'\n",
     );
     let honest = repo.commit("honest head");
-    let (run, v) = audit(&repo, &base, &honest, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&base, &honest).seeds(2).report();
     assert_verdict(&run, &v, 0, "pass");
     for t in v["tests"].as_array().unwrap() {
         assert_eq!(t["bucket"], "stable", "{t}");
@@ -101,7 +83,7 @@ fn addopts_lf_and_the_cache_fixture_work_in_fixgates_runs() {
          def test_reader(request):\n    assert request.config.cache.get('app/token', None) == 'abc'\n",
     );
     let buggy = repo.commit("buggy head: a test reads what another left in the cache");
-    let (run, v) = audit(&repo, &honest, &buggy, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&honest, &buggy).seeds(2).report();
     assert_verdict(&run, &v, 1, "reject");
     assert_eq!(
         pairs(&v),
@@ -121,7 +103,7 @@ fn a_collection_error_finding_carries_pytests_own_message() {
     let base = repo.commit("base");
     repo.write("pytest.ini", "[pytest]\naddopts = --frobnicate\n");
     let head = repo.commit("head: an option pytest does not know");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report();
     assert_verdict(&run, &v, 1, "reject");
     let finding = &v["findings"][0];
     assert_eq!(finding["kind"], "collection-error", "{finding}");
@@ -159,7 +141,7 @@ fn a_new_check_function_or_test_class_does_not_edit_the_files_other_tests() {
          class CheckShelf:\n    SIZE = 3\n\n    def check_size(self):\n        assert self.SIZE == 3\n",
     );
     let head = repo.commit("head: a new check function and a new check class");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&base, &head).seeds(2).report();
     let edited: Vec<&str> = v["tests"]
         .as_array()
         .unwrap()
@@ -205,7 +187,7 @@ fn a_test_file_with_a_non_utf8_name_is_audited_and_its_pair_found() {
     let base = repo.commit("base");
     std::fs::write(repo.path().join(name), cart).unwrap();
     let head = repo.commit("head: the total test needs an empty cart");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "2"]);
+    let (run, v) = repo.audit(&base, &head).seeds(2).report();
     assert_verdict(&run, &v, 1, "reject");
     assert_eq!(
         pairs(&v),
@@ -302,7 +284,7 @@ fn a_fixture_manifest_with_roots_and_absolute_keys_is_a_lock_with_and_without_dr
             ("tests/fixtures/users.json", "removed")
         ]
     );
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report();
     assert_verdict(&run, &v, 3, "drift");
     assert_eq!(v["lock"]["file"], "fixtures.manifest.json");
     let reasons = v["reasons"].to_string();
@@ -329,7 +311,7 @@ fn drift_against_the_name_map_names_the_lock_that_was_read() {
     let base = repo.commit("base with a name map");
     repo.write("tests/fixtures/users.json", "[\"bo\"]\n");
     let head = repo.commit("edit the users");
-    let (run, v) = audit(&repo, &base, &head, &["--seeds", "0"]);
+    let (run, v) = repo.audit(&base, &head).seeds(0).report();
     assert_verdict(&run, &v, 3, "drift");
     let reasons = v["reasons"].to_string();
     assert!(

@@ -157,15 +157,11 @@ fn apply(repo: &TestRepo, edits: &[Edit]) {
 
 /// Commits the library as the base, applies `edits` as the head and audits the patch (file
 /// order and reversed order: the base-suite replay needs no more).
-fn audit(repo: TestRepo, edits: &[Edit]) -> (Run, Value) {
+fn audit_patch(repo: TestRepo, edits: &[Edit]) -> (Run, Value) {
     let base = repo.commit("base");
     apply(&repo, edits);
     let head = repo.commit("the patch");
-    let run = repo.fixgate_py(&[
-        "audit", "--base", &base, "--head", &head, "--seeds", "0", "--format", "json", "--quiet",
-    ]);
-    let v = run.json();
-    (run, v)
+    repo.audit(&base, &head).seeds(0).report()
 }
 
 fn kinds(v: &Value) -> Vec<(String, bool)> {
@@ -198,7 +194,7 @@ fn finding<'a>(v: &'a Value, kind: &str, test: &str) -> &'a Value {
 /// Asserts a reject (exit 1) with a blocking `kind` finding about `test`; returns its message.
 #[track_caller]
 fn blocked(repo: TestRepo, edits: &[Edit], kind: &str, test: &str) -> (String, Value) {
-    let (run, v) = audit(repo, edits);
+    let (run, v) = audit_patch(repo, edits);
     assert_eq!(
         (run.code, &v["verdict"]),
         (1, &Value::from("reject")),
@@ -213,7 +209,7 @@ fn blocked(repo: TestRepo, edits: &[Edit], kind: &str, test: &str) -> (String, V
 /// Asserts a pass (exit 0) with no blocking finding.
 #[track_caller]
 fn passes(repo: TestRepo, edits: &[Edit]) -> Value {
-    let (run, v) = audit(repo, edits);
+    let (run, v) = audit_patch(repo, edits);
     assert_eq!(
         (run.code, &v["verdict"]),
         (0, &Value::from("pass")),
@@ -913,7 +909,7 @@ fn a_conftest_forcing_exit_status_zero_changes_nothing() {
 
 #[test]
 fn a_run_loop_that_runs_nothing_is_no_pass() {
-    let (run, v) = audit(
+    let (run, v) = audit_patch(
         frontmatter(),
         &[
             BREAK_BODY,
@@ -1128,7 +1124,7 @@ const REGISTRY: &str = "import json\nimport os\n\nREGISTRY = {}\n\n\n\
 fn regression_moving_imports_made_pre_existing_order_dependent_tests_the_patchs() {
     let repo = TestRepo::new();
     repo.write("tests/test_registry.py", REGISTRY);
-    let (run, v) = audit(
+    let (run, v) = audit_patch(
         repo,
         &[Replace(
             "tests/test_registry.py",

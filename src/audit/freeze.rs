@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use jiff::civil;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Serialize, Serializer};
 
@@ -27,15 +28,10 @@ pub(crate) const UNASSIGNED_OWNER: &str = "unassigned";
 // Dates
 // ---------------------------------------------------------------------------------------------
 
-/// A proleptic Gregorian calendar date between 0000-01-01 and 9999-12-31, written `YYYY-MM-DD`.
-///
-/// Field order makes the derived ordering chronological.
+/// A proleptic Gregorian calendar date between 0000-01-01 and 9999-12-31, written `YYYY-MM-DD`
+/// (the calendar is jiff's; the ledger's rule is the four-digit year and the one way to write it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Date {
-    year: u16,
-    month: u8,
-    day: u8,
-}
+pub(crate) struct Date(civil::Date);
 
 /// A string that is not a date.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -46,46 +42,30 @@ pub(crate) enum DateError {
     Calendar(String),
 }
 
-/// Days from 1970-01-01 to 0000-01-01 and to 9999-12-31: the range [`Date`] can hold.
-const MIN_UNIX_DAYS: i64 = -719_528;
-const MAX_UNIX_DAYS: i64 = 2_932_896;
-
 impl Date {
+    pub(crate) const MIN: Date = Date(civil::date(0, 1, 1));
     #[cfg(test)]
-    pub(crate) const MIN: Date = Date {
-        year: 0,
-        month: 1,
-        day: 1,
-    };
-    #[cfg(test)]
-    pub(crate) const MAX: Date = Date {
-        year: 9999,
-        month: 12,
-        day: 31,
-    };
+    pub(crate) const MAX: Date = Date(civil::Date::MAX);
 
-    /// The date, if it exists on the calendar and its year has four digits.
-    pub(crate) fn new(year: u16, month: u8, day: u8) -> Option<Date> {
-        let valid = year <= 9999
-            && (1..=12).contains(&month)
-            && day >= 1
-            && day <= days_in_month(year, month);
-        valid.then_some(Date { year, month, day })
+    /// The date of a calendar day, kept within the ledger's range (the clock is read by the
+    /// caller: judgments read none).
+    pub(crate) fn from_civil(day: civil::Date) -> Date {
+        Date(day).max(Date::MIN)
     }
 
     #[cfg(test)]
-    pub(crate) fn year(self) -> u16 {
-        self.year
+    pub(crate) fn year(self) -> i16 {
+        self.0.year()
     }
 
     #[cfg(test)]
-    pub(crate) fn month(self) -> u8 {
-        self.month
+    pub(crate) fn month(self) -> i8 {
+        self.0.month()
     }
 
     #[cfg(test)]
-    pub(crate) fn day(self) -> u8 {
-        self.day
+    pub(crate) fn day(self) -> i8 {
+        self.0.day()
     }
 
     /// Parses exactly `YYYY-MM-DD` (ASCII digits, zero-padded), and only real dates.
@@ -100,72 +80,26 @@ impl Date {
         if !shape_ok {
             return Err(DateError::Format(s.to_owned()));
         }
-        let num = |range: std::ops::Range<usize>| {
-            b[range]
-                .iter()
-                .fold(0u16, |n, c| n * 10 + u16::from(c - b'0'))
-        };
-        let (year, month, day) = (num(0..4), num(5..7), num(8..10));
-        // month and day are two digits, so they fit in u8.
-        Date::new(year, month as u8, day as u8).ok_or_else(|| DateError::Calendar(s.to_owned()))
+        // The shape makes each field digits: four for the year, two for the month and the day.
+        let field = |range: std::ops::Range<usize>| s[range].parse::<i16>().unwrap_or_default();
+        let (year, month, day) = (field(0..4), field(5..7) as i8, field(8..10) as i8);
+        civil::Date::new(year, month, day)
+            .map(Date)
+            .map_err(|_| DateError::Calendar(s.to_owned()))
     }
 
-    /// The date `days` after 1970-01-01 (negative: before), clamped to [`Date::MIN`] and
-    /// [`Date::MAX`]. The caller computes today as `from_unix_days(secs_since_epoch / 86400)`.
-    pub(crate) fn from_unix_days(days: i64) -> Date {
-        // Howard Hinnant's civil_from_days, on a clamped input so that nothing overflows.
-        let z = days.clamp(MIN_UNIX_DAYS, MAX_UNIX_DAYS) + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        // The clamp keeps year in 0..=9999, month in 1..=12 and day in 1..=31.
-        Date {
-            year: year as u16,
-            month: month as u8,
-            day: day as u8,
-        }
-    }
-
-    /// Days since 1970-01-01 (negative before it).
-    pub(crate) fn unix_days(self) -> i64 {
-        // Howard Hinnant's days_from_civil.
-        let (m, d) = (i64::from(self.month), i64::from(self.day));
-        let y = i64::from(self.year) - i64::from(m <= 2);
-        let era = y.div_euclid(400);
-        let yoe = y.rem_euclid(400);
-        let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        era * 146_097 + doe - 719_468
-    }
-
-    /// The date `n` days later (earlier when negative), saturating at [`Date::MIN`] and
-    /// [`Date::MAX`].
+    /// The date `n` days later (earlier when negative), saturating at 0000-01-01 and
+    /// 9999-12-31.
     pub(crate) fn plus_days(self, n: i64) -> Date {
-        Date::from_unix_days(self.unix_days().saturating_add(n))
-    }
-}
-
-fn is_leap(year: u16) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-fn days_in_month(year: u16, month: u8) -> u8 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
+        let days = jiff::SignedDuration::from_secs(n.saturating_mul(86_400));
+        Date(self.0.saturating_add(days)).max(Date::MIN)
     }
 }
 
 impl fmt::Display for Date {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+        // jiff writes a year of 0..=9999 in four digits: YYYY-MM-DD.
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -704,42 +638,23 @@ mod tests {
     }
 
     #[test]
-    fn unix_days_known_values() {
-        assert_eq!(Date::from_unix_days(0), date("1970-01-01"));
-        assert_eq!(Date::from_unix_days(-1), date("1969-12-31"));
-        assert_eq!(Date::from_unix_days(19_782), date("2024-02-29"));
-        assert_eq!(Date::from_unix_days(10_957), date("2000-01-01"));
-        assert_eq!(date("2024-02-29").unix_days(), 19_782);
-        assert_eq!(Date::MIN.unix_days(), MIN_UNIX_DAYS);
-        assert_eq!(Date::MAX.unix_days(), MAX_UNIX_DAYS);
-    }
-
-    #[test]
-    fn unix_days_round_trip_over_the_whole_range() {
-        let mut previous: Option<Date> = None;
-        // Every day across several leap rules (1899..2101), and a sparse sweep of the rest.
-        let dense = date("1899-01-01").unix_days()..date("2101-01-01").unix_days();
-        let sparse = (MIN_UNIX_DAYS..=MAX_UNIX_DAYS).step_by(997);
-        for days in dense.chain(sparse) {
-            let d = Date::from_unix_days(days);
-            assert_eq!(d.unix_days(), days);
-            assert_eq!(Date::parse(&d.to_string()), Ok(d));
-            if let Some(p) = previous {
-                if p.unix_days() < days {
-                    assert!(p < d);
-                }
-            }
-            previous = Some(d);
-        }
-    }
-
-    #[test]
-    fn unix_days_clamp_instead_of_overflowing() {
-        assert_eq!(Date::from_unix_days(i64::MAX), Date::MAX);
-        assert_eq!(Date::from_unix_days(i64::MIN), Date::MIN);
+    fn the_range_is_four_digit_years_and_plus_days_saturates_at_its_ends() {
+        assert_eq!(Date::MIN, date("0000-01-01"));
+        assert_eq!(Date::MAX, date("9999-12-31"));
         assert_eq!(Date::MAX.plus_days(1), Date::MAX);
+        assert_eq!(Date::MIN.plus_days(-1), Date::MIN);
         assert_eq!(Date::MIN.plus_days(i64::MIN), Date::MIN);
         assert_eq!(Date::MAX.plus_days(i64::MAX), Date::MAX);
+        assert_eq!(date("2024-06-01").plus_days(i64::MAX), Date::MAX);
+        assert_eq!(date("2024-06-01").plus_days(-800_000), Date::MIN);
+        assert_eq!(date("1970-01-01").plus_days(19_782), date("2024-02-29"));
+    }
+
+    #[test]
+    fn today_is_a_date_of_the_range() {
+        let today = crate::context::today();
+        assert!(Date::MIN < today && today < Date::MAX);
+        assert_eq!(Date::parse(&today.to_string()), Ok(today));
     }
 
     #[test]

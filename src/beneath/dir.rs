@@ -165,6 +165,21 @@ impl Dir {
 
     /// What `name` is, without following a link; `None` when nothing is there.
     pub(crate) fn kind(&self, name: &OsStr) -> io::Result<Option<Kind>> {
+        let Some(st) = self.stat(name)? else {
+            return Ok(None);
+        };
+        Ok(Some(match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File {
+                executable: st.st_mode & 0o111 != 0,
+            },
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Link,
+            _ => Kind::Other,
+        }))
+    }
+
+    /// `fstatat` of `name` without following a link; `None` when nothing is there.
+    fn stat(&self, name: &OsStr) -> io::Result<Option<libc::stat>> {
         let c = cname(name)?;
         // SAFETY: an out-parameter of the right size, a valid descriptor and C string.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -183,14 +198,28 @@ impl Dir {
                 _ => Err(e),
             };
         }
-        Ok(Some(match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => Kind::File {
-                executable: st.st_mode & 0o111 != 0,
-            },
-            libc::S_IFDIR => Kind::Dir,
-            libc::S_IFLNK => Kind::Link,
-            _ => Kind::Other,
-        }))
+        Ok(Some(st))
+    }
+
+    /// Gives `name` (or, with `None`, this directory itself) to `uid` and `gid`; a link is
+    /// changed itself, never what it leads to.
+    pub(crate) fn chown(&self, name: Option<&OsStr>, uid: u32, gid: u32) -> io::Result<()> {
+        let c = match name {
+            Some(n) => cname(n)?,
+            None => CString::default(),
+        };
+        let flags = match name {
+            Some(_) => libc::AT_SYMLINK_NOFOLLOW,
+            None => libc::AT_EMPTY_PATH,
+        };
+        // SAFETY: a valid descriptor and C string.
+        check(unsafe { libc::fchownat(self.fd.as_raw_fd(), c.as_ptr(), uid, gid, flags) })?;
+        Ok(())
+    }
+
+    /// The owner of `name`, without following a link; `None` when nothing is there.
+    pub(crate) fn owner(&self, name: &OsStr) -> io::Result<Option<(u32, u32)>> {
+        Ok(self.stat(name)?.map(|st| (st.st_uid, st.st_gid)))
     }
 
     /// The names in this directory (without `.` and `..`), sorted by their bytes.

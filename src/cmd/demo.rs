@@ -110,6 +110,7 @@ pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
             test_timeout: 60,
             allow_network: false,
             containment: crate::cli::ContainmentArg::Auto,
+            read_paths: Vec::new(),
             memory_limit: None,
             process_limit: None,
             disk_limit: None,
@@ -158,10 +159,14 @@ fn write_repo(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs git on the demo's own repository: none of the user's or the machine's git settings
+/// (hooks, signing, advice) apply to it, and what git says is shown only when it fails.
 fn git(dir: &Path, args: &[&str]) -> Result<()> {
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_AUTHOR_NAME", "fixgate demo")
         .env("GIT_AUTHOR_EMAIL", "demo@fixgate.invalid")
         .env("GIT_COMMITTER_NAME", "fixgate demo")
@@ -176,6 +181,30 @@ fn git(dir: &Path, args: &[&str]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Runs `cmd` (the step `what`) with its output kept off the terminal; when it fails, the error
+/// says what failed and what it printed.
+fn quietly(cmd: &mut Command, what: &str) -> Result<()> {
+    let fix = "install pytest yourself and pass --python";
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::Infra(format!("{what} could not start: {e}; {fix}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    // What it said last: where pip and venv say why.
+    let said = match String::from_utf8_lossy(&out.stderr).trim() {
+        "" => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        s => s.to_owned(),
+    };
+    let lines: Vec<&str> = said.lines().collect();
+    let last = lines[lines.len().saturating_sub(20)..].join("\n");
+    Err(Error::Infra(format!(
+        "{what} failed ({}); {fix}. It said:\n{last}",
+        out.status
+    )))
 }
 
 /// An interpreter with pytest: the usual choice when it has pytest, else a virtualenv in the
@@ -202,33 +231,27 @@ fn demo_python(ctx: &Ctx) -> Result<PathBuf> {
     } else {
         PathBuf::from("python3")
     };
-    let status = |cmd: &mut Command| cmd.status().map(|s| s.success()).unwrap_or(false);
-    if !status(
+    quietly(
         Command::new(&base)
-            .arg("-m")
-            .arg("venv")
-            .arg("--clear")
+            .args(["-m", "venv", "--clear"])
             .arg(&venv),
-    ) {
-        return Err(Error::Infra(format!(
-            "failed to create a virtualenv with `{} -m venv {}`; install pytest yourself and pass --python",
+        &format!(
+            "creating a virtualenv with `{} -m venv {}`",
             base.display(),
             venv.display()
-        )));
-    }
-    if !status(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "pytest",
-    ])) {
-        return Err(Error::Infra(format!(
-            "`{} -m pip install pytest` failed; install pytest yourself and pass --python",
-            python.display()
-        )));
-    }
+        ),
+    )?;
+    quietly(
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "pytest",
+        ]),
+        &format!("`{} -m pip install pytest`", python.display()),
+    )?;
     interpreter::probe(&python, None)?;
     Ok(python)
 }

@@ -8,6 +8,7 @@ mod edits;
 mod propose;
 mod pyedit;
 mod pytest_config;
+mod toml_file;
 
 use std::fmt::Write as _;
 

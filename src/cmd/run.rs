@@ -15,8 +15,10 @@ use crate::pytest::result::{Outcome, RunResult};
 
 #[derive(Serialize)]
 pub(crate) struct RunReport<'a> {
-    /// `namespaces` or `none` (see `contain`).
+    /// `namespaces`, `landlock` or `none` (see `contain`).
     pub(crate) containment: &'static str,
+    /// What the containment held exactly (see docs/json-report.md).
+    pub(crate) containment_detail: crate::contain::Containment,
     pub(crate) env_allowlist: Vec<String>,
     /// Whether the run's processes were forked from a warm interpreter, or why not.
     pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
@@ -101,6 +103,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32> {
     }
     let report = RunReport {
         containment: runner.host.mode().as_str(),
+        containment_detail: runner.host.containment(),
         outside_writes,
         schema: 1,
         snapshot: SnapshotInfo {
@@ -270,6 +273,14 @@ mod tests {
                 ..Default::default()
             },
             containment: "namespaces",
+            containment_detail: crate::contain::Containment {
+                landlock_abi: Some(7),
+                notes: vec!["namespaces not used: FIXGATE_NO_NAMESPACES is set".into()],
+                run_as: Some("65534:65534".into()),
+                shared_cache: true,
+                tier: crate::contain::Mode::Landlock,
+                unenforced: vec!["UDP bind and send".into()],
+            },
             outside_writes: vec![crate::pytest::outside::OutsideWrite {
                 nodeid: Some("t.py::test_a".into()),
                 op: "write".into(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fixgate_cache::{MacKey, RemoteConfig};
 
-use crate::cli::{ContainmentArg, FormatArg, GlobalArgs, RemoteArgs, RemoteExecArgs, SandboxArgs};
+use crate::cli::{FormatArg, GlobalArgs, RemoteArgs, RemoteExecArgs, SandboxArgs};
 use crate::context::{SandboxSettings, Settings};
 use crate::error::{Error, Result};
 use crate::report::Format;
@@ -41,7 +41,8 @@ pub(crate) fn sandbox(args: &SandboxArgs) -> SandboxSettings {
         pass_env: args.pass_env.clone(),
         test_timeout: Duration::from_secs(args.test_timeout),
         allow_network: args.allow_network,
-        strict_containment: args.containment == ContainmentArg::Strict,
+        containment: args.containment.choice(),
+        read_paths: args.read_paths.clone(),
         limits: crate::limits::LimitArgs {
             memory: args.memory_limit,
             processes: args.process_limit,

@@ -12,12 +12,12 @@ use crate::remote_exec::worker::{serve, WorkerConfig};
 
 pub(crate) fn run(args: &WorkerArgs, env: Environment) -> Result<i32> {
     let env = Arc::new(env);
-    // Every run is contained as a local one is; where namespaces are refused, say so once.
-    let host = Arc::new(crate::contain::Host::probe(&env));
-    if let Some(why) = host.check(false)? {
+    // Every run is contained as a local one is: refused where it cannot be (unless
+    // --containment none), and what does not hold said once.
+    let host = Arc::new(crate::contain::Host::probe(&env, args.containment.choice()));
+    if let Some(why) = host.check()? {
         stderr_line(&format!(
-            "fixgate worker: warning: runs are not contained ({why}); share this worker only \
-             with clients you trust"
+            "fixgate worker: warning: {why}; share this worker only with clients you trust"
         ));
     }
     let bot_id = args

@@ -429,6 +429,26 @@ mod tests {
     }
 
     #[test]
+    fn read_paths_are_absolute_paths() {
+        let config = pyproject("[tool.fixgate]\nread-paths = [\"/data/corpus\", \"/srv/x\"]\n");
+        assert_eq!(
+            config.limits.read_paths,
+            vec![
+                std::path::PathBuf::from("/data/corpus"),
+                std::path::PathBuf::from("/srv/x")
+            ]
+        );
+        let err = pyproject_err("[tool.fixgate]\nread-paths = [\"data\"]\n");
+        assert_eq!(
+            err,
+            "pyproject.toml line 2, tool.fixgate.read-paths: expected a list of absolute paths, \
+             found the relative path \"data\"; write read-paths = [\"/data/corpus\"]"
+        );
+        let err = pyproject_err("[tool.fixgate]\nread-paths = \"/data\"\n");
+        assert!(err.contains("found a string"), "{err}");
+    }
+
+    #[test]
     fn pyproject_limits_are_sizes_counts_or_unlimited() {
         let config = pyproject(
             "[tool.fixgate.limits]\n\
@@ -442,6 +462,7 @@ mod tests {
                 memory: Some(3 << 29),
                 processes: Some(4096),
                 disk: Some(u64::MAX),
+                read_paths: Vec::new(),
             }
         );
         assert_eq!(pyproject("").limits, LimitsConfig::default());
@@ -537,7 +558,7 @@ mod tests {
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
                  keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
+                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \"read-paths\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

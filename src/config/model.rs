@@ -32,6 +32,9 @@ pub(crate) struct LimitsConfig {
     pub(crate) processes: Option<u64>,
     /// Bytes a run may write: to any one file, its sandbox, `/tmp`, `/dev/shm`.
     pub(crate) disk: Option<u64>,
+    /// `[tool.fixgate] read-paths`: absolute paths outside the repository that runs may read
+    /// (a data folder the suite needs), where containment would not let them.
+    pub(crate) read_paths: Vec<std::path::PathBuf>,
 }
 
 /// Limits from `[tool.fixgate.budget]`; `None` means the key is not set.

@@ -188,11 +188,13 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                 out.remote_exec.instance = Some(parse_string(&doc, (key, value), "main")?)
             }
             "remote-platform" => out.remote_exec.platform = parse_platform(&doc, (key, value))?,
+            "read-paths" => out.limits.read_paths = parse_read_paths(&doc, (key, value))?,
             other => out.warnings.push(doc.warn_unknown(
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
                 "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\" and \"remote-platform\"",
+                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \
+                 \"read-paths\"",
             )),
         }
     }
@@ -289,6 +291,34 @@ fn parse_string(doc: &Doc, (key, value): Entry, example: &str) -> Result<String,
             ),
         )),
     }
+}
+
+/// `read-paths = ["/data/corpus", ...]`: absolute paths, each a string.
+fn parse_read_paths(
+    doc: &Doc,
+    (key, value): Entry,
+) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+    let wrong = |found: String| {
+        doc.err(
+            key.span(),
+            "tool.fixgate.read-paths",
+            format!(
+                "expected a list of absolute paths, found {found}; write read-paths = \
+                 [\"/data/corpus\"]"
+            ),
+        )
+    };
+    let DeValue::Array(items) = value.get_ref() else {
+        return Err(wrong(a_type(value.get_ref()).to_string()));
+    };
+    items
+        .iter()
+        .map(|item| match item.get_ref() {
+            DeValue::String(p) if p.starts_with('/') => Ok(std::path::PathBuf::from(p.as_ref())),
+            DeValue::String(p) => Err(wrong(format!("the relative path {p:?}"))),
+            other => Err(wrong(a_type(other).to_string())),
+        })
+        .collect()
 }
 
 /// `remote-platform = { KEY = "VALUE", ... }`.

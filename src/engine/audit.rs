@@ -223,7 +223,7 @@ pub(crate) fn run(ctx: &Ctx, opts: &Options) -> Result<(AuditOutcome, RunFacts)>
         // The warm interpreters' counters are this fixgate process's: with several heads,
         // each report counts the heads before it too.
         forkserver: ctx.fork_stats.summary(),
-        containment: runner.host.mode(),
+        containment: runner.host.containment(),
         duration_seconds: started.elapsed().as_secs_f64(),
         warnings: phased.warnings,
         graph: run.report,
@@ -494,7 +494,8 @@ mod tests {
                 pass_env: Vec::new(),
                 test_timeout: Duration::from_secs(60),
                 allow_network: false,
-                strict_containment: false,
+                containment: Default::default(),
+                read_paths: Vec::new(),
                 limits: Default::default(),
             },
             shard: None,

@@ -34,6 +34,8 @@ pub(crate) struct PreparedCommand {
     pub(crate) interpreter: Vec<PathBuf>,
     /// The interpreter's `sys.path` folders: readable where no hidden folder is concerned.
     pub(crate) libraries: Vec<PathBuf>,
+    /// Paths outside the repository the run may read (`read-paths`), as `libraries` are.
+    pub(crate) read_paths: Vec<PathBuf>,
     /// Leave the network alone (`--allow-network`).
     pub(crate) allow_network: bool,
     /// The run's bounds.
@@ -42,8 +44,9 @@ pub(crate) struct PreparedCommand {
 
 impl PreparedCommand {
     /// The process to spawn, contained, with stdin closed. The caller sets stdout and stderr;
-    /// `pre_exec` steps it adds run after containment's.
-    pub(crate) fn command(&self, host: &crate::contain::Host) -> Command {
+    /// `pre_exec` steps it adds run after containment's. An error when the containment could
+    /// not be prepared: the run must not start without it.
+    pub(crate) fn command(&self, host: &crate::contain::Host) -> crate::error::Result<Command> {
         let mut cmd = Command::new(resolved_dir(&self.program));
         cmd.args(&self.args)
             .current_dir(&self.cwd)
@@ -54,23 +57,56 @@ impl PreparedCommand {
         // the terminal reaches fixgate, which then cleans up.
         cmd.process_group(0);
         let interpreter: Vec<&Path> = self.interpreter.iter().map(PathBuf::as_path).collect();
-        crate::contain::apply(
-            host,
-            &mut cmd,
-            &crate::contain::RunPaths {
-                sandbox: &self.sandbox,
-                cwd: &self.cwd,
-                cache_dir: &self.cache_dir,
-                plugin_dir: &self.plugin_dir,
-                rewrite_cache: &self.rewrite_cache,
-                origin_root: &self.origin_root,
-                interpreter: &interpreter,
-                libraries: &self.libraries,
-                allow_network: self.allow_network,
-                limits: &self.limits,
-            },
-        );
-        cmd
+        crate::contain::apply(host, &mut cmd, &self.run_paths(&interpreter))?;
+        Ok(cmd)
+    }
+
+    /// What containment knows of this process (`interpreter`: [`PreparedCommand::interpreter`]
+    /// borrowed).
+    fn run_paths<'a>(&'a self, interpreter: &'a [&'a Path]) -> crate::contain::RunPaths<'a> {
+        crate::contain::RunPaths {
+            sandbox: &self.sandbox,
+            cwd: &self.cwd,
+            cache_dir: &self.cache_dir,
+            plugin_dir: &self.plugin_dir,
+            rewrite_cache: &self.rewrite_cache,
+            origin_root: &self.origin_root,
+            interpreter,
+            libraries: &self.libraries,
+            read_paths: &self.read_paths,
+            allow_network: self.allow_network,
+            limits: &self.limits,
+        }
+    }
+
+    /// Where one of a run's failures says the containment refused a read the suite needs
+    /// (only Landlock does that where namespaces would not): an error that names the path and
+    /// how to allow it, never a red test that would read as the patch's.
+    pub(crate) fn refused_read<'m>(
+        &self,
+        host: &crate::contain::Host,
+        messages: impl IntoIterator<Item = (&'m str, &'m str)>,
+    ) -> crate::error::Result<()> {
+        let interpreter: Vec<&Path> = self.interpreter.iter().map(PathBuf::as_path).collect();
+        let paths = self.run_paths(&interpreter);
+        for (test, message) in messages {
+            if let Some(path) = crate::contain::refused_read(host, &paths, message) {
+                let allow = match path.is_dir() {
+                    true => path.as_path(),
+                    false => path.parent().unwrap_or(&path),
+                };
+                return Err(crate::error::Error::Infra(format!(
+                    "{test} was refused reading {}: runs contained by Landlock read only their \
+                     sandbox, the interpreter and the system's folders; if the suite needs it, \
+                     allow it with --read-path {} or read-paths = [\"{}\"] under \
+                     [tool.fixgate] in the base's pyproject.toml",
+                    path.display(),
+                    allow.display(),
+                    allow.display()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -70,6 +70,8 @@ pub(crate) struct Runner {
     /// Leave the network alone (`--allow-network`); by default runs get a network namespace
     /// of their own with only loopback, where the platform permits it.
     pub(crate) allow_network: bool,
+    /// Paths outside the repository runs may read (`read-paths`, `--read-path`).
+    pub(crate) read_paths: Arc<Vec<PathBuf>>,
     /// Warm interpreters that ordered runs fork from (shared by the clones of this Runner).
     pub(crate) forkserver: Arc<Pool>,
     /// How runs are contained on this machine.
@@ -257,6 +259,7 @@ impl Runner {
             // Not the launcher the user named: runs never start it.
             interpreter: vec![self.interpreter.program()],
             libraries: self.interpreter.sys_path.clone(),
+            read_paths: self.read_paths.to_vec(),
             allow_network: self.allow_network,
             limits: self.limits,
         }
@@ -299,7 +302,12 @@ impl Runner {
     /// A new sandbox of `snapshot` (with `overlay`), its test modules' rewrites made first.
     pub(crate) fn sandbox(&self, snapshot: &Snapshot, overlay: &Overlay) -> Result<Sandbox> {
         self.rewrites.prepare(snapshot, overlay);
-        Sandbox::create(snapshot, overlay, &self.env.temp_dir)
+        Sandbox::create(
+            snapshot,
+            overlay,
+            &self.env.temp_dir,
+            self.host.sandboxes_in_ram(),
+        )
     }
 
     pub(crate) fn base_args(&self, sandbox: &Sandbox, events: &Path) -> Vec<String> {
@@ -365,7 +373,7 @@ impl Runner {
             .map_err(|e| Error::io("open", &log, e))?;
         let child = self
             .prepare(sandbox, &args)
-            .command(&self.host)
+            .command(&self.host)?
             .stdout(log_file)
             .stderr(log_err)
             .spawn()
@@ -717,7 +725,11 @@ impl Runner {
         let mut result = RunResult::empty(order.map(<[String]>::to_vec).unwrap_or_default());
         result.session_code = record.code.then(CodeRan::new);
         // The run's disk bound, counted from the sandbox as the run found it.
-        let mut disk = crate::limits::DiskWatch::new(&sandbox_dir, self.limits.disk);
+        let mut disk = crate::limits::DiskWatch::new(
+            &sandbox_dir,
+            self.limits.disk,
+            self.host.shared_scratch(),
+        );
         // `None` until the first process has collected, when running in collection order.
         let mut remaining: Option<Vec<String>> = order.map(<[String]>::to_vec);
         if let (None, Place::Warm(lease)) = (&remaining, &mut place) {
@@ -778,6 +790,9 @@ impl Runner {
                     let z = lease.zygote();
                     let events = sandbox_dir.join(format!("events-{k}.jsonl"));
                     std::fs::write(&events, b"").map_err(|e| Error::io("create", &events, e))?;
+                    // The fork runs as the zygote's uid: what fixgate just wrote or restored
+                    // in the sandbox becomes its own.
+                    crate::contain::hand_over(&self.host, &sandbox_dir)?;
                     match z.fork(&events, &order_file, Some(&watch), record) {
                         Ok(_) => Process {
                             log: z.log().to_path_buf(),
@@ -904,6 +919,16 @@ impl Runner {
         for t in &mut result.tests {
             t.violations = lease_violations(&t.changed, &t.writes_marker, groups);
             self.limits.classify(&mut t.outcome, &mut t.message);
+        }
+        if self.host.mode() == crate::contain::Mode::Landlock {
+            let failures = result.tests.iter().filter_map(|t| {
+                let failed = matches!(t.outcome, Outcome::Failed | Outcome::Error);
+                Some((t.nodeid.as_str(), t.message.as_deref().filter(|_| failed)?))
+            });
+            if let Some(sandbox) = place.sandbox() {
+                self.prepare(sandbox, &[])
+                    .refused_read(&self.host, failures)?;
+            }
         }
         result
             .warnings
@@ -1226,6 +1251,15 @@ impl Place<'_> {
             Place::Own(s) => s.dir(),
             Place::Warm(lease) => lease.zygote().sandbox.dir(),
             Place::Recorded { root, .. } => root,
+        }
+    }
+
+    /// The sandbox on this machine (none for a run that executed elsewhere).
+    fn sandbox(&mut self) -> Option<&Sandbox> {
+        match self {
+            Place::Own(s) => Some(s),
+            Place::Warm(lease) => Some(&lease.zygote().sandbox),
+            Place::Recorded { .. } => None,
         }
     }
 }

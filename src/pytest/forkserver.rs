@@ -589,7 +589,9 @@ impl Zygote {
         }
         let log_file = std::fs::File::create(&log).map_err(|e| why(e.to_string()))?;
         let log_err = log_file.try_clone().map_err(|e| why(e.to_string()))?;
-        let mut cmd = prepared.command(launch.host);
+        let mut cmd = prepared
+            .command(launch.host)
+            .map_err(|e| why(e.to_string()))?;
         let write_fd = write.as_raw_fd();
         let command_fd = command_read.as_raw_fd();
         // SAFETY: the closure runs between fork and exec and only makes system calls (dup,

@@ -1,11 +1,14 @@
-//! The suite's own pytest configuration, read from a snapshot as pytest finds it at the
-//! repository root: which file holds it, its values, and the collection rules it sets
-//! (`python_files`, `python_classes`, `python_functions`, `testpaths`).
+//! pytest's configuration, found in a snapshot the way pytest finds it (its
+//! `_pytest/config/findpaths.py`): for a folder, the file pytest takes its options from and the
+//! rootdir it picks; the options themselves; and the collection rules they set
+//! (`python_files`, `python_classes`, `python_functions`, `testpaths`). Runs read the
+//! repository root's; `fixgate init` registers its markers in the file found there.
 
 use std::collections::BTreeMap;
 
-/// The configuration files pytest looks for in the root directory, in its order of precedence
-/// (`pytest.toml` is pytest 9's); each is used only when it holds pytest's section.
+/// The configuration files pytest looks for in a folder, in its order of precedence
+/// (`pytest.toml` and `.pytest.toml` are pytest 9's). `pytest.toml` and `pytest.ini` (and their
+/// dot forms) configure pytest whatever they hold; the others only with pytest's section.
 pub(crate) const FILES: [&str; 7] = [
     "pytest.toml",
     ".pytest.toml",
@@ -16,48 +19,152 @@ pub(crate) const FILES: [&str; 7] = [
     "setup.cfg",
 ];
 
-/// One snapshot's pytest configuration.
+/// Each option with its words: an ini value split on whitespace, a TOML array's items.
+pub(crate) type Options = BTreeMap<String, Vec<String>>;
+
+/// Where a configuration file holds pytest's options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Section {
+    /// An ini file's section: `pytest` (pytest.ini, tox.ini) or `tool:pytest` (setup.cfg).
+    Ini(&'static str),
+    /// A TOML table by its keys: `pytest` (pytest.toml), `tool.pytest` (pyproject.toml, native
+    /// TOML values: pytest 9) or `tool.pytest.ini_options` (pyproject.toml, ini-style values).
+    Toml(&'static [&'static str]),
+}
+
+/// The table of pyproject.toml that every pytest reads (pytest 9 reads `[tool.pytest]` too).
+pub(crate) const PYPROJECT_INI_OPTIONS: Section = Section::Toml(&["tool", "pytest", "ini_options"]);
+
+/// The file pytest takes its configuration from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ConfigFile {
+    /// Its path in the repository.
+    pub(crate) path: String,
+    /// Where pytest's options are in it, or would be written.
+    pub(crate) section: Section,
+    /// The options; `None` for a `pyproject.toml` without pytest's tables, which pytest names
+    /// as its configuration file for want of another: it places the rootdir, and every option
+    /// is pytest's default.
+    pub(crate) options: Option<Options>,
+}
+
+/// What pytest finds when it starts in a folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Located {
+    /// The rootdir, a folder of the repository (`""`: its root).
+    pub(crate) rootdir: String,
+    /// The configuration file; `None`: none (every option is pytest's default).
+    pub(crate) file: Option<ConfigFile>,
+}
+
+/// What pytest finds when it starts in `folder` (a folder of the repository, `""` for its root)
+/// with no path arguments, `read` giving the text of a file of the repository: upward from
+/// `folder` to the root, the first folder with one of [`FILES`] that configures pytest (by the
+/// order of [`FILES`] within a folder) is the rootdir and that file the configuration; else the
+/// nearest `pyproject.toml` names both; else the nearest folder with a `setup.py` is the rootdir;
+/// else `folder` is. What lies above the repository is not looked at: a run sees only its
+/// snapshot.
+pub(crate) fn locate(folder: &str, read: impl Fn(&str) -> Option<String>) -> Located {
+    let folder = folder.trim_matches('/');
+    let mut nearest_pyproject = None;
+    for dir in upward(folder) {
+        for name in FILES {
+            let path = join(dir, name);
+            let Some(text) = read(&path) else { continue };
+            let (section, options) = load(name, &text);
+            if name == "pyproject.toml" && nearest_pyproject.is_none() {
+                nearest_pyproject = Some((dir, path.clone()));
+            }
+            if let Some(options) = options {
+                return Located {
+                    rootdir: dir.to_owned(),
+                    file: Some(ConfigFile {
+                        path,
+                        section,
+                        options: Some(options),
+                    }),
+                };
+            }
+        }
+    }
+    if let Some((dir, path)) = nearest_pyproject {
+        return Located {
+            rootdir: dir.to_owned(),
+            file: Some(ConfigFile {
+                path,
+                section: PYPROJECT_INI_OPTIONS,
+                options: None,
+            }),
+        };
+    }
+    let rootdir = upward(folder)
+        .find(|dir| read(&join(dir, "setup.py")).is_some())
+        .unwrap_or(folder);
+    Located {
+        rootdir: rootdir.to_owned(),
+        file: None,
+    }
+}
+
+/// `folder` and each folder above it, up to the repository's root (`""`).
+fn upward(folder: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(folder), |dir| match dir.is_empty() {
+        true => None,
+        false => Some(dir.rfind('/').map_or("", |i| &dir[..i])),
+    })
+}
+
+fn join(dir: &str, name: &str) -> String {
+    match dir.is_empty() {
+        true => name.to_owned(),
+        false => format!("{dir}/{name}"),
+    }
+}
+
+/// Where the file named `name` holds pytest's options, and the options when it configures
+/// pytest (`None`: it does not), as pytest's loader for that name reads it.
+fn load(name: &str, text: &str) -> (Section, Option<Options>) {
+    match name {
+        "pytest.toml" | ".pytest.toml" => (
+            Section::Toml(&["pytest"]),
+            Some(toml_table(text, &["pytest"]).unwrap_or_default()),
+        ),
+        "pytest.ini" | ".pytest.ini" => (
+            Section::Ini("pytest"),
+            Some(ini_section(text, "pytest").unwrap_or_default()),
+        ),
+        "pyproject.toml" => pyproject(text),
+        "tox.ini" => (Section::Ini("pytest"), ini_section(text, "pytest")),
+        _ => (
+            Section::Ini("tool:pytest"),
+            ini_section(text, "tool:pytest"),
+        ),
+    }
+}
+
+/// One snapshot's pytest configuration, at its root.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PytestIni {
     /// The file it came from; `None`: pytest's defaults.
     pub(crate) file: Option<String>,
-    /// Each option with its words (an ini value split on whitespace, a TOML array's items).
-    /// `pyproject.toml`'s `[project.entry-points.pytest11]` (the plugins the project installs)
-    /// is held as the option `entry-points.pytest11`.
-    pub(crate) values: BTreeMap<String, Vec<String>>,
+    /// Each option with its words. `pyproject.toml`'s `[project.entry-points.pytest11]` (the
+    /// plugins the project installs) is held as the option `entry-points.pytest11`.
+    pub(crate) values: Options,
 }
 
 impl PytestIni {
-    /// The configuration pytest would use, with `read` giving a root file's text.
+    /// The configuration pytest would use at the repository's root, with `read` giving a
+    /// file's text.
     pub(crate) fn find(read: impl Fn(&str) -> Option<String>) -> PytestIni {
         let mut ini = PytestIni::default();
-        for file in FILES {
-            let Some(text) = read(file) else { continue };
-            let values = match file {
-                "pytest.toml" | ".pytest.toml" => toml_values(&text, &["tool", "pytest"])
-                    .or_else(|| toml_values(&text, &[]))
-                    .unwrap_or_default(),
-                "pyproject.toml" => {
-                    let Some(v) = toml_values(&text, &["tool", "pytest", "ini_options"])
-                        .or_else(|| toml_values(&text, &["tool", "pytest"]))
-                    else {
-                        continue;
-                    };
-                    v
-                }
-                "pytest.ini" | ".pytest.ini" => ini_section(&text, "pytest").unwrap_or_default(),
-                "tox.ini" => match ini_section(&text, "pytest") {
-                    Some(v) => v,
-                    None => continue,
-                },
-                _ => match ini_section(&text, "tool:pytest") {
-                    Some(v) => v,
-                    None => continue,
-                },
-            };
-            ini.file = Some(file.to_string());
-            ini.values = values;
-            break;
+        if let Some(ConfigFile {
+            path,
+            options: Some(options),
+            ..
+        }) = locate("", &read).file
+        {
+            ini.file = Some(path);
+            ini.values = options;
         }
         // The plugins a project installs load whichever file configures pytest.
         if let Some(plugins) = read("pyproject.toml").and_then(|t| entry_points(&t)) {
@@ -129,8 +236,8 @@ fn fnmatch(pattern: &str, subject: &str) -> bool {
 /// The options of an ini file's `[section]`: `key = value` or `key: value`, indented lines
 /// continuing the value, `#` and `;` comment lines; each value split on whitespace. `None`
 /// when the file has no such section.
-fn ini_section(text: &str, section: &str) -> Option<BTreeMap<String, Vec<String>>> {
-    let mut values: BTreeMap<String, Vec<String>> = BTreeMap::new();
+fn ini_section(text: &str, section: &str) -> Option<Options> {
+    let mut values = Options::new();
     let mut inside = false;
     let mut found = false;
     let mut key: Option<String> = None;
@@ -171,14 +278,40 @@ fn ini_section(text: &str, section: &str) -> Option<BTreeMap<String, Vec<String>
     found.then_some(values)
 }
 
-/// The table at `path` of a TOML text, each value as words; `None` when there is no such table
-/// or the text is not TOML.
-fn toml_values(text: &str, path: &[&str]) -> Option<BTreeMap<String, Vec<String>>> {
+/// A `pyproject.toml`'s pytest table: `[tool.pytest.ini_options]`, else pytest 9's
+/// `[tool.pytest]` when it holds anything (pytest refuses a file with both: the ini-style table
+/// is the one every pytest reads).
+fn pyproject(text: &str) -> (Section, Option<Options>) {
+    let doc = text.parse::<toml::Table>().ok();
+    let pytest = doc
+        .as_ref()
+        .and_then(|d| d.get("tool")?.get("pytest")?.as_table());
+    let Some(pytest) = pytest else {
+        return (PYPROJECT_INI_OPTIONS, None);
+    };
+    if let Some(ini) = pytest.get("ini_options").and_then(toml::Value::as_table) {
+        return (PYPROJECT_INI_OPTIONS, Some(words_of(ini)));
+    }
+    match pytest.is_empty() {
+        true => (PYPROJECT_INI_OPTIONS, None),
+        false => (Section::Toml(&["tool", "pytest"]), Some(words_of(pytest))),
+    }
+}
+
+/// The table at `path` of a TOML text as options; `None` when there is no such table or the
+/// text is not TOML.
+fn toml_table(text: &str, path: &[&str]) -> Option<Options> {
     let doc = text.parse::<toml::Table>().ok()?;
     let mut table = &doc;
     for key in path {
         table = table.get(*key)?.as_table()?;
     }
+    Some(words_of(table))
+}
+
+/// A TOML table's values as words (a string split on whitespace, an array's items), its
+/// tables left out.
+fn words_of(table: &toml::Table) -> Options {
     let words = |v: &toml::Value| -> Vec<String> {
         match v {
             toml::Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
@@ -192,18 +325,16 @@ fn toml_values(text: &str, path: &[&str]) -> Option<BTreeMap<String, Vec<String>
             other => vec![other.to_string()],
         }
     };
-    Some(
-        table
-            .iter()
-            .filter(|(_, v)| !v.is_table())
-            .map(|(k, v)| (k.clone(), words(v)))
-            .collect(),
-    )
+    table
+        .iter()
+        .filter(|(_, v)| !v.is_table())
+        .map(|(k, v)| (k.clone(), words(v)))
+        .collect()
 }
 
 /// `[project.entry-points.pytest11]` of a `pyproject.toml`: `name = module` lines, as words.
 fn entry_points(text: &str) -> Option<Vec<String>> {
-    let table = toml_values(text, &["project", "entry-points", "pytest11"])?;
+    let table = toml_table(text, &["project", "entry-points", "pytest11"])?;
     Some(
         table
             .into_iter()
@@ -263,6 +394,138 @@ mod tests {
         )]);
         assert_eq!(ini.python_functions(), ["check_", "test_"]);
         assert_eq!(find(&[]), PytestIni::default());
+    }
+
+    /// What [`locate`] finds in `folder` of a repository holding `files` (path, text).
+    fn located(files: &[(&str, &str)], folder: &str) -> (String, Option<(String, Section)>) {
+        let found = locate(folder, |p| {
+            files
+                .iter()
+                .find(|(n, _)| *n == p)
+                .map(|(_, t)| t.to_string())
+        });
+        (found.rootdir, found.file.map(|f| (f.path, f.section)))
+    }
+
+    /// The cases below were run through pytest 9.2 (`pytest --co` in the folder, its header's
+    /// `rootdir:` and `configfile:`), which agreed with each.
+    #[test]
+    fn located_as_pytest_9_finds_its_configuration_and_rootdir() {
+        let ini = Section::Ini;
+        let toml = Section::Toml;
+        let case =
+            |files: &[(&str, &str)], folder, rootdir: &str, file: Option<(&str, Section)>| {
+                let file = file.map(|(path, section)| (path.to_owned(), section));
+                assert_eq!(
+                    located(files, folder),
+                    (rootdir.to_owned(), file),
+                    "{files:?} in {folder:?}"
+                );
+            };
+        // Upward from the folder: a tox.ini without [pytest] is passed over.
+        case(
+            &[("pytest.ini", "[pytest]\n"), ("sub/tox.ini", "[tox]\n")],
+            "sub/pkg",
+            "",
+            Some(("pytest.ini", ini("pytest"))),
+        );
+        // A pyproject.toml without pytest's tables names the rootdir when nothing configures
+        // pytest, but gives way to a configuration further up.
+        let bare = "[project]\nname = 'x'\n";
+        case(
+            &[("sub/pyproject.toml", bare)],
+            "sub/pkg",
+            "sub",
+            Some(("sub/pyproject.toml", PYPROJECT_INI_OPTIONS)),
+        );
+        case(
+            &[
+                ("setup.cfg", "[tool:pytest]\nmarkers = m\n"),
+                ("sub/pyproject.toml", bare),
+            ],
+            "sub",
+            "",
+            Some(("setup.cfg", ini("tool:pytest"))),
+        );
+        case(
+            &[("setup.py", ""), ("sub/pyproject.toml", bare)],
+            "sub",
+            "sub",
+            Some(("sub/pyproject.toml", PYPROJECT_INI_OPTIONS)),
+        );
+        // No configuration: the nearest setup.py's folder, else the folder itself.
+        case(&[("setup.py", "")], "sub", "", None);
+        case(&[("sub/test_a.py", "")], "sub", "sub", None);
+        // By precedence within a folder.
+        case(
+            &[
+                ("pytest.toml", "[pytest]\nmarkers = ['m']\n"),
+                ("pytest.ini", "[pytest]\n"),
+                ("pyproject.toml", "[tool.pytest.ini_options]\n"),
+            ],
+            "",
+            "",
+            Some(("pytest.toml", toml(&["pytest"]))),
+        );
+        case(
+            &[
+                ("pyproject.toml", "[tool.pytest]\nmarkers = ['m']\n"),
+                ("tox.ini", "[pytest]\n"),
+            ],
+            "",
+            "",
+            Some(("pyproject.toml", toml(&["tool", "pytest"]))),
+        );
+        case(
+            &[(".pytest.ini", "[pytest]\n"), ("tox.ini", "[pytest]\n")],
+            "",
+            "",
+            Some((".pytest.ini", ini("pytest"))),
+        );
+        // An empty [tool.pytest] is no configuration; an empty pytest.ini or pytest.toml is.
+        case(
+            &[
+                ("pyproject.toml", "[tool.pytest]\n"),
+                ("setup.cfg", "[tool:pytest]\n"),
+            ],
+            "",
+            "",
+            Some(("setup.cfg", ini("tool:pytest"))),
+        );
+        case(
+            &[
+                ("pyproject.toml", "[tool.pytest.ini_options]\n"),
+                ("sub/pytest.ini", ""),
+            ],
+            "sub",
+            "sub",
+            Some(("sub/pytest.ini", ini("pytest"))),
+        );
+        case(
+            &[("pytest.ini", "[pytest]\n"), ("sub/pytest.toml", "")],
+            "sub/",
+            "sub",
+            Some(("sub/pytest.toml", toml(&["pytest"]))),
+        );
+    }
+
+    #[test]
+    fn pytest_toml_reads_its_pytest_table_and_pyproject_its_native_table() {
+        let ini = find(&[(
+            "pytest.toml",
+            "[pytest]\npython_files = ['check_*.py']\ntestpaths = ['t']\n",
+        )]);
+        assert_eq!(ini.file.as_deref(), Some("pytest.toml"));
+        assert_eq!(ini.python_files(), ["check_*.py"]);
+        assert_eq!(ini.testpaths(), ["t"]);
+        let ini = find(&[(
+            "pyproject.toml",
+            "[tool.pytest]\npython_functions = ['check_']\n",
+        )]);
+        assert_eq!(ini.python_functions(), ["check_"]);
+        // A bare pyproject.toml is where pytest's rootdir is, but no options come from it.
+        let ini = find(&[("pyproject.toml", "[project]\nname = 'x'\n")]);
+        assert_eq!(ini, PytestIni::default());
     }
 
     #[test]

@@ -70,12 +70,23 @@ pub(crate) fn outside_writes(result: &RunResult) -> Vec<OutsideWrite> {
 
 /// The paths a failure message reports as on a read-only file system, in the forms Python
 /// (`[Errno 30] Read-only file system: '/x'`) and shells (`cannot create /x: Read-only file
-/// system`) write them.
+/// system`) write them; and those a shell could not create for want of permission (`cannot
+/// create /x: Permission denied`, as Landlock answers), a write by its own words.
 fn erofs_paths(message: &str) -> Vec<String> {
-    const EROFS: &str = "Read-only file system";
+    let mut out = error_paths(message, "Read-only file system", |_| true);
+    out.extend(error_paths(message, "Permission denied", |l| {
+        l.contains("cannot create ")
+    }));
+    out
+}
+
+/// The absolute paths a failure message reports `error` for on the lines `keep` accepts, in the
+/// forms Python (`[Errno 13] Permission denied: '/x'`) and shells (`cannot open /x: Permission
+/// denied`) write them.
+pub(crate) fn error_paths(message: &str, error: &str, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let mut out = Vec::new();
-    for line in message.lines().filter(|l| l.contains(EROFS)) {
-        if let Some(rest) = line.split(&format!("{EROFS}: ")).nth(1) {
+    for line in message.lines().filter(|l| l.contains(error) && keep(l)) {
+        if let Some(rest) = line.split(&format!("{error}: ")).nth(1) {
             let quoted = rest
                 .strip_prefix('\'')
                 .and_then(|r| r.split('\'').next())
@@ -111,5 +122,10 @@ mod tests {
             vec!["/home/u/x"]
         );
         assert!(erofs_paths("AssertionError: assert 1 == 2").is_empty());
+        assert_eq!(
+            erofs_paths("sh: 1: cannot create /tmp/x.sh: Permission denied"),
+            vec!["/tmp/x.sh"]
+        );
+        assert!(erofs_paths("PermissionError: [Errno 13] Permission denied: '/x'").is_empty());
     }
 }

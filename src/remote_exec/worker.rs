@@ -851,6 +851,8 @@ impl Bot {
                 .get(program)
                 .map(|(_, l)| l.clone())
                 .unwrap_or_default(),
+            // A worker's runs read nothing beyond what any run reads.
+            read_paths: Vec::new(),
             allow_network: network,
             // The worker's own folder of fingerprints is hidden from the action.
             cache_dir: self.config.cache_dir.clone(),
@@ -864,6 +866,12 @@ impl Bot {
         };
         let mut child = prepared
             .command(&self.host)
+            .map_err(|e| {
+                Failure::new(
+                    tonic::Code::FailedPrecondition,
+                    format!("worker {}: {e}", self.config.bot_id),
+                )
+            })?
             .stdout(stdout)
             .stderr(stderr)
             .spawn()

@@ -25,7 +25,7 @@ pub(crate) struct RunFacts {
     /// With `--remote-executor`: what the service ran where, what was uploaded.
     pub(crate) remote: Option<crate::remote_exec::client::Summary>,
     pub(crate) forkserver: crate::pytest::forkserver::ForkSummary,
-    pub(crate) containment: crate::contain::Mode,
+    pub(crate) containment: crate::contain::Containment,
     pub(crate) duration_seconds: f64,
     /// Problems that did not stop the audit, in the order met.
     pub(crate) warnings: Vec<String>,
@@ -87,7 +87,8 @@ pub(crate) fn assemble(o: &AuditOutcome, run: &RunFacts) -> AuditReport {
         pytest_processes: run.pytest_processes,
         remote_execution: run.remote.clone(),
         forkserver: run.forkserver.clone(),
-        containment: Some(run.containment),
+        containment: Some(run.containment.tier),
+        containment_detail: Some(run.containment.clone()),
         duration_seconds: run.duration_seconds,
         warnings: run
             .warnings
@@ -411,6 +412,7 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
             commit: None,
         },
         containment: None,
+        containment_detail: None,
         ..AuditReport::default()
     }
 }

@@ -312,6 +312,9 @@ fn context_line(r: &AuditReport) -> String {
     if let Some(python) = &r.interpreter {
         let _ = write!(line, "; python {}", clean(python));
     }
+    if let Some(c) = &r.containment_detail {
+        let _ = write!(line, "; contained by {}", clean(&c.summary()));
+    }
     line
 }
 

@@ -6,7 +6,15 @@
 //! `<flakyFailure>` with the outcomes per order, repeated in its `<system-out>` for readers that
 //! ignore the element.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::io;
+
+use quick_xml::escape::{escape, partial_escape};
+use quick_xml::events::attributes::Attribute;
+use quick_xml::events::{BytesDecl, BytesText, Event};
+use quick_xml::name::QName;
+use quick_xml::Writer;
 
 use super::human::columns;
 use super::{AuditReport, Finding, TestReport};
@@ -35,18 +43,22 @@ pub(crate) fn render(r: &AuditReport) -> String {
         });
     }
 
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let total = Counts::of(suites.iter().flat_map(|s| &s.cases));
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"fixgate\" {} time=\"{:.3}\">",
-        total.attrs(),
-        r.duration_seconds.max(0.0)
-    );
-    for suite in &suites {
-        suite.write(&mut out);
-    }
-    out.push_str("</testsuites>\n");
+    let time = format!("{:.3}", r.duration_seconds.max(0.0));
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 4);
+    let written = w
+        .write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))
+        .and_then(|()| {
+            w.create_element("testsuites")
+                .with_attribute(attr("name", "fixgate"))
+                .with_attributes(total.attrs())
+                .with_attribute(attr("time", &time))
+                .write_inner_content(|w| suites.iter().try_for_each(|s| s.write(w)))
+        });
+    written.expect("a Vec takes every write");
+    // The writer's escapes keep it UTF-8, as the report's strings were.
+    let mut out = String::from_utf8_lossy(&w.into_inner()).into_owned();
+    out.push('\n');
     out
 }
 
@@ -57,30 +69,25 @@ struct Suite {
 }
 
 impl Suite {
-    fn write(&self, out: &mut String) {
-        let counts = Counts::of(&self.cases);
-        let _ = writeln!(
-            out,
-            "    <testsuite name=\"{}\" {}>",
-            attr(self.name),
-            counts.attrs()
-        );
-        if !self.properties.is_empty() {
-            out.push_str("        <properties>\n");
-            for (name, value) in &self.properties {
-                let _ = writeln!(
-                    out,
-                    "            <property name=\"{}\" value=\"{}\"/>",
-                    attr(name),
-                    attr(value)
-                );
-            }
-            out.push_str("        </properties>\n");
-        }
-        for case in &self.cases {
-            case.write(out);
-        }
-        out.push_str("    </testsuite>\n");
+    fn write(&self, w: &mut Writer<Vec<u8>>) -> io::Result<()> {
+        w.create_element("testsuite")
+            .with_attribute(attr("name", self.name))
+            .with_attributes(Counts::of(&self.cases).attrs())
+            .write_inner_content(|w| {
+                if !self.properties.is_empty() {
+                    w.create_element("properties").write_inner_content(|w| {
+                        self.properties.iter().try_for_each(|(name, value)| {
+                            w.create_element("property")
+                                .with_attribute(attr("name", name))
+                                .with_attribute(attr("value", value))
+                                .write_empty()
+                                .map(|_| ())
+                        })
+                    })?;
+                }
+                self.cases.iter().try_for_each(|case| case.write(w))
+            })
+            .map(|_| ())
     }
 }
 
@@ -116,66 +123,64 @@ struct Case {
 }
 
 impl Case {
-    fn write(&self, out: &mut String) {
-        let _ = write!(
-            out,
-            "        <testcase classname=\"{}\" name=\"{}\"",
-            attr(&self.classname),
-            attr(&self.name)
-        );
-        if let Some(file) = &self.file {
-            let _ = write!(out, " file=\"{}\"", attr(file));
-        }
-        if let Some(line) = self.line {
-            let _ = write!(out, " line=\"{line}\"");
-        }
+    fn write(&self, w: &mut Writer<Vec<u8>>) -> io::Result<()> {
+        let line = self.line.map(|l| l.to_string());
+        let element = w
+            .create_element("testcase")
+            .with_attribute(attr("classname", &self.classname))
+            .with_attribute(attr("name", &self.name))
+            .with_attributes(self.file.as_deref().map(|f| attr("file", f)))
+            .with_attributes(line.as_deref().map(|l| attr("line", l)));
         if matches!(self.result, CaseResult::Passed) && self.system_out.is_none() {
-            out.push_str("/>\n");
-            return;
+            return element.write_empty().map(|_| ());
         }
-        out.push_str(">\n");
-        let element = |out: &mut String, tag: &str, message: &str, kind: &str, body: &str| {
-            let _ = writeln!(
-                out,
-                "            <{tag} message=\"{}\" type=\"{}\">{}</{tag}>",
-                attr(message),
-                attr(kind),
-                text(body)
-            );
-        };
-        match &self.result {
-            CaseResult::Passed => {}
-            CaseResult::Failure {
-                message,
-                kind,
-                text,
-            } => element(out, "failure", message, kind, text),
-            CaseResult::Error {
-                message,
-                kind,
-                text,
-            } => element(out, "error", message, kind, text),
-            CaseResult::Skipped { message: Some(m) } => {
-                let _ = writeln!(out, "            <skipped message=\"{}\"/>", attr(m));
-            }
-            CaseResult::Skipped { message: None } => out.push_str("            <skipped/>\n"),
-            CaseResult::Flaky {
-                message,
-                text: body,
-            } => {
-                let _ = writeln!(
-                    out,
-                    "            <flakyFailure message=\"{}\" type=\"flaky\">\n                \
-                     <system-out>{}</system-out>\n            </flakyFailure>",
-                    attr(message),
-                    text(body)
-                );
-            }
-        }
-        if let Some(body) = &self.system_out {
-            let _ = writeln!(out, "            <system-out>{}</system-out>", text(body));
-        }
-        out.push_str("        </testcase>\n");
+        element
+            .write_inner_content(|w| {
+                let outcome = |w: &mut Writer<Vec<u8>>, tag, message: &str, kind: &str, body| {
+                    w.create_element(tag)
+                        .with_attribute(attr("message", message))
+                        .with_attribute(attr("type", kind))
+                        .write_text_content(text(body))
+                        .map(|_| ())
+                };
+                match &self.result {
+                    CaseResult::Passed => {}
+                    CaseResult::Failure {
+                        message,
+                        kind,
+                        text,
+                    } => outcome(w, "failure", message, kind, text)?,
+                    CaseResult::Error {
+                        message,
+                        kind,
+                        text,
+                    } => outcome(w, "error", message, kind, text)?,
+                    CaseResult::Skipped { message } => {
+                        w.create_element("skipped")
+                            .with_attributes(message.as_deref().map(|m| attr("message", m)))
+                            .write_empty()?;
+                    }
+                    CaseResult::Flaky {
+                        message,
+                        text: body,
+                    } => {
+                        w.create_element("flakyFailure")
+                            .with_attribute(attr("message", message))
+                            .with_attribute(attr("type", "flaky"))
+                            .write_inner_content(|w| {
+                                w.create_element("system-out")
+                                    .write_text_content(text(body))
+                                    .map(|_| ())
+                            })?;
+                    }
+                }
+                if let Some(body) = &self.system_out {
+                    w.create_element("system-out")
+                        .write_text_content(text(body))?;
+                }
+                Ok(())
+            })
+            .map(|_| ())
     }
 }
 
@@ -202,11 +207,14 @@ impl Counts {
         c
     }
 
-    fn attrs(&self) -> String {
-        format!(
-            "tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\"",
-            self.tests, self.failures, self.errors, self.skipped
-        )
+    fn attrs(&self) -> [Attribute<'static>; 4] {
+        [
+            ("tests", self.tests),
+            ("failures", self.failures),
+            ("errors", self.errors),
+            ("skipped", self.skipped),
+        ]
+        .map(|(key, n)| attr(key, &n.to_string()))
     }
 }
 
@@ -384,39 +392,32 @@ fn allowed(c: char) -> bool {
         || c >= '\u{10000}'
 }
 
-fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars().filter(|c| allowed(*c)) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            // A bare CR would be normalized away by the parser.
-            '\r' => out.push_str("&#13;"),
-            c => out.push(c),
-        }
+/// `s` without the characters XML 1.0 cannot hold.
+fn xml_chars(s: &str) -> Cow<'_, str> {
+    match s.chars().all(allowed) {
+        true => Cow::Borrowed(s),
+        false => Cow::Owned(s.chars().filter(|c| allowed(*c)).collect()),
     }
-    out
 }
 
-/// Attribute values also escape quotes and the whitespace that attribute normalization would
-/// otherwise turn into spaces.
-fn attr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars().filter(|c| allowed(*c)) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c => out.push(c),
-        }
+/// Text content, escaped by quick-xml; a carriage return as a character reference, since a
+/// parser turns a bare one into a line feed.
+fn text(s: &str) -> BytesText<'static> {
+    let escaped = partial_escape(xml_chars(s)).replace('\r', "&#13;");
+    BytesText::from_escaped(escaped)
+}
+
+/// An attribute, its value escaped by quick-xml (markup and quotes); the whitespace that
+/// attribute-value normalization would turn into spaces is written as character references.
+fn attr<'a>(key: &'a str, value: &str) -> Attribute<'a> {
+    let escaped = escape(xml_chars(value))
+        .replace('\n', "&#10;")
+        .replace('\r', "&#13;")
+        .replace('\t', "&#9;");
+    Attribute {
+        key: QName(key.as_bytes()),
+        value: Cow::Owned(escaped.into_bytes()),
     }
-    out
 }
 
 #[cfg(test)]
@@ -424,111 +425,125 @@ mod tests {
     use super::*;
     use crate::report::human::tests::sample;
 
-    /// A deliberately small checker: balanced tags, one root, quoted attributes, and no raw `<`
-    /// or stray `&` in text or attribute values.
-    fn check_well_formed(xml: &str) -> Result<(), String> {
-        let body = xml
-            .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
-            .ok_or("no declaration")?;
-        let mut stack: Vec<&str> = Vec::new();
-        let mut roots = 0;
-        let mut rest = body;
-        while !rest.is_empty() {
-            let lt = rest.find('<').unwrap_or(rest.len());
-            check_text(&rest[..lt])?;
-            if stack.is_empty() && !rest[..lt].trim().is_empty() {
-                return Err(format!("text outside the root: {:?}", &rest[..lt]));
-            }
-            rest = &rest[lt..];
-            if rest.is_empty() {
-                break;
-            }
-            let gt = rest.find('>').ok_or("unclosed tag")?;
-            let tag = &rest[1..gt];
-            rest = &rest[gt + 1..];
-            if tag.contains('<') {
-                return Err(format!("`<` inside a tag: {tag:?}"));
-            }
-            if let Some(name) = tag.strip_prefix('/') {
-                let open = stack.pop().ok_or_else(|| format!("unexpected </{name}>"))?;
-                if open != name {
-                    return Err(format!("</{name}> closes <{open}>"));
-                }
-                continue;
-            }
-            let self_closing = tag.ends_with('/');
-            let tag = tag.trim_end_matches('/');
-            let (name, attrs) = tag.split_once(' ').unwrap_or((tag, ""));
-            check_attrs(attrs)?;
-            if stack.is_empty() {
-                roots += 1;
-            }
-            if !self_closing {
-                stack.push(name);
-            }
-        }
-        if !stack.is_empty() {
-            return Err(format!("unclosed: {stack:?}"));
-        }
-        if roots != 1 {
-            return Err(format!("{roots} roots"));
-        }
-        Ok(())
+    /// An element as a parser reads it back: its name, its attributes' values and its text,
+    /// with every reference resolved and attribute values normalized as XML 1.0 says.
+    #[derive(Debug)]
+    struct Read {
+        name: String,
+        attrs: Vec<(String, String)>,
+        text: String,
     }
 
-    fn check_text(s: &str) -> Result<(), String> {
-        let mut rest = s;
-        while let Some(i) = rest.find('&') {
-            rest = &rest[i + 1..];
-            let end = rest.find(';').ok_or("`&` without `;`")?;
-            let entity = &rest[..end];
-            let numeric = entity
-                .strip_prefix('#')
-                .is_some_and(|d| d.chars().all(|c| c.is_ascii_digit()));
-            if !numeric && !["amp", "lt", "gt", "quot", "apos"].contains(&entity) {
-                return Err(format!("bad entity &{entity};"));
+    /// The document's elements, in order, as quick-xml's reader reads them; an error where it
+    /// is not well-formed XML 1.0 (tags, references, characters, one root) with one declaration.
+    fn read_back(xml: &str) -> Result<Vec<Read>, String> {
+        use quick_xml::events::BytesRef;
+        use quick_xml::XmlVersion;
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        if let Some(c) = xml.chars().find(|c| !allowed(*c)) {
+            return Err(format!("{c:?} is not an XML 1.0 character"));
+        }
+        let reference = |r: &BytesRef| -> Result<String, String> {
+            if let Some(c) = r.resolve_char_ref().map_err(|e| err(&e))? {
+                return Ok(c.to_string());
             }
-        }
-        if s.chars().any(|c| !allowed(c)) {
-            return Err(format!("invalid character in {s:?}"));
-        }
-        Ok(())
-    }
-
-    fn check_attrs(mut attrs: &str) -> Result<(), String> {
+            let name = r.decode().map_err(|e| err(&e))?;
+            quick_xml::escape::resolve_predefined_entity(&name)
+                .map(str::to_owned)
+                .ok_or(format!("undefined entity &{name};"))
+        };
+        let mut reader = quick_xml::Reader::from_str(xml);
+        let (mut out, mut open, mut roots, mut decls) = (Vec::<Read>::new(), Vec::new(), 0, 0);
         loop {
-            attrs = attrs.trim_start();
-            if attrs.is_empty() {
-                return Ok(());
+            let event = reader.read_event().map_err(|e| err(&e))?;
+            let element = |e: &quick_xml::events::BytesStart| -> Result<Read, String> {
+                let attrs = e
+                    .attributes()
+                    .map(|a| {
+                        let a = a.map_err(|e| err(&e))?;
+                        let value = a
+                            .normalized_value(XmlVersion::Implicit1_0)
+                            .map_err(|e| err(&e))?;
+                        Ok((String::from_utf8_lossy(a.key.0).into_owned(), value.into()))
+                    })
+                    .collect::<Result<_, String>>()?;
+                Ok(Read {
+                    name: String::from_utf8_lossy(e.name().0).into_owned(),
+                    attrs,
+                    text: String::new(),
+                })
+            };
+            match event {
+                Event::Decl(_) => decls += 1,
+                Event::Start(e) | Event::Empty(e) if open.is_empty() && roots > 0 => {
+                    return Err(format!("a second root: {:?}", e.name()));
+                }
+                Event::Start(e) => {
+                    roots += usize::from(open.is_empty());
+                    open.push(out.len());
+                    out.push(element(&e)?);
+                }
+                Event::Empty(e) => {
+                    roots += usize::from(open.is_empty());
+                    out.push(element(&e)?);
+                }
+                Event::End(_) => {
+                    open.pop();
+                }
+                Event::Text(t) => {
+                    let t = t.xml10_content().map_err(|e| err(&e))?;
+                    match open.last() {
+                        Some(&i) => out[i].text.push_str(&t),
+                        None if t.trim().is_empty() => {}
+                        None => return Err(format!("text outside the root: {t:?}")),
+                    }
+                }
+                Event::GeneralRef(r) => {
+                    let i = *open.last().ok_or("a reference outside the root")?;
+                    out[i].text.push_str(&reference(&r)?);
+                }
+                Event::Eof => break,
+                other => return Err(format!("unexpected {other:?}")),
             }
-            let eq = attrs
-                .find("=\"")
-                .ok_or_else(|| format!("unquoted attribute in {attrs:?}"))?;
-            let value_and_rest = &attrs[eq + 2..];
-            let close = value_and_rest.find('"').ok_or("unterminated attribute")?;
-            let value = &value_and_rest[..close];
-            check_text(value)?;
-            if value.contains(['\n', '\t', '\'']) {
-                return Err(format!("unescaped whitespace or quote in {value:?}"));
-            }
-            attrs = &value_and_rest[close + 1..];
+        }
+        match (decls, roots) {
+            (1, 1) => Ok(out),
+            _ => Err(format!("{decls} declarations and {roots} roots")),
         }
     }
 
-    #[test]
-    fn sample_is_well_formed() {
-        let xml = render(&sample());
-        check_well_formed(&xml).unwrap();
+    fn attr_of<'a>(e: &'a Read, key: &str) -> Option<&'a str> {
+        e.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     #[test]
-    fn the_checker_catches_broken_documents() {
+    fn sample_reads_back() {
+        let read = read_back(&render(&sample())).unwrap();
+        assert_eq!(read[0].name, "testsuites");
+        let cases = read.iter().filter(|e| e.name == "testcase").count();
+        assert_eq!(cases, 10);
+    }
+
+    #[test]
+    fn the_reader_rejects_broken_documents() {
         let decl = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-        assert!(check_well_formed(&format!("{decl}<a><b></a></b>")).is_err());
-        assert!(check_well_formed(&format!("{decl}<a>1 < 2</a>")).is_err());
-        assert!(check_well_formed(&format!("{decl}<a>R&D</a>")).is_err());
-        assert!(check_well_formed(&format!("{decl}<a x=\"1\"/><b/>")).is_err());
-        assert!(check_well_formed(&format!("{decl}<a x=\"&lt;\">&amp;</a>")).is_ok());
+        for broken in [
+            "<a><b></a></b>",
+            "<a>1 < 2</a>",
+            "<a>R&D</a>",
+            "<a x=\"1\"/><b/>",
+            "<a x=\"1\" x=\"2\"/>",
+            "<a>\u{1}</a>",
+            "<a>&bogus;</a>",
+        ] {
+            assert!(read_back(&format!("{decl}{broken}")).is_err(), "{broken}");
+        }
+        let ok = read_back(&format!("{decl}<a x=\"&lt;&#10;\">&amp;&#13;</a>")).unwrap();
+        assert_eq!(attr_of(&ok[0], "x"), Some("<\n"));
+        assert_eq!(ok[0].text, "&\r");
     }
 
     #[test]
@@ -581,7 +596,7 @@ mod tests {
         let xml = render(&r);
         assert!(xml.contains("<error message=\"bucket: error\" type=\"error\">"));
         assert!(xml.contains("errors=\"1\""));
-        check_well_formed(&xml).unwrap();
+        read_back(&xml).unwrap();
     }
 
     #[test]
@@ -591,11 +606,73 @@ mod tests {
         r.tests[1].nodeid = "tests/x.py::test_q[\"'<&>\n]".into();
         r.reasons.push("quote \" and\nnewline".into());
         let xml = render(&r);
-        check_well_formed(&xml).unwrap();
+        read_back(&xml).unwrap();
         assert!(xml.contains("&lt;/failure&gt;&lt;x a=\"1\"&gt;[31m]]&gt;&amp;"));
         assert!(xml.contains("name=\"test_q[&quot;&apos;&lt;&amp;&gt;&#10;]\""));
         assert!(xml.contains("value=\"quote &quot; and&#10;newline\""));
         assert!(!xml.contains('\u{1b}'));
+    }
+
+    /// Test ids a suite can hold (pytest ids are any text) read back as they were, but for the
+    /// characters XML cannot hold, in every place they appear: the testcase's name, the
+    /// evidence, a finding's name and body, a property.
+    #[test]
+    fn hostile_test_ids_read_back_as_text() {
+        let long = format!("test_long[{}]", "x".repeat(100_000));
+        let ids = [
+            "test_script[<script>alert(1)</script>]".to_owned(),
+            "test_quotes[\"double\" 'single' `back`]".to_owned(),
+            "test_cdata[]]>]]]]><![CDATA[x]]>]".to_owned(),
+            "test_refs[&amp; &#60; &lt &]".to_owned(),
+            "test_space[tab\there\r\nline\rcr  two]".to_owned(),
+            "test_controls[\u{0}\u{1}\u{8}\u{b}\u{c}\u{1f}\u{fffe}\u{ffff}]".to_owned(),
+            "test_unicode[é😀\u{10ffff}\u{2028}]".to_owned(),
+            long,
+        ];
+        let mut r = sample();
+        while r.tests.len() < ids.len() {
+            r.tests.push(r.tests[0].clone());
+        }
+        for (t, id) in r.tests.iter_mut().zip(&ids) {
+            t.nodeid = format!("tests/test_h.py::{id}");
+            t.message = Some(format!("message about {id}"));
+            // Its evidence, the message last, is the failure's text.
+            t.bucket = Bucket::Failing;
+        }
+        r.findings[0].tests = vec![format!("tests/test_h.py::{}", ids[0])];
+        r.findings[0].message = format!("finding about {}", ids[2]);
+        r.reasons.push(ids[4].clone());
+        let xml = render(&r);
+        let read = read_back(&xml).unwrap_or_else(|e| panic!("{e}"));
+        let kept = |s: &str| s.chars().filter(|c| allowed(*c)).collect::<String>();
+        let names: Vec<&str> = read
+            .iter()
+            .filter(|e| e.name == "testcase")
+            .filter_map(|e| attr_of(e, "name"))
+            .collect();
+        for id in &ids {
+            assert!(
+                names.contains(&kept(id).as_str()),
+                "{id:?} not in {names:?}"
+            );
+            let message = format!("message about {}", kept(id));
+            assert!(
+                read.iter().any(|e| e.text.ends_with(&message)),
+                "the evidence of {id:?}"
+            );
+        }
+        assert!(names.contains(&"test_controls[]"), "{names:?}");
+        let finding = read
+            .iter()
+            .find(|e| e.name == "testcase" && attr_of(e, "classname") == Some("fixgate.findings"))
+            .unwrap();
+        assert!(attr_of(finding, "name").unwrap().ends_with(&ids[0]));
+        assert!(read
+            .iter()
+            .any(|e| e.text.starts_with(&format!("finding about {}", ids[2]))));
+        assert!(read
+            .iter()
+            .any(|e| e.name == "property" && attr_of(e, "value") == Some(ids[4].as_str())));
     }
 
     #[test]

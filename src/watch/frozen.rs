@@ -28,9 +28,9 @@ pub(crate) struct Frozen {
 }
 
 impl Frozen {
-    /// An empty copy in the sandboxes' folder of `temp_dir`.
-    pub(crate) fn create(temp_dir: &Path) -> Result<Frozen> {
-        let root = crate::sandbox::sandboxes_root(temp_dir);
+    /// An empty copy in the sandboxes' folder of `temp_dir` (in RAM where `ram` allows).
+    pub(crate) fn create(temp_dir: &Path, ram: bool) -> Result<Frozen> {
+        let root = crate::sandbox::sandboxes_root(temp_dir, ram);
         std::fs::create_dir_all(&root).map_err(|e| Error::io("create", &root, e))?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("{}-watch-", std::process::id()))
@@ -195,7 +195,7 @@ mod tests {
         }
         for _ in 0..20 {
             let temp = tempfile::tempdir().unwrap();
-            let frozen = Frozen::create(temp.path()).unwrap();
+            let frozen = Frozen::create(temp.path(), true).unwrap();
             // A file where the directory goes: every copy must replace it, none may fail.
             std::fs::write(frozen.root().join("tests"), "in the way").unwrap();
             names
@@ -214,7 +214,7 @@ mod tests {
         let live = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let temp = tempfile::tempdir().unwrap();
-        let frozen = Frozen::create(temp.path()).unwrap();
+        let frozen = Frozen::create(temp.path(), true).unwrap();
         let copy = |p: &str| frozen.copy(live.path(), &RepoPath::from(p), true).unwrap();
         std::fs::create_dir_all(live.path().join("pkg")).unwrap();
         std::fs::write(live.path().join("pkg/a.py"), "x = 1\n").unwrap();

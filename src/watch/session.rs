@@ -129,11 +129,15 @@ pub(crate) fn run(ctx: Ctx, settings: Settings) -> Result<i32> {
     ctx.repo.resolve(&settings.base)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let events = tx.clone();
+    // The copy lives beside the sandboxes: in RAM only where the runs' containment allows.
+    let ram = ctx
+        .host(settings.options.sandbox.containment)
+        .sandboxes_in_ram();
     let tree = Tree::open(
         ctx.repo.root.clone(),
         own_folders(&ctx),
         ctx.cache_dir.clone(),
-        &ctx.env.temp_dir,
+        (&ctx.env.temp_dir, ram),
         move |e| {
             let _ = events.send(Wake::Fs(e));
         },

@@ -44,20 +44,20 @@ pub(crate) struct Changes {
 
 impl Tree {
     /// Watches the repository at `root` and copies its snapshot into a frozen copy beside the
-    /// sandboxes of `temp_dir`. `own`: folders fixgate writes, never watched; `cache_dir`:
+    /// sandboxes of `temp_dir` (in RAM where `ram` allows). `own`: folders fixgate writes, never watched; `cache_dir`:
     /// fixgate's cache, where the live tree's stat cache is.
     pub(crate) fn open(
         root: PathBuf,
         own: Vec<PathBuf>,
         cache_dir: PathBuf,
-        temp_dir: &std::path::Path,
+        (temp_dir, ram): (&std::path::Path, bool),
         events: impl FnMut(FsEvent) + Send + 'static,
     ) -> Result<Tree> {
         let scope = WatchScope::new(&root, own.clone())?;
         let mut fs = FsWatch::new(events)?;
         // Watches first: a change made while the tree is copied is then not missed.
         fs.add(&scope, scope.directories_under(b""))?;
-        let frozen = Frozen::create(temp_dir)?;
+        let frozen = Frozen::create(temp_dir, ram)?;
         let mut tree = Tree {
             scope,
             fs,

@@ -1,6 +1,8 @@
 //! Test helpers: small git repositories in temp dirs, and the real `fixgate` binary run on them.
 #![allow(dead_code)] // each integration test binary uses a different subset
 
+pub mod audit;
+pub mod containment;
 pub mod servers;
 
 use std::path::{Path, PathBuf};
@@ -39,7 +41,9 @@ impl std::fmt::Debug for Run {
 }
 
 pub fn git(dir: &Path, args: &[&str]) -> String {
+    // A condition of `containment` may have given the repository to another user.
     let out = Command::new("git")
+        .args(["-c", "safe.directory=*"])
         .args(args)
         .current_dir(dir)
         .env("GIT_AUTHOR_NAME", "t")
@@ -115,17 +119,16 @@ impl TestRepo {
     /// Runs the binary on this repository with the test interpreter, the cache directory
     /// `cache` and the variables `env` set.
     pub fn fixgate_with(&self, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
-        let py = python();
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--python", py.to_str().unwrap()]);
-        fixgate_at(self.path(), cache, env, &all)
+        fixgate_py_at(self.path(), cache, env, args)
     }
 }
 
 /// The real binary, with none of the caller's `FIXGATE_*` variables: a developer's
 /// `FIXGATE_REMOTE_CACHE` or `FIXGATE_FORK=0` must not reach a test that did not ask for it.
-/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the supervisor alone)
-/// but those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes.
+/// `FIXGATE_TEST_NO_NAMESPACES=1` runs every test without namespaces (the Landlock tier) but
+/// those that set `FIXGATE_NO_NAMESPACES` themselves: the suite must hold in both modes. The
+/// condition of `FIXGATE_TEST_CONTAINMENT` ([`containment::Condition`]) is applied by
+/// [`fixgate_at_command`], which knows the folders the condition's user must own.
 pub fn fixgate_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fixgate"));
     for (name, _) in std::env::vars_os() {
@@ -153,6 +156,8 @@ pub fn fixgate_at_command(
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied());
+    containment::Condition::current()
+        .configure(&mut cmd, &[&containment::repository_of(cwd), cache]);
     cmd
 }
 
@@ -167,6 +172,14 @@ pub fn fixgate_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str])
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+/// [`fixgate_at`] with the test interpreter (`--python`).
+pub fn fixgate_py_at(cwd: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let py = python();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--python", py.to_str().expect("a UTF-8 interpreter path")]);
+    fixgate_at(cwd, cache, env, &all)
 }
 
 /// With `FIXGATE_TEST_DUMP_DIR` set, every run's standard output is also written there, named
@@ -278,10 +291,55 @@ pub fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// Every file under `dir`, and none when it cannot be read.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A name no other test (or run of this test) uses: `prefix`, this process and the time.
+pub fn unique(prefix: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{t}", std::process::id())
+}
+
+/// The processes whose command line holds `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// A Python interpreter that can import pytest: `$FIXGATE_TEST_PYTHON`, else `python3` when it
 /// has pytest, else a virtualenv under `target/` made once (under a file lock, since test
 /// binaries may run at once) with `pip install pytest`.
 pub fn python() -> PathBuf {
+    if containment::Condition::current().unprivileged() {
+        return containment::shared_python();
+    }
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON.get_or_init(find_or_make_python).clone()
 }
@@ -328,14 +386,20 @@ pub fn exclusive(path: &Path) -> std::fs::File {
 /// Makes the virtualenv `venv` afresh with `packages` from PyPI; fails saying what to install
 /// when it cannot.
 pub fn install_venv(venv: &Path, packages: &[&str]) {
-    let made = Command::new("python3")
+    install_venv_from(Path::new("python3"), venv, packages)
+}
+
+/// [`install_venv`] from the interpreter `base`.
+pub fn install_venv_from(base: &Path, venv: &Path, packages: &[&str]) {
+    let made = Command::new(base)
         .args(["-m", "venv", "--clear"])
         .arg(venv)
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         made,
-        "python3 -m venv {} failed: the tests need Python 3 with the venv module",
+        "{} -m venv {} failed: the tests need Python 3 with the venv module",
+        base.display(),
         venv.display()
     );
     let py = venv.join("bin").join("python");
@@ -364,11 +428,7 @@ pub fn install_venv(venv: &Path, packages: &[&str]) {
 impl TestRepo {
     /// Runs the binary with the test interpreter (`--python`).
     pub fn fixgate_py(&self, args: &[&str]) -> Run {
-        let py = python();
-        let mut all: Vec<&str> = args.to_vec();
-        all.push("--python");
-        all.push(py.to_str().unwrap());
-        self.fixgate(&all)
+        fixgate_py_at(self.path(), self.cache.path(), &[], args)
     }
 }
 
@@ -408,7 +468,8 @@ pub fn private_venv(dir: &Path) -> std::path::PathBuf {
         .output()
         .unwrap();
     let site = String::from_utf8(site.stdout).unwrap().trim().to_string();
-    let ok = Command::new("python3")
+    // From the test interpreter, so that its base is one the condition's user can run.
+    let ok = Command::new(&py)
         .args(["-m", "venv", "--without-pip"])
         .arg(dir)
         .status()
@@ -449,60 +510,6 @@ pub fn new_case_in_a_data_file() -> (TestRepo, String, String) {
     repo.write("tests/data/cases.txt", "1\n2\n3\n");
     let head = repo.commit("head: a third case");
     (repo, base, head)
-}
-
-/// The verdict, every test's bucket and every pair of an audit report: what a scoped audit and
-/// `--full` must agree on (issue 21).
-pub fn judgment(v: &serde_json::Value) -> serde_json::Value {
-    let buckets: std::collections::BTreeMap<String, serde_json::Value> = v["tests"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|t| {
-                    (
-                        t["nodeid"].as_str().unwrap_or("").to_string(),
-                        t["bucket"].clone(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut pairs: Vec<serde_json::Value> = v["pairs"]
-        .as_array()
-        .map(|p| {
-            p.iter()
-                .map(|p| {
-                    serde_json::json!([p["kind"], p["victim"], p["culprits"], p["introduced"]])
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    pairs.sort_by_key(|p| p.to_string());
-    serde_json::json!({"verdict": v["verdict"], "exit_code": v["exit_code"], "buckets": buckets, "pairs": pairs})
-}
-
-/// Runs the same audit the other way (scoped when `args` did not ask for `--scoped`, whole
-/// orders when they did) and asserts that both judge alike: the verdict, every bucket, every
-/// pair (issue 21: a scoped audit is sound wherever the traces are complete).
-pub fn assert_same_scoped_and_full(repo: &TestRepo, args: &[&str], first: &serde_json::Value) {
-    let scoped = args.contains(&"--scoped");
-    let mut other: Vec<&str> = args.iter().copied().filter(|a| *a != "--scoped").collect();
-    if !scoped {
-        other.push("--scoped");
-    }
-    let run = repo.fixgate_py(&other);
-    let second: serde_json::Value = serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("the report of {other:?} is not JSON ({e}): {run:?}"));
-    let (scoped_v, full_v) = match scoped {
-        true => (first, &second),
-        false => (&second, first),
-    };
-    assert_eq!(
-        judgment(scoped_v),
-        judgment(full_v),
-        "the scoped audit (scope {}) and the whole orders disagree",
-        scoped_v["scope"]
-    );
 }
 
 /// Runs `script` with the interpreter the tests use and asserts it printed `ok` (its asserts all

@@ -1,131 +1,26 @@
-//! A unified diff of one file, from a line edit script by longest common subsequence.
+//! A unified diff of one file, in the form `git apply` and `patch` read.
 
-use std::fmt::Write as _;
+use std::time::Duration;
+
+use similar::TextDiff;
+
+/// How long the diff may search for the smallest edit before it settles for a larger one (still
+/// a correct diff): the files `init` edits are small, but a generated one may not be.
+const SEARCH_LIMIT: Duration = Duration::from_secs(2);
 
 /// A unified diff of one file (`old` `None`: a new file), three lines of context.
 pub(super) fn unified_diff(path: &str, old: Option<&str>, new: &str) -> String {
-    let a: Vec<&str> = old.map(|o| o.lines().collect()).unwrap_or_default();
-    let b: Vec<&str> = new.lines().collect();
-    let ops = line_ops(&a, &b);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "--- {}",
-        if old.is_some() {
-            format!("a/{path}")
-        } else {
-            "/dev/null".to_owned()
-        }
-    );
-    let _ = writeln!(out, "+++ b/{path}");
-    const CONTEXT: usize = 3;
-    let changed: Vec<usize> = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, op)| !matches!(op, Op::Same(..)))
-        .map(|(i, _)| i)
-        .collect();
-    let mut i = 0;
-    while i < changed.len() {
-        let start = changed[i].saturating_sub(CONTEXT);
-        let mut j = i;
-        while j + 1 < changed.len() && changed[j + 1] <= changed[j] + 2 * CONTEXT + 1 {
-            j += 1;
-        }
-        let end = (changed[j] + CONTEXT + 1).min(ops.len());
-        let (mut a_start, mut b_start) = (0, 0);
-        for op in &ops[..start] {
-            match op {
-                Op::Same(..) => {
-                    a_start += 1;
-                    b_start += 1;
-                }
-                Op::Del(_) => a_start += 1,
-                Op::Add(_) => b_start += 1,
-            }
-        }
-        let (mut a_len, mut b_len) = (0, 0);
-        let mut body = String::new();
-        for op in &ops[start..end] {
-            match op {
-                Op::Same(l) => {
-                    a_len += 1;
-                    b_len += 1;
-                    let _ = writeln!(body, " {l}");
-                }
-                Op::Del(l) => {
-                    a_len += 1;
-                    let _ = writeln!(body, "-{l}");
-                }
-                Op::Add(l) => {
-                    b_len += 1;
-                    let _ = writeln!(body, "+{l}");
-                }
-            }
-        }
-        let from = |start: usize, len: usize| if len == 0 { start } else { start + 1 };
-        let _ = writeln!(
-            out,
-            "@@ -{},{a_len} +{},{b_len} @@",
-            from(a_start, a_len),
-            from(b_start, b_len)
-        );
-        out.push_str(&body);
-        i = j + 1;
-    }
-    out
-}
-
-enum Op<'a> {
-    Same(&'a str),
-    Del(&'a str),
-    Add(&'a str),
-}
-
-/// A line edit script by longest common subsequence, after trimming the common ends; files
-/// too large for the table show their middle as replaced, still a correct diff.
-fn line_ops<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<Op<'a>> {
-    let pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let suf = a[pre..]
-        .iter()
-        .rev()
-        .zip(b[pre..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
-    let mut ops: Vec<Op> = a[..pre].iter().map(|l| Op::Same(l)).collect();
-    if am.len().saturating_mul(bm.len()) > 16_000_000 {
-        ops.extend(am.iter().map(|l| Op::Del(l)));
-        ops.extend(bm.iter().map(|l| Op::Add(l)));
-    } else {
-        let (n, m) = (am.len(), bm.len());
-        let mut t = vec![0u32; (n + 1) * (m + 1)];
-        for i in (0..n).rev() {
-            for j in (0..m).rev() {
-                t[i * (m + 1) + j] = if am[i] == bm[j] {
-                    t[(i + 1) * (m + 1) + j + 1] + 1
-                } else {
-                    t[(i + 1) * (m + 1) + j].max(t[i * (m + 1) + j + 1])
-                };
-            }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < n || j < m {
-            if i < n && j < m && am[i] == bm[j] {
-                ops.push(Op::Same(am[i]));
-                i += 1;
-                j += 1;
-            } else if j < m && (i == n || t[i * (m + 1) + j + 1] >= t[(i + 1) * (m + 1) + j]) {
-                ops.push(Op::Add(bm[j]));
-                j += 1;
-            } else {
-                ops.push(Op::Del(am[i]));
-                i += 1;
-            }
-        }
-    }
-    ops.extend(a[a.len() - suf..].iter().map(|l| Op::Same(l)));
-    ops
+    let from = match old {
+        Some(_) => format!("a/{path}"),
+        None => "/dev/null".to_owned(),
+    };
+    TextDiff::configure()
+        .timeout(SEARCH_LIMIT)
+        .diff_lines(old.unwrap_or_default(), new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &format!("b/{path}"))
+        .to_string()
 }
 
 #[cfg(test)]
@@ -133,15 +28,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unified_diff_of_an_insertion() {
+    fn an_insertion_has_three_lines_of_context() {
         let old = "a\nb\nc\nd\ne\nf\ng\nh\n";
         let new = "a\nb\nc\nd\nX\ne\nf\ng\nh\n";
-        let d = unified_diff("t.py", Some(old), new);
         assert_eq!(
-            d,
+            unified_diff("t.py", Some(old), new),
             "--- a/t.py\n+++ b/t.py\n@@ -2,6 +2,7 @@\n b\n c\n d\n+X\n e\n f\n g\n"
         );
-        let created = unified_diff("n.txt", None, "x\n");
-        assert_eq!(created, "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,1 @@\n+x\n");
+    }
+
+    #[test]
+    fn a_new_file_comes_from_dev_null_and_a_one_line_range_has_no_length() {
+        assert_eq!(
+            unified_diff("n.txt", None, "x\n"),
+            "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+x\n"
+        );
+        assert_eq!(
+            unified_diff("n.txt", None, "x\ny\n"),
+            "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,2 @@\n+x\n+y\n"
+        );
+    }
+
+    #[test]
+    fn changes_far_apart_are_two_hunks_and_close_ones_one() {
+        let with = |changed: &[(usize, &str)]| -> String {
+            (1..=20)
+                .map(|n| match changed.iter().find(|(at, _)| *at == n) {
+                    Some((_, line)) => format!("{line}\n"),
+                    None => format!("{n}\n"),
+                })
+                .collect()
+        };
+        let old = with(&[]);
+        let far = with(&[(2, "two"), (19, "nineteen")]);
+        assert_eq!(
+            unified_diff("f", Some(&old), &far),
+            "--- a/f\n+++ b/f\n@@ -1,5 +1,5 @@\n 1\n-2\n+two\n 3\n 4\n 5\n\
+             @@ -16,5 +16,5 @@\n 16\n 17\n 18\n-19\n+nineteen\n 20\n"
+        );
+        let close = with(&[(2, "two"), (8, "eight")]);
+        assert_eq!(
+            unified_diff("f", Some(&old), &close)
+                .matches("@@ -")
+                .count(),
+            1,
+            "six lines apart: the contexts touch"
+        );
+    }
+
+    #[test]
+    fn a_file_without_a_final_newline_says_so() {
+        assert_eq!(
+            unified_diff("p.ini", Some("[pytest]"), "[pytest]\nmarkers =\n"),
+            "--- a/p.ini\n+++ b/p.ini\n@@ -1 +1,2 @@\n-[pytest]\n\\ No newline at end of file\n\
+             +[pytest]\n+markers =\n"
+        );
+    }
+
+    #[test]
+    fn a_large_file_with_a_change_in_the_middle_is_one_small_hunk() {
+        let old: String = (0..50_000).map(|n| format!("line {n}\n")).collect();
+        let new = old.replace("line 25000\n", "line 25000\ninserted\n");
+        let d = unified_diff("big.txt", Some(&old), &new);
+        assert_eq!(d.lines().filter(|l| l.starts_with('+')).count(), 2, "{d}");
+        assert!(d.contains("@@ -24999,6 +24999,7 @@\n"), "{d}");
     }
 }

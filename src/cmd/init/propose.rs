@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::cmd::init::edits::Edits;
 use crate::cmd::init::pyedit::{ensure_import_pytest, find_def, insert_lines};
-use crate::cmd::init::pytest_config::header_line;
+use crate::cmd::init::toml_file;
 use crate::config::{self, Config, ConfigSource, FixtureGroups, MANIFEST_FILE, PYPROJECT_FILE};
 use crate::error::{Error, Result};
 use crate::lock;
@@ -165,9 +165,7 @@ pub(super) fn propose_groups(
     let pyproject = edits.text(PYPROJECT_FILE)?;
     let in_pyproject = manifest.is_none()
         && config.groups.source() == ConfigSource::Pyproject
-        && pyproject
-            .as_deref()
-            .is_some_and(|t| header_line(t, "[tool.fixgate.groups]").is_some());
+        && pyproject.is_some();
     if proposed.is_empty() {
         let file = if in_pyproject {
             PYPROJECT_FILE
@@ -177,16 +175,13 @@ pub(super) fn propose_groups(
         return Ok((file.to_owned(), proposed));
     }
     if in_pyproject {
-        let text = pyproject.unwrap_or_default();
-        let at = header_line(&text, "[tool.fixgate.groups]").unwrap_or(0) + 1;
-        let lines: Vec<String> = proposed
-            .iter()
-            .map(|g| {
-                let globs: Vec<String> = g.globs.iter().map(|x| format!("{x:?}")).collect();
-                format!("{} = [{}]", g.name, globs.join(", "))
-            })
-            .collect();
-        edits.set(PYPROJECT_FILE, insert_lines(&text, at, &lines))?;
+        let mut doc = toml_file::parse(PYPROJECT_FILE, &pyproject.unwrap_or_default())?;
+        let groups = toml_file::table(PYPROJECT_FILE, &mut doc, &["tool", "fixgate", "groups"])?;
+        for g in &proposed {
+            let globs: toml_edit::Array = g.globs.iter().collect();
+            groups.insert(&g.name, toml_edit::value(globs));
+        }
+        edits.set(PYPROJECT_FILE, doc.to_string())?;
         return Ok((PYPROJECT_FILE.to_owned(), proposed));
     }
     let mut text = manifest.unwrap_or_else(|| {
