@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use bazel_remote_apis::google::longrunning::{operation, Operation};
-use fixgate_cache::{DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest};
+use fixgate_cache::{Backoff, DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest};
 use indicatif::ProgressBar;
 use prost::Message;
 use rayon::prelude::*;
@@ -26,7 +26,6 @@ use crate::pytest::interpreter::Fingerprint;
 use crate::pytest::result::RunResult;
 use crate::remote_exec::action::{self, RunSpec};
 use crate::remote_exec::merkle::{self, Item, Source, Tree};
-use crate::remote_exec::Backoff;
 use crate::sandbox::Overlay;
 use crate::snapshot::{EntryKind, Snapshot};
 
@@ -414,8 +413,7 @@ impl Executor {
         let tree = self.tree(run.snapshot, run.overlay)?;
         let mut last = String::new();
         let mut attempt = 0;
-        let mut busy = Backoff::new(BUSY_FIRST_PAUSE, BUSY_LAST_PAUSE);
-        let mut waited = Duration::ZERO;
+        let mut busy = Backoff::new(BUSY_FIRST_PAUSE, BUSY_LAST_PAUSE).within(BUSY_PATIENCE);
         while attempt < 2 {
             let slot = self.pace.enter();
             // Another run ended the audit while this one waited for a place.
@@ -439,16 +437,19 @@ impl Executor {
                 }
                 // A busy service is asked again, with longer pauses, and that is no attempt
                 // of the run's: only a service busy for all of BUSY_PATIENCE fails it.
-                Ok(Attempt::Busy(why)) if waited < BUSY_PATIENCE => {
-                    lock(&self.summary).busy_answers += 1;
-                    if let Some(pb) = progress {
-                        pb.set_message(format!("remote: the service is busy ({why}); waiting"));
-                    }
-                    waited += busy.sleep();
-                    continue;
-                }
                 Ok(Attempt::Busy(why)) => {
-                    last = format!("the service stayed busy for {}s: {why}", waited.as_secs());
+                    if let Some(pause) = busy.next_pause() {
+                        lock(&self.summary).busy_answers += 1;
+                        if let Some(pb) = progress {
+                            pb.set_message(format!("remote: the service is busy ({why}); waiting"));
+                        }
+                        std::thread::sleep(pause);
+                        continue;
+                    }
+                    last = format!(
+                        "the service stayed busy for {}s: {why}",
+                        busy.paused().as_secs()
+                    );
                 }
                 Ok(Attempt::Failed(why)) => last = why,
                 Err(e) => return Err(e),
@@ -751,6 +752,7 @@ impl Executor {
         let mut breaks = 0;
         let began = Instant::now();
         let mut busy_pause = Backoff::new(BUSY_FIRST_PAUSE, BUSY_LAST_PAUSE);
+        let mut rejoin_pause = Backoff::new(REJOIN_FIRST_PAUSE, REJOIN_LAST_PAUSE);
         loop {
             if began.elapsed() > FOLLOW_PATIENCE {
                 if let Some(n) = &name {
@@ -823,12 +825,12 @@ impl Executor {
                 // Busy while the operation runs: asked again later, which is no break of it.
                 Err(s) if s.code() == tonic::Code::ResourceExhausted && name.is_some() => {
                     lock(&self.summary).busy_answers += 1;
-                    busy_pause.sleep();
+                    busy_pause.pause();
                 }
                 // The stream ended before the operation did, or broke: wait on it by name.
                 Ok(None) | Err(_) if name.is_some() && breaks < 5 => {
                     breaks += 1;
-                    std::thread::sleep(Duration::from_millis(200 * breaks));
+                    rejoin_pause.pause();
                 }
                 Ok(None) => {
                     return Err(Refused::Failed(
@@ -1039,6 +1041,10 @@ const BUSY_PATIENCE: Duration = Duration::from_secs(120);
 /// The pauses between asks of a busy service: doubling from the first to the last.
 const BUSY_FIRST_PAUSE: Duration = Duration::from_millis(100);
 const BUSY_LAST_PAUSE: Duration = Duration::from_secs(5);
+/// The pauses before an operation whose stream broke is asked for again by name (five times at
+/// most): doubling from the first to the last.
+const REJOIN_FIRST_PAUSE: Duration = Duration::from_millis(200);
+const REJOIN_LAST_PAUSE: Duration = Duration::from_secs(1);
 
 enum ReadBack {
     /// The action's outputs are not a launcher's: the service's or the worker's doing.

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant, SystemTime};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use bazel_remote_apis::google::protobuf::{Any, Timestamp};
 use bazel_remote_apis::google::rpc::Status;
-use fixgate_cache::{DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest};
+use fixgate_cache::{
+    Backoff, DigestFunction, GrpcConnection, RemoteConfig, RemoteDigest, RemoteError,
+};
 use prost::Message;
 
 use crate::beneath::dir::{component, Dir, Kind};
@@ -62,6 +64,10 @@ const POLL: Duration = Duration::from_secs(20);
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How long a bot waits before asking a busy service again.
 const BUSY_PAUSE: Duration = Duration::from_millis(50);
+/// How long a bot that cannot start its session (the service is down or restarting) waits
+/// before it asks again, and for how long it asks.
+const DOWN_PAUSE: Duration = Duration::from_secs(1);
+const DOWN_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Why an action failed before or around its command: the status reported for the lease.
 struct Failure {
@@ -177,6 +183,7 @@ pub(crate) fn serve(
     ));
     let mut running: Option<Running> = None;
     let mut started = 0u64;
+    let mut busy = Backoff::new(BUSY_PAUSE, BUSY_PAUSE);
     loop {
         if interrupted.load(Ordering::SeqCst) {
             if let Some(r) = &running {
@@ -272,7 +279,7 @@ pub(crate) fn serve(
             // The service is busy (more RPCs than it takes at once): the same session, and the
             // lease running in it, asked again shortly; the lease is not given up for that.
             Err(s) if s.code() == tonic::Code::ResourceExhausted => {
-                std::thread::sleep(BUSY_PAUSE);
+                busy.pause();
             }
             // The service restarted or dropped the session: a new one (a lease this worker
             // was running is the service's to hand out again).
@@ -355,20 +362,15 @@ fn open_when_free(
     server: &str,
     interrupted: &AtomicBool,
 ) -> Result<GrpcConnection> {
-    let mut pause = crate::remote_exec::Backoff::new(BUSY_PAUSE, Duration::from_secs(1));
-    loop {
-        match GrpcConnection::open(remote) {
-            Err(fixgate_cache::RemoteError::Busy(_)) if interrupted.load(Ordering::SeqCst) => {
-                return Err(Error::Interrupted)
-            }
-            Err(fixgate_cache::RemoteError::Busy(_)) => {
-                pause.sleep();
-            }
-            other => {
-                return other.map_err(|e| {
-                    Error::Infra(format!("fixgate worker cannot reach {server}: {e}"))
-                })
-            }
+    let opened = Backoff::new(BUSY_PAUSE, Duration::from_secs(1)).retry(
+        || GrpcConnection::open(remote),
+        |e| matches!(e, RemoteError::Busy(_)) && !interrupted.load(Ordering::SeqCst),
+    );
+    match opened {
+        // Busy is asked again without end: busy still, it was interrupted.
+        Err(RemoteError::Busy(_)) => Err(Error::Interrupted),
+        other => {
+            other.map_err(|e| Error::Infra(format!("fixgate worker cannot reach {server}: {e}")))
         }
     }
 }
@@ -383,6 +385,8 @@ impl Bot {
         interrupted: &AtomicBool,
     ) -> Result<BotSession> {
         let start = Instant::now();
+        let mut busy = Backoff::new(BUSY_PAUSE, BUSY_PAUSE);
+        let mut down = Backoff::new(DOWN_PAUSE, DOWN_PAUSE);
         loop {
             if interrupted.load(Ordering::SeqCst) {
                 return Err(Error::Interrupted);
@@ -400,13 +404,13 @@ impl Bot {
                 // streams too), so the bot asks again soon, for as long as it stays busy. A
                 // bot that gave up there would leave the queue it serves without a worker.
                 Err(s) if s.code() == tonic::Code::ResourceExhausted => {
-                    std::thread::sleep(BUSY_PAUSE);
+                    busy.pause();
                 }
                 Err(s)
-                    if start.elapsed() < Duration::from_secs(60)
+                    if start.elapsed() < DOWN_PATIENCE
                         && s.code() != tonic::Code::InvalidArgument =>
                 {
-                    std::thread::sleep(Duration::from_secs(1));
+                    down.pause();
                 }
                 Err(s) => {
                     return Err(Error::Infra(format!(
