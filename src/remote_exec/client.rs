@@ -21,9 +21,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{FixtureGroups, RemoteExecConfig};
 use crate::error::{Error, Result};
-use crate::pytest::driver::{Record, Recorded, RecordedProcess, RunEnvPaths, Runner};
+use crate::pytest::driver::{RunEnvPaths, Runner};
 use crate::pytest::interpreter::Fingerprint;
+use crate::pytest::record::Record;
 use crate::pytest::result::RunResult;
+use crate::pytest::run::{Recorded, RecordedProcess};
 use crate::remote_exec::action::{self, RunSpec};
 use crate::remote_exec::merkle::{self, Item, Source, Tree};
 use crate::sandbox::Overlay;
