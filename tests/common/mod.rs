@@ -504,18 +504,3 @@ pub fn assert_same_scoped_and_full(repo: &TestRepo, args: &[&str], first: &serde
         scoped_v["scope"]
     );
 }
-
-/// Runs `script` with the interpreter the tests use and asserts it printed `ok` (its asserts all
-/// held), showing its standard error when it did not.
-pub fn assert_python_prints_ok(script: &str) {
-    let out = Command::new(python())
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
