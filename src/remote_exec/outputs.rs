@@ -231,11 +231,14 @@ mod tests {
         }
     }
 
-    /// Reads `result` back; the recorded run's processes as (events, log, status, timed out).
+    /// One recorded process as the test sees it: (events, log, status, timed out).
+    type Seen = (String, String, Option<i32>, bool);
+
+    /// Reads `result` back; the recorded run's processes.
     fn read(
         service: &Service,
         result: &reapi::ActionResult,
-    ) -> std::result::Result<Vec<(String, String, Option<i32>, bool)>, String> {
+    ) -> std::result::Result<Vec<Seen>, String> {
         let temp = tempfile::tempdir().unwrap();
         let mut seen = Vec::new();
         let read = read_back(&|d| service.fetch(d), temp.path(), result, |recorded| {
