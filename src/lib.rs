@@ -31,6 +31,7 @@ pub(crate) mod sandbox;
 pub(crate) mod snapshot;
 pub(crate) mod statcache;
 pub(crate) mod store;
+pub(crate) mod test_outcome;
 pub(crate) mod testsrc;
 pub(crate) mod units;
 pub(crate) mod watch;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::LimitsConfig;
 use crate::error::{Error, Result};
-use crate::pytest::result::Outcome;
+use crate::test_outcome::Outcome;
 use crate::units::show_size;
 
 /// No bound.

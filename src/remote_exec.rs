@@ -2,13 +2,21 @@
 //! Buildbarn, BuildBuddy, EngFlow, NativeLink), and `fixgate worker`, a bot for small setups
 //! and the tests. See docs/remote-execution.md.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use fixgate_cache::{Backoff, RemoteError};
 
 pub(crate) mod action;
+pub(crate) mod action_dir;
+pub(crate) mod bot;
 pub(crate) mod bots;
 pub(crate) mod client;
 pub(crate) mod merkle;
+pub(crate) mod operation;
+pub(crate) mod outputs;
 pub(crate) mod pace;
+pub(crate) mod settings;
+pub(crate) mod summary;
 pub(crate) mod worker;
 
 /// How long a CAS request is asked again while the service is busy (more requests than it
@@ -16,43 +24,22 @@ pub(crate) mod worker;
 /// it fails.
 const BUSY_PATIENCE: Duration = Duration::from_secs(120);
 
-/// `request`, asked again with growing pauses while the service answers that it is busy
-/// (`on_busy` hears each such answer).
+/// `request`, asked again with growing pauses (50 ms doubling up to 2 s, for up to
+/// [`BUSY_PATIENCE`] of them) while the service answers that it is busy (`on_busy` hears each
+/// such answer).
 pub(crate) fn patient<T>(
-    mut request: impl FnMut() -> std::result::Result<T, fixgate_cache::RemoteError>,
+    request: impl FnMut() -> std::result::Result<T, RemoteError>,
     mut on_busy: impl FnMut(),
-) -> std::result::Result<T, fixgate_cache::RemoteError> {
-    let started = Instant::now();
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        match request() {
-            Err(fixgate_cache::RemoteError::Busy(_)) if started.elapsed() < BUSY_PATIENCE => {
+) -> std::result::Result<T, RemoteError> {
+    Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+        .within(BUSY_PATIENCE)
+        .retry(request, |e| {
+            let busy = matches!(e, RemoteError::Busy(_));
+            if busy {
                 on_busy();
-                backoff.sleep();
             }
-            other => return other,
-        }
-    }
-}
-
-/// Pauses that double from `first` up to `last`: how a busy service is asked again.
-pub(crate) struct Backoff {
-    pause: Duration,
-    last: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(first: Duration, last: Duration) -> Backoff {
-        Backoff { pause: first, last }
-    }
-
-    /// Sleeps the next pause and says how long it was.
-    pub(crate) fn sleep(&mut self) -> Duration {
-        let pause = self.pause;
-        std::thread::sleep(pause);
-        self.pause = (pause * 2).min(self.last);
-        pause
-    }
+            busy
+        })
 }
 
 #[cfg(test)]
@@ -60,10 +47,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_pauses_double_up_to_the_last() {
-        let ms = Duration::from_millis;
-        let mut b = Backoff::new(ms(1), ms(4));
-        let pauses: Vec<Duration> = (0..5).map(|_| b.sleep()).collect();
-        assert_eq!(pauses, [ms(1), ms(2), ms(4), ms(4), ms(4)]);
+    fn a_busy_answer_is_heard_and_asked_again_and_any_other_answer_is_final() {
+        let mut answers = vec![
+            Err(RemoteError::Busy("RESOURCE_EXHAUSTED".into())),
+            Err(RemoteError::Busy("RESOURCE_EXHAUSTED".into())),
+            Ok(7),
+        ]
+        .into_iter();
+        let mut heard = 0;
+        let got = patient(
+            || answers.next().expect("asked once too often"),
+            || heard += 1,
+        );
+        assert_eq!((got.ok(), heard), (Some(7), 2));
+        let mut asked = 0;
+        let got: std::result::Result<(), RemoteError> = patient(
+            || {
+                asked += 1;
+                Err(RemoteError::Transport("connection refused".into()))
+            },
+            || panic!("not busy"),
+        );
+        assert!(matches!(got, Err(RemoteError::Transport(_))));
+        assert_eq!(asked, 1);
     }
 }

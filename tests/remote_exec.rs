@@ -462,9 +462,10 @@ fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
 }
 
 /// A worker that comes to a service the audit already keeps busy (BuildGrid's fewest threads,
-/// five, and fifteen actions sent at once, queued for 20 s with no worker: twelve shuffled
-/// orders, file and reversed order, the base's suite run; with the tests' two shuffled orders
-/// the five actions could fit, and a CI run saw no busy answer): it must connect, start its
+/// five, and fifteen actions sent at once, queued with no worker until the scheduler holds as
+/// many as the service takes RPCs at once: twelve shuffled orders, file and reversed order, the
+/// base's suite run; with the tests' two shuffled orders the five actions could fit, and a CI
+/// run saw no busy answer): it must connect, start its
 /// session and take its leases through threads the audit's streams compete for, and the audit
 /// ends as the local one does, with nothing tried twice, in bounded time. Before the worker
 /// asked again when its first request (GetCapabilities) was answered busy, it exited there in
@@ -473,8 +474,10 @@ fn a_busy_service_is_asked_again_and_the_audit_judges_as_a_local_one() {
 /// minute of busy answers, was not reproduced.)
 #[test]
 fn a_worker_that_comes_to_a_service_the_audit_keeps_busy_gets_its_turn() {
+    /// BuildGrid's fewest threads: the RPCs it takes at once.
+    const THREADS: u32 = 5;
     let pg = servers::postgres();
-    let service = servers::buildgrid_execution(&pg, 30, Some(5));
+    let service = servers::buildgrid_execution(&pg, 30, Some(THREADS));
     let repo = small_polluter();
     let local = audit(
         repo.path(),
@@ -493,8 +496,24 @@ fn a_worker_that_comes_to_a_service_the_audit_keeps_busy_gets_its_turn() {
                 &service,
             )
         });
-        // The audit's actions fill the service's threads while there is no worker.
-        std::thread::sleep(Duration::from_secs(20));
+        // The audit's actions fill the service's threads while there is no worker: as many
+        // queued as it takes RPCs at once, each followed by an Execute stream (BuildGrid's
+        // jobs table keeps REAPI's stage: 2 is QUEUED).
+        let queued = || {
+            pg.select("SELECT count(*) FROM jobs WHERE stage = 2")
+                .parse::<u32>()
+                .unwrap_or(0)
+        };
+        let start = Instant::now();
+        while queued() < THREADS {
+            assert!(
+                start.elapsed() < Duration::from_secs(300),
+                "the audit queued {} action(s) within 300 s, not {THREADS}:\n{}",
+                queued(),
+                service.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let worker = servers::worker(&service, "late", &[]);
         let remote = remote.join().unwrap();
         assert_eq!(remote.code, local.code, "{remote:?}\n{}", worker.log());

@@ -627,15 +627,26 @@ def test_skip():
 fn the_plugin_runs_from_its_checked_compiled_copy_not_rewritten_by_pytest() {
     // pytest rewrites (parses and compiles) every module named with -p, on every run when
     // bytecode is off: the module named is a loader, which keeps the plugin compiled beside it.
+    // The plugin's modules are the `.py` files of its folder (its tests are a folder below).
+    let mut modules: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter_map(|n| n.strip_suffix(".py").map(str::to_owned))
+            .collect();
+    modules.sort();
+    assert!(modules.len() >= 13, "{modules:?}");
     let repo = TestRepo::new();
     repo.write(
         "tests/test_loader.py",
-        "import sys\n\n\
-         def test_plugin_module_not_loaded_by_pytests_rewrite():\n    \
-             for name in ('events', 'outcome', 'trace', 'classify', 'lease', 'rewrite', 'deps', 'settings', 'state', 'record', 'forkserver', 'options', 'hooks'):\n        \
-                 mod = sys.modules['fixgate_plugin_' + name]\n        \
-                 assert mod.__file__.endswith('fixgate_plugin_%s.py' % name)\n        \
-                 assert type(getattr(mod, '__loader__', None)).__name__ != 'AssertionRewritingHook'\n",
+        format!(
+            "import sys\n\n\
+             def test_plugin_module_not_loaded_by_pytests_rewrite():\n    \
+                 for name in {modules:?}:\n        \
+                     mod = sys.modules['fixgate_plugin_' + name]\n        \
+                     assert mod.__file__.endswith('fixgate_plugin_%s.py' % name)\n        \
+                     assert type(getattr(mod, '__loader__', None)).__name__ != 'AssertionRewritingHook'\n"
+        ),
     );
     repo.commit("base");
     let passes = |what: &str| {
@@ -650,7 +661,11 @@ fn the_plugin_runs_from_its_checked_compiled_copy_not_rewritten_by_pytest() {
             .collect()
     };
     let first = compiled();
-    assert_eq!(first.len(), 13, "each module compiled once, beside it");
+    assert_eq!(
+        first.len(),
+        modules.len(),
+        "each module compiled once, beside it"
+    );
     passes("second run");
     assert_eq!(compiled(), first, "read, not written again");
     // a damaged copy is compiled again, never run (the hooks module: the one whose code
@@ -938,41 +953,23 @@ fn a_session_that_stops_before_its_tests_leaves_them_errors_never_passes() {
     );
 }
 
-/// The plugin's outcome rules are a pure function of the phases (`outcome.py`): the table,
-/// run by the interpreter the tests use.
+/// The plugin's Python has pytest tests of its own (`src/pytest/plugin/tests/`: the outcome
+/// table, the state fingerprint, the process settings, the order file, the phases): run by the
+/// interpreter the tests use, with pytest's output when they fail.
 #[test]
-fn the_plugins_outcome_rules_are_a_pure_table() {
-    let module = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/outcome.py");
-    let script = format!(
-        "import importlib.util\n\
-         spec = importlib.util.spec_from_file_location('outcome', {module:?})\n\
-         o = importlib.util.module_from_spec(spec); spec.loader.exec_module(o)\n\
-         P, F = o.PASSED, o.raised('fail', 'boom')\n\
-         S, X = o.raised('skip', 'later'), o.raised('xfail', 'known')\n\
-         XP = o.Phase('passed', 'known', None, None)\n\
-         table = [\n\
-           ((P, P, P), ('passed', None, None, None)),\n\
-           ((F, None, P), ('error', 'setup', None, None)),\n\
-           ((S, None, P), ('skipped', None, 'later', None)),\n\
-           ((X, None, P), ('xfailed', None, None, 'known')),\n\
-           ((P, F, P), ('failed', 'call', None, None)),\n\
-           ((P, S, P), ('skipped', None, 'later', None)),\n\
-           ((P, X, P), ('xfailed', None, None, 'known')),\n\
-           ((P, XP, P), ('xpassed', None, None, 'known')),\n\
-           ((P, None, P), ('passed', None, None, None)),\n\
-           ((P, P, F), ('error', 'teardown', None, None)),\n\
-           ((P, F, F), ('error', 'call', None, None)),\n\
-           ((None, None, None), ('error', None, None, None)),\n\
-         ]\n\
-         for phases, want in table:\n    \
-             got = o.test_outcome(*phases)\n    \
-             assert got == want, (phases, got, want)\n\
-         assert o.test_outcome(P, P, P, subtest_failed=True)[:2] == ('failed', 'subtest')\n\
-         # greener than raised is an alteration; pytest's own xfail of a marked test is not\n\
-         assert o.altered(F, P, False) and o.altered(F, S, False) and o.altered(S, P, False)\n\
-         assert not o.altered(F, X, True) and o.altered(F, X, False)\n\
-         assert not o.altered(P, F, False) and not o.altered(F, F, False)\n\
-         print('ok')\n"
+fn the_plugins_own_python_tests_pass() {
+    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pytest/plugin/tests");
+    let out = std::process::Command::new(common::python())
+        // No bytecode beside the sources, whoever runs the suite.
+        .args(["-B", "-m", "pytest", "-q", "-p", "no:cacheprovider", tests])
+        .env_remove("PYTEST_ADDOPTS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pytest {tests} ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    common::assert_python_prints_ok(&script);
 }

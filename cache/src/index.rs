@@ -7,8 +7,8 @@
 //! the index open: every operation opens the file, runs one transaction and closes it again,
 //! holding the lock for milliseconds. Lookups use a read-only handle, which commits nothing and
 //! opens in microseconds; records use a read-write handle. An open that finds the file locked
-//! (`DatabaseAlreadyOpen`) sleeps a short randomized, doubling delay and tries again, up to a
-//! bounded total wait; past it the operation gives up with a warning (a lookup misses, a record
+//! (`DatabaseAlreadyOpen`) sleeps a short randomized, doubling delay ([`Backoff`], jittered)
+//! and tries again, up to a bounded total wait; past it the operation gives up with a warning (a lookup misses, a record
 //! is dropped): the cache never blocks a run for long. Threads of one store share a mutex
 //! first, so they queue in-process instead of spinning on the file lock.
 //!
@@ -25,7 +25,6 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redb::{
@@ -35,7 +34,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::{self, MAGIC_INDEX};
-use crate::{Digest, Warning, MAX_TRACE_CANDIDATES};
+use crate::{Backoff, Digest, Warning, MAX_TRACE_CANDIDATES};
 
 /// stable key (32 bytes) → framed `Vec<Row>`, most recent first.
 const TRACES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("traces");
@@ -187,7 +186,9 @@ impl Index {
     fn with_retries<T>(&self, warn: &dyn Fn(Warning), attempt: &mut Attempt<'_, T>) -> Option<T> {
         let _queue = self.local.lock().unwrap_or_else(PoisonError::into_inner);
         let start = Instant::now();
-        let mut delay = FIRST_DELAY;
+        let mut pauses = Backoff::new(FIRST_DELAY, MAX_DELAY)
+            .jittered()
+            .within(self.wait);
         let mut moved_aside = false;
         let mut check = false;
         loop {
@@ -203,18 +204,13 @@ impl Index {
             }
             match failure {
                 Failure::Busy => {
-                    let waited = start.elapsed();
-                    if waited >= self.wait {
+                    if pauses.pause().is_none() {
                         warn(Warning::IndexBusy {
                             path: self.path.clone(),
-                            waited,
+                            waited: start.elapsed(),
                         });
                         return None;
                     }
-                    // Randomized so that processes that collided do not collide again in step.
-                    let jittered = delay.mul_f64(0.5 + fastrand::f64());
-                    thread::sleep(jittered.min(self.wait - waited));
-                    delay = (delay * 2).min(MAX_DELAY);
                 }
                 Failure::Io(why) => {
                     warn(Warning::Io {

@@ -10,9 +10,13 @@
 //!   dependencies are discovered while it runs is found again by checking its recorded
 //!   dependency sets against the files as they are now.
 //!
+//! - [`Backoff`]: the pauses of every loop that waits something out (the index's lock here, a
+//!   busy remote service in the binary).
+//!
 //! Nothing here prints, exits or reads the environment; problems the cache recovers from are
 //! returned as [`Warning`]s.
 
+mod backoff;
 mod digest;
 mod disk;
 mod envelope;
@@ -29,6 +33,7 @@ mod remote_config;
 mod store;
 mod wire;
 
+pub use backoff::Backoff;
 pub use digest::{Digest, ParseDigestError};
 pub use disk::{DiskStore, MaintenanceError, OpenError, DEFAULT_INDEX_WAIT};
 pub use grpc::{GrpcChannel, GrpcConnection, Headers};

@@ -2,7 +2,7 @@
 //! one normal component ([`check_component`]), and nothing opened, created or listed follows a
 //! symbolic link, so a name from an untrusted tree (a CAS `Directory`, a run's output) can never
 //! reach a path outside it. The remote worker materializes action inputs and reads outputs
-//! through it (src/remote_exec/worker.rs).
+//! through it (src/remote_exec/action_dir.rs).
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;

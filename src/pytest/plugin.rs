@@ -20,7 +20,7 @@ const SHIM: &str = include_str!("plugin_shim.py");
 
 /// The plugin's modules: the name each is written under, and its source. The shim loads them in
 /// this order (keep its list in step).
-const MODULES: [(&str, &str); 13] = [
+const MODULES: [(&str, &str); 17] = [
     ("fixgate_plugin_events", include_str!("plugin/events.py")),
     ("fixgate_plugin_outcome", include_str!("plugin/outcome.py")),
     ("fixgate_plugin_trace", include_str!("plugin/trace.py")),
@@ -42,6 +42,13 @@ const MODULES: [(&str, &str); 13] = [
         include_str!("plugin/forkserver.py"),
     ),
     ("fixgate_plugin_options", include_str!("plugin/options.py")),
+    ("fixgate_plugin_flags", include_str!("plugin/flags.py")),
+    ("fixgate_plugin_run", include_str!("plugin/run.py")),
+    ("fixgate_plugin_phase", include_str!("plugin/phase.py")),
+    (
+        "fixgate_plugin_collection",
+        include_str!("plugin/collection.py"),
+    ),
     ("fixgate_plugin_hooks", include_str!("plugin/hooks.py")),
 ];
 
@@ -295,6 +302,23 @@ mod tests {
         let private = installed.dir.parent().unwrap().to_path_buf();
         drop(installed);
         assert!(!private.exists());
+    }
+
+    #[test]
+    fn the_binary_ships_every_module_of_the_plugins_folder_and_none_of_its_tests() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pytest/plugin");
+        let mut sources: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".py"))
+            .map(|n| format!("fixgate_plugin_{}", n.trim_end_matches(".py")))
+            .collect();
+        sources.sort();
+        let mut shipped: Vec<String> = MODULES.iter().map(|(n, _)| n.to_string()).collect();
+        shipped.sort();
+        assert_eq!(shipped, sources);
+        // Its tests live in a folder beside the modules, which nothing lists.
+        assert!(folder.join("tests").join("conftest.py").is_file());
     }
 
     #[test]

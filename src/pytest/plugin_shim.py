@@ -1,6 +1,6 @@
 """fixgate's pytest plugin, as `-p fixgate_plugin` loads it: the plugin is the fixgate_plugin_*
 modules beside this file (events, outcome, trace, classify, lease, rewrite, deps, state,
-record, forkserver, options, hooks).
+record, forkserver, options, flags, run, phase, collection, hooks).
 
 pytest rewrites the asserts of a module named with -p from its source on every run, and runs
 write no bytecode, so the plugin would be compiled by every pytest process. fixgate compiles each
@@ -34,6 +34,10 @@ _MODULES = (
     "fixgate_plugin_record",
     "fixgate_plugin_forkserver",
     "fixgate_plugin_options",
+    "fixgate_plugin_flags",
+    "fixgate_plugin_run",
+    "fixgate_plugin_phase",
+    "fixgate_plugin_collection",
     "fixgate_plugin_hooks",
 )
 
@@ -83,5 +87,5 @@ pytest_load_initial_conftests = sys.modules["fixgate_plugin_options"].pytest_loa
 
 
 def pytest_addoption(parser):
-    _hooks.pytest_addoption(parser)
+    sys.modules["fixgate_plugin_flags"].pytest_addoption(parser)
     sys.modules["fixgate_plugin_rewrite"].pytest_addoption(parser)

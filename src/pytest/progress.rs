@@ -6,6 +6,18 @@
 //! process is therefore bounded by its tests times the test timeout, plus a few stretches of it.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+/// Why a process was killed outside any test: it spent longer than the test timeout `doing`
+/// something that is no test (an import or a hook that never returns would hold the audit
+/// forever).
+pub(crate) fn stalled(doing: &str, timeout: Duration) -> String {
+    format!(
+        "no test ran for --test-timeout {}s while pytest was {doing} (an import, a fixture or a \
+         hook that does not return?); killed. Raise --test-timeout if the suite needs longer",
+        timeout.as_secs()
+    )
+}
 
 /// The tests one process is to run and what it has shown of them so far.
 pub(crate) struct Progress {

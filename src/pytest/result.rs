@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::pytest::events::{ChangedPath, CodeRan, Phase, StateChange, TestEvent, Trace};
 use crate::pytest::lease::Violation;
+/// Every run, report and judgment speaks of a test's outcome; it lives below them all.
+pub(crate) use crate::test_outcome::Outcome;
 
 /// One ordered run. (No `PartialEq`: the lazily built `index` would make two equal results
 /// differ by whether one was looked into.)
@@ -103,75 +105,6 @@ impl RunResult {
             index
         });
         index.get(nodeid).copied()
-    }
-}
-
-/// The outcome of one test in one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Outcome {
-    Passed,
-    Failed,
-    /// Setup or teardown failed.
-    Error,
-    Skipped,
-    Xfailed,
-    Xpassed,
-    /// The test killed the interpreter.
-    Crashed,
-    /// The test ran past `--test-timeout` and was killed.
-    Timeout,
-    /// The test hit one of the run's bounds (memory, processes, disk): see src/limits.rs.
-    #[serde(rename = "resource-limit")]
-    ResourceLimit,
-}
-
-impl Outcome {
-    pub(crate) fn parse(s: &str) -> Outcome {
-        match s {
-            "passed" => Outcome::Passed,
-            "failed" => Outcome::Failed,
-            "skipped" => Outcome::Skipped,
-            "xfailed" => Outcome::Xfailed,
-            "xpassed" => Outcome::Xpassed,
-            _ => Outcome::Error,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Passed => "passed",
-            Outcome::Failed => "failed",
-            Outcome::Error => "error",
-            Outcome::Skipped => "skipped",
-            Outcome::Xfailed => "xfailed",
-            Outcome::Xpassed => "xpassed",
-            Outcome::Crashed => "crashed",
-            Outcome::Timeout => "timeout",
-            Outcome::ResourceLimit => "resource-limit",
-        }
-    }
-
-    /// One letter per outcome, for the reports' grids: `P` passed, `F` failed, `E` error, `S`
-    /// skipped, `C` crashed, `T` timeout, `L` a resource limit (a run's bound), `X` xfailed or
-    /// xpassed.
-    pub(crate) fn letter(self) -> &'static str {
-        match self {
-            Outcome::Passed => "P",
-            Outcome::Failed => "F",
-            Outcome::Error => "E",
-            Outcome::Skipped => "S",
-            Outcome::Crashed => "C",
-            Outcome::Timeout => "T",
-            Outcome::ResourceLimit => "L",
-            Outcome::Xfailed | Outcome::Xpassed => "X",
-        }
-    }
-
-    /// Whether this outcome counts as green: the one rule, used by triage, the matrix, the
-    /// search and every base check.
-    pub(crate) fn is_green(self) -> bool {
-        matches!(self, Outcome::Passed | Outcome::Skipped | Outcome::Xfailed)
     }
 }
 

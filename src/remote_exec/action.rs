@@ -19,6 +19,8 @@ use std::time::Duration;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
 use bazel_remote_apis::google::protobuf::Duration as ProtoDuration;
 
+use crate::pytest::interpreter::Fingerprint;
+
 /// Where the plugin and the launcher are in the input root.
 pub(crate) const TOOLS_DIR: &str = ".fixgate";
 /// The launcher's file name in [`TOOLS_DIR`].
@@ -38,6 +40,31 @@ pub(crate) const WATCH_FILE: &str = "watch.json";
 pub(crate) const INTERPRETER_PROPERTY: &str = "fixgate-interpreter";
 /// The platform property a run that may use the network carries (`--allow-network`).
 pub(crate) const NETWORK_PROPERTY: &str = "fixgate-network";
+
+/// The interpreter a run needs, for its platform: the version, then a digest of the version,
+/// pytest and every installed distribution (not the path, which may differ on the worker).
+pub(crate) fn interpreter_identity(fp: &Fingerprint) -> String {
+    let mut h = blake3::Hasher::new_derive_key("fixgate remote interpreter v1");
+    for part in [&fp.version, &fp.pytest] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    for (n, v) in &fp.distributions {
+        for part in [n, v] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+    }
+    let version = fp.version.split_whitespace().next().unwrap_or("unknown");
+    format!("{version}-{}", &h.finalize().to_hex()[..32])
+}
+
+/// The interpreter's name on the worker: `python3.11` for a 3.11 interpreter.
+pub(crate) fn interpreter_name(fp: &Fingerprint) -> String {
+    let version = fp.version.split_whitespace().next().unwrap_or("3");
+    let minor: Vec<&str> = version.split('.').take(2).collect();
+    format!("python{}", minor.join("."))
+}
 
 /// The salt of an action: another fixgate schema never shares its result, nor does another
 /// repetition of the same run (repetitions are separate processes: the service must not answer
@@ -164,6 +191,36 @@ impl RunSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fp(version: &str, dists: &[(&str, &str)]) -> Fingerprint {
+        Fingerprint {
+            distributions: dists
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            executable: "/usr/bin/python3".into(),
+            pytest: "8.3.0".into(),
+            version: version.into(),
+        }
+    }
+
+    #[test]
+    fn the_interpreter_is_named_by_version_and_identified_without_its_path() {
+        let a = fp(
+            "3.11.2 (main, Mar 13 2023) [GCC 12.2.0]",
+            &[("pytest", "8.3.0")],
+        );
+        assert_eq!(interpreter_name(&a), "python3.11");
+        let mut moved = a.clone();
+        moved.executable = "/opt/venv/bin/python".into();
+        assert_eq!(interpreter_identity(&a), interpreter_identity(&moved));
+        assert!(interpreter_identity(&a).starts_with("3.11.2-"));
+        let other = fp(
+            "3.11.2 (main, Mar 13 2023) [GCC 12.2.0]",
+            &[("pytest", "8.2.0")],
+        );
+        assert_ne!(interpreter_identity(&a), interpreter_identity(&other));
+    }
 
     fn spec() -> RunSpec {
         RunSpec {

@@ -511,18 +511,3 @@ pub fn new_case_in_a_data_file() -> (TestRepo, String, String) {
     let head = repo.commit("head: a third case");
     (repo, base, head)
 }
-
-/// Runs `script` with the interpreter the tests use and asserts it printed `ok` (its asserts all
-/// held), showing its standard error when it did not.
-pub fn assert_python_prints_ok(script: &str) {
-    let out = Command::new(python())
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}

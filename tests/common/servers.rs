@@ -303,6 +303,8 @@ fn find_postgres() -> (PathBuf, PathBuf) {
 /// local connections of the user `fixgate`. Dropping it stops it (immediate shutdown by PID).
 pub struct Postgres {
     pub port: u16,
+    /// Its client, beside the server.
+    psql: PathBuf,
     child: Option<Child>,
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -319,6 +321,24 @@ impl Postgres {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The one value a query of the database selects (what BuildGrid's scheduler holds: its
+    /// jobs table), as psql prints it; the query's failure fails the test with what psql said.
+    pub fn select(&self, query: &str) -> String {
+        let out = Command::new(&self.psql)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U", "fixgate", "-d", "postgres", "-X", "-t", "-A", "-c", query,
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.psql.display()));
+        assert!(
+            out.status.success(),
+            "psql {query:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }
 
@@ -422,6 +442,7 @@ pub fn postgres() -> Postgres {
     );
     Postgres {
         port,
+        psql: initdb.with_file_name("psql"),
         child: Some(child),
         log,
         _dir: dir,
