@@ -14,10 +14,10 @@
 pub(crate) mod purity;
 
 use ruff_python_ast::statement_visitor::{walk_stmt, StatementVisitor};
+use ruff_python_ast::token::TokenKind;
 use ruff_python_ast::visitor::{walk_expr, Visitor};
 pub(crate) use ruff_python_ast::{self as ast, Stmt};
 use ruff_python_parser::lexer;
-use ruff_python_ast::token::TokenKind;
 use ruff_python_parser::Mode;
 use ruff_source_file::LineIndex;
 pub(crate) use ruff_text_size::{Ranged, TextRange};
@@ -68,8 +68,10 @@ impl Tok<'_> {
     /// What a string literal holds between its quotes (the token itself otherwise).
     pub(crate) fn unquoted(&self) -> &str {
         match self.is_string() {
-            true => (self.text.trim_start_matches(|c: char| c.is_ascii_alphabetic()))
-                .trim_matches(['\'', '"']),
+            true => (self
+                .text
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic()))
+            .trim_matches(['\'', '"']),
             false => self.text,
         }
     }
@@ -97,14 +99,28 @@ impl Module {
             if too_deep(text) {
                 let text = text.to_owned();
                 let (body, tokens) = (None, None);
-                return Module { text, body, tokens, lines };
+                return Module {
+                    text,
+                    body,
+                    tokens,
+                    lines,
+                };
             }
-            let parsed = ruff_python_parser::parse_unchecked_source(text, ast::PySourceType::Python);
+            let parsed =
+                ruff_python_parser::parse_unchecked_source(text, ast::PySourceType::Python);
             let tokens = Some(tokens(parsed.tokens()));
             // What a version of Python has not (or no longer) is syntax all the same: which one runs
             // the suite is the interpreter's to say.
-            let body = parsed.errors().is_empty().then(|| parsed.into_syntax().body.into());
-            Module { text: text.to_owned(), body, tokens, lines }
+            let body = parsed
+                .errors()
+                .is_empty()
+                .then(|| parsed.into_syntax().body.into());
+            Module {
+                text: text.to_owned(),
+                body,
+                tokens,
+                lines,
+            }
         })
     }
 
@@ -120,7 +136,11 @@ impl Module {
     /// Every token; `None` when it nests too deep to read ([`MAX_DEPTH`]).
     pub(crate) fn tokens(&self) -> Option<Vec<Tok<'_>>> {
         let all = self.tokens.as_ref()?;
-        Some(all.iter().map(|&(kind, range)| self.tok(kind, range)).collect())
+        Some(
+            all.iter()
+                .map(|&(kind, range)| self.tok(kind, range))
+                .collect(),
+        )
     }
 
     /// The tokens within `range`. A dedent (or the last line's end) where a statement starts or
@@ -128,7 +148,8 @@ impl Module {
     pub(crate) fn tokens_in(&self, range: TextRange) -> Vec<Tok<'_>> {
         let all = self.tokens.as_deref().unwrap_or_default();
         let from = all.partition_point(|(_, r)| r.start() < range.start());
-        let edge = |r: &TextRange| r.is_empty() && [range.start(), range.end()].contains(&r.start());
+        let edge =
+            |r: &TextRange| r.is_empty() && [range.start(), range.end()].contains(&r.start());
         (all[from..].iter())
             .take_while(|(_, r)| r.start() <= range.end())
             .filter(|(_, r)| r.end() <= range.end() && !edge(r))
@@ -167,15 +188,19 @@ impl Module {
                 .unwrap_or(0),
             _ => 0,
         };
-        let end = (tokens[keyword..].iter().position(|t| t.kind == Kind::Newline))
-            .map_or(tokens.len(), |n| keyword + n);
+        let end = (tokens[keyword..]
+            .iter()
+            .position(|t| t.kind == Kind::Newline))
+        .map_or(tokens.len(), |n| keyword + n);
         tokens[..end].to_vec()
     }
 
     /// The source lines `first..=last` (1-based), each as written.
     pub(crate) fn lines(&self, first: u32, last: u32) -> impl Iterator<Item = &str> {
         let count = last.saturating_sub(first) as usize + 1;
-        (self.text.lines()).skip(first.saturating_sub(1) as usize).take(count)
+        (self.text.lines())
+            .skip(first.saturating_sub(1) as usize)
+            .take(count)
     }
 }
 
@@ -409,8 +434,24 @@ mod tests {
         assert_eq!(
             texts(&m.tokens().unwrap()),
             [
-                "x", "=", "f'a # b {y!r:>{w}}'", "+", "r\"c\"", "\n", "if", "(", "a", ",", "b",
-                ")", ":", "\n", ">", "pass", "\n", "<"
+                "x",
+                "=",
+                "f'a # b {y!r:>{w}}'",
+                "+",
+                "r\"c\"",
+                "\n",
+                "if",
+                "(",
+                "a",
+                ",",
+                "b",
+                ")",
+                ":",
+                "\n",
+                ">",
+                "pass",
+                "\n",
+                "<"
             ]
             .map(|t| if t == "\n" { "\\n" } else { t })
         );
@@ -433,25 +474,35 @@ mod tests {
 
     #[test]
     fn what_does_not_parse_has_no_statements_and_never_panics() {
-        let deep = |open: &str, close: &str, n| {
-            format!("x = {}1{}\n", open.repeat(n), close.repeat(n))
-        };
+        let deep =
+            |open: &str, close: &str, n| format!("x = {}1{}\n", open.repeat(n), close.repeat(n));
         let blocks = |n: usize| {
-            let ifs: String = (0..n).map(|k| format!("{}if x:\n", " ".repeat(k))).collect();
+            let ifs: String = (0..n)
+                .map(|k| format!("{}if x:\n", " ".repeat(k)))
+                .collect();
             format!("{ifs}{}pass\n", " ".repeat(n))
         };
         let huge = "def f(x):\n    return [x, 'y', 3.0]\n\n\n".repeat(20_000);
         for (what, src) in [
             ("truncated", "def f(x):\n    return (x +\n".to_owned()),
-            ("unterminated string", "s = 'abc\ndef g(): pass\n".to_owned()),
-            ("tabs and spaces", "if x:\n\ty = 1\n        z = 2\n".to_owned()),
+            (
+                "unterminated string",
+                "s = 'abc\ndef g(): pass\n".to_owned(),
+            ),
+            (
+                "tabs and spaces",
+                "if x:\n\ty = 1\n        z = 2\n".to_owned(),
+            ),
             ("a NUL byte", "x = 1\0\ny = 2\n".to_owned()),
             ("brackets", deep("(", ")", 10_000)),
             ("lists", deep("[", "]", 10_000)),
             ("negations", deep("not ", "", 10_000)),
             ("a sum", format!("x = 1{}\n", " + 1".repeat(10_000))),
             ("attributes", format!("x = a{}\n", ".b".repeat(10_000))),
-            ("lambdas", format!("x = {}1\n", "lambda a, b=lambda c, d: 1, e: ".repeat(3_000))),
+            (
+                "lambdas",
+                format!("x = {}1\n", "lambda a, b=lambda c, d: 1, e: ".repeat(3_000)),
+            ),
             ("blocks", blocks(150)),
         ] {
             let m = Module::parse(&src);
@@ -462,7 +513,9 @@ mod tests {
         // A deep tree CPython still compiles is read.
         assert!(Module::parse(&blocks(90)).body().is_some());
         assert!(Module::parse(&deep("(", ")", 150)).body().is_some());
-        assert!(Module::parse(&format!("x = 1{}\n", " + 1".repeat(900))).body().is_some());
+        assert!(Module::parse(&format!("x = 1{}\n", " + 1".repeat(900)))
+            .body()
+            .is_some());
     }
 
     #[test]

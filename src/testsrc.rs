@@ -92,7 +92,9 @@ impl PartialEq for Definition {
     fn eq(&self, other: &Definition) -> bool {
         self.parts.len() == other.parts.len()
             && (self.parts.iter().zip(&other.parts)).all(|((a, pa), (b, pb))| {
-                a == b && pa.len() == pb.len() && pa.iter().zip(pb).all(|(x, y)| x.tokens == y.tokens)
+                a == b
+                    && pa.len() == pb.len()
+                    && pa.iter().zip(pb).all(|(x, y)| x.tokens == y.tokens)
             })
     }
 }
@@ -129,14 +131,22 @@ impl<'a> What<'a> {
             Stmt::FunctionDef(f) => return What::Def(f.name.as_str()),
             Stmt::ClassDef(c) => return What::Class(c.name.as_str(), &c.body),
             Stmt::Import(i) => {
-                let names = i.names.iter().map(|a| (python::bound_name(a), a.name.to_string()));
+                let names = i
+                    .names
+                    .iter()
+                    .map(|a| (python::bound_name(a), a.name.to_string()));
                 return What::Import(names.collect());
             }
-            Stmt::ImportFrom(i) if i.names.iter().any(|a| &a.name == "*") => return What::StarImport,
+            Stmt::ImportFrom(i) if i.names.iter().any(|a| &a.name == "*") => {
+                return What::StarImport
+            }
             Stmt::ImportFrom(i) => {
                 let module = i.module.as_ref().map_or("", |m| m.as_str());
                 let from = format!("{}{module}", ".".repeat(i.level as usize));
-                let names = i.names.iter().map(|a| (python::alias(a), format!("{from}.{}", a.name)));
+                let names = i
+                    .names
+                    .iter()
+                    .map(|a| (python::alias(a), format!("{from}.{}", a.name)));
                 return What::Import(names.collect());
             }
             Stmt::If(i) if main_guard(&i.test) => return What::Inert,
@@ -165,12 +175,23 @@ impl<'a> What<'a> {
 
 /// The names an assignment's target binds (a name, a tuple or list of them, starred) or
 /// changes in place (the name an attribute or item is of); `whole`: binds, not augments.
-fn assigned<'a>(e: &'a ast::Expr, whole: bool, binds: &mut Vec<&'a str>, mutates: &mut Vec<&'a str>) {
+fn assigned<'a>(
+    e: &'a ast::Expr,
+    whole: bool,
+    binds: &mut Vec<&'a str>,
+    mutates: &mut Vec<&'a str>,
+) {
     match e {
         ast::Expr::Name(n) if whole => binds.push(n.id.as_str()),
         ast::Expr::Name(n) => mutates.push(n.id.as_str()),
-        ast::Expr::Tuple(t) => t.elts.iter().for_each(|e| assigned(e, whole, binds, mutates)),
-        ast::Expr::List(l) => l.elts.iter().for_each(|e| assigned(e, whole, binds, mutates)),
+        ast::Expr::Tuple(t) => t
+            .elts
+            .iter()
+            .for_each(|e| assigned(e, whole, binds, mutates)),
+        ast::Expr::List(l) => l
+            .elts
+            .iter()
+            .for_each(|e| assigned(e, whole, binds, mutates)),
         ast::Expr::Starred(s) => assigned(&s.value, whole, binds, mutates),
         ast::Expr::Attribute(a) => assigned(&a.value, false, binds, mutates),
         ast::Expr::Subscript(s) => assigned(&s.value, false, binds, mutates),
@@ -184,14 +205,17 @@ fn main_guard(test: &ast::Expr) -> bool {
         return false;
     };
     let name = |e: &ast::Expr| matches!(e, ast::Expr::Name(n) if n.id.as_str() == "__name__");
-    let main = |e: &ast::Expr| matches!(e, ast::Expr::StringLiteral(s) if s.value.to_str() == "__main__");
+    let main =
+        |e: &ast::Expr| matches!(e, ast::Expr::StringLiteral(s) if s.value.to_str() == "__main__");
     matches!((&*c.ops, &*c.comparators), ([ast::CmpOp::Eq], [right])
         if name(&c.left) && main(right) || main(&c.left) && name(right))
 }
 
 impl SourceFile {
     pub(crate) fn parse(text: &str) -> SourceFile {
-        SourceFile { m: Module::parse(text) }
+        SourceFile {
+            m: Module::parse(text),
+        }
     }
 
     fn stmts(&self) -> &[Stmt] {
@@ -232,10 +256,17 @@ impl SourceFile {
         }
         for (k, (cls, name)) in chain.iter().enumerate() {
             let header = self.m.header(cls);
-            let range = header.first().zip(header.last()).map(|(a, b)| a.range.cover(b.range));
+            let range = header
+                .first()
+                .zip(header.last())
+                .map(|(a, b)| a.range.cover(b.range));
             let range = range.unwrap_or(cls.range());
             let part = self.part(range, None);
-            walk.def.parts.entry(format!("class {name}")).or_default().push(part);
+            walk.def
+                .parts
+                .entry(format!("class {name}"))
+                .or_default()
+                .push(part);
             walk.queue.push((k, range));
             for m in scopes[k + 1].iter().filter(|m| self.acts_on_class(m)) {
                 walk.add(format!("class {name} body"), m, k + 1, None);
@@ -288,7 +319,11 @@ impl SourceFile {
         (self.stmts().iter())
             .filter(|s| match What::of(&self.m, s) {
                 What::Assign { mutates, .. } => mutates.iter().any(|m| !self.defines(m)),
-                What::Other => self.m.tokens_in(s.range()).first().is_some_and(|t| t.text == "setattr"),
+                What::Other => self
+                    .m
+                    .tokens_in(s.range())
+                    .first()
+                    .is_some_and(|t| t.text == "setattr"),
                 _ => false,
             })
             .map(|s| self.normalised(s.range(), None))
@@ -307,7 +342,9 @@ impl SourceFile {
     /// The source of every function named `name`, from its first decorator to its last line,
     /// as [`function_source`] gives it.
     pub(crate) fn function_source(&self, name: &str) -> Option<String> {
-        let defs = python::nested(self.m.body()?).into_iter().filter(|s| matches!(s, Stmt::FunctionDef(f) if f.name.as_str() == name));
+        let defs = python::nested(self.m.body()?)
+            .into_iter()
+            .filter(|s| matches!(s, Stmt::FunctionDef(f) if f.name.as_str() == name));
         let mut out = String::new();
         for s in defs {
             let (first, last) = self.m.span(s);
@@ -327,7 +364,8 @@ impl SourceFile {
             What::Assign { mutates, .. } if mutates.iter().any(|m| !self.defines(m)) => true,
             what @ (What::Def(_) | What::Assign { .. }) => {
                 self.autouse(s)
-                    || (what.binds().iter()).any(|n| hook(MODULE_HOOKS, n) || n.starts_with("pytest_"))
+                    || (what.binds().iter())
+                        .any(|n| hook(MODULE_HOOKS, n) || n.starts_with("pytest_"))
             }
             _ => false,
         }
@@ -357,7 +395,8 @@ impl SourceFile {
         python::decorators(s).iter().any(|d| {
             let t = self.m.tokens_in(d.range());
             t.iter().any(|t| t.text == "fixture")
-                && t.windows(3).any(|w| w[0].text == "autouse" && w[1].text == "=" && w[2].text == "True")
+                && t.windows(3)
+                    .any(|w| w[0].text == "autouse" && w[1].text == "=" && w[2].text == "True")
         })
     }
 
@@ -459,7 +498,9 @@ impl Walk<'_> {
         if !self.unbound.is_empty() {
             let tokens = self.unbound.iter().cloned().collect::<Vec<_>>().join(" ");
             let part = Part { tokens, rows: None };
-            self.def.parts.insert("names from outside the file".into(), vec![part]);
+            self.def
+                .parts
+                .insert("names from outside the file".into(), vec![part]);
         }
         self.def
     }
@@ -477,7 +518,10 @@ impl Walk<'_> {
                 found = true;
                 if let What::Import(binds) = what {
                     for (n, target) in binds.into_iter().filter(|(n, _)| *n == name) {
-                        let part = Part { tokens: target, rows: Some(self.file.m.span(s)) };
+                        let part = Part {
+                            tokens: target,
+                            rows: Some(self.file.m.span(s)),
+                        };
                         let parts = self.def.parts.entry(format!("import {n}")).or_default();
                         if !parts.iter().any(|p| p.tokens == part.tokens) {
                             parts.push(part);
@@ -521,7 +565,10 @@ pub(crate) fn edit_lines(
     for label in labels {
         let (bp, hp) = (base.1.part(label), head.1.part(label));
         let show = |file: &SourceFile, parts: &[Part], other: &[Part], out: &mut String| {
-            for p in parts.iter().filter(|p| !other.iter().any(|o| o.tokens == p.tokens)) {
+            for p in parts
+                .iter()
+                .filter(|p| !other.iter().any(|o| o.tokens == p.tokens))
+            {
                 let lines = match p.rows {
                     Some(rows) => file.text_of(rows),
                     None => vec![format!("(from outside the file: {})", p.tokens)],
@@ -749,7 +796,10 @@ mod tests {
     #[test]
     fn a_file_that_does_not_parse_defines_no_test_and_equals_no_parsed_file() {
         let good = SourceFile::parse("def test_a():\n    pass\n");
-        for bad in ["def test_a(:\n    pass\n", "def test_a():\n\tif x:\n        pass\n"] {
+        for bad in [
+            "def test_a(:\n    pass\n",
+            "def test_a():\n\tif x:\n        pass\n",
+        ] {
             let f = SourceFile::parse(bad);
             assert!(f.definition("t.py::test_a").is_none(), "{bad}");
             assert_ne!(f.all_tokens(), good.all_tokens());

@@ -275,7 +275,11 @@ impl<'m> Reader<'m> {
                         let aliases = (i.names.iter())
                             .filter_map(|a| a.asname.as_ref().map(|n| n.as_str()))
                             .collect();
-                        let how = Binding::Import { from: true, module, aliases };
+                        let how = Binding::Import {
+                            from: true,
+                            module,
+                            aliases,
+                        };
                         self.bind(scope, &names, how);
                     }
                 }
@@ -299,12 +303,27 @@ impl<'m> Reader<'m> {
         }
     }
 
-    fn import(&mut self, scope: Scope, level: u32, module: String, names: Vec<String>, a: &'m ast::Alias) {
-        let import = Import { level, module, names };
+    fn import(
+        &mut self,
+        scope: Scope,
+        level: u32,
+        module: String,
+        names: Vec<String>,
+        a: &'m ast::Alias,
+    ) {
+        let import = Import {
+            level,
+            module,
+            names,
+        };
         let first = import.first_names().pop_first().unwrap_or_default();
         self.out.imports.push(import);
         if scope != Scope::Function {
-            let how = Binding::Import { from: false, module: first, aliases: Vec::new() };
+            let how = Binding::Import {
+                from: false,
+                module: first,
+                aliases: Vec::new(),
+            };
             self.bind(scope, &[python::bound_name(a)], how);
         }
     }
@@ -332,15 +351,25 @@ impl<'m> Reader<'m> {
             }
         }
         match how {
-            Binding::Import { from, module, aliases } => {
+            Binding::Import {
+                from,
+                module,
+                aliases,
+            } => {
                 let (set, out) = (&mut self.out.from_imported, &mut self.out.modules_imported);
                 match from {
                     true => set.extend(owned()),
                     false => out.extend(owned()),
                 }
-                self.out.from_aliases.extend(aliases.into_iter().map(str::to_owned));
+                self.out
+                    .from_aliases
+                    .extend(aliases.into_iter().map(str::to_owned));
                 for n in owned() {
-                    self.out.imported.entry(n).or_default().insert(module.clone());
+                    self.out
+                        .imported
+                        .entry(n)
+                        .or_default()
+                        .insert(module.clone());
                 }
             }
             _ => self.assigned.extend(owned()),
@@ -349,7 +378,12 @@ impl<'m> Reader<'m> {
 
     /// The key of the next definition of `name` in `qual`.
     fn key(&mut self, qual: &[&str], name: &str) -> (String, u32) {
-        let dotted = qual.iter().chain([&name]).copied().collect::<Vec<_>>().join(".");
+        let dotted = qual
+            .iter()
+            .chain([&name])
+            .copied()
+            .collect::<Vec<_>>()
+            .join(".");
         let count = self.seen.entry(dotted.clone()).or_default();
         *count += 1;
         (dotted, *count - 1)
@@ -397,9 +431,14 @@ impl<'m> Reader<'m> {
 
     fn finish(mut self, body: &[Stmt]) -> Source {
         let all = self.m.tokens().unwrap_or_default();
-        let api = |t: &Tok| matches!(t.unquoted(), "cache_info" | "cache_clear" | "cache_parameters");
+        let api = |t: &Tok| {
+            matches!(
+                t.unquoted(),
+                "cache_info" | "cache_clear" | "cache_parameters"
+            )
+        };
         self.out.cache_api = (all.iter().enumerate())
-            .any(|(i, t)| api(t) && (t.is_string() || i > 0 && all[i - 1].is("."))); 
+            .any(|(i, t)| api(t) && (t.is_string() || i > 0 && all[i - 1].is(".")));
         // The module's tokens: a function outside functions stands as `def NAME`, and its own
         // line (its decorators and signature) still binds names no statement shows.
         let mut module = blake3::Hasher::new();
@@ -419,7 +458,9 @@ impl<'m> Reader<'m> {
                     (1, &all[i..=i])
                 }
             };
-            dynamic |= shown.iter().any(|t| t.is_name() && DYNAMIC_BIND.contains(&t.text));
+            dynamic |= shown
+                .iter()
+                .any(|t| t.is_name() && DYNAMIC_BIND.contains(&t.text));
             i += skip.max(1);
         }
         if dynamic {
@@ -431,11 +472,16 @@ impl<'m> Reader<'m> {
             .filter(|s| matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)))
             .map(|s| s.range())
             .collect();
-        let outside = all.iter().filter(|t| !definitions.iter().any(|d| d.contains_range(t.range)));
+        let outside = all
+            .iter()
+            .filter(|t| !definitions.iter().any(|d| d.contains_range(t.range)));
         let mut line = Vec::new();
         for t in outside.filter(|t| !matches!(t.kind, Kind::Indent | Kind::Dedent)) {
             match t.kind {
-                Kind::Newline => self.out.statements.push(words(&std::mem::take(&mut line), false)),
+                Kind::Newline => self
+                    .out
+                    .statements
+                    .push(words(&std::mem::take(&mut line), false)),
                 _ => line.push(*t),
             }
         }
@@ -459,7 +505,10 @@ fn from_import(i: &ast::StmtImportFrom) -> Import {
     Import {
         level: i.level,
         module: i.module.as_ref().map(|m| m.to_string()).unwrap_or_default(),
-        names: (i.names.iter()).filter(|a| &a.name != "*").map(|a| a.name.to_string()).collect(),
+        names: (i.names.iter())
+            .filter(|a| &a.name != "*")
+            .map(|a| a.name.to_string())
+            .collect(),
     }
 }
 

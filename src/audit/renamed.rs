@@ -159,7 +159,10 @@ fn normalised(tokens: Vec<Tok>) -> Vec<Tok> {
             _ if t.is(",") && closing(tokens.get(i + 1)) => continue,
             Kind::Name if !renamed && out.last().is_some_and(|p| p.is("def")) => {
                 renamed = true;
-                out.push(Tok { text: "<test>", ..*t });
+                out.push(Tok {
+                    text: "<test>",
+                    ..*t
+                });
             }
             _ => out.push(*t),
         }

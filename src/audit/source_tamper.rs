@@ -101,7 +101,10 @@ fn value(literal: &str) -> String {
 fn logical_lines<'m>(m: &'m Module) -> Vec<(Vec<Tok<'m>>, u32, u32)> {
     let tokens = m.tokens().unwrap_or_default();
     let lines = tokens.split(|t| t.kind == Kind::Newline);
-    let lines = lines.map(|l| l.iter().filter(|t| !matches!(t.kind, Kind::Indent | Kind::Dedent)));
+    let lines = lines.map(|l| {
+        l.iter()
+            .filter(|t| !matches!(t.kind, Kind::Indent | Kind::Dedent))
+    });
     (lines.map(|l| l.copied().collect::<Vec<_>>()))
         .filter_map(|l| {
             let (first, last) = (l.first()?.range.start(), l.last()?.range.end());
@@ -134,7 +137,11 @@ pub(crate) fn condition_literals(base: Option<&str>, head: &str) -> Vec<(String,
         if condition.is_empty() {
             continue;
         }
-        let text = head.lines(first, last).map(str::trim).collect::<Vec<_>>().join(" ");
+        let text = head
+            .lines(first, last)
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ");
         for tok in condition
             .into_iter()
             .filter(|tok| weighty(tok) && !known.contains(&value(tok.text)))
@@ -185,17 +192,24 @@ fn line_text(line: &[Tok]) -> String {
 pub(crate) fn eq_ignoring_argument(base: Option<&str>, head: &str) -> Vec<String> {
     let methods = |m: &Module| -> Vec<(String, String, bool)> {
         let body = m.body().unwrap_or_default();
-        let defs = python::nested(body).into_iter().filter_map(|s| s.as_function_def_stmt());
+        let defs = python::nested(body)
+            .into_iter()
+            .filter_map(|s| s.as_function_def_stmt());
         defs.filter(|f| matches!(f.name.as_str(), "__eq__" | "__ne__"))
             .map(|f| {
                 let tokens = m.tokens_in(f.range);
                 let key = line_text(&tokens);
-                let def = tokens.iter().find(|t| t.is("def")).map_or(f.start(), |t| t.range.start());
+                let def = tokens
+                    .iter()
+                    .find(|t| t.is("def"))
+                    .map_or(f.start(), |t| t.range.start());
                 let line = m.lines(m.line(def), m.line(def)).collect::<String>();
                 let params = f.parameters.posonlyargs.iter().chain(&f.parameters.args);
                 let other = params.map(|p| p.name().as_str()).nth(1);
                 let reads = other.is_none_or(|o| {
-                    let body = tokens.iter().skip_while(|t| t.range.start() < f.body[0].start());
+                    let body = tokens
+                        .iter()
+                        .skip_while(|t| t.range.start() < f.body[0].start());
                     body.into_iter().any(|t| t.is_name() && t.text == o)
                 });
                 (key, line.trim().to_owned(), reads)

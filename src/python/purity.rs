@@ -30,13 +30,21 @@ pub(crate) fn is_pure_builtin(name: &str) -> bool {
 /// no such function: its recursion's depth differs with what the cache holds).
 pub(crate) fn pure(f: &ast::StmtFunctionDef) -> bool {
     let params = &f.parameters;
-    let defaults = (params.posonlyargs.iter().chain(&params.args).chain(&params.kwonlyargs))
-        .filter_map(|p| p.default.as_deref());
+    let defaults = (params
+        .posonlyargs
+        .iter()
+        .chain(&params.args)
+        .chain(&params.kwonlyargs))
+    .filter_map(|p| p.default.as_deref());
     let mut reads = Reads::default();
-    reads.locals.extend(params.iter().map(|p| p.name().as_str()));
+    reads
+        .locals
+        .extend(params.iter().map(|p| p.name().as_str()));
     reads.visit_body(&f.body);
     !f.is_async
-        && f.decorator_list.iter().all(|d| cache_decorator(&d.expression))
+        && f.decorator_list
+            .iter()
+            .all(|d| cache_decorator(&d.expression))
         && defaults.into_iter().all(literal)
         && !reads.impure
         && (reads.free.iter()).all(|n| reads.locals.contains(n) || is_pure_builtin(n))
@@ -54,7 +62,10 @@ fn cache_decorator(expr: &Expr) -> bool {
         _ => false,
     };
     let constant = |e: &Expr| {
-        matches!(e, Expr::NoneLiteral(_) | Expr::BooleanLiteral(_) | Expr::NumberLiteral(_))
+        matches!(
+            e,
+            Expr::NoneLiteral(_) | Expr::BooleanLiteral(_) | Expr::NumberLiteral(_)
+        )
     };
     match expr {
         Expr::Call(call) => {
@@ -62,7 +73,9 @@ fn cache_decorator(expr: &Expr) -> bool {
                 && call.arguments.args.iter().all(constant)
                 && (call.arguments.keywords.iter()).all(|k| {
                     constant(&k.value)
-                        && k.arg.as_ref().is_some_and(|a| matches!(a.as_str(), "maxsize" | "typed"))
+                        && k.arg
+                            .as_ref()
+                            .is_some_and(|a| matches!(a.as_str(), "maxsize" | "typed"))
                 })
         }
         e => named(e),

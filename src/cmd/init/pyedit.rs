@@ -20,8 +20,8 @@ pub(super) fn find_def(text: &str, path: &[String]) -> Option<(usize, String)> {
             _ => None,
         })?;
     }
-    let def = (body.iter())
-        .find_map(|s| s.as_function_def_stmt().filter(|f| f.name.as_str() == last))?;
+    let def =
+        (body.iter()).find_map(|s| s.as_function_def_stmt().filter(|f| f.name.as_str() == last))?;
     let tokens = m.tokens_in(def.range);
     let keyword = tokens.iter().find(|t| t.is("def") || t.is("async"))?;
     let line = m.line(keyword.range.start());
@@ -35,8 +35,11 @@ pub(super) fn ensure_import_pytest(text: &str) -> String {
     let m = Module::parse(text);
     let body = m.body().unwrap_or_default();
     let pytest = |s: &Stmt| {
-        s.as_import_stmt()
-            .is_some_and(|i| i.names.iter().any(|a| &a.name == "pytest" && a.asname.is_none()))
+        s.as_import_stmt().is_some_and(|i| {
+            i.names
+                .iter()
+                .any(|a| &a.name == "pytest" && a.asname.is_none())
+        })
     };
     if body.iter().any(pytest) {
         return text.to_owned();
@@ -46,11 +49,16 @@ pub(super) fn ensure_import_pytest(text: &str) -> String {
     };
     let import = |s: &&Stmt| (s.is_import_stmt() || s.is_import_from_stmt()) && !future(s);
     let after = |s: &Stmt| m.line(s.end()) as usize;
-    let docstring = body.first().filter(|s| ruff_python_ast::helpers::is_docstring_stmt(s));
-    let at = (body.iter().find(import).map(|s| m.line(s.start()) as usize - 1))
-        .or(body.iter().filter(future).last().map(after))
-        .or(docstring.map(after))
-        .unwrap_or(0);
+    let docstring = body
+        .first()
+        .filter(|s| ruff_python_ast::helpers::is_docstring_stmt(s));
+    let at = (body
+        .iter()
+        .find(import)
+        .map(|s| m.line(s.start()) as usize - 1))
+    .or(body.iter().filter(future).last().map(after))
+    .or(docstring.map(after))
+    .unwrap_or(0);
     insert_lines(text, at, &["import pytest".to_owned()])
 }
 
