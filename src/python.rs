@@ -352,7 +352,7 @@ pub(crate) fn binds(stmt: &Stmt) -> Option<Vec<&str>> {
         Stmt::ClassDef(c) => return Some(vec![c.name.as_str()]),
         Stmt::Import(i) => return Some(i.names.iter().map(bound_name).collect()),
         Stmt::ImportFrom(i) if i.names.iter().any(|a| &a.name == "*") => return None,
-        Stmt::ImportFrom(i) => return Some(i.names.iter().map(|a| alias(a)).collect()),
+        Stmt::ImportFrom(i) => return Some(i.names.iter().map(alias).collect()),
         Stmt::Global(g) => return Some(g.names.iter().map(|n| n.as_str()).collect()),
         Stmt::Nonlocal(n) => return Some(n.names.iter().map(|n| n.as_str()).collect()),
         Stmt::Try(t) => stores.0.extend(t.handlers.iter().filter_map(|h| {
