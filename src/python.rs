@@ -108,13 +108,12 @@ impl Module {
             }
             let parsed =
                 ruff_python_parser::parse_unchecked_source(text, ast::PySourceType::Python);
-            let tokens = Some(tokens(parsed.tokens()));
+            let tokens = tokens(parsed.tokens());
             // What a version of Python has not (or no longer) is syntax all the same: which one runs
             // the suite is the interpreter's to say.
-            let body = parsed
-                .errors()
-                .is_empty()
+            let body = (parsed.errors().is_empty() && tabs_consistent(text, &tokens))
                 .then(|| parsed.into_syntax().body.into());
+            let tokens = Some(tokens);
             Module {
                 text: text.to_owned(),
                 body,
@@ -257,6 +256,49 @@ fn tokens(all: &ast::token::Tokens) -> Vec<(Kind, TextRange)> {
         out.push((Kind::Literal, start.cover(last.range())));
     }
     out
+}
+
+/// Whether each logical line's indentation compares with the blocks open the same way when a tab
+/// is 8 columns and when it is 1, as CPython requires (a `TabError` otherwise). Ruff's lexer
+/// counts a tab as 2 columns, which takes `\tif x:` then eight spaces for a deeper block.
+fn tabs_consistent(text: &str, tokens: &[(Kind, TextRange)]) -> bool {
+    let mut open = vec![(0usize, 0usize)]; // (columns, characters) of each block
+    let mut line_start = true;
+    for &(kind, range) in tokens {
+        match kind {
+            Kind::Newline => line_start = true,
+            Kind::Indent | Kind::Dedent => {}
+            _ if line_start => {
+                line_start = false;
+                let at = range.start().to_usize();
+                let from = text[..at].rfind(['\n', '\r']).map_or(0, |n| n + 1);
+                let (mut col, mut chars) = (0, 0);
+                for c in text[from..at].chars() {
+                    (col, chars) = match c {
+                        '\t' => ((col / 8 + 1) * 8, chars + 1),
+                        '\x0c' => (0, 0),
+                        _ => (col + 1, chars + 1),
+                    };
+                }
+                let &(top, top_chars) = open.last().unwrap_or(&(0, 0));
+                if col > top {
+                    if chars <= top_chars {
+                        return false;
+                    }
+                    open.push((col, chars));
+                    continue;
+                }
+                while open.last().is_some_and(|&(c, _)| c > col) {
+                    open.pop();
+                }
+                if open.last() != Some(&(col, chars)) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
 }
 
 /// Whether the syntax tree of `text` may nest deeper than [`MAX_DEPTH`], read from its tokens
@@ -493,6 +535,15 @@ mod tests {
                 "tabs and spaces",
                 "if x:\n\ty = 1\n        z = 2\n".to_owned(),
             ),
+            // A tab is 8 columns to CPython, 1 character: the `if`'s block is not deeper.
+            (
+                "a tab then eight spaces",
+                "def f():\n\tif x:\n        pass\n".to_owned(),
+            ),
+            (
+                "spaces then a tab",
+                "if x:\n        y = 1\n\tz = 2\n".to_owned(),
+            ),
             ("a NUL byte", "x = 1\0\ny = 2\n".to_owned()),
             ("brackets", deep("(", ")", 10_000)),
             ("lists", deep("[", "]", 10_000)),
@@ -510,6 +561,13 @@ mod tests {
         }
         let m = Module::parse(&huge);
         assert_eq!(m.body().map(<[Stmt]>::len), Some(20_000));
+        // Tabs CPython reads the same at 8 columns and at 1 are read.
+        for src in [
+            "if x:\n\ty = 1\n\tif y:\n\t\tz = 2\n\tw = 3\n",
+            "if x:\n\t  y = 1\n",
+        ] {
+            assert!(Module::parse(src).body().is_some(), "{src}");
+        }
         // A deep tree CPython still compiles is read.
         assert!(Module::parse(&blocks(90)).body().is_some());
         assert!(Module::parse(&deep("(", ")", 150)).body().is_some());
