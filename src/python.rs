@@ -576,6 +576,62 @@ mod tests {
             .is_some());
     }
 
+    /// Source made of Python's structure (blocks, brackets, strings, decorators) cut anywhere.
+    fn pythonish() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let part = prop_oneof![
+            Just("def test_a("),
+            Just("class C:"),
+            Just("@pytest.fixture(autouse=True)"),
+            Just("import os"),
+            Just("from . import *"),
+            Just("x = "),
+            Just("lambda a: "),
+            Just("if __name__ == '__main__':"),
+            Just("try:"),
+            Just("except* E as e:"),
+            Just("match x:"),
+            Just("case [1, *_]:"),
+            Just("type T = int"),
+            Just("("),
+            Just(")"),
+            Just("["),
+            Just("]"),
+            Just("{"),
+            Just("}"),
+            Just(":"),
+            Just(","),
+            Just("\n"),
+            Just("\n    "),
+            Just("\t"),
+            Just("\\\n"),
+            Just("'''"),
+            Just("\""),
+            Just("f'{"),
+            Just("t\"{x!r:>{w}}\""),
+            Just("# c"),
+            Just("\0"),
+            Just("é"),
+        ];
+        proptest::collection::vec(part, 0..60).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        /// Every reader answers every source, whole or cut anywhere, without a panic; what
+        /// does not parse defines no test.
+        #[test]
+        fn every_reader_answers_any_source(src in pythonish()) {
+            let m = Module::parse(&src);
+            let _ = (m.tokens(), m.body().map(nested));
+            let _ = crate::audit::pysrc::parse(&src);
+            let f = crate::testsrc::SourceFile::parse(&src);
+            let def = f.definition("t.py::C::test_a").or(f.definition("t.py::test_a"));
+            proptest::prop_assert!(m.body().is_some() || def.is_none());
+            let _ = (f.functions(), f.import_time_patches(), f.all_tokens());
+            let _ = crate::testsrc::pytest_hooks(&src);
+        }
+    }
+
     #[test]
     fn spans_run_from_the_first_decorator_to_the_last_token() {
         let m = Module::parse("import os\n\n@a\n@b(\n  1)\ndef f(x):\n    '''doc\n    more'''\n    return x  # done\n\n\nz = 3\n");
