@@ -24,6 +24,7 @@ pub(crate) mod limits;
 pub(crate) mod lock;
 pub(crate) mod manifest;
 pub(crate) mod pytest;
+pub(crate) mod python;
 pub(crate) mod remote_exec;
 pub(crate) mod repo_path;
 pub(crate) mod report;

@@ -3,8 +3,8 @@
 //!
 //! # What defines a test
 //!
-//! A test's [`Definition`] is the tokens (see [`tokens`]: no comments, no whitespace but the
-//! indentation's structure, no trailing commas) of:
+//! A test's [`Definition`] is the tokens (see `crate::python`: no comments, no whitespace but the
+//! blocks' structure, no trailing commas) of:
 //!
 //! - its own function, decorators included (marks, parametrization), under a placeholder name;
 //! - the header and decorators of each class it is in, and those class members that act on every
@@ -22,15 +22,14 @@
 //!
 //! Two versions of a test are the same test when their definitions are equal. What else the
 //! file holds (other tests, helpers nothing here reads, comments, blank lines, the order of
-//! imports) is not part of it: editing it edits no other test.
-
-mod outline;
-pub(crate) mod tokens;
+//! imports) is not part of it: editing it edits no other test. A file that does not parse
+//! defines no test: every test of it is edited.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use outline::{is_keyword, Stmt, StmtKind};
-use tokens::{Kind, Line};
+use ruff_text_size::TextSize;
+
+use crate::python::{self, ast, Kind, Module, Ranged, Stmt, TextRange, Tok};
 
 /// The file and function a node id names: `tests/test_x.py::TestC::test_f[1-2]` →
 /// (`tests/test_x.py`, `test_f`).
@@ -51,48 +50,21 @@ fn nodeid_classes(nodeid: &str) -> Vec<&str> {
 }
 
 /// Module-level names that act on every test of the file.
-const MODULE_HOOKS: [&str; 10] = [
-    "pytestmark",
-    "__test__",
-    "setup_module",
-    "teardown_module",
-    "setUpModule",
-    "tearDownModule",
-    "setup_function",
-    "teardown_function",
-    "load_tests",
-    "collect_ignore",
-];
+const MODULE_HOOKS: &str = "pytestmark __test__ setup_module teardown_module setUpModule \
+    tearDownModule setup_function teardown_function load_tests collect_ignore";
 
 /// Class members that act on every test of the class.
-const CLASS_HOOKS: [&str; 20] = [
-    "pytestmark",
-    "__test__",
-    "setUp",
-    "tearDown",
-    "setUpClass",
-    "tearDownClass",
-    "asyncSetUp",
-    "asyncTearDown",
-    "setup_method",
-    "teardown_method",
-    "setup_class",
-    "teardown_class",
-    "setup",
-    "teardown",
-    "maxDiff",
-    "longMessage",
-    "failureException",
-    "__init__",
-    "__new__",
-    "__init_subclass__",
-];
+const CLASS_HOOKS: &str = "pytestmark __test__ setUp tearDown setUpClass tearDownClass \
+    asyncSetUp asyncTearDown setup_method teardown_method setup_class teardown_class setup \
+    teardown maxDiff longMessage failureException __init__ __new__ __init_subclass__";
 
-/// One Python source, tokenized and outlined once for all the tests it holds.
+fn hook(hooks: &str, name: &str) -> bool {
+    hooks.split_whitespace().any(|h| h == name)
+}
+
+/// One Python source, parsed once for all the tests it holds.
 pub(crate) struct SourceFile {
-    rows: Vec<String>,
-    lines: Vec<Line>,
-    stmts: Vec<Stmt>,
+    m: Module,
 }
 
 /// What defines one test (see the module documentation). Equal definitions: the same test.
@@ -106,62 +78,167 @@ pub(crate) struct Definition {
 struct Part {
     /// The normalised tokens: what is compared.
     tokens: String,
-    /// The physical rows it spans, for showing it; `None` for what has no lines here.
-    rows: Option<(usize, usize)>,
+    /// The lines it spans (1-based), for showing it; `None` for what has no lines here.
+    rows: Option<(u32, u32)>,
+}
+
+impl Definition {
+    fn part(&self, label: &str) -> &[Part] {
+        self.parts.get(label).map(Vec::as_slice).unwrap_or_default()
+    }
 }
 
 impl PartialEq for Definition {
     fn eq(&self, other: &Definition) -> bool {
         self.parts.len() == other.parts.len()
-            && self
-                .parts
-                .iter()
-                .zip(&other.parts)
-                .all(|((a, pa), (b, pb))| {
-                    a == b
-                        && pa.len() == pb.len()
-                        && pa.iter().zip(pb).all(|(x, y)| x.tokens == y.tokens)
-                })
+            && (self.parts.iter().zip(&other.parts)).all(|((a, pa), (b, pb))| {
+                a == b
+                    && pa.len() == pb.len()
+                    && pa.iter().zip(pb).all(|(x, y)| x.tokens == y.tokens)
+            })
     }
 }
 
 impl Eq for Definition {}
 
+/// What a statement is to a test's definition.
+enum What<'a> {
+    Def(&'a str),
+    Class(&'a str, &'a [Stmt]),
+    /// Each name an import binds, with what it resolves to (`from a import b as c`: `c` is
+    /// `a.b`; `import a.b`: `a` is the module `a`, with `a.b` loaded).
+    Import(Vec<(&'a str, String)>),
+    /// `from m import *`: binds what `m` has, unknown here.
+    StarImport,
+    /// An assignment: the names it binds (`X = …`, `A, B = …`, `X: int = …`) and those whose
+    /// value it changes in place (`X[k] = …`, `X.a = …`, `X += …`).
+    Assign {
+        binds: Vec<&'a str>,
+        mutates: Vec<&'a str>,
+    },
+    /// `if __name__ == "__main__":`, which never runs under pytest, or a string on its own (a
+    /// docstring).
+    Inert,
+    /// Anything else, done when the module (or class) body runs: a call, a compound statement.
+    Other,
+}
+
+impl<'a> What<'a> {
+    fn of(m: &Module, stmt: &'a Stmt) -> What<'a> {
+        let (mut binds, mut mutates) = (Vec::new(), Vec::new());
+        let mut target = |e: &'a ast::Expr, whole| assigned(e, whole, &mut binds, &mut mutates);
+        match stmt {
+            Stmt::FunctionDef(f) => return What::Def(f.name.as_str()),
+            Stmt::ClassDef(c) => return What::Class(c.name.as_str(), &c.body),
+            Stmt::Import(i) => {
+                let names = i
+                    .names
+                    .iter()
+                    .map(|a| (python::bound_name(a), a.name.to_string()));
+                return What::Import(names.collect());
+            }
+            Stmt::ImportFrom(i) if i.names.iter().any(|a| &a.name == "*") => {
+                return What::StarImport
+            }
+            Stmt::ImportFrom(i) => {
+                let module = i.module.as_ref().map_or("", |m| m.as_str());
+                let from = format!("{}{module}", ".".repeat(i.level as usize));
+                let names = i
+                    .names
+                    .iter()
+                    .map(|a| (python::alias(a), format!("{from}.{}", a.name)));
+                return What::Import(names.collect());
+            }
+            Stmt::If(i) if main_guard(&i.test) => return What::Inert,
+            Stmt::Expr(_) if matches!(m.tokens_in(stmt.range())[..], [t] if t.is_string()) => {
+                return What::Inert
+            }
+            Stmt::Assign(a) => a.targets.iter().for_each(|t| target(t, true)),
+            Stmt::AnnAssign(a) => target(&a.target, true),
+            Stmt::AugAssign(a) => target(&a.target, false),
+            Stmt::TypeAlias(t) => target(&t.name, true),
+            _ => return What::Other,
+        }
+        What::Assign { binds, mutates }
+    }
+
+    /// Every name it binds.
+    fn binds(&self) -> Vec<&'a str> {
+        match self {
+            What::Def(n) | What::Class(n, _) => vec![n],
+            What::Import(names) => names.iter().map(|(n, _)| *n).collect(),
+            What::Assign { binds, mutates } => binds.iter().chain(mutates).copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The names an assignment's target binds (a name, a tuple or list of them, starred) or
+/// changes in place (the name an attribute or item is of); `whole`: binds, not augments.
+fn assigned<'a>(
+    e: &'a ast::Expr,
+    whole: bool,
+    binds: &mut Vec<&'a str>,
+    mutates: &mut Vec<&'a str>,
+) {
+    match e {
+        ast::Expr::Name(n) if whole => binds.push(n.id.as_str()),
+        ast::Expr::Name(n) => mutates.push(n.id.as_str()),
+        ast::Expr::Tuple(t) => t
+            .elts
+            .iter()
+            .for_each(|e| assigned(e, whole, binds, mutates)),
+        ast::Expr::List(l) => l
+            .elts
+            .iter()
+            .for_each(|e| assigned(e, whole, binds, mutates)),
+        ast::Expr::Starred(s) => assigned(&s.value, whole, binds, mutates),
+        ast::Expr::Attribute(a) => assigned(&a.value, false, binds, mutates),
+        ast::Expr::Subscript(s) => assigned(&s.value, false, binds, mutates),
+        _ => {}
+    }
+}
+
+/// `__name__ == "__main__"`, either way round.
+fn main_guard(test: &ast::Expr) -> bool {
+    let Some(c) = test.as_compare_expr() else {
+        return false;
+    };
+    let name = |e: &ast::Expr| matches!(e, ast::Expr::Name(n) if n.id.as_str() == "__name__");
+    let main =
+        |e: &ast::Expr| matches!(e, ast::Expr::StringLiteral(s) if s.value.to_str() == "__main__");
+    matches!((&*c.ops, &*c.comparators), ([ast::CmpOp::Eq], [right])
+        if name(&c.left) && main(right) || main(&c.left) && name(right))
+}
+
 impl SourceFile {
     pub(crate) fn parse(text: &str) -> SourceFile {
-        let lines = tokens::lines(text);
-        let stmts = outline::outline(&lines);
         SourceFile {
-            rows: text.lines().map(str::to_string).collect(),
-            lines,
-            stmts,
+            m: Module::parse(text),
         }
     }
 
+    fn stmts(&self) -> &[Stmt] {
+        self.m.body().unwrap_or_default()
+    }
+
     /// The definition of the test `nodeid` names; `None` when the file has no such function in
-    /// those classes (a doctest, an inherited test, a generated one).
+    /// those classes (a doctest, an inherited test, a generated one) or does not parse.
     pub(crate) fn definition(&self, nodeid: &str) -> Option<Definition> {
         let (_, func) = split_nodeid(nodeid);
-        let mut scopes: Vec<&[Stmt]> = vec![&self.stmts];
-        let mut chain: Vec<&Stmt> = Vec::new();
+        let mut scopes: Vec<&[Stmt]> = vec![self.m.body()?];
+        let mut chain: Vec<(&Stmt, &str)> = Vec::new();
         for class in nodeid_classes(nodeid) {
             let body = scopes.last().copied().unwrap_or_default();
-            let cls = body
-                .iter()
-                .rev()
-                .find(|s| matches!(&s.kind, StmtKind::Class(n, _) if n == class))?;
-            let StmtKind::Class(_, members) = &cls.kind else {
-                unreachable!("found as a class")
-            };
-            chain.push(cls);
+            let (cls, members) = body.iter().rev().find_map(|s| match What::of(&self.m, s) {
+                What::Class(n, members) if n == class => Some((s, members)),
+                _ => None,
+            })?;
+            chain.push((cls, class));
             scopes.push(members);
         }
-        let own: Vec<&Stmt> = scopes
-            .last()
-            .copied()
-            .unwrap_or_default()
-            .iter()
-            .filter(|s| matches!(&s.kind, StmtKind::Def(n) if n == func))
+        let own: Vec<&Stmt> = (scopes.last().copied().unwrap_or_default().iter())
+            .filter(|s| matches!(What::of(&self.m, s), What::Def(n) if n == func))
             .collect();
         if own.is_empty() {
             return None;
@@ -177,23 +254,25 @@ impl SourceFile {
         for s in own {
             walk.add("test".into(), s, chain.len(), Some(func));
         }
-        for (k, cls) in chain.iter().enumerate() {
-            let name = cls.defined_name().unwrap_or_default();
-            let header = Part {
-                tokens: self.normalised(cls.start, cls.header + 1, None),
-                rows: Some(self.rows_of(cls.start, cls.header + 1)),
-            };
+        for (k, (cls, name)) in chain.iter().enumerate() {
+            let header = self.m.header(cls);
+            let range = header
+                .first()
+                .zip(header.last())
+                .map(|(a, b)| a.range.cover(b.range));
+            let range = range.unwrap_or(cls.range());
+            let part = self.part(range, None);
             walk.def
                 .parts
                 .entry(format!("class {name}"))
                 .or_default()
-                .push(header);
-            walk.queue.push((k, cls.start, cls.header + 1));
+                .push(part);
+            walk.queue.push((k, range));
             for m in scopes[k + 1].iter().filter(|m| self.acts_on_class(m)) {
                 walk.add(format!("class {name} body"), m, k + 1, None);
             }
         }
-        for m in self.stmts.iter().filter(|m| self.acts_on_module(m)) {
+        for m in self.stmts().iter().filter(|m| self.acts_on_module(m)) {
             walk.add("module".into(), m, 0, None);
         }
         Some(walk.finish())
@@ -201,61 +280,92 @@ impl SourceFile {
 
     /// The names of every function the file defines, at module level and in its classes.
     pub(crate) fn functions(&self) -> Vec<String> {
-        fn walk(stmts: &[Stmt], out: &mut Vec<String>) {
+        fn walk(m: &Module, stmts: &[Stmt], out: &mut Vec<String>) {
             for s in stmts {
-                match &s.kind {
-                    StmtKind::Def(n) => out.push(n.clone()),
-                    StmtKind::Class(_, body) => walk(body, out),
+                match What::of(m, s) {
+                    What::Def(n) => out.push(n.to_owned()),
+                    What::Class(_, body) => walk(m, body, out),
                     _ => {}
                 }
             }
         }
         let mut out = Vec::new();
-        walk(&self.stmts, &mut out);
+        walk(&self.m, self.stmts(), &mut out);
         out
     }
 
     /// Whether the file binds `name` at module level, or defines it in a class (a method).
     pub(crate) fn binds(&self, name: &str) -> bool {
-        self.stmts.iter().any(|s| {
-            s.binds().contains(&name)
-                || matches!(&s.kind, StmtKind::Class(_, body)
-                    if body.iter().any(|m| m.defined_name() == Some(name)))
+        self.stmts().iter().any(|s| match What::of(&self.m, s) {
+            What::Class(n, body) => {
+                n == name
+                    || body.iter().any(|m| {
+                        matches!(What::of(&self.m, m), What::Def(n) | What::Class(n, _) if n == name)
+                    })
+            }
+            what => what.binds().contains(&name),
         })
     }
 
     /// The module-level statements that change, at import, what the file does not define: an
     /// assignment into an imported module or class (`unittest.TestCase.assertEqual = …`,
     /// `os.environ["K"] = …`) or a `setattr(…)` call. Each as its tokens. A test module that
-    /// does this acts on every test of the session, not only its own.
+    /// does this acts on every test of the session, not only its own. A file that does not
+    /// parse may do anything: it stands as one patch, of its bytes.
     pub(crate) fn import_time_patches(&self) -> BTreeSet<String> {
-        self.stmts
-            .iter()
-            .filter(|s| match &s.kind {
-                StmtKind::Assign { mutates, .. } => mutates.iter().any(|m| !self.defines(m)),
-                StmtKind::Other => self.lines[s.header].starts_with("setattr"),
+        if self.m.body().is_none() {
+            return BTreeSet::from([self.all_tokens()]);
+        }
+        (self.stmts().iter())
+            .filter(|s| match What::of(&self.m, s) {
+                What::Assign { mutates, .. } => mutates.iter().any(|m| !self.defines(m)),
+                What::Other => self
+                    .m
+                    .tokens_in(s.range())
+                    .first()
+                    .is_some_and(|t| t.text == "setattr"),
                 _ => false,
             })
-            .map(|s| self.normalised(s.start, s.end, None))
+            .map(|s| self.normalised(s.range(), None))
             .collect()
     }
 
-    /// The whole file's tokens: what is compared when a test's function cannot be found.
+    /// The whole file's tokens: what is compared when a test's function cannot be found. A file
+    /// that does not parse is its bytes, marked so that no parsed file equals it.
     pub(crate) fn all_tokens(&self) -> String {
-        self.normalised(0, self.lines.len(), None)
+        match self.m.body() {
+            Some(_) => self.normalised(self.m.range(), None),
+            None => format!("\0unparsed\0{}", self.m.text()),
+        }
+    }
+
+    /// The source of every function named `name`, from its first decorator to its last line,
+    /// as [`function_source`] gives it.
+    pub(crate) fn function_source(&self, name: &str) -> Option<String> {
+        let defs = python::nested(self.m.body()?)
+            .into_iter()
+            .filter(|s| matches!(s, Stmt::FunctionDef(f) if f.name.as_str() == name));
+        let mut out = String::new();
+        for s in defs {
+            let (first, last) = self.m.span(s);
+            for l in self.m.lines(first, last) {
+                out.push_str(l.trim_end());
+                out.push('\n');
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     fn acts_on_module(&self, s: &Stmt) -> bool {
-        match &s.kind {
-            StmtKind::Other | StmtKind::StarImport => true,
+        match What::of(&self.m, s) {
+            What::Other | What::StarImport => true,
             // A change in place of something the file does not define (`os.environ[k] = v`,
             // `pkg.price.RATE = 0`, `sys.path.append(…)` is a call): global state.
-            StmtKind::Assign { mutates, .. } if mutates.iter().any(|m| !self.defines(m)) => true,
-            StmtKind::Def(_) | StmtKind::Assign { .. } => {
+            What::Assign { mutates, .. } if mutates.iter().any(|m| !self.defines(m)) => true,
+            what @ (What::Def(_) | What::Assign { .. }) => {
                 self.autouse(s)
-                    || s.binds()
-                        .iter()
-                        .any(|n| MODULE_HOOKS.contains(n) || n.starts_with("pytest_"))
+                    || (what.binds().iter())
+                        .any(|n| hook(MODULE_HOOKS, n) || n.starts_with("pytest_"))
             }
             _ => false,
         }
@@ -263,18 +373,18 @@ impl SourceFile {
 
     /// Whether the module binds `name` itself, by a def, a class or an assignment.
     fn defines(&self, name: &str) -> bool {
-        self.stmts.iter().any(|s| match &s.kind {
-            StmtKind::Def(n) | StmtKind::Class(n, _) => n == name,
-            StmtKind::Assign { binds, .. } => binds.iter().any(|b| b == name),
+        self.stmts().iter().any(|s| match What::of(&self.m, s) {
+            What::Def(n) | What::Class(n, _) => n == name,
+            What::Assign { binds, .. } => binds.contains(&name),
             _ => false,
         })
     }
 
     fn acts_on_class(&self, s: &Stmt) -> bool {
-        match &s.kind {
-            StmtKind::Other | StmtKind::StarImport => true,
-            StmtKind::Def(_) | StmtKind::Assign { .. } => {
-                self.autouse(s) || s.binds().iter().any(|n| CLASS_HOOKS.contains(n))
+        match What::of(&self.m, s) {
+            What::Other | What::StarImport => true,
+            what @ (What::Def(_) | What::Assign { .. }) => {
+                self.autouse(s) || what.binds().iter().any(|n| hook(CLASS_HOOKS, n))
             }
             _ => false,
         }
@@ -282,65 +392,49 @@ impl SourceFile {
 
     /// Whether `s` is a fixture every test uses: `@pytest.fixture(autouse=True)`.
     fn autouse(&self, s: &Stmt) -> bool {
-        self.lines[s.start..s.header].iter().any(|l| {
-            let t = &l.tokens;
+        python::decorators(s).iter().any(|d| {
+            let t = self.m.tokens_in(d.range());
             t.iter().any(|t| t.text == "fixture")
                 && t.windows(3)
                     .any(|w| w[0].text == "autouse" && w[1].text == "=" && w[2].text == "True")
         })
     }
 
-    /// The tokens of `lines[start..end]`, one logical line a row, each with its depth in the
-    /// statement's indentation (the depth, not the columns: reindenting is no edit);
-    /// `rename`: the function name written as a placeholder.
-    fn normalised(&self, start: usize, end: usize, rename: Option<&str>) -> String {
+    /// The tokens of `range` and the lines they span; `rename`: the function name written as a
+    /// placeholder.
+    fn part(&self, range: TextRange, rename: Option<&str>) -> Part {
+        Part {
+            tokens: self.normalised(range, rename),
+            rows: Some(self.m.span(range)),
+        }
+    }
+
+    /// The tokens of `range`: a logical line's end and a block's indent and dedent stand as
+    /// marks (reindenting is no edit); formatters add and drop the comma before a closing
+    /// bracket, which is left out.
+    fn normalised(&self, range: TextRange, rename: Option<&str>) -> String {
+        let t = self.m.tokens_in(range);
         let mut out = String::new();
-        let mut indents: Vec<usize> = Vec::new();
-        for line in &self.lines[start..end] {
-            while indents.last().is_some_and(|&i| i > line.indent) {
-                indents.pop();
-            }
-            if indents.last() != Some(&line.indent) {
-                indents.push(line.indent);
-            }
-            out.push_str(&indents.len().to_string());
-            let t = &line.tokens;
-            let def_name = |k: usize| {
-                rename.is_some_and(|r| {
-                    t[k].text == r && k > 0 && t[k - 1].text == "def" && t[k].kind == Kind::Name
-                })
-            };
-            for (k, tok) in t.iter().enumerate() {
-                // Formatters add and drop the comma before a closing bracket.
-                let closing = t
-                    .get(k + 1)
-                    .is_some_and(|n| matches!(n.text.as_str(), ")" | "]" | "}"));
-                if tok.text == "," && closing {
-                    continue;
+        for (k, tok) in t.iter().enumerate() {
+            let closing = |n: &Tok| n.is(")") || n.is("]") || n.is("}");
+            match tok.kind {
+                Kind::Newline => out.push('\n'),
+                Kind::Indent => out.push_str(" {"),
+                Kind::Dedent => out.push_str(" }"),
+                _ if tok.is(",") && t.get(k + 1).is_some_and(closing) => {}
+                _ => {
+                    let renamed = k > 0 && t[k - 1].is("def") && Some(tok.text) == rename;
+                    out.push(' ');
+                    out.push_str(if renamed { "<test>" } else { tok.text });
                 }
-                out.push(' ');
-                out.push_str(if def_name(k) { "<test>" } else { &tok.text });
             }
-            out.push('\n');
         }
         out
     }
 
-    /// The physical rows of `lines[start..end]`.
-    fn rows_of(&self, start: usize, end: usize) -> (usize, usize) {
-        (
-            self.lines[start].first,
-            self.lines[end.max(start + 1) - 1].last,
-        )
-    }
-
     /// The trimmed source lines of `rows`, blank ones left out.
-    fn text_of(&self, rows: (usize, usize)) -> Vec<String> {
-        self.rows
-            .get(rows.0..=rows.1.min(self.rows.len().saturating_sub(1)))
-            .unwrap_or_default()
-            .iter()
-            .map(|r| r.trim())
+    fn text_of(&self, (first, last): (u32, u32)) -> Vec<String> {
+        (self.m.lines(first, last).map(str::trim))
             .filter(|r| !r.is_empty())
             .map(str::to_string)
             .collect()
@@ -353,59 +447,48 @@ struct Walk<'a> {
     /// The module's statements, then each enclosing class's, outer first.
     scopes: &'a [&'a [Stmt]],
     def: Definition,
-    /// Statements already part of the definition, by their first line.
-    seen: HashSet<usize>,
-    /// Lines whose names are still to read: (scope depth, start, end).
-    queue: Vec<(usize, usize, usize)>,
+    /// Statements already part of the definition, by their start.
+    seen: HashSet<TextSize>,
+    /// Code whose names are still to read: (scope depth, its range).
+    queue: Vec<(usize, TextRange)>,
     unbound: BTreeSet<String>,
 }
 
 impl Walk<'_> {
     /// Adds statement `s` (seen from `depth` class scopes) under `label`, and queues its names.
     fn add(&mut self, label: String, s: &Stmt, depth: usize, rename: Option<&str>) {
-        if !self.seen.insert(s.start) {
+        if !self.seen.insert(s.start()) {
             return;
         }
-        let part = Part {
-            tokens: self.file.normalised(s.start, s.end, rename),
-            rows: Some(self.file.rows_of(s.start, s.end)),
-        };
+        let part = self.file.part(s.range(), rename);
         self.def.parts.entry(label).or_default().push(part);
-        self.queue.push((depth, s.start, s.end));
+        self.queue.push((depth, s.range()));
     }
 
     fn finish(mut self) -> Definition {
-        while let Some((depth, start, end)) = self.queue.pop() {
-            let lines = &self.file.lines[start..end];
+        while let Some((depth, range)) = self.queue.pop() {
+            let t = self.file.m.tokens_in(range);
             let mut names: Vec<(String, bool)> = Vec::new();
-            for line in lines {
-                let t = &line.tokens;
-                for (k, tok) in t.iter().enumerate() {
-                    match tok.kind {
-                        Kind::Name if is_keyword(&tok.text) => {}
-                        // What a `def` or `class` binds is no read.
-                        Kind::Name
-                            if k > 0 && matches!(t[k - 1].text.as_str(), "def" | "class") => {}
-                        Kind::Name => {
-                            let after_dot = k > 0 && t[k - 1].text == ".";
-                            if !after_dot {
-                                names.push((tok.text.clone(), true));
-                            } else if k > 1 && matches!(t[k - 2].text.as_str(), "self" | "cls") {
-                                names.push((tok.text.clone(), false));
-                            }
-                        }
-                        // `usefixtures("db")`, `parametrize("x", …)`: a name in a string.
-                        Kind::Literal => {
-                            let inner = tok.text.trim_matches(['"', '\'']);
-                            let ident = !inner.is_empty()
-                                && inner.chars().all(|c| c.is_alphanumeric() || c == '_')
-                                && !inner.starts_with(|c: char| c.is_ascii_digit());
-                            if ident && tok.text.len() == inner.len() + 2 {
-                                names.push((inner.to_string(), false));
-                            }
-                        }
-                        _ => {}
+            for (k, tok) in t.iter().enumerate() {
+                let after = |text: &str| k > 0 && t[k - 1].is(text);
+                match tok.kind {
+                    // What a `def` or `class` binds is no read.
+                    Kind::Name if after("def") || after("class") => {}
+                    Kind::Name if !after(".") => names.push((tok.text.to_owned(), true)),
+                    Kind::Name if k > 1 && matches!(t[k - 2].text, "self" | "cls") => {
+                        names.push((tok.text.to_owned(), false))
                     }
+                    // `usefixtures("db")`, `parametrize("x", …)`: a name in a string.
+                    Kind::Literal => {
+                        let inner = tok.text.trim_matches(['"', '\'']);
+                        let ident = !inner.is_empty()
+                            && inner.chars().all(|c| c.is_alphanumeric() || c == '_')
+                            && !inner.starts_with(|c: char| c.is_ascii_digit());
+                        if ident && tok.text.len() == inner.len() + 2 {
+                            names.push((inner.to_string(), false));
+                        }
+                    }
+                    _ => {}
                 }
             }
             for (name, bare) in names {
@@ -414,10 +497,10 @@ impl Walk<'_> {
         }
         if !self.unbound.is_empty() {
             let tokens = self.unbound.iter().cloned().collect::<Vec<_>>().join(" ");
-            self.def.parts.insert(
-                "names from outside the file".into(),
-                vec![Part { tokens, rows: None }],
-            );
+            let part = Part { tokens, rows: None };
+            self.def
+                .parts
+                .insert("names from outside the file".into(), vec![part]);
         }
         self.def
     }
@@ -427,20 +510,19 @@ impl Walk<'_> {
     fn resolve(&mut self, name: &str, depth: usize, bare: bool) {
         let mut found = false;
         for d in (0..=depth).rev() {
-            let scope = self.scopes[d];
-            for s in scope.iter() {
-                if !s.binds().contains(&name) {
+            for s in self.scopes[d].iter() {
+                let what = What::of(&self.file.m, s);
+                if !what.binds().contains(&name) {
                     continue;
                 }
                 found = true;
-                if let StmtKind::Import(binds) = &s.kind {
-                    for (n, target) in binds.iter().filter(|(n, _)| n == name) {
-                        let label = format!("import {n}");
+                if let What::Import(binds) = what {
+                    for (n, target) in binds.into_iter().filter(|(n, _)| *n == name) {
                         let part = Part {
-                            tokens: target.clone(),
-                            rows: Some(self.file.rows_of(s.start, s.end)),
+                            tokens: target,
+                            rows: Some(self.file.m.span(s)),
                         };
-                        let parts = self.def.parts.entry(label).or_default();
+                        let parts = self.def.parts.entry(format!("import {n}")).or_default();
                         if !parts.iter().any(|p| p.tokens == part.tokens) {
                             parts.push(part);
                             parts.sort_by(|a, b| a.tokens.cmp(&b.tokens));
@@ -458,17 +540,17 @@ impl Walk<'_> {
 }
 
 /// The names of the `pytest_*` functions a Python source defines (hooks, wherever they are
-/// registered from).
+/// registered from). A source that does not parse may define any: it stands as one name no
+/// function has, of its bytes.
 pub(crate) fn pytest_hooks(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = def_rest(l.trim_start())?;
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            name.starts_with("pytest_").then_some(name)
-        })
+    let m = Module::parse(text);
+    let Some(body) = m.body() else {
+        return BTreeSet::from([format!("\0unparsed\0{text}")]);
+    };
+    (python::nested(body).into_iter())
+        .filter_map(|s| s.as_function_def_stmt())
+        .map(|f| f.name.to_string())
+        .filter(|n| n.starts_with("pytest_"))
         .collect()
 }
 
@@ -481,23 +563,12 @@ pub(crate) fn edit_lines(
     let labels: BTreeSet<&String> = base.1.parts.keys().chain(head.1.parts.keys()).collect();
     let (mut b_text, mut h_text) = (String::new(), String::new());
     for label in labels {
-        let (bp, hp) = (
-            base.1
-                .parts
-                .get(label)
-                .map(Vec::as_slice)
-                .unwrap_or_default(),
-            head.1
-                .parts
-                .get(label)
-                .map(Vec::as_slice)
-                .unwrap_or_default(),
-        );
+        let (bp, hp) = (base.1.part(label), head.1.part(label));
         let show = |file: &SourceFile, parts: &[Part], other: &[Part], out: &mut String| {
-            for p in parts {
-                if other.iter().any(|o| o.tokens == p.tokens) {
-                    continue;
-                }
+            for p in parts
+                .iter()
+                .filter(|p| !other.iter().any(|o| o.tokens == p.tokens))
+            {
                 let lines = match p.rows {
                     Some(rows) => file.text_of(rows),
                     None => vec![format!("(from outside the file: {})", p.tokens)],
@@ -514,68 +585,12 @@ pub(crate) fn edit_lines(
     changed_lines(&b_text, &h_text)
 }
 
-/// The source of function `name` in Python `text`: its decorators, `def` line and indented body.
-/// `None` when the file has no such function. Every definition of the name is included, so a
-/// redefinition is part of the text too.
+/// The source of function `name` in Python `text`: its decorators, `def` line and body, each
+/// line as written (trailing whitespace aside). `None` when the file has no such function or
+/// does not parse. Every definition of the name is included, so a redefinition is part of the
+/// text too.
 pub(crate) fn function_source(text: &str, name: &str) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        let is_target = def_rest(trimmed).is_some_and(|rest| {
-            rest.strip_prefix(name)
-                .is_some_and(|after| after.trim_start().starts_with('('))
-        });
-        if !is_target {
-            i += 1;
-            continue;
-        }
-        // Decorators directly above belong to the test (a new skip marker is an edit).
-        let mut start = i;
-        while start > 0 && lines[start - 1].trim_start().starts_with('@') {
-            start -= 1;
-        }
-        let mut end = block_end(&lines, i, indent);
-        let next = end;
-        while end > i + 1 && lines[end - 1].trim().is_empty() {
-            end -= 1;
-        }
-        for l in &lines[start..end] {
-            out.push_str(l.trim_end());
-            out.push('\n');
-        }
-        i = next;
-    }
-    (!out.is_empty()).then_some(out)
-}
-
-/// What follows `def ` (or `async def `) on a trimmed line that defines a function.
-fn def_rest(trimmed: &str) -> Option<&str> {
-    trimmed
-        .strip_prefix("async def ")
-        .or_else(|| trimmed.strip_prefix("def "))
-}
-
-/// The line after the block that starts at `start` (a `def` indented by `indent`): the first
-/// later line indented no deeper that is not blank, a comment or a closing parenthesis.
-fn block_end(lines: &[&str], start: usize, indent: usize) -> usize {
-    let mut end = start + 1;
-    while end < lines.len() {
-        let l = lines[end];
-        let t = l.trim_start();
-        if !t.is_empty()
-            && (l.len() - t.len()) <= indent
-            && !t.starts_with('#')
-            && !t.starts_with(')')
-        {
-            break;
-        }
-        end += 1;
-    }
-    end
+    SourceFile::parse(text).function_source(name)
 }
 
 /// The lines of `base` that `head` lacks and the lines of `head` that `base` lacks, trimmed:
@@ -763,6 +778,34 @@ mod tests {
             "def test_ab():\n    pass\n"
         );
         assert!(function_source(src, "test_c").is_none());
+    }
+
+    /// The line scanner took a `def` inside a multi-line string for a function, and ended a
+    /// function at a string's line that was indented less.
+    #[test]
+    fn a_def_in_a_string_is_no_function_and_a_string_does_not_end_one() {
+        let src = "X = \"\"\"\ndef test_a():\n    pass\n\"\"\"\n\ndef test_b():\n    s = '''\nend\n'''\n    assert s\n";
+        assert!(function_source(src, "test_a").is_none());
+        assert_eq!(
+            function_source(src, "test_b").unwrap(),
+            "def test_b():\n    s = '''\nend\n'''\n    assert s\n"
+        );
+        assert_eq!(SourceFile::parse(src).functions(), ["test_b"]);
+    }
+
+    #[test]
+    fn a_file_that_does_not_parse_defines_no_test_and_equals_no_parsed_file() {
+        let good = SourceFile::parse("def test_a():\n    pass\n");
+        for bad in [
+            "def test_a(:\n    pass\n",
+            "def test_a():\n\tif x:\n        pass\n",
+        ] {
+            let f = SourceFile::parse(bad);
+            assert!(f.definition("t.py::test_a").is_none(), "{bad}");
+            assert_ne!(f.all_tokens(), good.all_tokens());
+            assert!(!f.import_time_patches().is_empty());
+            assert_eq!(pytest_hooks(bad).len(), 1);
+        }
     }
 
     #[test]

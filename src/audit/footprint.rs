@@ -196,7 +196,11 @@ impl Imports {
         for (path, source) in files {
             let me = dotted_names(path).into_iter().next().unwrap_or_default();
             let package = file_name(path) == "__init__.py";
-            let mut found = BTreeSet::new();
+            // What a file that does not parse imports is not known: anything.
+            let mut found: BTreeSet<String> = match source.parsed {
+                true => BTreeSet::new(),
+                false => files.iter().map(|(p, _)| p.clone()).collect(),
+            };
             for import in &source.imports {
                 for target in import.targets(&me, package) {
                     let mut prefix = String::new();

@@ -22,7 +22,7 @@
 //! gone test, a body that differs elsewhere) is no pairing: a genuinely new test is never
 //! replayed against a test it does not replace.
 
-use crate::testsrc::tokens::{flat, Kind, Token};
+use crate::python::{Kind, Module, Tok};
 
 /// How alike two test functions are once their names are set aside. `Same` is closer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,10 +34,12 @@ pub(crate) enum Likeness {
 }
 
 /// How alike the sources of two test functions (as [`crate::testsrc::function_source`] gives
-/// them) are; `None` when they differ beyond literals in assertions.
+/// them) are; `None` when they differ beyond literals in assertions, or nest too deep to read.
 pub(crate) fn likeness(base: &str, head: &str) -> Option<Likeness> {
-    let (b, h) = (normalised(base), normalised(head));
-    if b == h {
+    let (b, h) = (Module::parse(base), Module::parse(head));
+    let (b, h) = (normalised(b.tokens()?), normalised(h.tokens()?));
+    let same = |x: &Tok, y: &Tok| x.kind == y.kind && x.text == y.text;
+    if b.len() == h.len() && b.iter().zip(&h).all(|(x, y)| same(x, y)) {
         return Some(Likeness::Same);
     }
     if b.len() != h.len() {
@@ -45,7 +47,7 @@ pub(crate) fn likeness(base: &str, head: &str) -> Option<Likeness> {
     }
     let (bs, hs) = (expected_values(&b), expected_values(&h));
     let close = b.iter().zip(&h).enumerate().all(|(i, (x, y))| {
-        x == y || (x.kind == Kind::Literal && y.kind == Kind::Literal && bs[i] && hs[i])
+        same(x, y) || (x.kind == Kind::Literal && y.kind == Kind::Literal && bs[i] && hs[i])
     });
     close.then_some(Likeness::AssertLiterals)
 }
@@ -89,30 +91,27 @@ pub(crate) fn renamed_nodeid(head_id: &str, new_name: &str, old_name: &str) -> O
 
 /// For each token, whether it is an expected value: a literal of an assertion statement that is
 /// an operand of a comparison or a direct argument of an `assert…` or `approx` call.
-fn expected_values(tokens: &[Token]) -> Vec<bool> {
+fn expected_values(tokens: &[Tok]) -> Vec<bool> {
     const COMPARISONS: [&str; 8] = ["==", "!=", "<", ">", "<=", ">=", "in", "is"];
-    let text = |i: Option<usize>| {
-        i.and_then(|i| tokens.get(i))
-            .map_or("", |t| t.text.as_str())
-    };
+    let text = |i: Option<usize>| i.and_then(|i| tokens.get(i)).map_or("", |t| t.text);
     // The call each token sits directly inside, by name ("" outside any call).
     let mut inside: Vec<&str> = Vec::with_capacity(tokens.len());
     let mut stack: Vec<&str> = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
-        match t.text.as_str() {
-            "(" | "[" | "{" => {
+        match t.text {
+            "(" | "[" | "{" if t.kind == Kind::Op => {
                 inside.push(stack.last().copied().unwrap_or(""));
                 let call = i
                     .checked_sub(1)
                     .map(|p| &tokens[p])
                     .filter(|p| t.text == "(" && p.kind == Kind::Name);
-                stack.push(call.map_or("", |p| p.text.as_str()));
+                stack.push(call.map_or("", |p| p.text));
             }
-            ")" | "]" | "}" => {
+            ")" | "]" | "}" if t.kind == Kind::Op => {
                 stack.pop();
                 inside.push(stack.last().copied().unwrap_or(""));
             }
-            _ if t.kind == Kind::End => {
+            _ if t.kind == Kind::Newline => {
                 stack.clear();
                 inside.push("");
             }
@@ -122,12 +121,11 @@ fn expected_values(tokens: &[Token]) -> Vec<bool> {
     let mut out = vec![false; tokens.len()];
     let mut start = 0;
     for i in 0..=tokens.len() {
-        if i < tokens.len() && tokens[i].kind != Kind::End {
+        if i < tokens.len() && tokens[i].kind != Kind::Newline {
             continue;
         }
-        let asserts = tokens[start..i]
-            .iter()
-            .any(|t| t.kind == Kind::Name && t.text.starts_with("assert"));
+        let asserts = (tokens[start..i].iter())
+            .any(|t| matches!(t.kind, Kind::Name | Kind::Keyword) && t.text.starts_with("assert"));
         for j in (start..i).filter(|&j| asserts && tokens[j].kind == Kind::Literal) {
             // A unary minus belongs to the literal.
             let before = match text(j.checked_sub(1)) {
@@ -149,27 +147,27 @@ fn expected_values(tokens: &[Token]) -> Vec<bool> {
 
 /// The tokens of a function with the name after its first `def` replaced by one placeholder,
 /// and without trailing commas before a closing bracket (formatters add and remove them; the
-/// one of a one-element tuple, `(x,)`, goes too, a difference this rule accepts).
-fn normalised(source: &str) -> Vec<Token> {
-    let mut tokens = flat(source);
-    let closing = |t: Option<&Token>| t.is_some_and(|t| matches!(t.text.as_str(), ")" | "]" | "}"));
-    let mut i = 0;
-    while i < tokens.len() {
-        if tokens[i].text == "," && closing(tokens.get(i + 1)) {
-            tokens.remove(i);
-        } else {
-            i += 1;
+/// one of a one-element tuple, `(x,)`, goes too, a difference this rule accepts), nor the
+/// blocks' indents (a method and a function read alike).
+fn normalised(tokens: Vec<Tok>) -> Vec<Tok> {
+    let closing = |t: Option<&Tok>| t.is_some_and(|t| t.is(")") || t.is("]") || t.is("}"));
+    let mut out: Vec<Tok> = Vec::with_capacity(tokens.len());
+    let mut renamed = false;
+    for (i, t) in tokens.iter().enumerate() {
+        match t.kind {
+            Kind::Indent | Kind::Dedent => continue,
+            _ if t.is(",") && closing(tokens.get(i + 1)) => continue,
+            Kind::Name if !renamed && out.last().is_some_and(|p| p.is("def")) => {
+                renamed = true;
+                out.push(Tok {
+                    text: "<test>",
+                    ..*t
+                });
+            }
+            _ => out.push(*t),
         }
     }
-    if let Some(i) = tokens
-        .iter()
-        .position(|t| t.kind == Kind::Name && t.text == "def")
-    {
-        if let Some(name) = tokens.get_mut(i + 1) {
-            name.text = "<test>".into();
-        }
-    }
-    tokens
+    out
 }
 
 #[cfg(test)]

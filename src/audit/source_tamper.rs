@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::testsrc::tokens::{self, Kind, Token};
+use crate::python::{self, Kind, Module, Ranged, Tok};
 
 /// One source-side move the patch may have made: a line of a module of the code.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -78,8 +78,9 @@ fn held_literals(tests: &[(String, String)]) -> BTreeMap<String, String> {
     sorted.sort();
     let mut out = BTreeMap::new();
     for (path, text) in sorted {
-        for t in tokens::flat(text).iter().filter(|t| weighty(t)) {
-            out.entry(value(&t.text)).or_insert_with(|| path.clone());
+        let m = Module::parse(text);
+        for t in m.tokens().unwrap_or_default().iter().filter(|t| weighty(t)) {
+            out.entry(value(t.text)).or_insert_with(|| path.clone());
         }
     }
     out
@@ -96,68 +97,76 @@ fn value(literal: &str) -> String {
     }
 }
 
+/// The logical lines of `m`, each with its first and last line.
+fn logical_lines<'m>(m: &'m Module) -> Vec<(Vec<Tok<'m>>, u32, u32)> {
+    let tokens = m.tokens().unwrap_or_default();
+    let lines = tokens.split(|t| t.kind == Kind::Newline);
+    let lines = lines.map(|l| {
+        l.iter()
+            .filter(|t| !matches!(t.kind, Kind::Indent | Kind::Dedent))
+    });
+    (lines.map(|l| l.copied().collect::<Vec<_>>()))
+        .filter_map(|l| {
+            let (first, last) = (l.first()?.range.start(), l.last()?.range.end());
+            Some((l, m.line(first), m.line(last)))
+        })
+        .collect()
+}
+
 /// The literals of the conditions `head` adds to `base` (`None`: a new file), each with its
 /// line, trimmed: candidates, until a test file is found to hold the literal too. A condition
 /// is what an `if`, `elif` or `case` tests (up to its colon) and what a conditional
 /// expression's `if` tests (up to its `else`); the branches' values are not.
 pub(crate) fn condition_literals(base: Option<&str>, head: &str) -> Vec<(String, String)> {
-    let before: BTreeSet<String> = base
-        .map(|b| tokens::lines(b).iter().map(line_text).collect())
-        .unwrap_or_default();
+    let base = base.map(Module::parse);
+    let before: BTreeSet<String> = (base.iter().flat_map(logical_lines))
+        .map(|(l, ..)| line_text(&l))
+        .collect();
     // A literal the module already held is the code's own, not one copied from a test.
-    let known: BTreeSet<String> = base
-        .map(|b| {
-            tokens::flat(b)
-                .iter()
-                .filter(|t| t.kind == Kind::Literal)
-                .map(|t| value(&t.text))
-                .collect()
-        })
-        .unwrap_or_default();
+    let known: BTreeSet<String> = (base.iter().flat_map(|b| b.tokens().unwrap_or_default()))
+        .filter(|t| t.kind == Kind::Literal)
+        .map(|t| value(t.text))
+        .collect();
+    let head = Module::parse(head);
     let mut out = Vec::new();
-    for line in tokens::lines(head) {
+    for (line, first, last) in logical_lines(&head) {
         if before.contains(&line_text(&line)) {
             continue;
         }
-        let condition = condition(&line.tokens);
+        let condition = condition(&line);
         if condition.is_empty() {
             continue;
         }
         let text = head
-            .lines()
-            .skip(line.first)
-            .take(line.last - line.first + 1)
+            .lines(first, last)
             .map(str::trim)
             .collect::<Vec<_>>()
             .join(" ");
         for tok in condition
             .into_iter()
-            .filter(|tok| weighty(tok) && !known.contains(&value(&tok.text)))
+            .filter(|tok| weighty(tok) && !known.contains(&value(tok.text)))
         {
-            out.push((tok.text.clone(), text.clone()));
+            out.push((tok.text.to_owned(), text.clone()));
         }
     }
     out
 }
 
 /// The tokens a logical line tests: a statement's condition, or a conditional expression's.
-fn condition(t: &[Token]) -> Vec<&Token> {
+fn condition<'a>(t: &[Tok<'a>]) -> Vec<Tok<'a>> {
     let mut out = Vec::new();
     let mut depth = 0usize;
     // In the statement's condition (up to its colon); in an expression's (up to its `else`).
-    let mut statement = matches!(
-        t.first().map(|t| t.text.as_str()),
-        Some("if" | "elif" | "case")
-    );
+    let mut statement = matches!(t.first().map(|t| t.text), Some("if" | "elif" | "case"));
     let mut expression = false;
     for (k, tok) in t.iter().enumerate() {
-        match (tok.kind, tok.text.as_str()) {
+        match (tok.kind, tok.text) {
             (Kind::Op, "(" | "[" | "{") => depth += 1,
             (Kind::Op, ")" | "]" | "}") => depth = depth.saturating_sub(1),
             (Kind::Op, ":") if depth == 0 => statement = false,
-            (Kind::Name, "if") if k > 0 => expression = true,
-            (Kind::Name, "else") => expression = false,
-            (Kind::Literal, _) if statement || expression => out.push(tok),
+            (Kind::Keyword, "if") if k > 0 => expression = true,
+            (Kind::Keyword, "else") => expression = false,
+            (Kind::Literal, _) if statement || expression => out.push(*tok),
             _ => {}
         }
     }
@@ -166,81 +175,54 @@ fn condition(t: &[Token]) -> Vec<&Token> {
 
 /// A literal that says something of its own: a string of 3 characters or more, a number other
 /// than the usual small ones.
-fn weighty(t: &Token) -> bool {
-    if t.kind != Kind::Literal {
-        return false;
-    }
-    let quoted = t.text.ends_with(['"', '\'']);
-    match quoted {
-        true => {
-            let inner = t.text.trim_start_matches(|c: char| c.is_ascii_alphabetic());
-            inner.trim_matches(['"', '\'']).chars().count() >= 3
-        }
-        false => !matches!(t.text.as_str(), "0" | "1" | "2" | "0.0" | "1.0"),
+fn weighty(t: &Tok) -> bool {
+    match (t.kind, t.is_string()) {
+        (Kind::Literal, true) => value(t.text).chars().count() >= 3,
+        (Kind::Literal, false) => !matches!(t.text, "0" | "1" | "2" | "0.0" | "1.0"),
+        _ => false,
     }
 }
 
-fn line_text(line: &tokens::Line) -> String {
-    line.tokens
-        .iter()
-        .map(|t| t.text.as_str())
-        .collect::<Vec<_>>()
-        .join(" ")
+fn line_text(line: &[Tok]) -> String {
+    line.iter().map(|t| t.text).collect::<Vec<_>>().join(" ")
 }
 
 /// The `__eq__` and `__ne__` methods of `head` whose body never reads their second parameter,
-/// and that `base` does not have as they are: their first line, trimmed.
+/// and that `base` does not have as they are (the same tokens): their `def` line, trimmed.
 pub(crate) fn eq_ignoring_argument(base: Option<&str>, head: &str) -> Vec<String> {
-    let before: BTreeSet<String> = base
-        .map(eq_methods)
-        .unwrap_or_default()
-        .into_iter()
+    let methods = |m: &Module| -> Vec<(String, String, bool)> {
+        let body = m.body().unwrap_or_default();
+        let defs = python::nested(body)
+            .into_iter()
+            .filter_map(|s| s.as_function_def_stmt());
+        defs.filter(|f| matches!(f.name.as_str(), "__eq__" | "__ne__"))
+            .map(|f| {
+                let tokens = m.tokens_in(f.range);
+                let key = line_text(&tokens);
+                let def = tokens
+                    .iter()
+                    .find(|t| t.is("def"))
+                    .map_or(f.start(), |t| t.range.start());
+                let line = m.lines(m.line(def), m.line(def)).collect::<String>();
+                let params = f.parameters.posonlyargs.iter().chain(&f.parameters.args);
+                let other = params.map(|p| p.name().as_str()).nth(1);
+                let reads = other.is_none_or(|o| {
+                    let body = tokens
+                        .iter()
+                        .skip_while(|t| t.range.start() < f.body[0].start());
+                    body.into_iter().any(|t| t.is_name() && t.text == o)
+                });
+                (key, line.trim().to_owned(), reads)
+            })
+            .collect()
+    };
+    let before: BTreeSet<String> = (base.map(Module::parse).iter().flat_map(methods))
+        .map(|(key, ..)| key)
         .collect();
-    eq_methods(head)
-        .into_iter()
-        .filter(|m| !before.contains(m))
-        .filter_map(|m| {
-            let (header, body) = m.split_once('\n')?;
-            let params: Vec<&str> = header
-                .split_once('(')?
-                .1
-                .split(')')
-                .next()?
-                .split(',')
-                .map(|p| p.trim().split([':', '=']).next().unwrap_or("").trim())
-                .collect();
-            let other = params.get(1).filter(|p| !p.is_empty())?;
-            let reads = tokens::flat(body)
-                .iter()
-                .any(|t| t.kind == Kind::Name && t.text == *other);
-            (!reads).then(|| header.trim().to_string())
-        })
+    (methods(&Module::parse(head)).into_iter())
+        .filter(|(key, _, reads)| !reads && !before.contains(key))
+        .map(|(_, line, _)| line)
         .collect()
-}
-
-/// The source of each `def __eq__` / `def __ne__` of a text: its `def` line, then its body.
-fn eq_methods(text: &str) -> Vec<String> {
-    ["__eq__", "__ne__"]
-        .iter()
-        .filter_map(|name| crate::testsrc::function_source(text, name))
-        .flat_map(|s| split_defs(&s))
-        .collect()
-}
-
-/// The definitions of `function_source`'s text (it joins every definition of a name).
-fn split_defs(source: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for line in source.lines() {
-        let t = line.trim_start();
-        if t.starts_with("def ") || t.starts_with("async def ") {
-            out.push(String::new());
-        }
-        if let Some(last) = out.last_mut() {
-            last.push_str(line);
-            last.push('\n');
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,90 +1,64 @@
-//! Editing Python source as lines: finding a test's `def`, adding `import pytest`, inserting
-//! lines. Enough for the markers `fixgate init` places; a `def` it cannot find is left to the user.
+//! Editing Python source as lines, where the source model (`crate::python`) finds them: a
+//! test's `def`, where `import pytest` goes. Enough for the markers `fixgate init` places; a
+//! `def` it cannot find (or a file that does not parse) is left to the user.
+
+use crate::python::{Module, Ranged, Stmt};
 
 pub(super) fn indent_of(line: &str) -> usize {
     line.len() - line.trim_start().len()
 }
 
-/// The line index of `def name(` for a function path (`["TestC", "test_x"]`), with its
-/// indentation; a class narrows the search to the lines indented below it.
+/// The line index (0-based) of the `def` of a function path (`["TestC", "test_x"]`: a method
+/// of a class at module level), with its indentation.
 pub(super) fn find_def(text: &str, path: &[String]) -> Option<(usize, String)> {
-    let lines: Vec<&str> = text.lines().collect();
-    let (mut from, mut to, mut min_indent) = (0, lines.len(), 0);
-    for (i, name) in path.iter().enumerate() {
-        let last = i + 1 == path.len();
-        let found = (from..to).find(|&n| {
-            let l = lines[n];
-            let ind = indent_of(l);
-            if ind < min_indent || (i == 0 && ind != 0) {
-                return false;
-            }
-            let t = l.trim_start();
-            if last {
-                let t = t.strip_prefix("async ").unwrap_or(t);
-                t.strip_prefix("def ")
-                    .and_then(|r| r.strip_prefix(name.as_str()))
-                    .is_some_and(|r| r.trim_start().starts_with('('))
-            } else {
-                t.strip_prefix("class ")
-                    .and_then(|r| r.strip_prefix(name.as_str()))
-                    .is_some_and(|r| r.starts_with([':', '(', ' ']))
-            }
+    let m = Module::parse(text);
+    let (last, classes) = path.split_last()?;
+    let mut body = m.body()?;
+    for class in classes {
+        body = body.iter().find_map(|s| match s {
+            Stmt::ClassDef(c) if c.name.as_str() == class => Some(&c.body[..]),
+            _ => None,
         })?;
-        let ind = indent_of(lines[found]);
-        if last {
-            return Some((found, lines[found][..ind].to_owned()));
-        }
-        // The class body: the following lines indented deeper (blank lines included).
-        from = found + 1;
-        to = (from..lines.len())
-            .find(|&n| !lines[n].trim().is_empty() && indent_of(lines[n]) <= ind)
-            .unwrap_or(lines.len());
-        min_indent = ind + 1;
     }
-    None
+    let def =
+        (body.iter()).find_map(|s| s.as_function_def_stmt().filter(|f| f.name.as_str() == last))?;
+    let tokens = m.tokens_in(def.range);
+    let keyword = tokens.iter().find(|t| t.is("def") || t.is("async"))?;
+    let line = m.line(keyword.range.start());
+    let text = m.lines(line, line).next().unwrap_or_default();
+    Some((line as usize - 1, text[..indent_of(text)].to_owned()))
 }
 
 /// Adds `import pytest` when the module does not import it: before its first import, after a
-/// docstring and `from __future__` lines.
+/// docstring and `from __future__` imports.
 pub(super) fn ensure_import_pytest(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.iter().any(|l| {
-        l.starts_with("import pytest")
-            && l["import pytest".len()..]
-                .chars()
-                .next()
-                .is_none_or(|c| c.is_whitespace() || c == ',' || c == '#')
-    }) {
+    let m = Module::parse(text);
+    let body = m.body().unwrap_or_default();
+    let pytest = |s: &Stmt| {
+        s.as_import_stmt().is_some_and(|i| {
+            i.names
+                .iter()
+                .any(|a| &a.name == "pytest" && a.asname.is_none())
+        })
+    };
+    if body.iter().any(pytest) {
         return text.to_owned();
     }
-    let mut at = 0;
-    let mut i = 0;
-    // A leading docstring.
-    while i < lines.len() && (lines[i].trim().is_empty() || lines[i].starts_with('#')) {
-        i += 1;
-    }
-    if let Some(first) = lines.get(i) {
-        let t = first.trim_start();
-        if let Some(q) = ["\"\"\"", "'''"].into_iter().find(|q| t.starts_with(q)) {
-            let rest = &t[3..];
-            let mut end = i;
-            if !rest.contains(q) {
-                end = (i + 1..lines.len())
-                    .find(|&n| lines[n].contains(q))
-                    .unwrap_or(i);
-            }
-            at = end + 1;
-        }
-    }
-    let first_import = (at..lines.len()).find(|&n| {
-        let l = lines[n];
-        (l.starts_with("import ") || l.starts_with("from ")) && !l.starts_with("from __future__")
-    });
-    let after_future = (at..lines.len())
-        .filter(|&n| lines[n].starts_with("from __future__"))
-        .max()
-        .map(|n| n + 1);
-    let at = first_import.or(after_future).unwrap_or(at);
+    let future = |s: &&Stmt| {
+        (s.as_import_from_stmt().and_then(|i| i.module.as_ref())).is_some_and(|m| m == "__future__")
+    };
+    let import = |s: &&Stmt| (s.is_import_stmt() || s.is_import_from_stmt()) && !future(s);
+    let after = |s: &Stmt| m.line(s.end()) as usize;
+    let docstring = body
+        .first()
+        .filter(|s| ruff_python_ast::helpers::is_docstring_stmt(s));
+    let at = (body
+        .iter()
+        .find(import)
+        .map(|s| m.line(s.start()) as usize - 1))
+    .or(body.iter().filter(future).last().map(after))
+    .or(docstring.map(after))
+    .unwrap_or(0);
     insert_lines(text, at, &["import pytest".to_owned()])
 }
 
@@ -116,6 +90,14 @@ mod tests {
         assert_eq!(find_def(src, &["test_z".into()]), None);
     }
 
+    /// The line scanner took a `def` inside a multi-line string for the test's.
+    #[test]
+    fn a_def_in_a_string_is_no_def_and_a_decorated_one_is_found_at_its_def_line() {
+        let src = "X = '''\ndef test_a():\n'''\n\n@pytest.mark.slow\ndef test_a():\n    pass\n";
+        assert_eq!(find_def(src, &["test_a".into()]), Some((5, String::new())));
+        assert_eq!(find_def("def test_a(:\n", &["test_a".into()]), None);
+    }
+
     #[test]
     fn adds_import_pytest_after_the_docstring_once() {
         let src = "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\nimport os\n";
@@ -125,5 +107,11 @@ mod tests {
             "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\nimport pytest\nimport os\n"
         );
         assert_eq!(ensure_import_pytest(&out), out);
+        // A line of a string is no import, and an aliased import binds no `pytest`.
+        let src = "\"\"\"Doc.\n\nimport pytest\n\"\"\"\nimport pytest as pt\n";
+        assert_eq!(
+            ensure_import_pytest(src),
+            "\"\"\"Doc.\n\nimport pytest\n\"\"\"\nimport pytest\nimport pytest as pt\n"
+        );
     }
 }
