@@ -17,6 +17,9 @@
 #           a shared 2-core VM move 10-30% between rounds. It leaves out kernel time and counts
 #           fixgate's own threads, which run beside pytest, as if they were on its path. Takes
 #           about 7 minutes (the two run side by side under valgrind). Not in the default CASES.
+#   tier    the Landlock tier (FIXGATE_NO_NAMESPACES=1) against namespaces: run --seed 0 and the
+#           cold 8-seed audit, interleaved round by round. Target: within 5%. Not in the default
+#           CASES.
 #   The cold audit's pytest process count comes from its JSON report.
 #
 # Environment: BENCH_DATA [/work/bench-data/suite], RUNS [3], PYTHON [a venv made here],
@@ -115,6 +118,33 @@ print("cold scoped audit: verdict %s, %d pytest processes, %d graph nodes" % (r[
 print("scope: mode %s, reason %s, runs per order %s, carried %d" % (s.get("mode"), s.get("reason"), s.get("runs"), len(s.get("carried") or [])))
 PY
 fi
+fi
+
+if [[ $CASES == *" tier "* ]]; then
+echo "== tier: the Landlock tier against namespaces (issue 49), run --seed 0 and the cold 8-seed audit, interleaved rounds"
+# FIXGATE_NO_NAMESPACES=1 makes fixgate take the Landlock tier (with its seccomp filter,
+# no_new_privs and, as root, uid 65534) where namespaces are permitted. Each audit empties its
+# own cache first; the run keeps its (the rewrites and the interpreter's fingerprint), as a
+# developer's second run does.
+AUDIT_NS="$FIXGATE --python $PYTHON --cache-dir $DATA/cache-tier-ns audit --base HEAD~1 --head HEAD --seeds 8 --jobs 2 --quiet --format json --output $RESULTS/tier-ns-report.json"
+AUDIT_LL="$FIXGATE --python $PYTHON --cache-dir $DATA/cache-tier-ll audit --base HEAD~1 --head HEAD --seeds 8 --jobs 2 --quiet --format json --output $RESULTS/tier-ll-report.json"
+python3 "$REPO/benches/interleave.py" --runs "$RUNS" --json "$RESULTS/tier.json" \
+    "run-namespaces=$FIXGATE --python $PYTHON --cache-dir $DATA/cache-tier-run run --seed 0 --quiet --format json --output /dev/null" \
+    "run-landlock=env FIXGATE_NO_NAMESPACES=1 $FIXGATE --python $PYTHON --cache-dir $DATA/cache-tier-run run --seed 0 --quiet --format json --output /dev/null" \
+    "audit-namespaces=rm -rf $DATA/cache-tier-ns; $AUDIT_NS" \
+    "audit-landlock=rm -rf $DATA/cache-tier-ll; FIXGATE_NO_NAMESPACES=1 $AUDIT_LL"
+python3 - "$RESULTS" <<'PY'
+import json, os, statistics, sys
+d = sys.argv[1]
+t = {r["command"]: r["times"] for r in json.load(open(os.path.join(d, "tier.json")))["results"]}
+for side in ("ns", "ll"):
+    r = json.load(open(os.path.join(d, "tier-%s-report.json" % side)))
+    print("%s: containment %s, verdict %s, %d pytest processes" % (side, r["containment"], r["verdict"], r["pytest_processes"]))
+for case in ("run", "audit"):
+    a, b = t[case + "-landlock"], t[case + "-namespaces"]
+    print("| %s, Landlock vs namespaces | %.2f s | %.2f s | %.3fx (median of per-round ratios) | <= 1.05x |"
+          % (case, statistics.median(a), statistics.median(b), statistics.median(x / y for x, y in zip(a, b))))
+PY
 fi
 
 if [[ $CASES == *" instr "* ]]; then

@@ -258,9 +258,9 @@ fn used_bytes(path: &Path) -> Option<u64> {
 /// system grew by a quarter of the bound since the last measure, or a second has passed.
 pub(crate) struct DiskWatch {
     dir: PathBuf,
-    /// A scratch folder the run shares with others (`/dev/shm` under Landlock), and what it
-    /// held when the run started: its growth counts too.
-    shared: Option<(PathBuf, u64)>,
+    /// A scratch folder the run shares with others (`/dev/shm` under Landlock): its growth
+    /// counts too.
+    shared: Option<Shared>,
     limit: u64,
     /// The sandbox's size when the run started.
     start: u64,
@@ -268,6 +268,15 @@ pub(crate) struct DiskWatch {
     allowed: u64,
     fs_used: u64,
     measured: Instant,
+}
+
+/// The scratch folder a run shares with other processes of the host, as its file system's use.
+struct Shared {
+    dir: PathBuf,
+    /// What it held when the run started.
+    start: u64,
+    /// The use past which the run is stopped.
+    allowed: u64,
 }
 
 /// How often the sandbox is measured at least, whatever the file system says (other runs may
@@ -284,7 +293,14 @@ impl DiskWatch {
         }
         let start = du(dir);
         Some(DiskWatch {
-            shared: shared.and_then(|s| Some((s.to_path_buf(), used_bytes(s)?))),
+            shared: shared.and_then(|s| {
+                let start = used_bytes(s)?;
+                Some(Shared {
+                    dir: s.to_path_buf(),
+                    start,
+                    allowed: start.saturating_add(limit),
+                })
+            }),
             dir: dir.to_path_buf(),
             limit,
             start,
@@ -297,12 +313,20 @@ impl DiskWatch {
     /// A new process of the run starts (after a test that crashed, timed out or was stopped
     /// here). What the earlier ones wrote stays, as the order left it; if that is past the
     /// bound, this process may add little more (a sixteenth of the bound) before it is stopped
-    /// too, so that a run of many filling tests does not add a bound each.
+    /// too, so that a run of many filling tests does not add a bound each. The same holds in
+    /// the shared scratch folder, which fixgate does not empty (what is there is not all the
+    /// run's): a test after the one that filled it runs.
     pub(crate) fn next_process(&mut self) {
         let now = du(&self.dir);
         let slack = (self.limit / 16).max(1 << 20);
         if now.saturating_add(slack) > self.allowed {
             self.allowed = now.saturating_add(slack);
+        }
+        if let Some(shared) = &mut self.shared {
+            let now = used_bytes(&shared.dir).unwrap_or(0);
+            if now.saturating_add(slack) > shared.allowed {
+                shared.allowed = now.saturating_add(slack);
+            }
         }
         self.fs_used = used_bytes(&self.dir).unwrap_or(0);
         self.measured = Instant::now();
@@ -310,10 +334,10 @@ impl DiskWatch {
 
     /// How much the sandbox grew since the run started, when it is past the bound.
     pub(crate) fn over(&mut self) -> Option<u64> {
-        if let Some((shared, start)) = &self.shared {
-            let grew = used_bytes(shared).unwrap_or(0).saturating_sub(*start);
-            if grew > self.limit {
-                return Some(grew);
+        if let Some(shared) = &self.shared {
+            let used = used_bytes(&shared.dir).unwrap_or(0);
+            if used > shared.allowed {
+                return Some(used.saturating_sub(shared.start));
             }
         }
         let fs_used = used_bytes(&self.dir)?;
@@ -479,5 +503,26 @@ mod tests {
         watch.measured -= MEASURE_EVERY;
         assert!(watch.over().is_some());
         assert!(DiskWatch::new(tmp.path(), UNLIMITED, None).is_none());
+    }
+
+    /// Under Landlock a run writes the host's `/dev/shm`, which fixgate does not empty: the
+    /// process that filled it is stopped, the next one runs (and is stopped only if it adds
+    /// more than a little).
+    #[test]
+    fn a_shared_scratch_past_the_bound_stops_the_filler_not_the_next_process() {
+        let sandbox = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir_in("/dev/shm").expect("a folder in /dev/shm (tmpfs)");
+        let mut watch = DiskWatch::new(sandbox.path(), 8 << 20, Some(scratch.path())).unwrap();
+        assert_eq!(watch.over(), None);
+        std::fs::write(scratch.path().join("a"), vec![1u8; 12 << 20]).unwrap();
+        assert!(watch.over().is_some_and(|n| n >= 12 << 20));
+        watch.next_process();
+        assert_eq!(
+            watch.over(),
+            None,
+            "what the filler left does not stop the next"
+        );
+        std::fs::write(scratch.path().join("b"), vec![1u8; 4 << 20]).unwrap();
+        assert!(watch.over().is_some(), "the next process may add little");
     }
 }
