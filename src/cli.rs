@@ -39,6 +39,13 @@ fn audit_about() -> String {
     )
 }
 
+/// The headings `--help` groups the options under, in the order a user decides them.
+const WHAT: &str = "What to audit";
+const HOW_MUCH: &str = "How much";
+const WHERE: &str = "Where to run";
+const OUTPUT: &str = "Output";
+const LIMITS: &str = "Limits";
+
 /// A whole-number option within `min..=max`. Such options take `allow_negative_numbers`, so that
 /// `--seeds -3` reaches this parser (clap would read "-3" as an unknown option) and is told what
 /// the value must be.
@@ -89,27 +96,38 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
     /// The repository to work on [default: the git root above the current directory]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(
+        help_heading = WHAT,
+        long,
+        global = true,
+        value_name = "DIR"
+    )]
     pub(crate) repo: Option<PathBuf>,
     /// Output format
-    #[arg(long, global = true, value_enum, default_value_t = FormatArg::Human)]
+    #[arg(help_heading = OUTPUT, long, global = true, value_enum, default_value_t = FormatArg::Human)]
     pub(crate) format: FormatArg,
     /// Write the report to FILE instead of standard output
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(help_heading = OUTPUT, long, global = true, value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
     /// Cache directory [default: $FIXGATE_CACHE_DIR, else the user cache directory]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(help_heading = WHERE, long, global = true, value_name = "DIR")]
     pub(crate) cache_dir: Option<PathBuf>,
     /// No progress and no warnings on standard error
-    #[arg(long, short, global = true)]
+    #[arg(help_heading = OUTPUT, long, short, global = true)]
     pub(crate) quiet: bool,
     /// The Python interpreter [default: $VIRTUAL_ENV/bin/python, else .venv/bin/python in the
     /// repository, else python3 on PATH]. Runs start the executable it reports
     /// (sys.executable), not a launcher in front of it (a pyenv shim, a wrapper script)
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(
+        help_heading = WHERE,
+        long,
+        global = true,
+        value_name = "PATH"
+    )]
     pub(crate) python: Option<PathBuf>,
     /// How many pytest processes may run at once, 1 to 1024 [default: the number of cores]
     #[arg(
+        help_heading = WHERE,
         long,
         global = true,
         value_name = "N",
@@ -126,13 +144,19 @@ pub(crate) struct GlobalArgs {
 pub(crate) struct RemoteArgs {
     /// A remote cache shared across machines: http:// or https:// (Bazel HTTP cache protocol),
     /// grpc:// or grpcs:// (REAPI v2) [default: [tool.fixgate] remote-cache]
-    #[arg(long, global = true, value_name = "URL", env = "FIXGATE_REMOTE_CACHE")]
+    #[arg(
+        help_heading = WHERE,
+        long,
+        global = true,
+        value_name = "URL",
+        env = "FIXGATE_REMOTE_CACHE"
+    )]
     pub(crate) remote_cache: Option<String>,
     /// Write results to the remote cache (only from trusted runs, e.g. CI on the main branch)
-    #[arg(long, global = true)]
+    #[arg(help_heading = WHERE, long, global = true)]
     pub(crate) remote_upload: bool,
     /// Fail (exit 2) instead of warning when the remote cache cannot be used
-    #[arg(long, global = true)]
+    #[arg(help_heading = WHERE, long, global = true)]
     pub(crate) remote_required: bool,
 }
 
@@ -227,14 +251,14 @@ pub(crate) struct RemoteExecArgs {
     /// Execute every pytest run on a REAPI service: grpc://HOST:PORT or grpcs://HOST:PORT
     /// [default: [tool.fixgate] remote-executor of the base]. Without --remote-cache, node
     /// results are looked up in the same service's ActionCache
-    #[arg(long, value_name = "URL")]
+    #[arg(help_heading = WHERE, long, value_name = "URL")]
     pub(crate) remote_executor: Option<String>,
     /// The service's instance name [default: [tool.fixgate] remote-instance, else none]
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = WHERE, long, value_name = "NAME")]
     pub(crate) remote_instance: Option<String>,
     /// A platform property for every remote run (repeatable), e.g. container-image=docker://…
     /// [default: [tool.fixgate] remote-platform]
-    #[arg(long = "remote-platform", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    #[arg(help_heading = WHERE, long = "remote-platform", value_name = "KEY=VALUE", value_parser = parse_pair)]
     pub(crate) remote_platform: Vec<(String, String)>,
 }
 
@@ -258,24 +282,24 @@ pub(crate) struct CompletionsArgs {
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
     /// The base revision the patch applies to (anything git accepts)
-    #[arg(long, value_name = "REV")]
+    #[arg(help_heading = WHAT, long, value_name = "REV")]
     pub(crate) base: String,
     /// The head revision [default: the working tree]. Repeat it to audit several heads against
     /// one base, sharing every base step: one report per head (JSON Lines with --format json,
     /// one file per head with --output DIR), and the exit code of the most severe verdict
-    #[arg(long, value_name = "REV")]
+    #[arg(help_heading = WHAT, long, value_name = "REV")]
     pub(crate) head: Vec<String>,
     /// Audit every head listed in FILE (one revision per line; blank lines and # comments are
     /// skipped), as with a repeated --head
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = WHAT, long, value_name = "FILE")]
     pub(crate) heads_from: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) options: AuditOptionArgs,
     /// Run only the K-th of N shares of the seed matrix's orders (and nothing after the
     /// matrix), for CI jobs that share a remote cache (with --remote-upload); exits 0 with a
     /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
-    #[arg(long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
+    #[arg(help_heading = WHERE, long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
     pub(crate) shard: Option<Shard>,
-    #[command(flatten)]
-    pub(crate) options: AuditOptionArgs,
 }
 
 /// What an audit judges with, shared by `audit` and `watch`.
@@ -284,6 +308,7 @@ pub(crate) struct AuditOptionArgs {
     /// How many shuffled orders to run after file order and reversed order (seeds 1..N), at
     /// most 10,000
     #[arg(
+        help_heading = HOW_MUCH,
         long,
         value_name = "N",
         default_value_t = 8,
@@ -294,6 +319,7 @@ pub(crate) struct AuditOptionArgs {
     pub(crate) seeds: u64,
     /// Exactly these seeds for the shuffled orders, e.g. 3,5,8 (at most 10,000 of them)
     #[arg(
+        help_heading = HOW_MUCH,
         long,
         value_name = "LIST",
         value_delimiter = ',',
@@ -303,53 +329,53 @@ pub(crate) struct AuditOptionArgs {
     )]
     pub(crate) seed_list: Option<Vec<u64>>,
     /// Reject pre-existing findings too (findings the base already has)
-    #[arg(long)]
+    #[arg(help_heading = WHAT, long)]
     pub(crate) strict: bool,
     /// Add the nio order: every test run twice in a row in the same process. A test that
     /// passes and then fails, and does so again on 3 reruns of it twice by itself, is a
     /// `non-idempotent` finding (it pollutes its own state); one that does not every time is
     /// flaky [default: `[tool.fixgate] nio` of the base, else off]
-    #[arg(long)]
+    #[arg(help_heading = HOW_MUCH, long)]
     pub(crate) nio: bool,
     /// Impact-scoped audit: the file-order and reversed runs record what each test ran and left
     /// changed, and the shuffled orders run only what the patch can affect, the rest carried
     /// (see docs/impact.md) [default: `[tool.fixgate] scoped` of the base, else off]
-    #[arg(long, conflicts_with = "full")]
+    #[arg(help_heading = HOW_MUCH, long, conflicts_with = "full")]
     pub(crate) scoped: bool,
     /// Run every shuffled order over the whole selection, even where `[tool.fixgate] scoped`
     /// asks for impact-scoped audits
-    #[arg(long)]
+    #[arg(help_heading = HOW_MUCH, long)]
     pub(crate) full: bool,
     /// Ignore the cache: run every step
-    #[arg(long)]
+    #[arg(help_heading = HOW_MUCH, long)]
     pub(crate) no_cache: bool,
     /// Re-execute cached seed runs and list every test whose outcome differs (nondeterminism)
-    #[arg(long)]
+    #[arg(help_heading = HOW_MUCH, long)]
     pub(crate) check: bool,
     /// How run dependencies are tracked: traced (what the audit hooks saw) or conservative
     /// (every fixture file is a dependency of every run) [default: from pyproject.toml]
-    #[arg(long, value_name = "MODE")]
+    #[arg(help_heading = HOW_MUCH, long, value_name = "MODE")]
     pub(crate) deps: Option<DepsArg>,
+    #[command(flatten)]
+    pub(crate) sandbox: SandboxArgs,
     /// Budget: the most wall seconds the audit may take
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
+    #[arg(help_heading = LIMITS, long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub(crate) max_seconds: Option<u64>,
     /// Budget: the most tests the head may have
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
+    #[arg(help_heading = LIMITS, long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub(crate) max_tests: Option<u64>,
     /// Budget: the most frozen tests
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
+    #[arg(help_heading = LIMITS, long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub(crate) max_frozen: Option<u64>,
     /// Budget: the most new skip/skipif/xfail markers [default: 0]
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
+    #[arg(help_heading = LIMITS, long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub(crate) max_new_skips: Option<u64>,
     /// Budget: the most reruns (pytest-rerunfailures and the like)
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
+    #[arg(help_heading = LIMITS, long, value_name = "N", allow_negative_numbers = true, value_parser = whole(0, u64::MAX))]
     pub(crate) max_reruns: Option<u64>,
     /// The date freeze entries are judged against, YYYY-MM-DD [default: today, UTC]
     #[arg(long, value_name = "DATE", hide = true)]
     pub(crate) today: Option<String>,
-    #[command(flatten)]
-    pub(crate) sandbox: SandboxArgs,
     /// Boxed: the other commands' arguments are far smaller.
     #[command(flatten)]
     pub(crate) remote_exec: Box<RemoteExecArgs>,
@@ -451,12 +477,13 @@ pub(crate) struct DemoArgs {
 pub(crate) struct SandboxArgs {
     /// Pass this environment variable into the runs (repeatable); everything outside a small
     /// allowlist (PATH, LANG, LC_*) is scrubbed
-    #[arg(long = "pass-env", value_name = "NAME")]
+    #[arg(help_heading = WHERE, long = "pass-env", value_name = "NAME")]
     pub(crate) pass_env: Vec<String>,
     /// Kill a test (and its process group) that runs longer than this, record it as timeout,
     /// and go on with the rest of the order; a pytest process that spends as long outside any
     /// test (collecting, starting or ending its session) is killed too, and says why
     #[arg(
+        help_heading = LIMITS,
         long,
         value_name = "SECS",
         default_value_t = 300,
@@ -466,12 +493,13 @@ pub(crate) struct SandboxArgs {
     pub(crate) test_timeout: u64,
     /// Let tests use the network. By default each run gets a network namespace with only
     /// loopback where namespaces are permitted, and no TCP or UDP at all under Landlock
-    #[arg(long)]
+    #[arg(help_heading = WHERE, long)]
     pub(crate) allow_network: bool,
     /// auto: contain runs in namespaces where the platform permits them, else with Landlock,
     /// else refuse (exit 2); strict: namespaces, or Landlock with every file and TCP rule
     /// enforced, else refuse; none: run uncontained, with a private cache and no remote cache
     #[arg(
+        help_heading = WHERE,
         long,
         value_enum,
         value_name = "MODE",
@@ -481,21 +509,21 @@ pub(crate) struct SandboxArgs {
     pub(crate) containment: ContainmentArg,
     /// Let runs read this absolute path outside the repository (repeatable), as
     /// [tool.fixgate] read-paths does: a data folder the suite needs, which containment hides
-    #[arg(long = "read-path", value_name = "PATH", value_parser = absolute_path)]
+    #[arg(help_heading = WHERE, long = "read-path", value_name = "PATH", value_parser = absolute_path)]
     pub(crate) read_paths: Vec<PathBuf>,
     /// Bound each process of a run to this much memory (address space), e.g. 4G, or
     /// unlimited [default: [tool.fixgate.limits] memory, else the machine's memory divided by
     /// --jobs]
-    #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
+    #[arg(help_heading = LIMITS, long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
     pub(crate) memory_limit: Option<u64>,
     /// Bound a run to this many processes and threads at once, or unlimited [default:
     /// [tool.fixgate.limits] processes, else 4096]
-    #[arg(long, value_name = "N", value_parser = crate::limits::count_arg)]
+    #[arg(help_heading = LIMITS, long, value_name = "N", value_parser = crate::limits::count_arg)]
     pub(crate) process_limit: Option<u64>,
     /// Bound what a run writes (any one file, its sandbox, its /tmp and /dev/shm) to this
     /// much, e.g. 8G, or unlimited [default: [tool.fixgate.limits] disk, else half a job's
     /// share of the free space, at most 16G]
-    #[arg(long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
+    #[arg(help_heading = LIMITS, long, value_name = "SIZE", value_parser = crate::limits::size_arg)]
     pub(crate) disk_limit: Option<u64>,
 }
 
@@ -622,6 +650,37 @@ pub(crate) struct DeltaArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `audit --help` groups its options under five headings, in the order a user decides them,
+    /// and leaves none of them in clap's catch-all "Options".
+    #[test]
+    fn audit_help_groups_every_option_under_a_heading() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        cli.build();
+        let audit = cli.find_subcommand_mut("audit").unwrap();
+        let headings = [WHAT, HOW_MUCH, WHERE, LIMITS, OUTPUT];
+        for arg in audit.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") || arg.is_hide_set() {
+                continue;
+            }
+            let heading = arg.get_help_heading();
+            assert!(
+                heading.is_some_and(|h| headings.contains(&h)),
+                "--{id} is under {heading:?}"
+            );
+        }
+        let help = audit.render_long_help().to_string();
+        let at: Vec<usize> = headings
+            .iter()
+            .map(|h| {
+                help.find(&format!("{h}:"))
+                    .unwrap_or_else(|| panic!("{h} in {help}"))
+            })
+            .collect();
+        assert!(at.is_sorted(), "headings out of order: {at:?}\n{help}");
+    }
 
     #[test]
     fn a_negative_count_is_told_it_must_be_positive() {
