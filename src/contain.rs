@@ -33,6 +33,7 @@ mod host;
 mod landlock;
 mod namespaces;
 mod plan;
+mod probe;
 mod process;
 mod reads;
 mod seccomp;
@@ -40,4 +41,5 @@ mod sys;
 mod uid;
 
 pub(crate) use host::{Choice, Containment, Host, Mode};
-pub(crate) use plan::{apply, hand_over, refused_read, RunPaths};
+pub(crate) use plan::{apply, hand_over, refused_read};
+pub(crate) use reads::RunPaths;

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::landlock::Support;
 use super::uid::RunAs;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
@@ -91,7 +90,56 @@ impl Containment {
 
 /// Set in tests (and by operators who want the Landlock tier) to act as if the platform
 /// refused namespaces (read with the rest of the environment, in src/environment.rs).
-const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
+pub(super) const DISABLE_ENV: &str = "FIXGATE_NO_NAMESPACES";
+
+/// Where `multiprocessing` makes its semaphores and shared memory (glibc's fixed folder).
+pub(super) const SHM: &str = "/dev/shm";
+
+/// What this kernel's Landlock enforces: its ABI version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Support {
+    pub(crate) abi: u32,
+}
+
+impl Support {
+    /// What this ABI cannot enforce of the rules above, each with what would.
+    pub(crate) fn unenforced(self) -> Vec<String> {
+        let gaps: [(u32, &str); 6] = [
+            (
+                3,
+                "truncating files outside the sandbox (Landlock ABI 3, Linux 6.2)",
+            ),
+            (4, "TCP bind and connect (Landlock ABI 4, Linux 6.7)"),
+            (5, "ioctl on devices (Landlock ABI 5, Linux 6.10)"),
+            (
+                6,
+                "abstract Unix sockets and signals to processes outside the run (Landlock \
+                 ABI 6, Linux 6.12)",
+            ),
+            (
+                9,
+                "connecting to Unix sockets outside the sandbox (Landlock ABI 9, Linux 7.1)",
+            ),
+            (10, "UDP bind and send (Landlock ABI 10, Linux 7.2)"),
+        ];
+        gaps.iter()
+            .filter(|(abi, _)| self.abi < *abi)
+            .map(|(_, what)| (*what).to_owned())
+            .collect()
+    }
+
+    /// Whether the file system and TCP rules are all enforced (what `--containment strict`
+    /// asks of this tier).
+    pub(crate) fn strict(self) -> bool {
+        self.abi >= 4
+    }
+
+    /// Whether Unix sockets on the file system are governed (else a daemon's socket a run's
+    /// user may write is reachable).
+    pub(super) fn governs_unix_sockets(self) -> bool {
+        self.abi >= 9
+    }
+}
 
 /// What this machine permits, probed once per fixgate process (the context keeps it) and handed
 /// to every run through its runner.
@@ -99,26 +147,26 @@ pub(crate) struct Host {
     mode: Mode,
     choice: Choice,
     /// Why namespaces are not used (`None` when they are).
-    no_namespaces: Option<String>,
+    pub(super) no_namespaces: Option<String>,
     /// Why Landlock is not used, when it is not and was tried.
-    no_landlock: Option<String>,
-    landlock: Option<Support>,
+    pub(super) no_landlock: Option<String>,
+    pub(super) landlock: Option<Support>,
     /// Runs drop to this uid (root in the Landlock tier).
-    run_as: Option<(u32, u32)>,
+    pub(super) run_as: Option<(u32, u32)>,
     /// Set once a run kept `CAP_DAC_READ_SEARCH` (something it reads is out of its uid's reach).
-    kept_read_search: AtomicBool,
+    pub(super) kept_read_search: AtomicBool,
     /// Whether this process may hand `CAP_DAC_READ_SEARCH` on (in its permitted and bounding
     /// sets: a container may have dropped it).
     read_search_available: bool,
     /// Set once a run stayed root (without any capability) because what it reads is out of
     /// the unprivileged uid's reach and the capability could not be kept.
-    stayed_root: AtomicBool,
+    pub(super) stayed_root: AtomicBool,
     /// The credentials of runs, once the first run decided them ([`Host::run_as`]).
-    decided: std::sync::OnceLock<Option<RunAs>>,
+    pub(super) decided: std::sync::OnceLock<Option<RunAs>>,
     /// The compiled seccomp filter of the Landlock tier.
-    filter: Option<Arc<seccompiler::BpfProgram>>,
+    pub(super) filter: Option<Arc<seccompiler::BpfProgram>>,
     /// Daemon sockets the Landlock tier cannot keep runs from (ABI below 9).
-    reachable_sockets: Vec<PathBuf>,
+    pub(super) reachable_sockets: Vec<PathBuf>,
     /// The caller's home, hidden from runs.
     home: Option<PathBuf>,
     /// The environment read at start: `PATH` to find the interpreter's prefix, the temporary
@@ -130,55 +178,7 @@ pub(crate) struct Host {
 }
 
 impl Host {
-    /// Finds what this machine permits: a run contained in namespaces is tried in a child, then
-    /// Landlock. With [`Choice::None`] nothing is tried.
-    pub(crate) fn probe(env: &Arc<Environment>, choice: Choice) -> Host {
-        if choice == Choice::None {
-            let mut host = Host::bare(env, choice, Mode::None);
-            host.no_namespaces = Some("--containment none".to_owned());
-            return host;
-        }
-        let no_namespaces = if env.no_namespaces {
-            Some(format!("{DISABLE_ENV} is set"))
-        } else {
-            super::plan::probe(&Host::bare(env, choice, Mode::Namespaces)).err()
-        };
-        if no_namespaces.is_none() {
-            return Host::bare(env, choice, Mode::Namespaces);
-        }
-        let mut host = Host::landlock(env, choice).unwrap_or_else(|why| {
-            let mut none = Host::bare(env, choice, Mode::None);
-            none.no_landlock = Some(why);
-            none
-        });
-        host.no_namespaces = no_namespaces;
-        host
-    }
-
-    /// The Landlock tier, probed: its ABI, its filter, and a run contained by it.
-    fn landlock(env: &Arc<Environment>, choice: Choice) -> std::result::Result<Host, String> {
-        let support = super::landlock::probe()?;
-        let filter = super::seccomp::runs_filter()?;
-        let mut host = Host::bare(env, choice, Mode::Landlock);
-        host.landlock = Some(support);
-        host.filter = Some(Arc::new(filter));
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            host.run_as = Some((super::uid::NOBODY, super::uid::NOBODY));
-        }
-        if !support.governs_unix_sockets() {
-            host.reachable_sockets = super::plan::reachable_sockets(host.run_as);
-        }
-        super::plan::probe(&host)
-            .map_err(|e| format!("a run contained by Landlock failed ({e})"))?;
-        // The probe read nothing of a real run's: the first real run decides its uid.
-        host.decided = std::sync::OnceLock::new();
-        *host.kept_read_search.get_mut() = false;
-        *host.stayed_root.get_mut() = false;
-        Ok(host)
-    }
-
-    fn bare(env: &Arc<Environment>, choice: Choice, mode: Mode) -> Host {
+    pub(super) fn bare(env: &Arc<Environment>, choice: Choice, mode: Mode) -> Host {
         Host {
             mode,
             choice,
@@ -212,7 +212,7 @@ impl Host {
     /// The scratch folder runs write beside their sandbox that no mount of their own bounds:
     /// `/dev/shm` under Landlock (the disk watch counts its growth).
     pub(crate) fn shared_scratch(&self) -> Option<&'static Path> {
-        (self.mode == Mode::Landlock).then(|| Path::new(super::landlock::SHM))
+        (self.mode == Mode::Landlock).then(|| Path::new(SHM))
     }
 
     /// Whether this process's audits may use the cache other audits read (not when runs are
@@ -403,5 +403,26 @@ impl Host {
             .copied()
             .flatten()
             .map(|r| (r.uid, r.gid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_abi_cannot_enforce_is_said_and_strict_needs_tcp() {
+        let old = Support { abi: 3 };
+        assert!(!old.strict());
+        assert!(old.unenforced().iter().any(|g| g.contains("TCP")));
+        let now = Support { abi: 7 };
+        assert!(now.strict());
+        let gaps = now.unenforced();
+        assert!(!gaps.iter().any(|g| g.contains("TCP")), "{gaps:?}");
+        assert!(
+            gaps.iter().any(|g| g.contains("Unix sockets outside")),
+            "{gaps:?}"
+        );
+        assert!(Support { abi: 10 }.unenforced().is_empty());
     }
 }

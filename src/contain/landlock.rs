@@ -24,9 +24,8 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
-use super::host::Host;
-use super::plan::RunPaths;
-use super::reads::{interpreter_prefixes, libraries, outermost, private, real};
+use super::host::{Host, Support, SHM};
+use super::reads::{interpreter_prefixes, libraries, outermost, private, real, RunPaths};
 
 /// The newest ABI fixgate asks for; the crate gives what the kernel has of it.
 const TARGET: ABI = ABI::V10;
@@ -72,55 +71,6 @@ const SYS_INFO: [&str; 2] = ["/sys/devices/system/cpu", "/sys/fs/cgroup"];
 /// Devices a run may read and write, and those it may only read.
 const DEV_RW: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 const DEV_RO: [&str; 2] = ["/dev/urandom", "/dev/random"];
-
-/// Where `multiprocessing` makes its semaphores and shared memory (glibc's fixed folder).
-pub(super) const SHM: &str = "/dev/shm";
-
-/// What this kernel's Landlock enforces: its ABI version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Support {
-    pub(crate) abi: u32,
-}
-
-impl Support {
-    /// What this ABI cannot enforce of the rules above, each with what would.
-    pub(crate) fn unenforced(self) -> Vec<String> {
-        let gaps: [(u32, &str); 6] = [
-            (
-                3,
-                "truncating files outside the sandbox (Landlock ABI 3, Linux 6.2)",
-            ),
-            (4, "TCP bind and connect (Landlock ABI 4, Linux 6.7)"),
-            (5, "ioctl on devices (Landlock ABI 5, Linux 6.10)"),
-            (
-                6,
-                "abstract Unix sockets and signals to processes outside the run (Landlock \
-                 ABI 6, Linux 6.12)",
-            ),
-            (
-                9,
-                "connecting to Unix sockets outside the sandbox (Landlock ABI 9, Linux 7.1)",
-            ),
-            (10, "UDP bind and send (Landlock ABI 10, Linux 7.2)"),
-        ];
-        gaps.iter()
-            .filter(|(abi, _)| self.abi < *abi)
-            .map(|(_, what)| (*what).to_owned())
-            .collect()
-    }
-
-    /// Whether the file system and TCP rules are all enforced (what `--containment strict`
-    /// asks of this tier).
-    pub(crate) fn strict(self) -> bool {
-        self.abi >= 4
-    }
-
-    /// Whether Unix sockets on the file system are governed (else a daemon's socket a run's
-    /// user may write is reachable).
-    pub(super) fn governs_unix_sockets(self) -> bool {
-        self.abi >= 9
-    }
-}
 
 /// Landlock's ABI here, found by enforcing a ruleset on a thread of its own (the thread ends
 /// with it; nothing else of fixgate is restricted).
@@ -386,21 +336,5 @@ mod tests {
             vec![PathBuf::from("/data/x")]
         );
         assert!(denied_paths("AssertionError: assert 1 == 2").is_empty());
-    }
-
-    #[test]
-    fn what_an_abi_cannot_enforce_is_said_and_strict_needs_tcp() {
-        let old = Support { abi: 3 };
-        assert!(!old.strict());
-        assert!(old.unenforced().iter().any(|g| g.contains("TCP")));
-        let now = Support { abi: 7 };
-        assert!(now.strict());
-        let gaps = now.unenforced();
-        assert!(!gaps.iter().any(|g| g.contains("TCP")), "{gaps:?}");
-        assert!(
-            gaps.iter().any(|g| g.contains("Unix sockets outside")),
-            "{gaps:?}"
-        );
-        assert!(Support { abi: 10 }.unenforced().is_empty());
     }
 }

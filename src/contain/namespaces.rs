@@ -11,8 +11,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 use super::host::Host;
-use super::plan::RunPaths;
-use super::reads::{cstr, interpreter_prefixes, libraries, outermost, private, real};
+use super::reads::{cstr, interpreter_prefixes, libraries, outermost, private, real, RunPaths};
 use super::sys::{check, fd_path, write_file};
 use crate::limits::{PID_MAX_MIN, UNLIMITED};
 

@@ -2,7 +2,6 @@
 //! carried out in the child between fork and exec.
 
 use std::ffi::CString;
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,42 +9,11 @@ use std::sync::Arc;
 
 use super::host::{Host, Mode};
 use super::landlock::LandlockPlan;
-use super::namespaces::{isolate_network_best_effort, NsPlan, MASKED_SOCKETS};
+use super::namespaces::{isolate_network_best_effort, NsPlan};
 use super::process::supervise;
-use super::reads::{cstr, interpreter_prefixes, real};
+use super::reads::{cstr, interpreter_prefixes, real, RunPaths};
 use super::uid::RunAs;
 use crate::error::{Error, Result};
-use crate::limits::Limits;
-
-/// The paths of one run that containment must know.
-pub(crate) struct RunPaths<'a> {
-    /// The sandbox folder (tree, home, tmp and the files exchanged with the plugin): writable.
-    pub(crate) sandbox: &'a Path,
-    /// The directory the run starts in (inside the sandbox).
-    pub(crate) cwd: &'a Path,
-    /// Hidden: fixgate's cache directory (its store, other heads' results, the index), but for
-    /// the two folders below.
-    pub(crate) cache_dir: &'a Path,
-    /// Readable: the plugin's files, compiled.
-    pub(crate) plugin_dir: &'a Path,
-    /// Readable: pytest's rewritten test modules, made by fixgate.
-    pub(crate) rewrite_cache: &'a Path,
-    /// Hidden: the user's repository.
-    pub(crate) origin_root: &'a Path,
-    /// Readable: what the interpreter needs (its executable as named and as resolved).
-    pub(crate) interpreter: &'a [&'a Path],
-    /// Readable: the interpreter's `sys.path` folders (its site-packages, what `.pth` files
-    /// add, under a private `/tmp` too), but none that is or holds a hidden folder, and none
-    /// inside the repository, the cache or the sandboxes.
-    pub(crate) libraries: &'a [PathBuf],
-    /// Readable: what `[tool.fixgate] read-paths` and `--read-path` add (data folders outside
-    /// the repository), under the same rule as `libraries`.
-    pub(crate) read_paths: &'a [PathBuf],
-    /// Leave the network alone.
-    pub(crate) allow_network: bool,
-    /// The run's bounds.
-    pub(crate) limits: &'a Limits,
-}
 
 /// Makes `cmd` a contained run in the host's tier. Call after every other setting of `cmd`
 /// (it adds the last `pre_exec` step). A run that drops to an unprivileged uid gets its
@@ -234,80 +202,4 @@ impl Plan {
         }
         Ok(())
     }
-}
-
-/// Whether `host`'s tier works here: runs a program contained by it, in a throwaway sandbox.
-pub(super) fn probe(host: &Host) -> std::result::Result<(), String> {
-    let env = host.env();
-    let dir = tempfile::Builder::new()
-        .prefix("fixgate-probe-")
-        .tempdir_in(&env.temp_dir)
-        .map_err(|e| format!("failed to make a probe folder: {e}"))?;
-    let sandbox = dir.path().join("sandbox");
-    let cache = dir.path().join("cache");
-    for d in [&sandbox, &cache] {
-        std::fs::create_dir_all(d).map_err(|e| format!("failed to make a probe folder: {e}"))?;
-    }
-    // Any program will do; `true` where there is one, else fixgate itself.
-    let program = env
-        .which(Path::new("true"))
-        .or_else(|| env.current_exe.clone())
-        .unwrap_or_else(|| PathBuf::from("true"));
-    let interpreter = [program.as_path()];
-    let limits = Limits {
-        memory: crate::limits::UNLIMITED,
-        processes: crate::limits::UNLIMITED,
-        disk: 1 << 20,
-        configured: crate::limits::LimitArgs::default(),
-    };
-    let paths = RunPaths {
-        sandbox: &sandbox,
-        cwd: &sandbox,
-        cache_dir: &cache,
-        plugin_dir: &cache,
-        rewrite_cache: &cache,
-        origin_root: &cache,
-        interpreter: &interpreter,
-        libraries: &[],
-        read_paths: &[],
-        allow_network: false,
-        limits: &limits,
-    };
-    let mut cmd = Command::new(&program);
-    if program.file_name() != Some(std::ffi::OsStr::new("true")) {
-        cmd.arg("--version");
-    }
-    cmd.current_dir(&sandbox)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    apply(host, &mut cmd, &paths).map_err(|e| e.to_string())?;
-    match cmd.status() {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("a contained probe process ended with {s}")),
-        Err(e) => Err(format!("{} is not permitted: {e}", host.mode().as_str())),
-    }
-}
-
-/// The daemon sockets on this machine a run could connect to: those the run's user may write
-/// (`run_as`: the uid and gid runs drop to; else fixgate's own credentials, groups included).
-pub(super) fn reachable_sockets(run_as: Option<(u32, u32)>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = MASKED_SOCKETS
-        .iter()
-        .filter_map(|p| real(Path::new(p)))
-        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket()))
-        .filter(|p| match run_as {
-            Some((uid, gid)) => super::uid::writable_by(p, uid, gid),
-            None => {
-                let c = cstr(p);
-                // SAFETY: a valid C string; the call only checks.
-                unsafe {
-                    libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0
-                }
-            }
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
 }

@@ -7,8 +7,38 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::plan::RunPaths;
 use crate::environment::Environment;
+use crate::limits::Limits;
+
+/// The paths of one run that containment must know.
+pub(crate) struct RunPaths<'a> {
+    /// The sandbox folder (tree, home, tmp and the files exchanged with the plugin): writable.
+    pub(crate) sandbox: &'a Path,
+    /// The directory the run starts in (inside the sandbox).
+    pub(crate) cwd: &'a Path,
+    /// Hidden: fixgate's cache directory (its store, other heads' results, the index), but for
+    /// the two folders below.
+    pub(crate) cache_dir: &'a Path,
+    /// Readable: the plugin's files, compiled.
+    pub(crate) plugin_dir: &'a Path,
+    /// Readable: pytest's rewritten test modules, made by fixgate.
+    pub(crate) rewrite_cache: &'a Path,
+    /// Hidden: the user's repository.
+    pub(crate) origin_root: &'a Path,
+    /// Readable: what the interpreter needs (its executable as named and as resolved).
+    pub(crate) interpreter: &'a [&'a Path],
+    /// Readable: the interpreter's `sys.path` folders (its site-packages, what `.pth` files
+    /// add, under a private `/tmp` too), but none that is or holds a hidden folder, and none
+    /// inside the repository, the cache or the sandboxes.
+    pub(crate) libraries: &'a [PathBuf],
+    /// Readable: what `[tool.fixgate] read-paths` and `--read-path` add (data folders outside
+    /// the repository), under the same rule as `libraries`.
+    pub(crate) read_paths: &'a [PathBuf],
+    /// Leave the network alone.
+    pub(crate) allow_network: bool,
+    /// The run's bounds.
+    pub(crate) limits: &'a Limits,
+}
 
 /// `p` as a C string for the system calls of the child.
 pub(super) fn cstr(p: &Path) -> CString {
