@@ -362,82 +362,85 @@ fn a_hanging_test_and_everything_it_started_die_at_the_timeout() {
 
 #[test]
 fn sigkill_of_fixgate_takes_every_process_of_the_run_with_it() {
-    assert_namespaces_permitted();
-    let marker = unique("fixgate-killed");
-    let repo = survivors_repo(&marker, true);
-    let home = tempfile::tempdir().unwrap();
-    // Sandboxes of this test's own: another test's fixgate, sharing /tmp, would otherwise be
-    // the next command that finds (and removes) the killed run's sandbox.
-    let sandboxes = tempfile::tempdir().unwrap();
-    let sandboxes_dir = sandboxes.path().to_str().unwrap();
-    let before = tree_bytes(repo.path());
-    let mut child = common::fixgate_command()
-        .args(["run", "--format", "json", "--python"])
-        .arg(real_python())
-        .arg("--cache-dir")
-        .arg(repo.cache.path())
-        .current_dir(repo.path())
-        .env("HOME", home.path())
-        .env("TMPDIR", sandboxes_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Where its sandboxes are: under this TMPDIR, or in RAM (/dev/shm) when there is room,
-    // which every fixgate of this user shares.
-    let uid = unsafe { libc::getuid() };
-    let roots = [
-        Path::new("/dev/shm").join(format!("fixgate-sandboxes-{uid}")),
-        sandboxes.path().join(format!("fixgate-sandboxes-{uid}")),
-    ];
-    let pid = child.id();
-    let left_by_it = || -> Vec<std::path::PathBuf> {
-        roots
-            .iter()
-            .filter_map(|r| std::fs::read_dir(r).ok())
-            .flat_map(|rd| rd.flatten())
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{pid}-"))
-            })
-            .map(|e| e.path())
-            .collect()
-    };
-    // Every survivor kind is running, and the test that hangs holds pytest.
-    let started = wait_until(Duration::from_secs(60), || {
-        processes_with(&marker).len() >= 3
-    });
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
-    assert!(started, "the survivors never started");
-    let gone = wait_until(Duration::from_secs(10), || {
-        processes_with(&marker).is_empty()
-    });
-    let left = processes_with(&marker);
-    for pid in &left {
-        unsafe { libc::kill(*pid, libc::SIGKILL) };
-    }
-    assert!(gone, "survivors after SIGKILL of fixgate: {left:?}");
-    assert_eq!(tree_bytes(repo.path()), before);
-    // The next command of any kind removes the killed fixgate's sandbox. In /dev/shm that may
-    // be another test's fixgate, running beside this one: only a sandbox under this test's own
-    // TMPDIR is sure to be left for this command to remove and say so.
-    let private = left_by_it().iter().any(|p| p.starts_with(&roots[1]));
-    let out = fixgate_env(
-        &repo,
-        home.path(),
-        &[("TMPDIR", sandboxes_dir)],
-        &["manifest"],
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(left_by_it(), Vec::<std::path::PathBuf>::new(), "{out:?}");
-    if private {
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("left by a fixgate that was killed"),
-            "{out:?}"
+    // The PID namespace takes the run with it: the namespaces condition, whatever the suite's.
+    Condition::Namespaces.run(|| {
+        assert_namespaces_permitted();
+        let marker = unique("fixgate-killed");
+        let repo = survivors_repo(&marker, true);
+        let home = tempfile::tempdir().unwrap();
+        // Sandboxes of this test's own: another test's fixgate, sharing /tmp, would otherwise be
+        // the next command that finds (and removes) the killed run's sandbox.
+        let sandboxes = tempfile::tempdir().unwrap();
+        let sandboxes_dir = sandboxes.path().to_str().unwrap();
+        let before = tree_bytes(repo.path());
+        let mut child = common::fixgate_command()
+            .args(["run", "--format", "json", "--python"])
+            .arg(real_python())
+            .arg("--cache-dir")
+            .arg(repo.cache.path())
+            .current_dir(repo.path())
+            .env("HOME", home.path())
+            .env("TMPDIR", sandboxes_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Where its sandboxes are: under this TMPDIR, or in RAM (/dev/shm) when there is room,
+        // which every fixgate of this user shares.
+        let uid = unsafe { libc::getuid() };
+        let roots = [
+            Path::new("/dev/shm").join(format!("fixgate-sandboxes-{uid}")),
+            sandboxes.path().join(format!("fixgate-sandboxes-{uid}")),
+        ];
+        let pid = child.id();
+        let left_by_it = || -> Vec<std::path::PathBuf> {
+            roots
+                .iter()
+                .filter_map(|r| std::fs::read_dir(r).ok())
+                .flat_map(|rd| rd.flatten())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{pid}-"))
+                })
+                .map(|e| e.path())
+                .collect()
+        };
+        // Every survivor kind is running, and the test that hangs holds pytest.
+        let started = wait_until(Duration::from_secs(60), || {
+            processes_with(&marker).len() >= 3
+        });
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(started, "the survivors never started");
+        let gone = wait_until(Duration::from_secs(10), || {
+            processes_with(&marker).is_empty()
+        });
+        let left = processes_with(&marker);
+        for pid in &left {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(gone, "survivors after SIGKILL of fixgate: {left:?}");
+        assert_eq!(tree_bytes(repo.path()), before);
+        // The next command of any kind removes the killed fixgate's sandbox. In /dev/shm that may
+        // be another test's fixgate, running beside this one: only a sandbox under this test's own
+        // TMPDIR is sure to be left for this command to remove and say so.
+        let private = left_by_it().iter().any(|p| p.starts_with(&roots[1]));
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[("TMPDIR", sandboxes_dir)],
+            &["manifest"],
         );
-    }
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(left_by_it(), Vec::<std::path::PathBuf>::new(), "{out:?}");
+        if private {
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("left by a fixgate that was killed"),
+                "{out:?}"
+            );
+        }
+    });
 }
 
 /// `fixgate run --format json` on `repo` with the interpreter `py` and the home `home`.
@@ -539,39 +542,44 @@ fn regression_a_library_folder_under_the_private_tmp_stays_importable() {
 
 #[test]
 fn a_json_module_in_the_checkout_does_not_run_when_fixgate_probes_the_interpreter() {
-    assert_namespaces_permitted();
-    // Started in a checkout of the head, `python -c` would import the head's json.py before
-    // any sandbox: the probe starts in an empty folder. In the runs it is contained (the write
-    // outside the sandbox fails), so the marker appears only if something ran it uncontained.
-    let outside = tempfile::tempdir().unwrap();
-    let marker = outside.path().join("ran-outside");
-    let repo = TestRepo::new();
-    repo.write(
-        "json.py",
-        format!(
-            "try:\n    open({:?}, 'w').write('ran')\nexcept OSError:\n    pass\n\
-             import importlib.machinery, importlib.util, os, sys\n\
-             _here = os.path.dirname(os.path.abspath(__file__))\n\
-             _path = [p for p in sys.path if os.path.abspath(p or '.') != _here]\n\
-             _spec = importlib.machinery.PathFinder.find_spec('json', _path)\n\
-             _real = importlib.util.module_from_spec(_spec)\n\
-             sys.modules['json'] = _real\n\
-             _spec.loader.exec_module(_real)\n",
-            marker.display().to_string()
-        ),
-    )
-    .write("tests/test_a.py", "def test_a():\n    pass\n");
-    repo.commit("base");
-    let v = run_with(
-        &repo,
-        &real_python(),
-        Path::new(&std::env::var_os("HOME").unwrap_or_default()),
-    );
-    assert_eq!(v["containment"], "namespaces", "{v}");
-    assert!(
-        !marker.exists(),
-        "the checkout's json.py ran outside the sandbox"
-    );
+    // As root, in both tiers (an unprivileged condition could not write the marker's folder:
+    // the test would pass whatever ran).
+    for condition in [Condition::Namespaces, Condition::ContainerRoot] {
+        condition.run(|| {
+            // Started in a checkout of the head, `python -c` would import the head's json.py before
+            // any sandbox: the probe starts in an empty folder. In the runs it is contained (the write
+            // outside the sandbox fails), so the marker appears only if something ran it uncontained.
+            let outside = tempfile::tempdir().unwrap();
+            let marker = outside.path().join("ran-outside");
+            let repo = TestRepo::new();
+            repo.write(
+                "json.py",
+                format!(
+                    "try:\n    open({:?}, 'w').write('ran')\nexcept OSError:\n    pass\n\
+                     import importlib.machinery, importlib.util, os, sys\n\
+                     _here = os.path.dirname(os.path.abspath(__file__))\n\
+                     _path = [p for p in sys.path if os.path.abspath(p or '.') != _here]\n\
+                     _spec = importlib.machinery.PathFinder.find_spec('json', _path)\n\
+                     _real = importlib.util.module_from_spec(_spec)\n\
+                     sys.modules['json'] = _real\n\
+                     _spec.loader.exec_module(_real)\n",
+                    marker.display().to_string()
+                ),
+            )
+            .write("tests/test_a.py", "def test_a():\n    pass\n");
+            repo.commit("base");
+            let v = run_with(
+                &repo,
+                &real_python(),
+                Path::new(&std::env::var_os("HOME").unwrap_or_default()),
+            );
+            assert_eq!(v["containment"], Condition::current().tier(), "{v}");
+            assert!(
+                !marker.exists(),
+                "the checkout's json.py ran outside the sandbox"
+            );
+        });
+    }
 }
 
 #[test]
@@ -613,44 +621,47 @@ fn a_committed_venv_interpreter_is_never_started() {
 
 #[test]
 fn without_namespaces_the_next_command_kills_what_a_sigkilled_fixgate_left() {
-    let marker = unique("fixgate-fallback-killed");
-    let repo = survivors_repo(&marker, true);
-    let home = tempfile::tempdir().unwrap();
-    let mut child = common::fixgate_command()
-        .args(["run", "--format", "json", "--python"])
-        .arg(real_python())
-        .arg("--cache-dir")
-        .arg(repo.cache.path())
-        .current_dir(repo.path())
-        .env("FIXGATE_NO_NAMESPACES", "1")
-        .env("HOME", home.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = wait_until(Duration::from_secs(60), || {
-        processes_with(&marker).len() >= 3
+    // Both commands as root, the first in the Landlock tier (FIXGATE_NO_NAMESPACES): the next may kill what the first left.
+    Condition::Namespaces.run(|| {
+        let marker = unique("fixgate-fallback-killed");
+        let repo = survivors_repo(&marker, true);
+        let home = tempfile::tempdir().unwrap();
+        let mut child = common::fixgate_command()
+            .args(["run", "--format", "json", "--python"])
+            .arg(real_python())
+            .arg("--cache-dir")
+            .arg(repo.cache.path())
+            .current_dir(repo.path())
+            .env("FIXGATE_NO_NAMESPACES", "1")
+            .env("HOME", home.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = wait_until(Duration::from_secs(60), || {
+            processes_with(&marker).len() >= 3
+        });
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(started, "the survivors never started");
+        // pytest itself dies with fixgate (a parent-death signal down the chain); daemons that
+        // left its process tree are found by the next command, in the killed run's sandbox.
+        let out = fixgate_env(
+            &repo,
+            home.path(),
+            &[("FIXGATE_NO_NAMESPACES", "1")],
+            &["manifest"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let gone = wait_until(Duration::from_secs(10), || {
+            processes_with(&marker).is_empty()
+        });
+        let left = processes_with(&marker);
+        for pid in &left {
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(gone, "survivors after the next command: {left:?}");
     });
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
-    assert!(started, "the survivors never started");
-    // pytest itself dies with fixgate (a parent-death signal down the chain); daemons that
-    // left its process tree are found by the next command, in the killed run's sandbox.
-    let out = fixgate_env(
-        &repo,
-        home.path(),
-        &[("FIXGATE_NO_NAMESPACES", "1")],
-        &["manifest"],
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let gone = wait_until(Duration::from_secs(10), || {
-        processes_with(&marker).is_empty()
-    });
-    let left = processes_with(&marker);
-    for pid in &left {
-        unsafe { libc::kill(*pid, libc::SIGKILL) };
-    }
-    assert!(gone, "survivors after the next command: {left:?}");
 }
 
 #[test]
@@ -711,33 +722,36 @@ fn uncontained_the_report_says_none_and_outside_writes_are_still_findings() {
 
 #[test]
 fn the_audit_report_names_its_containment() {
-    let home = tempfile::tempdir().unwrap();
-    let repo = TestRepo::new();
-    repo.write("tests/test_a.py", "def test_a():\n    assert True\n");
-    repo.commit("base");
-    for (no_ns, expected) in [("", "namespaces"), ("1", "landlock")] {
-        let out = fixgate_env(
-            &repo,
-            home.path(),
-            &[("FIXGATE_NO_NAMESPACES", no_ns)],
-            &[
-                "audit",
-                "--base",
-                "HEAD",
-                "--seeds",
-                "1",
-                "--format",
-                "json",
-                "--no-cache",
-            ],
-        );
-        let v = json(&out);
-        assert_eq!(v["verdict"], "pass", "{v}");
-        if no_ns.is_empty() {
-            assert_namespaces_permitted();
+    // Namespaces against FIXGATE_NO_NAMESPACES on one machine: the namespaces condition, whatever the suite's.
+    Condition::Namespaces.run(|| {
+        let home = tempfile::tempdir().unwrap();
+        let repo = TestRepo::new();
+        repo.write("tests/test_a.py", "def test_a():\n    assert True\n");
+        repo.commit("base");
+        for (no_ns, expected) in [("", "namespaces"), ("1", "landlock")] {
+            let out = fixgate_env(
+                &repo,
+                home.path(),
+                &[("FIXGATE_NO_NAMESPACES", no_ns)],
+                &[
+                    "audit",
+                    "--base",
+                    "HEAD",
+                    "--seeds",
+                    "1",
+                    "--format",
+                    "json",
+                    "--no-cache",
+                ],
+            );
+            let v = json(&out);
+            assert_eq!(v["verdict"], "pass", "{v}");
+            if no_ns.is_empty() {
+                assert_namespaces_permitted();
+            }
+            assert_eq!(v["containment"], expected, "{v}");
         }
-        assert_eq!(v["containment"], expected, "{v}");
-    }
+    });
 }
 
 /// The machines this project runs on (development and CI, as root) permit namespaces; a test

@@ -1091,10 +1091,12 @@ fn with_no_tier_an_audit_refuses_and_containment_none_shares_no_cache() {
 #[test]
 fn a_read_only_landlock_refused_is_an_error_that_says_how_to_allow_it() {
     let (repo, base) = price_repo();
+    // A data folder outside what every tier hides (the repository, the home, /tmp, /run),
+    // wherever the checkout is: the target folder may be under /tmp.
     let data = tempfile::Builder::new()
         .prefix("fixgate-data-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
+        .tempdir_in("/var/tmp")
+        .expect("a folder in /var/tmp");
     std::fs::write(data.path().join("corpus.txt"), "3\n").unwrap();
     std::fs::set_permissions(
         data.path(),
