@@ -341,11 +341,13 @@ fn a_hanging_test_and_everything_it_started_die_at_the_timeout() {
         let marker = unique("fixgate-hang");
         let repo = survivors_repo(&marker, true);
         let home = tempfile::tempdir().unwrap();
+        // The timeout bounds a process outside tests too (its start, its collection): 5 s, not 2,
+        // so that a loaded machine's start is not what times out.
         let out = fixgate_env(
             &repo,
             home.path(),
             &[],
-            &["run", "--format", "json", "--test-timeout", "2"],
+            &["run", "--format", "json", "--test-timeout", "5"],
         );
         let v = json(&out);
         assert_eq!(outcome(&v, "test_hangs"), "timeout", "{v}");

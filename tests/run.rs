@@ -214,7 +214,9 @@ fn a_test_that_hangs_past_the_timeout_is_killed_and_the_run_finishes() {
          def test_after():\n    pass\n",
     );
     repo.commit("base");
-    let run = repo.fixgate_py(&["run", "--test-timeout", "2", "--format", "json"]);
+    // The timeout bounds a process outside tests too (its start, its collection): 5 s, not 2,
+    // so that a loaded machine's start is not what times out.
+    let run = repo.fixgate_py(&["run", "--test-timeout", "5", "--format", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_outcomes(
         &run.json(),
