@@ -504,12 +504,16 @@ fn a_worker_that_comes_to_a_service_the_audit_keeps_busy_gets_its_turn() {
                 .parse::<u32>()
                 .unwrap_or(0)
         };
+        // One fewer than its threads: one may be held by another of the audit's streams, or two
+        // Executes may share one job, and the count then stays there while the service is full
+        // (a CI run waited 300 s at four); the busy answers asserted below show it was.
         let start = Instant::now();
-        while queued() < THREADS {
+        while queued() < THREADS - 1 {
             assert!(
                 start.elapsed() < Duration::from_secs(300),
-                "the audit queued {} action(s) within 300 s, not {THREADS}:\n{}",
+                "the audit queued {} action(s) within 300 s, not {}:\n{}",
                 queued(),
+                THREADS - 1,
                 service.log()
             );
             std::thread::sleep(Duration::from_millis(100));
