@@ -253,22 +253,6 @@ fn used_bytes(path: &Path) -> Option<u64> {
     })
 }
 
-/// What the files directly in a shared scratch folder take: what a run can make there (the
-/// Landlock tier lets it create files in `/dev/shm`, not folders), and not the folders other
-/// processes keep there (another fixgate's sandboxes in RAM), whose growth is not the run's.
-fn scratch_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let entries = std::fs::read_dir(dir).ok()?;
-    Some(
-        entries
-            .flatten()
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.file_type().is_file())
-            .map(|m| m.blocks().saturating_mul(512))
-            .sum(),
-    )
-}
-
 /// Watches one run's sandbox for growth past the disk bound. Cheap to ask often: it looks at
 /// the file system's use (one `statvfs`) and measures the sandbox itself only when the file
 /// system grew by a quarter of the bound since the last measure, or a second has passed.
@@ -310,7 +294,7 @@ impl DiskWatch {
         let start = du(dir);
         Some(DiskWatch {
             shared: shared.and_then(|s| {
-                let start = scratch_bytes(s)?;
+                let start = used_bytes(s)?;
                 Some(Shared {
                     dir: s.to_path_buf(),
                     start,
@@ -339,7 +323,7 @@ impl DiskWatch {
             self.allowed = now.saturating_add(slack);
         }
         if let Some(shared) = &mut self.shared {
-            let now = scratch_bytes(&shared.dir).unwrap_or(0);
+            let now = used_bytes(&shared.dir).unwrap_or(0);
             if now.saturating_add(slack) > shared.allowed {
                 shared.allowed = now.saturating_add(slack);
             }
@@ -351,7 +335,7 @@ impl DiskWatch {
     /// How much the sandbox grew since the run started, when it is past the bound.
     pub(crate) fn over(&mut self) -> Option<u64> {
         if let Some(shared) = &self.shared {
-            let used = scratch_bytes(&shared.dir).unwrap_or(0);
+            let used = used_bytes(&shared.dir).unwrap_or(0);
             if used > shared.allowed {
                 return Some(used.saturating_sub(shared.start));
             }
