@@ -253,14 +253,24 @@ fn used_bytes(path: &Path) -> Option<u64> {
     })
 }
 
+/// A scratch folder runs write beside their sandbox that no mount of theirs bounds (`/dev/shm`
+/// under Landlock), shared with the rest of the host. What counts there as a run's is what it
+/// can have written: files its uid owns (a run creates files there, and writes inside folders
+/// its uid owns) and files any uid may write; not another process's sandbox or segment.
+pub(crate) struct Scratch<'a> {
+    pub(crate) dir: &'a Path,
+    /// The uids a run's files there may have, asked at each measure: the first run of a
+    /// process decides the uid runs drop to only once it starts; until then, every candidate.
+    pub(crate) writers: Box<dyn Fn() -> Vec<u32> + Send + 'a>,
+}
+
 /// Watches one run's sandbox for growth past the disk bound. Cheap to ask often: it looks at
 /// the file system's use (one `statvfs`) and measures the sandbox itself only when the file
 /// system grew by a quarter of the bound since the last measure, or a second has passed.
-pub(crate) struct DiskWatch {
+pub(crate) struct DiskWatch<'a> {
     dir: PathBuf,
-    /// A scratch folder the run shares with others (`/dev/shm` under Landlock): its growth
-    /// counts too.
-    shared: Option<Shared>,
+    /// The shared scratch folder the run writes too, if any: its growth counts too.
+    shared: Option<Shared<'a>>,
     limit: u64,
     /// The sandbox's size when the run started.
     start: u64,
@@ -270,37 +280,108 @@ pub(crate) struct DiskWatch {
     measured: Instant,
 }
 
-/// The scratch folder a run shares with other processes of the host, as its file system's use.
-struct Shared {
-    dir: PathBuf,
-    /// What it held when the run started.
+/// The run's part of a shared scratch folder.
+struct Shared<'a> {
+    scratch: Scratch<'a>,
+    /// The run's part when the run started.
     start: u64,
-    /// The use past which the run is stopped.
+    /// The run's part past which the run is stopped.
     allowed: u64,
+    /// The file system's use below which the run's part cannot be past `allowed` (all of its
+    /// growth since the last count would have to be the run's): no count is needed.
+    fs_quiet: u64,
+    counted: Instant,
 }
 
-/// How often the sandbox is measured at least, whatever the file system says (other runs may
-/// free space while this one fills it).
-const MEASURE_EVERY: Duration = Duration::from_secs(1);
+impl Shared<'_> {
+    fn new(scratch: Scratch<'_>, limit: u64) -> Option<Shared<'_>> {
+        let fs = used_bytes(scratch.dir)?;
+        let start = runs_part(&scratch).unwrap_or(0);
+        Some(Shared {
+            start,
+            allowed: start.saturating_add(limit),
+            fs_quiet: fs.saturating_add(limit),
+            counted: Instant::now(),
+            scratch,
+        })
+    }
 
-impl DiskWatch {
+    /// The run's part now, when it is past the bound.
+    fn over(&mut self) -> Option<u64> {
+        let fs = used_bytes(self.scratch.dir).unwrap_or(0);
+        if fs <= self.fs_quiet || self.counted.elapsed() < MEASURE_EVERY / 4 {
+            return None;
+        }
+        self.counted = Instant::now();
+        // A folder the walk cannot read (a run may take its own folder's modes away) makes the
+        // whole file system's growth the run's, as if no other process wrote there.
+        let part = runs_part(&self.scratch).unwrap_or_else(|| {
+            fs.saturating_sub(self.fs_quiet)
+                .saturating_add(self.allowed)
+        });
+        if part > self.allowed {
+            return Some(part.saturating_sub(self.start));
+        }
+        self.fs_quiet = fs.saturating_add(self.allowed - part);
+        None
+    }
+
+    /// A new process starts: what the last left may grow by a little more.
+    fn next_process(&mut self, slack: u64) {
+        let fs = used_bytes(self.scratch.dir).unwrap_or(0);
+        let part = runs_part(&self.scratch).unwrap_or(self.allowed);
+        if part.saturating_add(slack) > self.allowed {
+            self.allowed = part.saturating_add(slack);
+        }
+        self.fs_quiet = fs.saturating_add(self.allowed.saturating_sub(part));
+        self.counted = Instant::now();
+    }
+}
+
+/// Bytes of the files under a scratch folder a run can have written (see [`Scratch`]); `None`
+/// when a folder there cannot be read.
+fn runs_part(scratch: &Scratch) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let writers = (scratch.writers)();
+    let mut total = 0;
+    let mut stack = vec![(scratch.dir.to_path_buf(), true)];
+    while let Some((d, mine)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            // A folder fixgate cannot read may hold the run's files only if the run could
+            // have reached it (its uid owns it, or any uid may enter or write it): else the
+            // file system's growth is counted as the run's.
+            if mine {
+                return None;
+            }
+            continue;
+        };
+        for e in entries {
+            let path = e.ok()?.path();
+            let Ok(meta) = path.symlink_metadata() else {
+                continue; // removed meanwhile
+            };
+            if writers.contains(&meta.uid()) || meta.is_file() && meta.mode() & 0o022 != 0 {
+                total += meta.blocks() * 512;
+            }
+            if meta.is_dir() {
+                let mine = writers.contains(&meta.uid()) || meta.mode() & 0o033 != 0;
+                stack.push((path, mine));
+            }
+        }
+    }
+    Some(total)
+}
+
+impl<'a> DiskWatch<'a> {
     /// A watch of the sandbox `dir` for a run starting now; `None` for no bound. `shared`: a
-    /// scratch folder the run may write beside its sandbox that no private mount bounds
-    /// (`/dev/shm` under Landlock); what the file system there grows by counts too.
-    pub(crate) fn new(dir: &Path, limit: u64, shared: Option<&Path>) -> Option<DiskWatch> {
+    /// scratch folder the run may write beside its sandbox; its part there counts too.
+    pub(crate) fn new(dir: &Path, limit: u64, shared: Option<Scratch<'a>>) -> Option<Self> {
         if limit == UNLIMITED {
             return None;
         }
         let start = du(dir);
         Some(DiskWatch {
-            shared: shared.and_then(|s| {
-                let start = used_bytes(s)?;
-                Some(Shared {
-                    dir: s.to_path_buf(),
-                    start,
-                    allowed: start.saturating_add(limit),
-                })
-            }),
+            shared: shared.and_then(|s| Shared::new(s, limit)),
             dir: dir.to_path_buf(),
             limit,
             start,
@@ -314,8 +395,8 @@ impl DiskWatch {
     /// here). What the earlier ones wrote stays, as the order left it; if that is past the
     /// bound, this process may add little more (a sixteenth of the bound) before it is stopped
     /// too, so that a run of many filling tests does not add a bound each. The same holds in
-    /// the shared scratch folder, which fixgate does not empty (what is there is not all the
-    /// run's): a test after the one that filled it runs.
+    /// the shared scratch folder, which fixgate does not empty: a test after the one that
+    /// filled it runs.
     pub(crate) fn next_process(&mut self) {
         let now = du(&self.dir);
         let slack = (self.limit / 16).max(1 << 20);
@@ -323,22 +404,17 @@ impl DiskWatch {
             self.allowed = now.saturating_add(slack);
         }
         if let Some(shared) = &mut self.shared {
-            let now = used_bytes(&shared.dir).unwrap_or(0);
-            if now.saturating_add(slack) > shared.allowed {
-                shared.allowed = now.saturating_add(slack);
-            }
+            shared.next_process(slack);
         }
         self.fs_used = used_bytes(&self.dir).unwrap_or(0);
         self.measured = Instant::now();
     }
 
-    /// How much the sandbox grew since the run started, when it is past the bound.
+    /// How much the sandbox (or the run's part of the shared scratch folder) grew since the
+    /// run started, when it is past the bound.
     pub(crate) fn over(&mut self) -> Option<u64> {
-        if let Some(shared) = &self.shared {
-            let used = used_bytes(&shared.dir).unwrap_or(0);
-            if used > shared.allowed {
-                return Some(used.saturating_sub(shared.start));
-            }
+        if let Some(grew) = self.shared.as_mut().and_then(Shared::over) {
+            return Some(grew);
         }
         let fs_used = used_bytes(&self.dir)?;
         let grew = fs_used.saturating_sub(self.fs_used);
@@ -351,6 +427,10 @@ impl DiskWatch {
         (size > self.allowed).then(|| size.saturating_sub(self.start))
     }
 }
+
+/// How often the sandbox is measured at least, whatever the file system says (other runs may
+/// free space while this one fills it).
+const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
 /// Bytes of the files under `dir`, links not followed.
 fn du(dir: &Path) -> u64 {
@@ -505,24 +585,98 @@ mod tests {
         assert!(DiskWatch::new(tmp.path(), UNLIMITED, None).is_none());
     }
 
+    fn own_uid() -> u32 {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() }
+    }
+
+    /// `/dev/shm` (a folder of it here) as runs of `uid` share it.
+    fn scratch(dir: &Path, uid: u32) -> Scratch<'_> {
+        Scratch {
+            dir,
+            writers: Box::new(move || vec![uid]),
+        }
+    }
+
+    /// Asks the watch as if its last count were a while ago.
+    fn over_later(watch: &mut DiskWatch) -> Option<u64> {
+        if let Some(shared) = &mut watch.shared {
+            shared.counted -= MEASURE_EVERY;
+        }
+        watch.measured -= MEASURE_EVERY;
+        watch.over()
+    }
+
     /// Under Landlock a run writes the host's `/dev/shm`, which fixgate does not empty: the
     /// process that filled it is stopped, the next one runs (and is stopped only if it adds
     /// more than a little).
     #[test]
     fn a_shared_scratch_past_the_bound_stops_the_filler_not_the_next_process() {
         let sandbox = tempfile::tempdir().unwrap();
-        let scratch = tempfile::tempdir_in("/dev/shm").expect("a folder in /dev/shm (tmpfs)");
-        let mut watch = DiskWatch::new(sandbox.path(), 8 << 20, Some(scratch.path())).unwrap();
-        assert_eq!(watch.over(), None);
-        std::fs::write(scratch.path().join("a"), vec![1u8; 12 << 20]).unwrap();
-        assert!(watch.over().is_some_and(|n| n >= 12 << 20));
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a folder in /dev/shm (tmpfs)");
+        let mut watch = DiskWatch::new(
+            sandbox.path(),
+            8 << 20,
+            Some(scratch(shm.path(), own_uid())),
+        )
+        .unwrap();
+        assert_eq!(over_later(&mut watch), None);
+        std::fs::write(shm.path().join("a"), vec![1u8; 12 << 20]).unwrap();
+        assert!(over_later(&mut watch).is_some_and(|n| n >= 12 << 20));
         watch.next_process();
         assert_eq!(
-            watch.over(),
+            over_later(&mut watch),
             None,
             "what the filler left does not stop the next"
         );
-        std::fs::write(scratch.path().join("b"), vec![1u8; 4 << 20]).unwrap();
-        assert!(watch.over().is_some(), "the next process may add little");
+        std::fs::write(shm.path().join("b"), vec![1u8; 4 << 20]).unwrap();
+        assert!(
+            over_later(&mut watch).is_some(),
+            "the next process may add little"
+        );
+    }
+
+    /// What other processes of the host put in `/dev/shm` (another fixgate's sandboxes in
+    /// RAM, a database's segments) is not the run's: it stopped runs that wrote nothing. What
+    /// the run can write is: a file its uid owns, in a folder there or not, and a file any
+    /// uid may write.
+    #[test]
+    fn the_run_is_charged_for_its_own_files_in_a_shared_scratch_not_the_hosts() {
+        use std::os::unix::fs::PermissionsExt;
+        let sandbox = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a folder in /dev/shm (tmpfs)");
+        // The run's uid is another than the one writing here (fixgate's, as the host's).
+        let run = own_uid().wrapping_add(1);
+        let mut watch =
+            DiskWatch::new(sandbox.path(), 8 << 20, Some(scratch(shm.path(), run))).unwrap();
+        std::fs::create_dir(shm.path().join("other")).unwrap();
+        std::fs::write(shm.path().join("other/sandbox"), vec![1u8; 12 << 20]).unwrap();
+        assert_eq!(
+            over_later(&mut watch),
+            None,
+            "the host's files are not the run's"
+        );
+        let open = shm.path().join("open");
+        std::fs::write(&open, vec![1u8; 12 << 20]).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(
+            over_later(&mut watch).is_some_and(|n| n >= 12 << 20),
+            "a file any uid may write may be the run's"
+        );
+        // Charged to the uid that owns them: the run's own files, in a folder or not.
+        std::fs::remove_file(&open).unwrap();
+        let mut mine = DiskWatch::new(
+            sandbox.path(),
+            8 << 20,
+            Some(scratch(shm.path(), own_uid())),
+        )
+        .unwrap();
+        assert_eq!(
+            over_later(&mut mine),
+            None,
+            "what was there at the start is not"
+        );
+        std::fs::write(shm.path().join("other/fill"), vec![1u8; 12 << 20]).unwrap();
+        assert!(over_later(&mut mine).is_some_and(|n| (12 << 20..16 << 20).contains(&n)));
     }
 }

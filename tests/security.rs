@@ -1201,11 +1201,50 @@ def test_shm_fill():
     _fill_folder("/dev/shm")
 
 
+def test_shm_folder_fill():
+    # A folder of the host's /dev/shm the run's uid owns, made for it (under Landlock a run
+    # cannot make one; under namespaces /dev/shm is the run's own and it can).
+    folder = "/dev/shm/%s-dir" % MARKER
+    if not os.path.isdir(folder):
+        os.mkdir(folder)
+    _fill_folder(folder)
+
+
 def test_after_them_all():
     assert True
 "#;
 
 const LIMITS: &str = "[tool.fixgate.limits]\nmemory = \"512M\"\nprocesses = 400\ndisk = \"64M\"\n";
+
+/// A folder of the host's `/dev/shm` that the uid the thread's condition runs tests as owns
+/// (under Landlock a run may write there, as in any folder its uid owns).
+fn shm_folder_of_the_runs_uid(marker: &str) -> PathBuf {
+    let folder = PathBuf::from(format!("/dev/shm/{marker}-dir"));
+    std::fs::create_dir(&folder).unwrap();
+    let uid = match Condition::current() {
+        Condition::ContainerUser => common::containment::USER,
+        Condition::ContainerRoot => 65534, // nobody: what root's Landlock runs drop to
+        _ => return folder,
+    };
+    std::os::unix::fs::chown(&folder, Some(uid), Some(uid)).unwrap();
+    folder
+}
+
+/// Grows `path` to 128 MiB, 16 MiB at a time, and empties it, over and over until `done`:
+/// whenever a run's test starts, the file system there grows past the run's bound soon after.
+fn fill_over_and_over(path: &Path, done: &std::sync::atomic::AtomicBool) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![7u8; 16 << 20];
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        for _ in 0..8 {
+            f.write_all(&chunk).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(40));
+        }
+        f.set_len(0).unwrap();
+        std::io::Seek::rewind(&mut f).unwrap();
+    }
+}
 
 #[test]
 fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
@@ -1216,11 +1255,23 @@ fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
             .write("tests/test_hogs.py", HOGS.replace("@MARKER@", &marker));
         repo.commit("hogs");
         let cache = tempfile::tempdir().unwrap();
-        let run = fixgate(
-            &repo,
-            cache.path(),
-            &["run", "--format", "json", "--test-timeout", "60"],
-        );
+        let folder = shm_folder_of_the_runs_uid(&marker);
+        // The host fills /dev/shm beside the run (another fixgate's sandboxes in RAM, a
+        // database's segments): not the run's doing, so no test of it ends for the disk.
+        let host_fill = PathBuf::from(format!("/dev/shm/{marker}-host"));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let run = std::thread::scope(|s| {
+            s.spawn(|| fill_over_and_over(&host_fill, &done));
+            let run = fixgate(
+                &repo,
+                cache.path(),
+                &["run", "--format", "json", "--test-timeout", "60"],
+            );
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            run
+        });
+        let _ = std::fs::remove_file(&host_fill);
+        let _ = std::fs::remove_dir_all(&folder);
         let left = processes_with(&marker);
         for pid in &left {
             unsafe { libc::kill(*pid, libc::SIGKILL) };
@@ -1244,6 +1295,7 @@ fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
             ("test_disk_fill_one_file", "disk"),
             ("test_disk_fill_many_files", "disk"),
             ("test_shm_fill", "disk"),
+            ("test_shm_folder_fill", "disk"),
         ] {
             let (outcome, message) = outcome_of(&v, test);
             assert_eq!(outcome, "resource-limit", "{test}: {message}");

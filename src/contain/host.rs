@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::uid::RunAs;
 use crate::environment::Environment;
 use crate::error::{Error, Result};
+use crate::limits::Scratch;
 
 /// How runs are contained, as the reports say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -210,9 +211,22 @@ impl Host {
     }
 
     /// The scratch folder runs write beside their sandbox that no mount of their own bounds:
-    /// `/dev/shm` under Landlock (the disk watch counts its growth).
-    pub(crate) fn shared_scratch(&self) -> Option<&'static Path> {
-        (self.mode == Mode::Landlock).then(|| Path::new(SHM))
+    /// `/dev/shm` under Landlock (the disk watch counts the run's part of it: what runs' uid
+    /// may have written).
+    pub(crate) fn shared_scratch(&self) -> Option<Scratch<'_>> {
+        (self.mode == Mode::Landlock).then(|| Scratch {
+            dir: Path::new(SHM),
+            writers: Box::new(|| {
+                // SAFETY: geteuid has no preconditions.
+                let own = unsafe { libc::geteuid() };
+                match (self.run_as, self.decided.get()) {
+                    (None, _) | (_, Some(None)) => vec![own],
+                    (_, Some(Some(dropped))) => vec![dropped.uid],
+                    // Not decided yet: runs drop to that uid, or stay fixgate's.
+                    (Some((uid, _)), None) => vec![uid, own],
+                }
+            }),
+        })
     }
 
     /// Whether this process's audits may use the cache other audits read (not when runs are
