@@ -300,6 +300,34 @@ pub(crate) struct AuditArgs {
     /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
     #[arg(help_heading = WHERE, long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
     pub(crate) shard: Option<Shard>,
+    /// A hard deadline for the whole command (90s, 10m, 1h30m; a plain number is seconds):
+    /// when it passes, runs are stopped, what finished stays in the cache for the next audit,
+    /// and each head not judged is reported unverified (exit 4) with the reason
+    #[arg(help_heading = LIMITS, long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
+}
+
+/// The longest `--timeout`: a year.
+const MAX_TIMEOUT: u64 = 365 * 24 * 3600;
+
+/// A duration as a person writes one: `90s`, `10m`, `1h30m`, `2h 5m`; a plain number is seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let must = "write a positive duration such as 90s, 10m or 1h30m (a plain number is seconds)";
+    let secs = match t.parse::<u64>() {
+        Ok(n) => n as f64,
+        Err(_) => match t.parse::<jiff::SignedDuration>() {
+            Ok(d) => d.as_secs_f64(),
+            Err(_) => return Err(format!("{t:?} is not a duration: {must}")),
+        },
+    };
+    if secs <= 0.0 {
+        return Err(format!("{t} is not after the start: {must}"));
+    }
+    if secs > MAX_TIMEOUT as f64 {
+        return Err(format!("{t} is more than a year: {must}"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// What an audit judges with, shared by `audit` and `watch`.
@@ -650,6 +678,21 @@ pub(crate) struct DeltaArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_is_written_as_a_person_writes_a_duration() {
+        let secs = |t: &str| parse_duration(t).map(|d| d.as_secs_f64());
+        assert_eq!(secs("90"), Ok(90.0));
+        assert_eq!(secs("90s"), Ok(90.0));
+        assert_eq!(secs("10m"), Ok(600.0));
+        assert_eq!(secs("1h30m"), Ok(5400.0));
+        assert_eq!(secs("2h 5m"), Ok(7500.0));
+        assert_eq!(secs("1.5s"), Ok(1.5));
+        for bad in ["0", "0s", "-5m", "soon", "", "400d"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("90s, 10m or 1h30m"), "{bad}: {e}");
+        }
+    }
 
     /// `audit --help` groups its options under five headings, in the order a user decides them,
     /// and leaves none of them in clap's catch-all "Options".

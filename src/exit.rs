@@ -8,7 +8,8 @@ pub const REJECT: i32 = 1;
 pub const ERROR: i32 = 2;
 /// Fixtures differ from `fixtures.lock`: inputs changed, checked before any test runs.
 pub const DRIFT: i32 = 3;
-/// The budget was breached: a new skip, too slow, too many tests or frozen.
+/// The budget was breached (a new skip, too slow, too many tests or frozen), or `--timeout`
+/// stopped the audit before it judged.
 pub const UNVERIFIED: i32 = 4;
 /// A freeze entry is past its date.
 pub const EXPIRED_FREEZE: i32 = 5;
@@ -22,7 +23,7 @@ pub const VERDICTS: [(i32, &str); 6] = [
     (REJECT, "reject"),
     (ERROR, "error (nothing judged)"),
     (DRIFT, "fixture drift against fixtures.lock"),
-    (UNVERIFIED, "unverified (budget breached)"),
+    (UNVERIFIED, "unverified (budget breached or --timeout)"),
     (EXPIRED_FREEZE, "expired freeze entry"),
 ];
 
@@ -44,7 +45,7 @@ mod tests {
         assert_eq!(
             summary(),
             "0 pass, 1 reject, 2 error (nothing judged), 3 fixture drift against fixtures.lock, \
-             4 unverified (budget breached), 5 expired freeze entry"
+             4 unverified (budget breached or --timeout), 5 expired freeze entry"
         );
     }
 }

@@ -427,6 +427,14 @@ pub(crate) struct AuditReport {
     pub(crate) shard: Option<ShardNote>,
 }
 
+impl AuditReport {
+    /// Whether the audit ran at all (an error before it began, or a `--timeout` that stopped
+    /// it, leaves nothing but the verdict and its reasons to show).
+    pub(crate) fn ran(&self) -> bool {
+        self.graph.nodes > 0
+    }
+}
+
 fn found_by<S: Serializer>(found: &Found, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(found.as_str())
 }

@@ -37,6 +37,22 @@ pub(crate) fn parse_bound(s: &str, count: bool) -> Option<u64> {
 }
 
 /// `n` bytes for people: `512 MiB`, `1.5 GiB`, `unlimited`.
+/// A duration as `--timeout` takes one: `90s`, `10m`, `1h30m`, `1.5s`.
+pub(crate) fn show_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 || secs == 0 {
+        return format!("{}s", d.as_secs_f64());
+    }
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
 pub(crate) fn show_size(n: u64) -> String {
     if n == u64::MAX {
         return "unlimited".into();
@@ -63,6 +79,15 @@ pub(crate) fn show_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_is_shown_as_a_timeout_is_written() {
+        use std::time::Duration;
+        assert_eq!(show_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(show_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(show_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(show_duration(Duration::from_millis(1500)), "1.5s");
+    }
 
     #[test]
     fn sizes_and_bounds() {

@@ -6,7 +6,7 @@ mod common;
 use fixgate::exit;
 
 use common::audit::{bucket, findings, test};
-use common::{tree_bytes, Run, TestRepo};
+use common::{processes_with, tree_bytes, unique, Run, TestRepo};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -778,6 +778,75 @@ fn a_test_that_outlives_the_test_timeout_is_the_timeout_bucket() {
     assert_eq!(outcome(&v, id, "rev"), "timeout");
     assert_eq!(bucket(&v, "tests/test_new.py::test_quick"), "stable");
     assert_eq!(finding(&v, "timeout", id)["blocking"], true);
+}
+
+/// `--timeout` is a hard deadline for the whole audit (issue 54): when it passes, the runs are
+/// stopped and their processes gone, the head is reported unverified (exit 4) with the reason,
+/// and what finished before it is in the cache, where the next audit finds it.
+#[test]
+fn the_timeout_stops_the_audit_at_its_deadline_and_keeps_what_finished() {
+    let marker = unique("fixgate-deadline");
+    let (repo, base, head) = base_plus(&format!(
+        "import subprocess\n\n\ndef test_sleeps():\n    \
+         subprocess.run(['/bin/sh', '-c', 'sleep 600', '{marker}'])\n"
+    ));
+    let audit =
+        repo.audit(&base, &head)
+            .seeds(1)
+            .args(&["--timeout", "20s", "--test-timeout", "900"]);
+    // Far beyond the deadline, far below the sleep: the bound is what is tested, not a speed.
+    let run = audit.run_within(std::time::Duration::from_secs(300), || {
+        format!("processes: {:?}", processes_with(&marker))
+    });
+    let left = processes_with(&marker);
+    for pid in &left {
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert_eq!(run.code, exit::UNVERIFIED, "{run:?}");
+    let v = run.json();
+    assert_eq!(v["verdict"], "unverified", "{v}");
+    let reason = v["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.starts_with("the --timeout of 20s passed before its audit finished"),
+        "{reason}"
+    );
+    assert_eq!(v["head"]["rev"], head.as_str());
+    assert!(left.is_empty(), "the audit left its runs behind: {left:?}");
+    // The human report says the verdict and why, and nothing of an audit that did not end.
+    let human = audit.format("human").run();
+    assert_eq!(human.code, exit::UNVERIFIED, "{human:?}");
+    assert!(human
+        .stdout
+        .starts_with("UNVERIFIED (exit 4)\n  - the --timeout of 20s"));
+    assert!(!human.stdout.contains("graph:"), "{}", human.stdout);
+
+    // The base's steps finished before the deadline: the next audit of the base reads them.
+    let (run, v) = repo.audit(&base, &base).seeds(1).report();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(v["graph"]["cached"].as_u64().unwrap() > 0, "{}", v["graph"]);
+    let executed: Vec<&str> = v["graph"]["executed_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        !executed.contains(&"collect(base)"),
+        "the base's collection ran again: {executed:?}"
+    );
+}
+
+#[test]
+fn a_timeout_is_a_duration_and_a_wrong_one_says_how_to_write_it() {
+    let (repo, base, head) = base_plus("def test_new():\n    pass\n");
+    let run = repo.audit(&base, &head).args(&["--timeout", "soon"]).run();
+    assert_eq!(run.code, exit::ERROR, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("\"soon\" is not a duration: write a positive duration such as 90s"),
+        "{}",
+        run.stderr
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

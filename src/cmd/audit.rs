@@ -22,19 +22,59 @@ pub(crate) fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
             "--shard runs one share of one head's matrix; give one --head".into(),
         ));
     }
+    let deadline = args
+        .timeout
+        .map(|after| Deadline::start(after, ctx.interrupted.clone()));
     if heads.len() <= 1 {
-        let opts = options(
-            &args.base,
-            &args.options,
-            heads.into_iter().next(),
-            args.shard,
-            &ctx.env,
-        )?;
-        let report = audit::audit(ctx, &opts)?;
+        let head = heads.into_iter().next();
+        let label = head.clone().unwrap_or_else(|| "worktree".into());
+        let opts = options(&args.base, &args.options, head, args.shard, &ctx.env)?;
+        let report = match audit::audit(ctx, &opts) {
+            Err(Error::Interrupted) if deadline.as_ref().is_some_and(Deadline::passed) => {
+                report::assemble::timed_out(&args.base, &label, deadline.unwrap().after, true)
+            }
+            r => r?,
+        };
         emit(ctx, &report)?;
         return Ok(report.exit_code);
     }
-    many(ctx, args, &heads)
+    many(ctx, args, &heads, deadline.as_ref())
+}
+
+/// `--timeout`: when the deadline passes before the command ends, the audit is stopped as
+/// Ctrl-C stops it (runs killed, sandboxes removed, the steps that finished kept in the cache).
+struct Deadline {
+    after: std::time::Duration,
+    passed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Dropped when the command ends: the watching thread then ends too.
+    _ended: std::sync::mpsc::Sender<()>,
+}
+
+impl Deadline {
+    fn start(
+        after: std::time::Duration,
+        interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Deadline {
+        use std::sync::atomic::Ordering;
+        let passed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ended, watch) = std::sync::mpsc::channel::<()>();
+        let flag = passed.clone();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(after) {
+                flag.store(true, Ordering::SeqCst);
+                interrupted.store(true, Ordering::SeqCst);
+            }
+        });
+        Deadline {
+            after,
+            passed,
+            _ended: ended,
+        }
+    }
+
+    fn passed(&self) -> bool {
+        self.passed.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The heads to audit: every `--head`, then every line of `--heads-from`. None: the working
@@ -67,7 +107,7 @@ fn heads(args: &AuditArgs) -> Result<Vec<String>> {
 /// Audits every head against one base, one after another through one cache: every base step
 /// (snapshot, collection, base checks, remembered culprit sets) runs once and is found by the
 /// heads after it. A head that cannot be audited gets an error report; the others go on.
-fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
+fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String], deadline: Option<&Deadline>) -> Result<i32> {
     if let Some(dir) = &ctx.output {
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::Usage(format!(
@@ -86,10 +126,17 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String]) -> Result<i32> {
             args.shard,
             &ctx.env,
         )?;
-        let report = match audit::audit(ctx, &opts) {
-            Ok(r) => r,
-            Err(Error::Interrupted) => return Err(Error::Interrupted),
-            Err(e) => report::assemble::error(head, &e),
+        let passed = || deadline.filter(|d| d.passed());
+        let report = match passed() {
+            Some(d) => report::assemble::timed_out(&args.base, head, d.after, false),
+            None => match audit::audit(ctx, &opts) {
+                Ok(r) => r,
+                Err(Error::Interrupted) => match passed() {
+                    Some(d) => report::assemble::timed_out(&args.base, head, d.after, true),
+                    None => return Err(Error::Interrupted),
+                },
+                Err(e) => report::assemble::error(head, &e),
+            },
         };
         worst = worst.max(report.verdict);
         for w in &report.warnings {

@@ -417,6 +417,41 @@ pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
     }
 }
 
+/// The report of a head the audit's `--timeout` stopped before it was judged: unverified,
+/// with the reason. `started`: whether its audit had begun (else an earlier head used the time).
+pub(crate) fn timed_out(
+    base: &str,
+    head: &str,
+    timeout: std::time::Duration,
+    started: bool,
+) -> AuditReport {
+    let how = match started {
+        true => "passed before its audit finished",
+        false => "had passed before its audit began",
+    };
+    AuditReport {
+        schema: report::SCHEMA,
+        verdict: Verdict::Unverified,
+        exit_code: Verdict::Unverified.exit_code(),
+        reasons: vec![format!(
+            "the --timeout of {} {how}: the runs were stopped, what finished is in the cache, \
+             and an audit with a later deadline starts from it",
+            crate::units::show_duration(timeout)
+        )],
+        base: Revision {
+            rev: base.to_string(),
+            commit: None,
+        },
+        head: Revision {
+            rev: head.to_string(),
+            commit: None,
+        },
+        containment: None,
+        containment_detail: None,
+        ..AuditReport::default()
+    }
+}
+
 /// The report's `scope` section: how many tests the patch affected, how many each order ran,
 /// the tests the shuffled orders carried (with the outcomes that carried them), or why the
 /// orders ran in full.

@@ -40,6 +40,9 @@ pub(crate) fn render(r: &AuditReport, color: bool) -> String {
         out.push_str(&context_line(r));
         out.push('\n');
     }
+    if !r.ran() {
+        return trim_trailing(&out);
+    }
 
     let (introduced, debt): (Vec<&Finding>, Vec<&Finding>) =
         r.findings.iter().partition(|f| f.introduced);
@@ -679,6 +682,7 @@ fn trim_trailing(s: &str) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     use super::*;
     use crate::audit::bisect::PairKind;
@@ -915,12 +919,25 @@ pub(crate) mod tests {
     fn pass_without_findings_is_a_bare_verdict() {
         let r = AuditReport {
             verdict: Verdict::Pass,
+            graph: crate::report::GraphSummary {
+                nodes: 12,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let text = render(&r, false);
         assert!(
             text.starts_with("PASS (exit 0)\n\nfixtures: unchanged\n"),
             "{text}"
+        );
+        // An audit that never ran (an error before it, a --timeout) is its verdict and reasons.
+        let stopped =
+            crate::report::assemble::timed_out("main", "HEAD", Duration::from_secs(90), true);
+        assert_eq!(
+            render(&stopped, false),
+            "UNVERIFIED (exit 4)\n  - the --timeout of 1m30s passed before its audit finished: the \
+             runs were stopped, what finished is\n    in the cache, and an audit with a later \
+             deadline starts from it\nbase main → head HEAD\n"
         );
     }
 

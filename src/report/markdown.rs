@@ -46,6 +46,9 @@ pub(crate) fn render(r: &AuditReport) -> String {
         }
         out.push('\n');
     }
+    if !r.ran() {
+        return out;
+    }
 
     let (introduced, debt): (Vec<&Finding>, Vec<&Finding>) =
         r.findings.iter().partition(|f| f.introduced);
