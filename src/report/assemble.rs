@@ -403,17 +403,8 @@ pub(crate) fn graph_summary(nodes: &[fixgate_graph::NodeReport]) -> report::Grap
 /// The report of a head that could not be audited: verdict error, the reason, exit 2.
 pub(crate) fn error(head: &str, e: &crate::error::Error) -> AuditReport {
     AuditReport {
-        schema: report::SCHEMA,
-        verdict: Verdict::Error,
         exit_code: e.exit_code(),
-        reasons: vec![e.to_string()],
-        head: Revision {
-            rev: head.to_string(),
-            commit: None,
-        },
-        containment: None,
-        containment_detail: None,
-        ..AuditReport::default()
+        ..unjudged(Verdict::Error, e.to_string(), "", head)
     }
 }
 
@@ -429,23 +420,27 @@ pub(crate) fn timed_out(
         true => "passed before its audit finished",
         false => "had passed before its audit began",
     };
+    let reason = format!(
+        "the --timeout of {} {how}: the runs were stopped, what finished is in the cache, and \
+         an audit with a later deadline starts from it",
+        crate::units::show_duration(timeout)
+    );
+    unjudged(Verdict::Unverified, reason, base, head)
+}
+
+/// A report of a verdict reached without an audit, with its one reason.
+fn unjudged(verdict: Verdict, reason: String, base: &str, head: &str) -> AuditReport {
+    let side = |rev: &str| Revision {
+        rev: rev.to_string(),
+        commit: None,
+    };
     AuditReport {
         schema: report::SCHEMA,
-        verdict: Verdict::Unverified,
-        exit_code: Verdict::Unverified.exit_code(),
-        reasons: vec![format!(
-            "the --timeout of {} {how}: the runs were stopped, what finished is in the cache, \
-             and an audit with a later deadline starts from it",
-            crate::units::show_duration(timeout)
-        )],
-        base: Revision {
-            rev: base.to_string(),
-            commit: None,
-        },
-        head: Revision {
-            rev: head.to_string(),
-            commit: None,
-        },
+        verdict,
+        exit_code: verdict.exit_code(),
+        reasons: vec![reason],
+        base: side(base),
+        head: side(head),
         containment: None,
         containment_detail: None,
         ..AuditReport::default()
