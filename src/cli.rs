@@ -300,11 +300,31 @@ pub(crate) struct AuditArgs {
     /// JSON note of what it ran. A final audit without --shard finds the shards' runs there
     #[arg(help_heading = WHERE, long, value_name = "K/N", allow_hyphen_values = true, value_parser = parse_shard)]
     pub(crate) shard: Option<Shard>,
+    /// Also write the report as FORMAT to FILE, from the same audit (repeatable):
+    /// `--report junit:fixgate.xml --report markdown:summary.md` beside the --format one. With
+    /// several heads, FILE names a folder that gets one report per head
+    #[arg(help_heading = OUTPUT, long = "report", value_name = "FORMAT:FILE", value_parser = parse_report)]
+    pub(crate) reports: Vec<(FormatArg, PathBuf)>,
     /// A hard deadline for the whole command (90s, 10m, 1h30m; a plain number is seconds):
     /// when it passes, runs are stopped, what finished stays in the cache for the next audit,
     /// and each head not judged is reported unverified (exit 4) with the reason
     #[arg(help_heading = LIMITS, long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) timeout: Option<std::time::Duration>,
+}
+
+/// `json:report.json`: a format, then where its report goes.
+fn parse_report(text: &str) -> Result<(FormatArg, PathBuf), String> {
+    let must = "write FORMAT:FILE, e.g. junit:fixgate.xml, with FORMAT one of human, json, \
+                markdown, junit, github";
+    let Some((format, file)) = text.split_once(':') else {
+        return Err(format!("{text:?} names no file: {must}"));
+    };
+    let format = FormatArg::from_str(format, true)
+        .map_err(|_| format!("{format:?} is not a report format: {must}"))?;
+    if file.is_empty() {
+        return Err(format!("{text:?} names no file: {must}"));
+    }
+    Ok((format, PathBuf::from(file)))
 }
 
 /// The longest `--timeout`: a year.

@@ -283,6 +283,87 @@ fn one_audit_in_every_format() {
     }
 }
 
+/// `--report FORMAT:FILE` writes other formats from the same audit (issue 54: a CI job does
+/// not run the audit once per format): each file is the audit that wrote the JSON, not a second
+/// one read from the cache.
+#[test]
+fn one_audit_writes_several_formats() {
+    let (repo, base, head) = repo();
+    let out = tempfile::tempdir().unwrap();
+    let file = |name: &str| out.path().join(name);
+    let arg = |format: &str, name: &str| format!("{format}:{}", file(name).display());
+    let (human, markdown, junit) = (
+        arg("human", "r.txt"),
+        arg("markdown", "r.md"),
+        arg("junit", "r.xml"),
+    );
+    let run = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .args(&[
+            "--report", &human, "--report", &markdown, "--report", &junit,
+        ])
+        .run();
+    assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
+    let v = run.json();
+    let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
+    let graph = format!(
+        "graph: {} nodes, {} executed, {} cached; {} pytest processes",
+        v["graph"]["nodes"], v["graph"]["executed"], v["graph"]["cached"], v["pytest_processes"]
+    );
+    assert!(
+        v["pytest_processes"].as_u64().unwrap() > 0,
+        "{}",
+        v["graph"]
+    );
+    let text = read("r.txt");
+    assert!(text.starts_with("REJECT (exit 1)"), "{text}");
+    assert!(
+        text.contains(&graph),
+        "not the audit of the JSON ({graph}):\n{text}"
+    );
+    assert!(!text.contains("\x1b["), "a file gets no colour");
+    let md = read("r.md");
+    assert!(md.starts_with("## fixgate: reject (exit 1)"), "{md}");
+    let xml = read("r.xml");
+    assert!(
+        xml.starts_with("<?xml") && xml.contains("<testsuite"),
+        "{xml}"
+    );
+
+    // With several heads, FILE is a folder of one report per head.
+    let folder = out.path().join("heads");
+    let many = format!("markdown:{}", folder.display());
+    let run = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .args(&["--head", &base, "--report", &many])
+        .run();
+    assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
+    let mut names: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [format!("01-{head}.md"), format!("02-{base}.md")]);
+
+    // A wrong value says how to write one.
+    for (bad, says) in [
+        ("pdf:r.pdf", "\"pdf\" is not a report format"),
+        ("junit", "names no file"),
+        ("junit:", "names no file"),
+    ] {
+        let run = repo.audit(&base, &head).args(&["--report", bad]).run();
+        assert_eq!(run.code, fixgate::exit::ERROR, "{run:?}");
+        assert!(run.stderr.contains(says), "{bad}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("e.g. junit:fixgate.xml"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 /// Test ids are the suite's own text: pytest takes the ids a parametrization gives as they are. Ones that
 /// would be markup, references or a CDATA end in XML, quotes, whitespace and a 5,000-character
 /// id come out of the JUnit report, read back by an XML parser, exactly as the JSON report

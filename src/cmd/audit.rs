@@ -36,9 +36,37 @@ pub(crate) fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
             r => r?,
         };
         emit(ctx, &report)?;
+        also(args, &report, None)?;
         return Ok(report.exit_code);
     }
     many(ctx, args, &heads, deadline.as_ref())
+}
+
+/// Writes the `--report FORMAT:FILE` renderings of `report`; `head`: its place and revision
+/// among several heads, when FILE is a folder of one report per head.
+fn also(args: &AuditArgs, report: &AuditReport, head: Option<(usize, &str)>) -> Result<()> {
+    if report.shard.is_some() {
+        return Ok(()); // a share's note is its only output
+    }
+    for (format, file) in &args.reports {
+        let format = crate::cmd::settings::format(*format);
+        let path = match head {
+            None => file.clone(),
+            Some((i, head)) => {
+                std::fs::create_dir_all(file).map_err(|e| {
+                    Error::Usage(format!(
+                        "failed to create the report folder {} ({e}); with several heads, \
+                         --report FORMAT:DIR names a folder that gets one report per head",
+                        file.display()
+                    ))
+                })?;
+                file.join(report_name(i, head, format))
+            }
+        };
+        let text = render(format, false, report, true, false);
+        std::fs::write(&path, text).map_err(|e| Error::io("write", &path, e))?;
+    }
+    Ok(())
 }
 
 /// `--timeout`: when the deadline passes before the command ends, the audit is stopped as
@@ -143,7 +171,15 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String], deadline: Option<&Deadlin
             ctx.warn(&format!("{head}: {w}"));
         }
         ctx.save_graph(&report);
-        let text = render(ctx, &report, i + 1 == heads.len(), ctx.output.is_none());
+        also(args, &report, Some((i, head)))?;
+        let stream = ctx.output.is_none();
+        let text = render(
+            ctx.format,
+            color(ctx),
+            &report,
+            i + 1 == heads.len(),
+            stream,
+        );
         match &ctx.output {
             Some(dir) => {
                 let path = dir.join(report_name(i, head, ctx.format));
@@ -233,9 +269,13 @@ pub(crate) fn options(
 /// The report in the chosen format. JSON is one line per report when several go to one
 /// stream (JSON Lines), sorted and pretty otherwise; other formats are separated by a blank
 /// line.
-fn render(ctx: &Ctx, report: &AuditReport, last: bool, stream: bool) -> String {
-    let color = ctx.output.is_none() && !ctx.env.no_color && std::io::stdout().is_terminal();
-    match ctx.format {
+/// Whether the report on standard output is coloured.
+fn color(ctx: &Ctx) -> bool {
+    ctx.output.is_none() && !ctx.env.no_color && std::io::stdout().is_terminal()
+}
+
+fn render(format: Format, color: bool, report: &AuditReport, last: bool, stream: bool) -> String {
+    match format {
         Format::Json if stream => {
             // Through `Value`, so keys come out sorted as in the single report.
             let value = serde_json::to_value(report).unwrap_or_default();
@@ -267,7 +307,7 @@ pub(crate) fn emit(ctx: &Ctx, report: &AuditReport) -> Result<()> {
         return ctx.emit(&to_json(note));
     }
     ctx.save_graph(report);
-    ctx.emit(&render(ctx, report, true, false))
+    ctx.emit(&render(ctx.format, color(ctx), report, true, false))
 }
 
 #[cfg(test)]

@@ -16,17 +16,22 @@ use crate::store::RemoteSettings;
 /// Request headers for the remote, `Name: value`, one a line. Secret.
 const HEADER_ENV: &str = "FIXGATE_REMOTE_HEADER";
 
+/// `--format` (or `--report`'s format) as the report knows it.
+pub(crate) fn format(arg: FormatArg) -> Format {
+    match arg {
+        FormatArg::Human => Format::Human,
+        FormatArg::Json => Format::Json,
+        FormatArg::Markdown => Format::Markdown,
+        FormatArg::Junit => Format::Junit,
+        FormatArg::Github => Format::Github,
+    }
+}
+
 /// The options every command shares.
 pub(crate) fn global(args: &GlobalArgs) -> Settings {
     Settings {
         repo: args.repo.clone(),
-        format: match args.format {
-            FormatArg::Human => Format::Human,
-            FormatArg::Json => Format::Json,
-            FormatArg::Markdown => Format::Markdown,
-            FormatArg::Junit => Format::Junit,
-            FormatArg::Github => Format::Github,
-        },
+        format: format(args.format),
         output: args.output.clone(),
         cache_dir: args.cache_dir.clone(),
         quiet: args.quiet,
