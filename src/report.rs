@@ -433,6 +433,32 @@ impl AuditReport {
     pub(crate) fn ran(&self) -> bool {
         self.graph.nodes > 0
     }
+
+    /// The number (from 1, in the report's order) of the pair whose repro is `repro`: a finding
+    /// that a pair proves points to it instead of repeating its commands.
+    pub(crate) fn pair_proving(&self, repro: &str) -> Option<usize> {
+        self.pairs
+            .iter()
+            .position(|p| !p.repro.is_empty() && p.repro == repro)
+            .map(|i| i + 1)
+    }
+
+    /// The lines the patch changed in a test a finding is about (base's, then head's), for the
+    /// findings whose cause is that edit.
+    pub(crate) fn edit_behind(&self, f: &Finding) -> Option<(&[String], &[String])> {
+        use crate::audit::finding::FindingKind as K;
+        if !matches!(
+            f.kind,
+            K::EditedAssertion | K::RedefinedTest | K::TestRefactor
+        ) {
+            return None;
+        }
+        self.source_replay
+            .iter()
+            .find(|s| f.tests.contains(&s.nodeid))
+            .filter(|s| !s.base_lines.is_empty() || !s.head_lines.is_empty())
+            .map(|s| (s.base_lines.as_slice(), s.head_lines.as_slice()))
+    }
 }
 
 fn found_by<S: Serializer>(found: &Found, serializer: S) -> Result<S::Ok, S::Error> {

@@ -341,8 +341,28 @@ fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], intro
                 message.push_str(" (blocking)");
             }
             wrap_into(out, message.trim(), first, rest);
-            if let Some(repro) = &f.repro {
-                let _ = writeln!(out, "{rest}repro: {}", clean(repro));
+            if let Some((base, head)) = r.edit_behind(f) {
+                let _ = writeln!(out, "{rest}edited:");
+                for (sign, line) in base
+                    .iter()
+                    .map(|l| ('-', l))
+                    .chain(head.iter().map(|l| ('+', l)))
+                {
+                    let _ = writeln!(out, "{rest}  {sign} {}", clean(line));
+                }
+            }
+            match f
+                .repro
+                .as_deref()
+                .map(|repro| (repro, r.pair_proving(repro)))
+            {
+                Some((_, Some(n))) => {
+                    let _ = writeln!(out, "{rest}proof: pair {n} (its repro is under pairs)");
+                }
+                Some((repro, None)) => {
+                    let _ = writeln!(out, "{rest}repro: {}", clean(repro));
+                }
+                None => {}
             }
             for t in &f.tests {
                 if let Some(entry) = r.freeze.suggested.get(t) {
@@ -460,9 +480,10 @@ fn pairs_into(out: &mut String, paint: &Paint, r: &AuditReport) {
         return;
     }
     section(out, paint, "pairs");
-    for p in &r.pairs {
+    for (n, p) in r.pairs.iter().enumerate() {
         let mut head = format!(
-            "  {}  {} → {}",
+            "  {}. {}  {} → {}",
+            n + 1,
             p.kind.as_str(),
             clean(&p.polluter),
             clean(&p.victim)
@@ -947,10 +968,51 @@ pub(crate) mod tests {
         assert!(
             text.contains("\nfindings\n  order-dependent\n    tests/test_pricing.py::test_tax\n")
         );
-        assert!(text.contains(
-            "      repro: python -m pytest -p no:randomly tests/test_pricing.py::test_add_item \
-             tests/test_pricing.py::test_tax\n"
-        ));
+        // The pair that proves it has the repro; the finding points to it, once.
+        assert!(text.contains("      proof: pair 1 (its repro is under pairs)\n"));
+        assert_eq!(
+            text.matches(
+                "repro: python -m pytest -p no:randomly tests/test_pricing.py::test_add_item"
+            )
+            .count(),
+            1,
+            "{text}"
+        );
+    }
+
+    /// A finding about an edited test leads with the edit (issue 54): the lines only the base
+    /// has, then the lines only the head has.
+    #[test]
+    fn an_edited_test_finding_shows_the_edited_lines() {
+        let mut r = sample();
+        let id = "tests/test_pricing.py::test_tax";
+        r.findings.push(Finding {
+            kind: FindingKind::RedefinedTest,
+            tests: vec![id.into()],
+            message: "passes with the head's test code and fails with the base's".into(),
+            repro: None,
+            introduced: true,
+            blocking: true,
+        });
+        r.source_replay.push(crate::report::SourceReplay {
+            nodeid: id.into(),
+            renamed_from: None,
+            head: Passed,
+            base_test_code: Some(Outcome::Failed),
+            reading: crate::audit::source_replay::Reading::Redefined,
+            base_lines: vec!["assert total() == 10.0".into()],
+            head_lines: vec!["assert total() == 10.8".into()],
+        });
+        let text = render(&r, false);
+        assert!(
+            text.contains(
+                "the base's\n      edited:\n        - assert total() == 10.0\n        + \
+                 assert total() == 10.8\n"
+            ),
+            "{text}"
+        );
+        // Only the finding whose cause is the edit shows it.
+        assert_eq!(text.matches("edited:").count(), 1, "{text}");
     }
 
     #[test]
@@ -986,8 +1048,8 @@ pub(crate) mod tests {
     fn pairs_fixtures_budget_freeze_lock_and_graph() {
         let text = render(&sample(), false);
         assert!(text.contains(
-            "\npairs\n  polluter  tests/test_pricing.py::test_add_item → tests/test_pricing.py::test_tax \
-             (4 search runs)\n    repro: python -m pytest"
+            "\npairs\n  1. polluter  tests/test_pricing.py::test_add_item → \
+             tests/test_pricing.py::test_tax (4 search runs)\n    repro: python -m pytest"
         ));
         assert!(text.contains("fixtures: 1 changed, 1 test coupled\n"));
         assert!(text.contains("  modified  tests/fixtures/parse/expected.json  (group parse)\n"));

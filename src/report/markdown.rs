@@ -118,8 +118,22 @@ fn findings_into(out: &mut String, r: &AuditReport, findings: &[&Finding], intro
             }
             out.push_str(&line);
             out.push('\n');
-            if let Some(repro) = &f.repro {
-                block_into(out, "sh", &clean(repro), "  ");
+            if let Some((base, head)) = r.edit_behind(f) {
+                let lines: Vec<String> = (base.iter().map(|l| format!("- {}", clean(l))))
+                    .chain(head.iter().map(|l| format!("+ {}", clean(l))))
+                    .collect();
+                block_into(out, "diff", &lines.join("\n"), "  ");
+            }
+            match f
+                .repro
+                .as_deref()
+                .map(|repro| (repro, r.pair_proving(repro)))
+            {
+                Some((_, Some(n))) => {
+                    let _ = writeln!(out, "  Proof: pair {n} (its repro is under Pairs).");
+                }
+                Some((repro, None)) => block_into(out, "sh", &clean(repro), "  "),
+                None => {}
             }
             for t in &f.tests {
                 if let Some(entry) = r.freeze.suggested.get(t) {
@@ -194,9 +208,10 @@ fn pairs_into(out: &mut String, r: &AuditReport) {
         return;
     }
     out.push_str("### Pairs\n\n");
-    for p in &r.pairs {
+    for (n, p) in r.pairs.iter().enumerate() {
         let mut line = format!(
-            "- {} {} → victim {} ({} search run{})",
+            "{}. {} {} → victim {} ({} search run{})",
+            n + 1,
             text(p.kind.as_str()),
             code(&p.polluter),
             code(&p.victim),
