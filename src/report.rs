@@ -284,6 +284,9 @@ pub(crate) struct NodeStatus {
 /// A finding: something the verdict rests on, with its evidence.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Finding {
+    /// The same finding's id in every audit that makes it: its kind, then a digest of its tests
+    /// and cause (the culprits of the pair that proves it), e.g. `order-dependent-3f2a9c1b7d4e`.
+    pub(crate) id: String,
     /// `order-dependent`, `polluter`, `lease-violation`, `redefined`, `cosmetic`, `additive`,
     /// `failing`, `crashed`, `timeout`, `error`, `flaky`, `new-skip`, `freeze-added`,
     /// `lock-changed`, `edited-assertion`, ... (every [`FindingKind`]).
@@ -295,6 +298,9 @@ pub(crate) struct Finding {
     pub(crate) introduced: bool,
     /// Whether this finding counts against the patch (rejects or makes it unverified).
     pub(crate) blocking: bool,
+    /// The file (from the repository's root) and line of the test it is about, when known.
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u64>,
 }
 
 /// What the shuffled orders ran (`crate::audit::scope`, docs/impact.md).

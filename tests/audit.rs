@@ -853,6 +853,75 @@ fn a_timeout_is_a_duration_and_a_wrong_one_says_how_to_write_it() {
 // Order dependence and the polluter search
 // ---------------------------------------------------------------------------------------------
 
+/// Each finding says where it is (the test's file and line) and has an id an agent can track
+/// across audits (issue 54): the same patch audited again, from nothing, gives the same ids.
+#[test]
+fn findings_have_a_place_and_an_id_that_reruns_keep() {
+    let repo = TestRepo::new();
+    repo.write("settings.txt", "debug=off\n").write(
+        "tests/test_b_settings.py",
+        "import os\n\n\ndef test_debug_is_off():\n    with open(\"settings.txt\") as f:\n        \
+         assert f.read() == \"debug=off\\n\"\n",
+    );
+    let base = repo.commit("base");
+    repo.write(
+        "tests/test_a_debug.py",
+        "def test_turns_debug_on():\n    with open(\"settings.txt\", \"w\") as f:\n        f.write(\"debug=on\\n\")\n",
+    );
+    let head = repo.commit("a test that writes settings.txt");
+    let ids = |v: &Value| -> Vec<(String, String)> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["kind"].as_str().unwrap().to_owned(),
+                    f["id"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let first = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .report_exiting(exit::REJECT);
+    let victim = finding(
+        &first,
+        "order-dependent",
+        "tests/test_b_settings.py::test_debug_is_off",
+    );
+    assert_eq!(victim["file"], "tests/test_b_settings.py", "{victim}");
+    assert_eq!(victim["line"], 4, "{victim}");
+    let polluter = finding(
+        &first,
+        "polluter",
+        "tests/test_a_debug.py::test_turns_debug_on",
+    );
+    assert_eq!(polluter["file"], "tests/test_a_debug.py", "{polluter}");
+    assert_eq!(polluter["line"], 1, "{polluter}");
+    let found = ids(&first);
+    assert!(
+        found
+            .iter()
+            .all(|(kind, id)| id.starts_with(&format!("{kind}-"))),
+        "{found:?}"
+    );
+    let mut unique: Vec<&String> = found.iter().map(|(_, id)| id).collect();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        found.len(),
+        "two findings share an id: {found:?}"
+    );
+    let again = repo
+        .audit(&base, &head)
+        .seeds(1)
+        .args(&["--no-cache"])
+        .report_exiting(exit::REJECT);
+    assert_eq!(ids(&again), found);
+}
+
 #[test]
 fn a_test_that_writes_a_file_another_test_reads_is_found_as_their_pair() {
     let repo = TestRepo::new();

@@ -115,6 +115,9 @@ pub(crate) fn assemble(o: &AuditOutcome, run: &RunFacts) -> AuditReport {
                 repro: Some("python -m pytest --collect-only -q".into()),
                 introduced: f.introduced,
                 blocking: verdict == Verdict::Reject,
+                id: String::new(),
+                file: None,
+                line: None,
             });
         }
         Reached::Shard(share) => {
@@ -131,7 +134,47 @@ pub(crate) fn assemble(o: &AuditOutcome, run: &RunFacts) -> AuditReport {
         }
         Reached::Judged(j) => add_judgment(&mut report, j, &o.decision.dispositions, o.strict),
     }
+    name_and_locate(&mut report);
     report
+}
+
+/// Gives each finding its stable id and the file and line of the first of its tests the report
+/// locates. The cause in the id is the culprits of the first pair a test of the finding is in:
+/// the same victim broken by another test is another finding.
+fn name_and_locate(report: &mut AuditReport) {
+    for f in &mut report.findings {
+        let cause = report
+            .pairs
+            .iter()
+            .find(|p| {
+                f.tests
+                    .iter()
+                    .any(|t| *t == p.victim || p.culprits.contains(t))
+            })
+            .map(|p| p.culprits.as_slice())
+            .unwrap_or_default();
+        let mut h = blake3::Hasher::new();
+        for part in [f.kind.as_str()]
+            .into_iter()
+            .chain(f.tests.iter().map(String::as_str))
+            .chain([""])
+            .chain(cause.iter().map(String::as_str))
+        {
+            // Each part with its length: no two lists read as the same bytes.
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        f.id = format!("{}-{}", f.kind.as_str(), &h.finalize().to_hex()[..12]);
+        if let Some(t) = f
+            .tests
+            .iter()
+            .filter_map(|id| report.tests.iter().find(|t| t.nodeid == *id))
+            .find(|t| t.file.is_some())
+        {
+            f.file = t.file.clone();
+            f.line = t.line;
+        }
+    }
 }
 
 /// The parts of the report only an audit that judged the tests has.
@@ -206,6 +249,9 @@ fn add_judgment(
             repro: None,
             introduced: false,
             blocking: false,
+            id: String::new(),
+            file: None,
+            line: None,
         });
     }
     for (f, d) in j.findings.iter().zip(dispositions) {
@@ -285,6 +331,9 @@ fn finding(f: &Finding, d: Disposition, j: &Judgment, repro: Option<String>) -> 
         repro,
         introduced: f.introduced,
         blocking: d == Disposition::Rejects,
+        id: String::new(),
+        file: None,
+        line: None,
     }
 }
 

@@ -848,6 +848,9 @@ pub(crate) mod tests {
                     repro: Some(repro.clone()),
                     introduced: true,
                     blocking: true,
+                    id: String::new(),
+                    file: None,
+                    line: None,
                 },
                 Finding {
                     kind: FindingKind::Polluter,
@@ -856,6 +859,9 @@ pub(crate) mod tests {
                     repro: Some(repro),
                     introduced: true,
                     blocking: true,
+                    id: String::new(),
+                    file: None,
+                    line: None,
                 },
                 Finding {
                     kind: FindingKind::Redefined,
@@ -866,6 +872,9 @@ pub(crate) mod tests {
                     repro: None,
                     introduced: true,
                     blocking: true,
+                    id: String::new(),
+                    file: None,
+                    line: None,
                 },
                 Finding {
                     kind: FindingKind::NewSkip,
@@ -874,6 +883,9 @@ pub(crate) mod tests {
                     repro: None,
                     introduced: true,
                     blocking: true,
+                    id: String::new(),
+                    file: None,
+                    line: None,
                 },
                 Finding {
                     kind: FindingKind::Flaky,
@@ -882,6 +894,9 @@ pub(crate) mod tests {
                     repro: Some(format!("python -m pytest -p no:randomly '{flaky}'")),
                     introduced: false,
                     blocking: false,
+                    id: String::new(),
+                    file: None,
+                    line: None,
                 },
             ],
             fixtures: Fixtures {
@@ -993,6 +1008,9 @@ pub(crate) mod tests {
             repro: None,
             introduced: true,
             blocking: true,
+            id: String::new(),
+            file: None,
+            line: None,
         });
         r.source_replay.push(crate::report::SourceReplay {
             nodeid: id.into(),

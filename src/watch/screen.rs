@@ -362,6 +362,9 @@ mod tests {
             repro: None,
             introduced: true,
             blocking: true,
+            id: String::new(),
+            file: None,
+            line: None,
         }
     }
 
