@@ -171,6 +171,8 @@ pub(crate) enum FormatArg {
     Junit,
     /// GitHub workflow annotations (audit only)
     Github,
+    /// SARIF 2.1.0 for code-scanning UIs (audit only)
+    Sarif,
 }
 
 #[derive(Debug, Subcommand)]
@@ -315,7 +317,7 @@ pub(crate) struct AuditArgs {
 /// `json:report.json`: a format, then where its report goes.
 fn parse_report(text: &str) -> Result<(FormatArg, PathBuf), String> {
     let must = "write FORMAT:FILE, e.g. junit:fixgate.xml, with FORMAT one of human, json, \
-                markdown, junit, github";
+                markdown, junit, github, sarif";
     let Some((format, file)) = text.split_once(':') else {
         return Err(format!("{text:?} names no file: {must}"));
     };

@@ -15,6 +15,7 @@ pub(crate) mod markdown;
 pub(crate) mod message;
 pub(crate) mod reasons;
 pub(crate) mod repro;
+pub(crate) mod sarif;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,6 +48,8 @@ pub(crate) enum Format {
     Junit,
     /// GitHub workflow annotations.
     Github,
+    /// SARIF 2.1.0, for code-scanning UIs.
+    Sarif,
 }
 
 /// A column of a test's outcomes: an order of the matrix (or the nio order), or the second run

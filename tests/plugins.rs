@@ -42,30 +42,12 @@ const PLUGINS: &[&str] = &[
     "wheel==0.45.1",
 ];
 
-/// The venv's interpreter, made on first use: `target/plugins-venv`, under a file lock (test
-/// binaries and threads may ask at once), reused while its recorded requirements are these.
+/// The venv's interpreter: `target/plugins-venv` with [`PLUGINS`] ([`common::pinned_venv`]).
 fn python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PYTHON.get_or_init(make_venv).clone()
-}
-
-fn make_venv() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..");
-    let venv = target.join("plugins-venv");
-    let py = venv.join("bin").join("python");
-    let stamp = venv.join("fixgate-requirements.txt");
-    let wanted = PLUGINS.join("\n") + "\n";
-    let ready = || std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) && py.exists();
-    if ready() {
-        return py;
-    }
-    std::fs::create_dir_all(&target).unwrap();
-    let _lock = common::exclusive(&target.join("plugins-venv.lock"));
-    if !ready() {
-        common::install_venv(&venv, PLUGINS);
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
-    py
+    PYTHON
+        .get_or_init(|| common::pinned_venv("plugins-venv", PLUGINS))
+        .clone()
 }
 
 /// Runs `python -m pytest ARGS` in the repository with the venv (to write snapshots or a

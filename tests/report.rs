@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::TestRepo;
 use serde_json::Value;
 
@@ -280,6 +282,44 @@ fn one_audit_in_every_format() {
         let run = audit.clone().format(format).run();
         assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
         insta::assert_snapshot!(name, junit_times(&redact.text(&run.stdout)));
+    }
+}
+
+/// `--format sarif` is a SARIF 2.1.0 log the standard's schema accepts (issue 54), with a rule
+/// per finding kind, a result per finding on its test's file and line, and the finding's id as
+/// its fingerprint.
+#[test]
+fn the_sarif_report_is_valid_sarif_with_a_result_per_finding() {
+    let (repo, base, head) = repo();
+    let (run, v) = repo.audit(&base, &head).seeds(1).report();
+    assert_eq!(run.code, fixgate::exit::REJECT, "{run:?}");
+    let sarif = repo.audit(&base, &head).seeds(1).format("sarif").run();
+    assert_eq!(sarif.code, fixgate::exit::REJECT, "{sarif:?}");
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schemas/sarif-2.1.0-rtm.5.json");
+    common::assert_matches_schema(&sarif.stdout, &schema);
+    let log: Value = serde_json::from_str(&sarif.stdout).unwrap();
+    let run0 = &log["runs"][0];
+    assert_eq!(run0["tool"]["driver"]["name"], "fixgate");
+    assert_eq!(run0["properties"]["verdict"], "reject");
+    let results = run0["results"].as_array().unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    assert_eq!(results.len(), findings.len());
+    for (r, f) in results.iter().zip(findings) {
+        assert_eq!(r["ruleId"], f["kind"]);
+        assert_eq!(r["partialFingerprints"]["fixgateFindingId/v1"], f["id"]);
+        let rule = &run0["tool"]["driver"]["rules"][r["ruleIndex"].as_u64().unwrap() as usize];
+        assert_eq!(rule["id"], f["kind"]);
+        let level = match (f["blocking"].as_bool(), f["introduced"].as_bool()) {
+            (Some(true), _) => "error",
+            (_, Some(true)) => "warning",
+            _ => "note",
+        };
+        assert_eq!(r["level"], level, "{r}");
+        if let Some(file) = f["file"].as_str() {
+            let at = &r["locations"][0]["physicalLocation"];
+            assert_eq!(at["artifactLocation"]["uri"], file);
+            assert_eq!(at["region"]["startLine"], f["line"]);
+        }
     }
 }
 

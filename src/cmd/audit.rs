@@ -207,6 +207,7 @@ fn report_name(index: usize, head: &str, format: Format) -> String {
         Format::Markdown => "md",
         Format::Junit => "xml",
         Format::Github => "txt",
+        Format::Sarif => "sarif",
     };
     format!("{:02}-{safe}.{ext}", index + 1)
 }
@@ -294,6 +295,7 @@ fn render(format: Format, color: bool, report: &AuditReport, last: bool, stream:
         Format::Markdown => report::markdown::render(report),
         Format::Junit => report::junit::render(report),
         Format::Github => report::github::render(report),
+        Format::Sarif => report::sarif::render(report),
     }
 }
 

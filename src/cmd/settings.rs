@@ -24,6 +24,7 @@ pub(crate) fn format(arg: FormatArg) -> Format {
         FormatArg::Markdown => Format::Markdown,
         FormatArg::Junit => Format::Junit,
         FormatArg::Github => Format::Github,
+        FormatArg::Sarif => Format::Sarif,
     }
 }
 

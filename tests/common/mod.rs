@@ -389,6 +389,63 @@ pub fn install_venv(venv: &Path, packages: &[&str]) {
     install_venv_from(Path::new("python3"), venv, packages)
 }
 
+/// The interpreter of `target/NAME` with `packages` (pinned) installed, made on first use under
+/// a file lock (test binaries and threads may ask at once), reused while its recorded
+/// requirements are these.
+pub fn pinned_venv(name: &str, packages: &[&str]) -> PathBuf {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..");
+    let venv = target.join(name);
+    let py = venv.join("bin").join("python");
+    let stamp = venv.join("fixgate-requirements.txt");
+    let wanted = packages.join("\n") + "\n";
+    let ready = || std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) && py.exists();
+    if !ready() {
+        std::fs::create_dir_all(&target).unwrap();
+        let _lock = exclusive(&target.join(format!("{name}.lock")));
+        if !ready() {
+            install_venv(&venv, packages);
+            std::fs::write(&stamp, &wanted).unwrap();
+        }
+    }
+    py
+}
+
+/// An interpreter with `jsonschema`, for the tests that check output against a published
+/// schema.
+pub fn jsonschema_python() -> PathBuf {
+    pinned_venv("jsonschema-venv", &["jsonschema==4.26.0"])
+}
+
+/// Checks `document` against the JSON Schema in `schema` (its own draft), failing with every
+/// error the validator found.
+pub fn assert_matches_schema(document: &str, schema: &Path) {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, document.as_bytes()).unwrap();
+    let out = Command::new(jsonschema_python())
+        .args([
+            "-c",
+            "import json, sys, jsonschema\n\
+             schema = json.load(open(sys.argv[1]))\n\
+             doc = json.load(open(sys.argv[2]))\n\
+             cls = jsonschema.validators.validator_for(schema)\n\
+             cls.check_schema(schema)\n\
+             errors = sorted(cls(schema).iter_errors(doc), key=lambda e: list(e.path))\n\
+             for e in errors:\n    print('/'.join(map(str, e.path)), e.message)\n\
+             sys.exit(1 if errors else 0)\n",
+        ])
+        .arg(schema)
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "not valid against {}:\n{}{}",
+        schema.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// [`install_venv`] from the interpreter `base`.
 pub fn install_venv_from(base: &Path, venv: &Path, packages: &[&str]) {
     let made = Command::new(base)
