@@ -480,3 +480,103 @@ fn containment<S: Serializer>(
 ) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(mode.map_or("", |m| m.as_str()))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::finding::FindingKind;
+    use crate::audit::triage::Bucket;
+    use crate::audit::verdict::Verdict;
+    use crate::test_outcome::Outcome;
+
+    /// docs/json-report.schema.json names every value the report's enumerations take, and no
+    /// other: a new finding kind, bucket, outcome or verdict must enter the schema.
+    #[test]
+    fn the_report_schemas_enumerations_are_the_codes() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../docs/json-report.schema.json"))
+                .expect("the schema is JSON");
+        let listed = |name: &str| -> Vec<String> {
+            let mut v: Vec<String> = schema["$defs"][name]["enum"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no enum {name}"))
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let sorted = |mut v: Vec<&str>| {
+            v.sort();
+            v.dedup();
+            v.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let kinds = FindingKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(listed("findingKind"), sorted(kinds));
+        // Every variant, by a match that stops compiling when one is added.
+        let bucket = |b: Bucket| match b {
+            Bucket::Stable
+            | Bucket::OrderDependent
+            | Bucket::Polluter
+            | Bucket::Flaky
+            | Bucket::Failing
+            | Bucket::Error
+            | Bucket::Skipped
+            | Bucket::Crashed
+            | Bucket::Timeout
+            | Bucket::ResourceLimit => b.as_str(),
+        };
+        let buckets = [
+            Bucket::Stable,
+            Bucket::OrderDependent,
+            Bucket::Polluter,
+            Bucket::Flaky,
+            Bucket::Failing,
+            Bucket::Error,
+            Bucket::Skipped,
+            Bucket::Crashed,
+            Bucket::Timeout,
+            Bucket::ResourceLimit,
+        ];
+        assert_eq!(listed("bucket"), sorted(buckets.map(bucket).to_vec()));
+        let outcome = |o: Outcome| match o {
+            Outcome::Passed
+            | Outcome::Failed
+            | Outcome::Error
+            | Outcome::Skipped
+            | Outcome::Xfailed
+            | Outcome::Xpassed
+            | Outcome::Crashed
+            | Outcome::Timeout
+            | Outcome::ResourceLimit => o.as_str(),
+        };
+        let outcomes = [
+            Outcome::Passed,
+            Outcome::Failed,
+            Outcome::Error,
+            Outcome::Skipped,
+            Outcome::Xfailed,
+            Outcome::Xpassed,
+            Outcome::Crashed,
+            Outcome::Timeout,
+            Outcome::ResourceLimit,
+        ];
+        assert_eq!(listed("outcome"), sorted(outcomes.map(outcome).to_vec()));
+        let verdicts = [
+            Verdict::Pass,
+            Verdict::Reject,
+            Verdict::Unverified,
+            Verdict::Drift,
+            Verdict::ExpiredFreeze,
+            Verdict::Error,
+        ];
+        let verdict = |v: Verdict| match v {
+            Verdict::Pass
+            | Verdict::Reject
+            | Verdict::Unverified
+            | Verdict::Drift
+            | Verdict::ExpiredFreeze
+            | Verdict::Error => v.as_str(),
+        };
+        assert_eq!(listed("verdict"), sorted(verdicts.map(verdict).to_vec()));
+    }
+}

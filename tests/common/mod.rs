@@ -20,14 +20,46 @@ pub struct Run {
 }
 
 impl Run {
+    /// Standard output as JSON; an audit report is checked against docs/json-report.schema.json
+    /// first (issue 54: the schema holds for every report the tests see).
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+        let v: serde_json::Value = serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
                 "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
                 self.stdout, self.stderr
             )
-        })
+        });
+        if ["schema", "verdict", "findings"]
+            .iter()
+            .all(|k| v.get(k).is_some())
+        {
+            report_matches_schema(&self.stdout);
+        }
+        v
     }
+}
+
+/// Checks an audit report against docs/json-report.schema.json, once per distinct report.
+pub fn report_matches_schema(report: &str) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static CHECKED: Mutex<Option<HashSet<[u8; 32]>>> = Mutex::new(None);
+    let digest = *blake3::hash(report.as_bytes()).as_bytes();
+    if CHECKED
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .contains(&digest)
+    {
+        return;
+    }
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json-report.schema.json");
+    assert_matches_schema(report, &schema);
+    CHECKED
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(digest);
 }
 
 impl std::fmt::Debug for Run {
