@@ -412,9 +412,11 @@ impl<'a> DiskWatch<'a> {
 
     /// How much the sandbox (or the run's part of the shared scratch folder) grew since the
     /// run started, when it is past the bound.
-    pub(crate) fn over(&mut self) -> Option<u64> {
-        if let Some(grew) = self.shared.as_mut().and_then(Shared::over) {
-            return Some(grew);
+    pub(crate) fn over(&mut self) -> Option<Grew> {
+        if let Some(shared) = &mut self.shared {
+            if let Some(by) = shared.over() {
+                return Some(Grew::Shared(shared.scratch.dir.to_path_buf(), by));
+            }
         }
         let fs_used = used_bytes(&self.dir)?;
         let grew = fs_used.saturating_sub(self.fs_used);
@@ -424,7 +426,23 @@ impl<'a> DiskWatch<'a> {
         self.fs_used = fs_used;
         self.measured = Instant::now();
         let size = du(&self.dir);
-        (size > self.allowed).then(|| size.saturating_sub(self.start))
+        (size > self.allowed).then(|| Grew::Sandbox(size.saturating_sub(self.start)))
+    }
+}
+
+/// What grew past the disk bound, and by how many bytes since the run started.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Grew {
+    Sandbox(u64),
+    /// The run's files in the shared scratch folder.
+    Shared(PathBuf, u64),
+}
+
+impl Grew {
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Grew::Sandbox(n) | Grew::Shared(_, n) => *n,
+        }
     }
 }
 
@@ -574,7 +592,7 @@ mod tests {
         );
         std::fs::write(tmp.path().join("b"), vec![1u8; 2 << 20]).unwrap();
         watch.measured -= MEASURE_EVERY;
-        assert!(watch.over().is_some_and(|n| n >= 3 << 20));
+        assert!(watch.over().is_some_and(|g| g.bytes() >= 3 << 20));
         // The next process finds the sandbox full: it may write a little, not another bound.
         watch.next_process();
         watch.measured -= MEASURE_EVERY;
@@ -599,7 +617,7 @@ mod tests {
     }
 
     /// Asks the watch as if its last count were a while ago.
-    fn over_later(watch: &mut DiskWatch) -> Option<u64> {
+    fn over_later(watch: &mut DiskWatch) -> Option<Grew> {
         if let Some(shared) = &mut watch.shared {
             shared.counted -= MEASURE_EVERY;
         }
@@ -622,7 +640,7 @@ mod tests {
         .unwrap();
         assert_eq!(over_later(&mut watch), None);
         std::fs::write(shm.path().join("a"), vec![1u8; 12 << 20]).unwrap();
-        assert!(over_later(&mut watch).is_some_and(|n| n >= 12 << 20));
+        assert!(over_later(&mut watch).is_some_and(|g| g.bytes() >= 12 << 20));
         watch.next_process();
         assert_eq!(
             over_later(&mut watch),
@@ -660,7 +678,7 @@ mod tests {
         std::fs::write(&open, vec![1u8; 12 << 20]).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(
-            over_later(&mut watch).is_some_and(|n| n >= 12 << 20),
+            over_later(&mut watch).is_some_and(|g| g.bytes() >= 12 << 20),
             "a file any uid may write may be the run's"
         );
         // Charged to the uid that owns them: the run's own files, in a folder or not.
@@ -677,6 +695,8 @@ mod tests {
             "what was there at the start is not"
         );
         std::fs::write(shm.path().join("other/fill"), vec![1u8; 12 << 20]).unwrap();
-        assert!(over_later(&mut mine).is_some_and(|n| (12 << 20..16 << 20).contains(&n)));
+        assert!(over_later(&mut mine).is_some_and(
+            |g| (12 << 20..16 << 20).contains(&g.bytes()) && matches!(g, Grew::Shared(..))
+        ));
     }
 }

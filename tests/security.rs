@@ -1302,6 +1302,14 @@ fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
             assert!(message.contains(limit), "{test}: {message}");
         }
         assert_eq!(outcome_of(&v, "test_after_them_all").0, "passed");
+        if Condition::current().tier() == "landlock" {
+            // The host's /dev/shm: the message says what the run wrote where.
+            let (_, message) = outcome_of(&v, "test_shm_folder_fill");
+            assert!(
+                message.contains("the run's files in /dev/shm grew by"),
+                "{message}"
+            );
+        }
         assert!(
             left.is_empty(),
             "processes of the bomb outlived the run: {left:?}"

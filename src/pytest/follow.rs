@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 
 use crate::error::{Error, Result};
-use crate::limits::{DiskWatch, Hit, Limits};
+use crate::limits::{DiskWatch, Grew, Hit, Limits};
 use crate::pytest::events::{CollectedItem, Event};
 use crate::pytest::exit_watch::ExitWatch;
 use crate::pytest::progress::{stalled, Once, Progress};
@@ -342,16 +342,16 @@ impl Follower<'_> {
         }
         // A test that started and never reported: it killed the interpreter, or we did.
         if let Some((nodeid, _, start)) = current {
-            let (outcome, message) = if let Some(size) = filled {
+            let (outcome, message) = if let Some(grew) = &filled {
+                let what = match grew {
+                    Grew::Sandbox(_) => "the run's sandbox".to_owned(),
+                    Grew::Shared(dir, _) => format!("the run's files in {}", dir.display()),
+                };
+                let size = crate::units::show_size(grew.bytes());
                 (
                     Outcome::ResourceLimit,
-                    self.limits.message(
-                        Hit::Disk,
-                        &format!(
-                            "the run's sandbox grew by {}",
-                            crate::units::show_size(size)
-                        ),
-                    ),
+                    self.limits
+                        .message(Hit::Disk, &format!("{what} grew by {size}")),
                 )
             } else if timed_out {
                 (
