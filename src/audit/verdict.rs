@@ -252,6 +252,16 @@ pub(crate) fn decide(weighed: &Weighed, breaches: &[Breach]) -> Decision {
     }
 }
 
+/// The reason a finding judged beside the verdict's (an edited assertion, reported beside
+/// the victim's order-dependence the verdict weighs) gives, when it rejects.
+pub(crate) fn rejection(finding: &Finding, strict: bool) -> Option<Reason> {
+    (disposition(finding, strict) == Disposition::Rejects).then(|| Reason::Rejects {
+        kind: finding.kind,
+        subject: finding.subject.clone(),
+        because: because(finding),
+    })
+}
+
 fn because(finding: &Finding) -> Because {
     if finding.introduced {
         Because::Introduced
@@ -326,6 +336,42 @@ mod tests {
             subject: subject.into(),
             because,
         }
+    }
+
+    #[test]
+    fn a_finding_judged_beside_the_verdict_gives_its_reason_when_it_rejects() {
+        let edited = |introduced, strict| {
+            let f = Finding {
+                kind: FindingKind::EditedAssertion,
+                subject: "tests/t.py::test_v".into(),
+                introduced,
+                edited_by_patch: true,
+            };
+            rejection(&f, strict)
+        };
+        assert_eq!(
+            edited(true, false),
+            Some(rejects(
+                FindingKind::EditedAssertion,
+                "tests/t.py::test_v",
+                Because::Introduced
+            ))
+        );
+        assert_eq!(
+            edited(false, false),
+            Some(rejects(
+                FindingKind::EditedAssertion,
+                "tests/t.py::test_v",
+                Because::EditedItsTest
+            ))
+        );
+        let flaky = Finding {
+            kind: FindingKind::Flaky,
+            subject: "tests/t.py::test_f".into(),
+            introduced: false,
+            edited_by_patch: false,
+        };
+        assert_eq!(rejection(&flaky, true), None);
     }
 
     const DEFECTS: [FindingKind; 10] = [

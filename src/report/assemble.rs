@@ -260,6 +260,12 @@ fn add_judgment(
             .push(finding(f, *d, j, repro::finding(f, j)));
     }
     for (p, f) in findings::edited_assertions(&j.pairs, &j.patch.edited, &j.patch.base_ids) {
+        // The headline counts it: the reasons of a reject list it too.
+        if report.verdict == Verdict::Reject {
+            report
+                .reasons
+                .extend(verdict::rejection(&f, strict).map(|r| r.to_string()));
+        }
         let d = verdict::disposition(&f, strict);
         report
             .findings

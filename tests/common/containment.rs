@@ -164,6 +164,15 @@ fn user_home() -> PathBuf {
 /// Gives `dir` and everything in it to [`USER`] (and lets it through the folders above,
 /// which `tempfile` makes 0700).
 fn chown_tree(dir: &Path) {
+    // Never the project's own checkout (a test's working directory under target/, say): a
+    // suite run under this condition must not give the developer's tree to another user.
+    let project = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        !project.starts_with(dir) && !dir.starts_with(project),
+        "a test asked to give {} to uid {USER}: that is the project's own checkout; hand over \
+         the test's repository instead",
+        dir.display()
+    );
     if !dir.exists() {
         std::fs::create_dir_all(dir).unwrap();
     }

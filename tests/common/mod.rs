@@ -145,7 +145,13 @@ impl TestRepo {
     }
 
     pub fn fixgate_in(&self, cwd: &Path, args: &[&str]) -> Run {
-        fixgate_at(cwd, self.cache.path(), &[], args)
+        let mut cmd = fixgate_owning(cwd, self.path(), self.cache.path(), &[], args);
+        let out = cmd.output().expect("fixgate runs");
+        dumped(Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 
     /// Runs the binary on this repository with the test interpreter, the cache directory
@@ -181,6 +187,18 @@ pub fn fixgate_at_command(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Command {
+    fixgate_owning(cwd, &containment::repository_of(cwd), cache, env, args)
+}
+
+/// [`fixgate_at_command`] for a run whose repository is `repo`, not the one around `cwd`: the
+/// condition's user is given `repo` and the cache.
+fn fixgate_owning(
+    cwd: &Path,
+    repo: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Command {
     let mut cmd = fixgate_command();
     cmd.args(args)
         .arg("--cache-dir")
@@ -188,8 +206,7 @@ pub fn fixgate_at_command(
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied());
-    containment::Condition::current()
-        .configure(&mut cmd, &[&containment::repository_of(cwd), cache]);
+    containment::Condition::current().configure(&mut cmd, &[repo, cache]);
     cmd
 }
 
