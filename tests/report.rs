@@ -329,8 +329,11 @@ fn the_sarif_report_is_valid_sarif_with_a_result_per_finding() {
 #[test]
 fn one_audit_writes_several_formats() {
     let (repo, base, head) = repo();
-    let out = tempfile::tempdir().unwrap();
-    let file = |name: &str| out.path().join(name);
+    // In the repository, which the suite's condition's user is given (the audit reads the
+    // commits, not the work tree).
+    let out = repo.path().join("reports");
+    std::fs::create_dir(&out).unwrap();
+    let file = |name: &str| out.join(name);
     let arg = |format: &str, name: &str| format!("{format}:{}", file(name).display());
     let (human, markdown, junit) = (
         arg("human", "r.txt"),
@@ -372,7 +375,7 @@ fn one_audit_writes_several_formats() {
     );
 
     // With several heads, FILE is a folder of one report per head.
-    let folder = out.path().join("heads");
+    let folder = out.join("heads");
     let many = format!("markdown:{}", folder.display());
     let run = repo
         .audit(&base, &head)

@@ -231,14 +231,16 @@ fn a_test_that_hangs_past_the_timeout_is_killed_and_the_run_finishes() {
 #[test]
 fn an_interpreter_without_pytest_is_exit_2_with_the_install_hint() {
     let repo = cart_repo();
-    let venv = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("python3")
+    // In the repository (which the condition's user is given), from an interpreter that user
+    // can run.
+    let venv = repo.path().join(".venv-without-pytest");
+    let ok = std::process::Command::new(common::containment::Condition::current().real_python())
         .args(["-m", "venv", "--without-pip"])
-        .arg(venv.path())
+        .arg(&venv)
         .status()
         .unwrap();
     assert!(ok.success());
-    let py = venv.path().join("bin/python");
+    let py = venv.join("bin/python");
     let run = repo.fixgate(&["run", "--python", py.to_str().unwrap()]);
     assert_eq!(run.code, exit::ERROR, "{run:?}");
     assert!(run.stderr.contains("-m pip install pytest"), "{run:?}");
