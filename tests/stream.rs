@@ -238,7 +238,8 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
     // --heads-from and --output DIR: one file per head; a bad revision is that head's error.
     let list = repo.path().join("heads.txt");
     std::fs::write(&list, format!("# the queue\n{docs}\n\nno-such-revision\n")).unwrap();
-    let out = tempfile::tempdir().unwrap();
+    // A folder of the repository, which the suite's condition's user is given.
+    let out = repo.path().join("reports");
     let run = repo.fixgate_py(&[
         "audit",
         "--base",
@@ -251,10 +252,10 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
         "json",
         "--quiet",
         "--output",
-        out.path().to_str().unwrap(),
+        out.to_str().unwrap(),
     ]);
     assert_eq!(run.code, exit::ERROR, "an error outranks a pass: {run:?}");
-    let mut files: Vec<String> = std::fs::read_dir(out.path())
+    let mut files: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
@@ -266,8 +267,7 @@ fn many_heads_against_one_base_give_each_head_its_own_report_and_the_worst_exit_
             "02-no-such-revision.json".to_string()
         ]
     );
-    let bad: Value =
-        serde_json::from_slice(&std::fs::read(out.path().join(&files[1])).unwrap()).unwrap();
+    let bad: Value = serde_json::from_slice(&std::fs::read(out.join(&files[1])).unwrap()).unwrap();
     assert_eq!(bad["verdict"], "error");
     assert!(
         bad["reasons"][0]
