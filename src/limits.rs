@@ -309,7 +309,10 @@ impl Shared<'_> {
     /// The run's part now, when it is past the bound.
     fn over(&mut self) -> Option<u64> {
         let fs = used_bytes(self.scratch.dir).unwrap_or(0);
-        if fs <= self.fs_quiet || self.counted.elapsed() < MEASURE_EVERY / 4 {
+        // Counted at least every second whatever the file system says: another process may
+        // free space there while the run fills it.
+        let since = self.counted.elapsed();
+        if since < MEASURE_EVERY / 4 || (fs <= self.fs_quiet && since < MEASURE_EVERY) {
             return None;
         }
         self.counted = Instant::now();
@@ -369,7 +372,48 @@ fn runs_part(scratch: &Scratch) -> Option<u64> {
             }
         }
     }
-    Some(total)
+    Some(total + held_unlinked(scratch.dir, &writers))
+}
+
+/// Bytes of files gone from `dir` that a process of one of `writers` still holds open: a run
+/// may unlink each file it fills there and keep writing it, which no walk of the folder sees.
+fn held_unlinked(dir: &Path, writers: &[u32]) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let prefix = [dir.as_os_str().as_bytes(), b"/"].concat();
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0;
+    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let is_pid = process
+            .file_name()
+            .as_bytes()
+            .iter()
+            .all(u8::is_ascii_digit);
+        // A process's folder is its effective uid's.
+        if !is_pid || !process.metadata().is_ok_and(|m| writers.contains(&m.uid())) {
+            continue;
+        }
+        for fd in std::fs::read_dir(process.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let name = target.as_os_str().as_bytes();
+            if !name.starts_with(&prefix) || !name.ends_with(b" (deleted)") {
+                continue;
+            }
+            // Through the descriptor's link: the open file itself.
+            if let Ok(m) = fd.path().metadata() {
+                if seen.insert((m.dev(), m.ino())) {
+                    total += m.blocks() * 512;
+                }
+            }
+        }
+    }
+    total
 }
 
 impl<'a> DiskWatch<'a> {
@@ -614,6 +658,26 @@ mod tests {
             dir,
             writers: Box::new(move || vec![uid]),
         }
+    }
+
+    /// A file unlinked from the folder while still open is the run's as long as it is held.
+    #[test]
+    fn a_file_unlinked_but_held_open_is_charged() {
+        use std::io::Write;
+        let sandbox = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a folder in /dev/shm (tmpfs)");
+        let mut watch = DiskWatch::new(
+            sandbox.path(),
+            8 << 20,
+            Some(scratch(shm.path(), own_uid())),
+        )
+        .unwrap();
+        let path = shm.path().join("held");
+        let mut held = std::fs::File::create(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        held.write_all(&vec![1u8; 12 << 20]).unwrap();
+        assert!(over_later(&mut watch).is_some_and(|g| g.bytes() >= 12 << 20));
+        drop(held);
     }
 
     /// Asks the watch as if its last count were a while ago.

@@ -1201,6 +1201,26 @@ def test_shm_fill():
     _fill_folder("/dev/shm")
 
 
+def test_shm_unlinked_fill():
+    # Each file unlinked from the host's /dev/shm as soon as it is open, and kept open: no
+    # walk of /dev/shm sees them.
+    held = []
+    deadline = time.monotonic() + 30
+    chunk = b"x" * (1 << 20)
+    for n in range(64):
+        if time.monotonic() > deadline:
+            break
+        path = "/dev/shm/unlinked-%s-%d" % (MARKER, n)
+        f = open(path, "wb")
+        os.unlink(path)
+        held.append(f)
+        for _ in range(4):
+            f.write(chunk)
+            f.flush()
+        time.sleep(0.05)
+    assert False, "held 256 MiB unbounded"
+
+
 def test_shm_folder_fill():
     # A folder of the host's /dev/shm the run's uid owns, made for it (under Landlock a run
     # cannot make one; under namespaces /dev/shm is the run's own and it can).
@@ -1295,6 +1315,7 @@ fn a_fork_bomb_a_memory_grab_and_a_disk_fill_each_end_as_resource_limit() {
             ("test_disk_fill_one_file", "disk"),
             ("test_disk_fill_many_files", "disk"),
             ("test_shm_fill", "disk"),
+            ("test_shm_unlinked_fill", "disk"),
             ("test_shm_folder_fill", "disk"),
         ] {
             let (outcome, message) = outcome_of(&v, test);
