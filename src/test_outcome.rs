@@ -25,6 +25,20 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome (the tests walk them).
+    #[cfg(test)]
+    pub(crate) const ALL: [Outcome; 9] = [
+        Outcome::Passed,
+        Outcome::Failed,
+        Outcome::Error,
+        Outcome::Skipped,
+        Outcome::Xfailed,
+        Outcome::Xpassed,
+        Outcome::Crashed,
+        Outcome::Timeout,
+        Outcome::ResourceLimit,
+    ];
+
     pub(crate) fn parse(s: &str) -> Outcome {
         match s {
             "passed" => Outcome::Passed,
@@ -77,32 +91,20 @@ impl Outcome {
 mod tests {
     use super::*;
 
-    const ALL: [Outcome; 9] = [
-        Outcome::Passed,
-        Outcome::Failed,
-        Outcome::Error,
-        Outcome::Skipped,
-        Outcome::Xfailed,
-        Outcome::Xpassed,
-        Outcome::Crashed,
-        Outcome::Timeout,
-        Outcome::ResourceLimit,
-    ];
-
     #[test]
     fn each_outcome_is_written_as_its_word_in_reports_and_read_back_from_the_plugins() {
-        for o in ALL {
+        for o in Outcome::ALL {
             let json = serde_json::to_string(&o).unwrap();
             assert_eq!(json, format!("\"{}\"", o.as_str()));
             assert_eq!(serde_json::from_str::<Outcome>(&json).unwrap(), o);
         }
         // The plugin reports the five outcomes of pytest's own; anything else is an error.
-        for o in &ALL[..6] {
+        for o in &Outcome::ALL[..6] {
             assert_eq!(Outcome::parse(o.as_str()), *o);
         }
         assert_eq!(Outcome::parse("crashed"), Outcome::Error);
         assert_eq!(Outcome::parse(""), Outcome::Error);
-        let green: Vec<Outcome> = ALL.into_iter().filter(|o| o.is_green()).collect();
+        let green: Vec<Outcome> = Outcome::ALL.into_iter().filter(|o| o.is_green()).collect();
         assert_eq!(green, [Outcome::Passed, Outcome::Skipped, Outcome::Xfailed]);
     }
 }

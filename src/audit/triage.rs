@@ -214,7 +214,8 @@ impl<'de> Deserialize<'de> for Bucket {
     }
 }
 
-const BUCKETS: [Bucket; 10] = [
+/// Every bucket.
+pub(crate) const BUCKETS: [Bucket; 10] = [
     Bucket::Stable,
     Bucket::OrderDependent,
     Bucket::Polluter,

@@ -36,6 +36,16 @@ pub(crate) enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict.
+    pub(crate) const ALL: [Verdict; 6] = [
+        Verdict::Pass,
+        Verdict::Reject,
+        Verdict::Unverified,
+        Verdict::Drift,
+        Verdict::ExpiredFreeze,
+        Verdict::Error,
+    ];
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
@@ -74,17 +84,10 @@ impl Serialize for Verdict {
 impl<'de> Deserialize<'de> for Verdict {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Verdict, D::Error> {
         let name = String::deserialize(deserializer)?;
-        [
-            Verdict::Pass,
-            Verdict::Reject,
-            Verdict::Unverified,
-            Verdict::Drift,
-            Verdict::ExpiredFreeze,
-            Verdict::Error,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == name)
-        .ok_or_else(|| serde::de::Error::custom(format!("unknown verdict {name:?}")))
+        Verdict::ALL
+            .into_iter()
+            .find(|v| v.as_str() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown verdict {name:?}")))
     }
 }
 

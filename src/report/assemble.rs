@@ -142,6 +142,12 @@ pub(crate) fn assemble(o: &AuditOutcome, run: &RunFacts) -> AuditReport {
 /// locates. The cause in the id is the culprits of the first pair a test of the finding is in:
 /// the same victim broken by another test is another finding.
 fn name_and_locate(report: &mut AuditReport) {
+    let located: BTreeMap<&str, (&Option<String>, Option<u64>)> = report
+        .tests
+        .iter()
+        .filter(|t| t.file.is_some())
+        .map(|t| (t.nodeid.as_str(), (&t.file, t.line)))
+        .collect();
     for f in &mut report.findings {
         let cause = report
             .pairs
@@ -165,14 +171,9 @@ fn name_and_locate(report: &mut AuditReport) {
             h.update(part.as_bytes());
         }
         f.id = format!("{}-{}", f.kind.as_str(), &h.finalize().to_hex()[..12]);
-        if let Some(t) = f
-            .tests
-            .iter()
-            .filter_map(|id| report.tests.iter().find(|t| t.nodeid == *id))
-            .find(|t| t.file.is_some())
-        {
-            f.file = t.file.clone();
-            f.line = t.line;
+        if let Some((file, line)) = f.tests.iter().find_map(|id| located.get(id.as_str())) {
+            f.file = (*file).clone();
+            f.line = *line;
         }
     }
 }
