@@ -8,6 +8,7 @@ pub(crate) mod bisect;
 pub(crate) mod budget;
 pub(crate) mod collection;
 pub(crate) mod coupling;
+pub(crate) mod edit_replay;
 pub(crate) mod edited;
 pub(crate) mod finding;
 pub(crate) mod findings;

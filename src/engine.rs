@@ -14,6 +14,7 @@ mod culprits;
 mod decoded;
 mod delta;
 pub(crate) mod digests;
+mod edit_replay;
 mod edited;
 mod exec;
 mod gates;

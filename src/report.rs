@@ -207,6 +207,9 @@ pub(crate) struct BaseSuiteTest {
     pub(crate) reading: crate::audit::base_suite::Reading,
     /// The replay's failure.
     pub(crate) message: Option<String>,
+    /// For `depends-on-new-test`: the tests the patch added that run before it in its file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) depends_on: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -400,6 +403,9 @@ pub(crate) struct AuditReport {
     pub(crate) source_replay: Vec<SourceReplay>,
     /// The base-suite replay, when the patch touched the tests (`null` when it ran nothing).
     pub(crate) base_suite: Option<BaseSuiteReport>,
+    /// The edited tests whose order-dependence the base has too, each run in its base version
+    /// where the head's failed (`crate::audit::edit_replay`).
+    pub(crate) edit_replay: Vec<crate::audit::edit_replay::EditReplay>,
     pub(crate) budget: Budget,
     pub(crate) freeze: Freeze,
     pub(crate) lock: Lock,

@@ -279,6 +279,76 @@ fn a_test_writing_a_sqlite_fixture_without_a_lease_is_a_polluter_of_group_db() {
     assert_eq!(strs(&reader["dirty_groups"]), Vec::<String>::new());
 }
 
+/// Issue 50: a lease violation the base has too, under a patch that leaves its test's code
+/// alone (it touches requirements.txt, the data file and a comment beside a helper), is known
+/// debt: no `polluter` finding without a victim, nothing "introduced by the patch".
+#[test]
+fn a_pre_existing_lease_violation_under_a_patch_that_leaves_its_test_alone_is_known_debt() {
+    let (repo, _) = db_repo();
+    repo.write(
+        "tests/test_writer.py",
+        format!(
+            "{}
+
+def helper():
+    return 1
+",
+            db_writer("")
+        ),
+    )
+    .write("requirements.txt", "pytest\n");
+    let base = repo.commit("a writer without a lease, already there");
+    let text = String::from_utf8(repo.read("tests/test_writer.py")).unwrap();
+    repo.write(
+        "tests/test_writer.py",
+        text.replace(
+            "def helper():\n    return 1\n",
+            "# def helper():\n#     return 1\n",
+        ),
+    )
+    .write("requirements.txt", "pytest>=7\n");
+    make_sqlite(
+        &repo,
+        "tests/fixtures/db/app.sqlite",
+        "insert into t values (7);",
+    );
+    let head = repo.commit("requirements, the data file, a helper commented out");
+
+    let (run, v) = repo.audit(&base, &head).seeds(0).report();
+    assert_verdict(&run, &v, exit::PASS, "pass");
+    let f = finding(&v, "lease-violation", WRITER);
+    assert_eq!(
+        (&f["introduced"], &f["blocking"]),
+        (&false.into(), &false.into()),
+        "{f}"
+    );
+    assert!(
+        f["message"].as_str().unwrap().contains("pre-existing"),
+        "{f}"
+    );
+    let polluters: Vec<&Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "polluter")
+        .collect();
+    assert!(
+        polluters.is_empty(),
+        "a polluter without a victim: {polluters:?}"
+    );
+    // No message ends in an empty list.
+    for f in v["findings"].as_array().unwrap() {
+        let m = f["message"].as_str().unwrap().trim_end();
+        assert!(!m.ends_with(':') && !m.ends_with(": ()"), "{f}");
+    }
+    let writer = test(&v, WRITER);
+    assert_eq!(writer["bucket"], "polluter", "{writer}");
+    assert!(
+        !strs(&writer["signals"]).contains(&"polluter".to_string()),
+        "{writer}"
+    );
+}
+
 #[test]
 fn a_test_holding_the_db_lease_is_stable_and_no_finding() {
     let (repo, base) = db_repo();

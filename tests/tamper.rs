@@ -1243,3 +1243,248 @@ fn regression_the_new_skip_message_said_a_skipped_test_passes() {
         v["source_replay"]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 50: a base test that needs the patch's new test, in a serial chain and outside one
+// ---------------------------------------------------------------------------------------------
+
+/// A store whose writes are visible at once, and a chain of tests over one module-level store:
+/// add, then see what was added. `serial` (a marker string, or "") marks every test of it.
+fn chain(serial: &str) -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write(
+        "pytest.ini",
+        "[pytest]\nmarkers =\n    serial: keep this test in collection order\n",
+    )
+    .write("store/__init__.py", "")
+    .write(
+        "store/db.py",
+        "class Store:\n    def __init__(self):\n        self.items = []\n        self.committed = []\n\n    \
+         def add(self, x):\n        self.items.append(x)\n\n    \
+         def commit(self):\n        self.committed = list(self.items)\n\n    \
+         def visible(self):\n        return list(self.items)\n\n\nSTORE = Store()\n",
+    )
+    .write("tests/conftest.py", CONFTEST)
+    .write(
+        "tests/test_chain.py",
+        format!(
+            "import pytest\nfrom store.db import STORE\n\n\n{serial}def test_add():\n    STORE.add(\"a\")\n\n\n\
+             {serial}def test_visible():\n    assert STORE.visible() == [\"a\"]\n"
+        ),
+    );
+    repo
+}
+
+const SERIAL: &str = "@pytest.mark.serial\n";
+const VISIBLE: &str = "tests/test_chain.py::test_visible";
+const COMMIT: &str = "tests/test_chain.py::test_commit";
+
+/// The patch: writes become visible once committed, and the chain gets its commit step before
+/// `test_visible` (whose code it leaves alone).
+fn commit_step(serial: &'static str) -> [Edit<'static>; 2] {
+    [
+        Replace(
+            "store/db.py",
+            "    def visible(self):\n        return list(self.items)",
+            "    def visible(self):\n        return list(self.committed)",
+        ),
+        Replace(
+            "tests/test_chain.py",
+            "def test_visible():",
+            if serial.is_empty() {
+                "def test_commit():\n    STORE.commit()\n\n\ndef test_visible():"
+            } else {
+                "def test_commit():\n    STORE.commit()\n\n\n@pytest.mark.serial\ndef test_visible():"
+            },
+        ),
+    ]
+}
+
+#[test]
+fn a_step_added_to_a_serial_chain_passes_and_names_the_new_test_it_needs() {
+    // The new step is marked serial too (it takes test_visible's marker, which gets its own).
+    let v = passes(chain(SERIAL), &commit_step(SERIAL));
+    assert!(
+        !kinds(&v).iter().any(|(k, _)| k == "redefined-test"),
+        "an unchanged test called redefined: {:#}",
+        v["findings"]
+    );
+    let f = finding(&v, "new-chain-step", VISIBLE);
+    assert_eq!(f["blocking"], false, "{f:#}");
+    let message = f["message"].as_str().unwrap();
+    assert!(message.contains(COMMIT), "{message}");
+    let replayed = v["base_suite"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["nodeid"] == VISIBLE)
+        .expect("test_visible replayed");
+    assert_eq!(replayed["reading"], "new-chain-step", "{replayed:#}");
+    assert_eq!(
+        replayed["depends_on"],
+        serde_json::json!([COMMIT]),
+        "{replayed:#}"
+    );
+}
+
+#[test]
+fn a_base_test_that_now_needs_a_new_test_first_outside_a_serial_chain_is_blocked() {
+    // The same patch on a chain nobody keeps in order: the base's test_visible already needs
+    // test_add first (known debt), and now it needs the new test_commit too. That dependence is
+    // the patch's, named for what it is, not as a changed expectation.
+    let repo = chain("");
+    let (message, v) = blocked(repo, &commit_step(""), "depends-on-new-test", VISIBLE);
+    assert!(message.contains(COMMIT), "{message}");
+    assert!(
+        !kinds(&v).iter().any(|(k, _)| k == "redefined-test"),
+        "{:#}",
+        v["findings"]
+    );
+}
+
+#[test]
+fn a_new_test_that_patches_the_code_for_an_unchanged_test_is_still_caught() {
+    // The attack the rule must not let through: the code is broken, and a new test before the
+    // unchanged one monkeypatches it for good; without the new test, the head's file fails.
+    // Not a serial chain: blocking.
+    let repo = chain("");
+    let (message, _) = blocked(
+        repo,
+        &[
+            Replace(
+                "store/db.py",
+                "        return list(self.items)",
+                "        return []",
+            ),
+            Replace(
+                "tests/test_chain.py",
+                "def test_visible():",
+                "def test_setup_view():\n    STORE.visible = lambda: [\"a\"]\n\n\ndef test_visible():",
+            ),
+        ],
+        "depends-on-new-test",
+        VISIBLE,
+    );
+    assert!(
+        message.contains("tests/test_chain.py::test_setup_view"),
+        "{message}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 50: an edit to a test whose order-dependence the base has too
+// ---------------------------------------------------------------------------------------------
+
+/// A module-level state that test_a sets and test_b reads: test_b is order-dependent on the
+/// base already (red when test_a has not run before it), known debt.
+fn known_debt() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("lib/__init__.py", "")
+        .write("lib/state.py", "STATE = {\"x\": 0}\n")
+        .write("tests/conftest.py", CONFTEST)
+        .write(
+            "tests/test_order.py",
+            "from lib import state\n\n\ndef test_a():\n    state.STATE[\"x\"] = 1\n\n\n\
+             def test_b():\n    assert state.STATE[\"x\"] == 1\n\n\n\
+             def test_c():\n    state.STATE[\"y\"] = 2\n",
+        );
+    repo
+}
+
+const TEST_B: &str = "tests/test_order.py::test_b";
+
+#[test]
+fn an_honest_edit_of_a_known_order_dependent_test_keeps_it_known_debt() {
+    // The maintainer adds a function and two assertions about it to test_b. Its base version
+    // fails on the head's code in the orders where the head's fails: the edit hid nothing.
+    let v = passes(
+        known_debt(),
+        &[
+            Append("lib/state.py", "\n\ndef double(x):\n    return 2 * x\n"),
+            Replace(
+                "tests/test_order.py",
+                "    assert state.STATE[\"x\"] == 1\n",
+                "    assert state.STATE[\"x\"] == 1\n    assert state.double(2) == 4\n    \
+                 assert state.double(0) == 0\n",
+            ),
+        ],
+    );
+    let f = finding(&v, "order-dependent", TEST_B);
+    assert_eq!(
+        (&f["introduced"], &f["blocking"]),
+        (&false.into(), &false.into()),
+        "{f:#}"
+    );
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("the edit hid nothing"),
+        "{f:#}"
+    );
+    assert!(
+        !kinds(&v).iter().any(|(k, _)| k == "edited-assertion"),
+        "{:#}",
+        v["findings"]
+    );
+    let replay = &v["edit_replay"][0];
+    assert_eq!(replay["nodeid"], TEST_B, "{replay:#}");
+    assert_eq!(replay["reading"], "edit-hid-nothing", "{replay:#}");
+    assert!(
+        replay["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["head"] == "failed" && r["base_version"] == "failed"),
+        "{replay:#}"
+    );
+}
+
+#[test]
+fn an_edit_that_decides_a_known_order_dependent_tests_outcome_is_the_patchs() {
+    // The edit adds a demand that test_c has not run first: where test_a and test_c both ran
+    // before test_b (seed 2's order), the head's version fails and the base's passes on the
+    // head's code. The edit decides the outcome there, so the order-dependence is the patch's.
+    let repo = known_debt();
+    let base = repo.commit("base");
+    apply(
+        &repo,
+        &[Replace(
+            "tests/test_order.py",
+            "    assert state.STATE[\"x\"] == 1\n",
+            "    assert state.STATE[\"x\"] == 1 and \"y\" not in state.STATE\n",
+        )],
+    );
+    let head = repo.commit("the patch");
+    let (run, v) = repo.audit(&base, &head).seeds(6).report();
+    assert_eq!(
+        (run.code, &v["verdict"]),
+        (1, &Value::from("reject")),
+        "{run:?}"
+    );
+    let f = finding(&v, "order-dependent", TEST_B);
+    assert_eq!(
+        (&f["introduced"], &f["blocking"]),
+        (&false.into(), &true.into()),
+        "{f:#}"
+    );
+    let replay = &v["edit_replay"][0];
+    assert_eq!(replay["reading"], "edit-changed-the-outcome", "{replay:#}");
+    assert!(
+        replay["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["head"] == "failed" && r["base_version"] == "passed"),
+        "{replay:#}"
+    );
+    assert!(
+        v["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("the patch edited its test")),
+        "{:#}",
+        v["reasons"]
+    );
+}

@@ -132,6 +132,15 @@ pub(crate) enum Reading {
     CodeRemoved,
     /// Red once, and green on the second replay or red in the second control: flaky, no proof.
     Unconfirmed,
+    /// A test whose code, helpers and session the patch left alone, red with the base's file and
+    /// green with the head's, and red again in the head's file with the tests the patch added
+    /// taken out: its green at head is what the new tests before it leave behind (a serial
+    /// chain's new step), not a moved expectation. See [`Reading::may_depend_on_new`].
+    /// `serial_chain`: the test and every new test it depends on are marked `serial`, kept in
+    /// their places in every order: a chain by design, the new test a new step of it (reported,
+    /// reviewed as new code). Otherwise the dependence is the patch's defect: a test of the
+    /// base now needs a new test to run first.
+    DependsOnNew { serial_chain: bool },
 }
 
 impl Reading {
@@ -177,6 +186,34 @@ impl Reading {
         Reading::Hidden(how)
     }
 
+    /// Whether a reading may be a test's dependence on the patch's new tests rather than a
+    /// moved expectation: `redefined-test` for a test present at head whose code, helpers,
+    /// data and session the patch left alone (`around`), so that what differs between the
+    /// base's file and the head's is other tests. The engine then runs the head's file without
+    /// the new tests; [`Reading::after_without_new`] reads it.
+    pub(crate) fn may_depend_on_new(self, at_head: &AtHead, around: Around) -> bool {
+        self == Reading::Hidden(How::Redefined)
+            && matches!(at_head, AtHead::Present(_))
+            && !around.edited
+            && !around.session_changed
+    }
+
+    /// A [`Reading::may_depend_on_new`] test read again after the head's file ran without the
+    /// patch's new tests (`without_new`: its outcome there; `None`: not run). Red there: its
+    /// green at head needs them, [`Reading::DependsOnNew`]. Green there: the head's own file
+    /// makes it pass where the base's fails, and the reading stands. `serial_chain`: it and the
+    /// new tests before it are all marked `serial`.
+    pub(crate) fn after_without_new(
+        self,
+        without_new: Option<Outcome>,
+        serial_chain: bool,
+    ) -> Reading {
+        match without_new {
+            Some(o) if !o.is_green() => Reading::DependsOnNew { serial_chain },
+            _ => self,
+        }
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reading::Holds => "holds",
@@ -186,6 +223,10 @@ impl Reading {
             Reading::DeletedWithItsCode => "deleted-with-its-code",
             Reading::CodeRemoved => "code-removed",
             Reading::Unconfirmed => "unconfirmed",
+            Reading::DependsOnNew { serial_chain: true } => "new-chain-step",
+            Reading::DependsOnNew {
+                serial_chain: false,
+            } => "depends-on-new-test",
         }
     }
 
@@ -200,6 +241,10 @@ impl Reading {
             Reading::Hidden(How::Redefined) => FindingKind::RedefinedTest,
             Reading::Hidden(How::HookAltered) => FindingKind::HookAlteredOutcome,
             Reading::DeletedWithItsCode => FindingKind::DeletedWithItsCode,
+            Reading::DependsOnNew { serial_chain: true } => FindingKind::NewChainStep,
+            Reading::DependsOnNew {
+                serial_chain: false,
+            } => FindingKind::DependsOnNewTest,
             _ => return None,
         })
     }
@@ -257,6 +302,9 @@ pub(crate) struct Replayed {
     /// An edited test whose reading is the test-source replay's (`redefined-test`,
     /// `test-refactor`): no finding of its own here.
     pub(crate) edited_candidate: bool,
+    /// For [`Reading::DependsOnNew`]: the tests the patch added that run before it in its file
+    /// at head, in that order.
+    pub(crate) depends_on: Vec<String>,
 }
 
 /// A test the plugin saw fail while pytest, by a hook's doing, reported it green.
@@ -451,6 +499,39 @@ mod tests {
             h(AtHead::Present(Passed), Around::default()),
             "redefined-test"
         );
+    }
+
+    #[test]
+    fn an_unchanged_test_red_without_the_new_tests_depends_on_them() {
+        let present = AtHead::Present(Passed);
+        let file_only = Around {
+            edited: false,
+            file_changed: true,
+            session_changed: false,
+        };
+        let r = hidden(present.clone(), file_only);
+        assert!(r.may_depend_on_new(&present, file_only));
+        let chain = r.after_without_new(Some(Failed), true);
+        assert_eq!(chain, Reading::DependsOnNew { serial_chain: true });
+        assert_eq!(chain.finding(), Some(FindingKind::NewChainStep));
+        assert!(!FindingKind::NewChainStep.is_defect());
+        // Outside a serial chain, a base test that now needs a new test first is a defect.
+        let needs = r.after_without_new(Some(Failed), false);
+        assert_eq!(needs.finding(), Some(FindingKind::DependsOnNewTest));
+        assert!(FindingKind::DependsOnNewTest.is_defect());
+        // Green without them: the head's file itself makes it pass; not run: no evidence.
+        assert_eq!(r.after_without_new(Some(Passed), true), r);
+        assert_eq!(r.after_without_new(None, true), r);
+        // An edited test, a changed session, a renamed test: their own readings stand.
+        for around in [EDITED, SESSION] {
+            let r = hidden(present.clone(), around);
+            assert!(!r.may_depend_on_new(&present, around), "{around:?}");
+        }
+        let renamed = AtHead::Renamed {
+            nodeid: "t.py::test_b".into(),
+            outcome: Passed,
+        };
+        assert!(!hidden(renamed.clone(), file_only).may_depend_on_new(&renamed, file_only));
     }
 
     #[test]

@@ -87,11 +87,20 @@ pub(crate) enum FindingKind {
     /// A test that left shared state changed behind it (a module global, an environment
     /// variable...): a polluter without a victim, reported, never blocking by itself.
     LeaksState,
+    /// A base test whose code the patch left alone that passes at head only after tests the
+    /// patch added run before it in its file: the base's file fails on the head's code, and so
+    /// does the head's file without the new tests (`audit::base_suite`). A defect: a base test
+    /// now needs a new test to run first.
+    DependsOnNewTest,
+    /// The same, in a chain marked `serial` (the test and the new tests it needs keep their
+    /// places in every order): the patch added a step to the chain. Reported, the new step
+    /// reviewed as new code.
+    NewChainStep,
 }
 
 impl FindingKind {
     /// Every kind, in declaration order.
-    pub(crate) const ALL: [FindingKind; 32] = [
+    pub(crate) const ALL: [FindingKind; 34] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -124,6 +133,8 @@ impl FindingKind {
         FindingKind::SpecialCasedInput,
         FindingKind::EqIgnoresArgument,
         FindingKind::LeaksState,
+        FindingKind::DependsOnNewTest,
+        FindingKind::NewChainStep,
     ];
 
     /// Its place among the kinds (declaration order, [`FindingKind::ALL`]'s): one number per
@@ -165,6 +176,8 @@ impl FindingKind {
             FindingKind::EditedAssertion => "edited-assertion",
             FindingKind::Nondeterministic => "nondeterministic",
             FindingKind::LeaksState => "leaks-state",
+            FindingKind::DependsOnNewTest => "depends-on-new-test",
+            FindingKind::NewChainStep => "new-chain-step",
         }
     }
 
@@ -189,6 +202,13 @@ impl FindingKind {
             FindingKind::EditedAssertion => ("edited assertion", "edited assertions"),
             FindingKind::NonIdempotent => ("non-idempotent test", "non-idempotent tests"),
             FindingKind::LeaksState => ("test leaking state", "tests leaking state"),
+            FindingKind::DependsOnNewTest => (
+                "test depending on a new test",
+                "tests depending on new tests",
+            ),
+            FindingKind::NewChainStep => {
+                ("new step of a serial chain", "new steps of serial chains")
+            }
             FindingKind::OutsideWrite => ("outside-write finding", "outside-write findings"),
             FindingKind::CollectionError => {
                 ("collection-error finding", "collection-error findings")
@@ -254,6 +274,7 @@ impl FindingKind {
                 | FindingKind::SkippedTest
                 | FindingKind::XfailedTest
                 | FindingKind::HookAlteredOutcome
+                | FindingKind::DependsOnNewTest
         )
     }
 }
@@ -292,7 +313,7 @@ mod tests {
             assert_eq!(kind.ordinal() as usize, i, "{kind:?}");
         }
         assert_eq!(
-            FindingKind::LeaksState.ordinal() as usize,
+            FindingKind::NewChainStep.ordinal() as usize,
             FindingKind::ALL.len() - 1,
             "the last kind declared is the last listed"
         );

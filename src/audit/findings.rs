@@ -32,27 +32,17 @@ pub(crate) struct Facts<'a> {
     pub(crate) spec: &'a SpecReplay,
     /// What the patch did to the freeze ledger and the lock.
     pub(crate) gates: &'a Gates,
+    /// The edited tests whose known order-dependence the edit replay kept as the base's
+    /// (`crate::audit::edit_replay::kept_as_debt`).
+    pub(crate) kept: BTreeSet<String>,
 }
 
-impl<'a> Facts<'a> {
-    pub(crate) fn new(
-        triaged: &'a BTreeMap<String, Triage>,
-        pre_existing: &'a PreExisting,
-        patch: &'a Patch,
-        outside: &'a OutsideWrites,
-        fixtures: &'a FixtureReplay,
-        spec: &'a SpecReplay,
-        gates: &'a Gates,
-    ) -> Facts<'a> {
-        Facts {
-            triaged,
-            pre_existing,
-            patch,
-            outside,
-            fixtures,
-            spec,
-            gates,
-        }
+impl Facts<'_> {
+    /// Whether the patch's edit of `id` makes its finding of `kind` the patch's: it edited the
+    /// test, and (for known order-dependence) the edit replay did not show the edit hid nothing.
+    fn edited(&self, kind: FindingKind, id: &str) -> bool {
+        self.patch.edited.contains(id)
+            && !(kind == FindingKind::OrderDependent && self.kept.contains(id))
     }
 }
 
@@ -67,7 +57,7 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
                 kind,
                 subject: id.clone(),
                 introduced: !f.pre_existing.contains(&(kind, id.clone())),
-                edited_by_patch: f.patch.edited.contains(id),
+                edited_by_patch: f.edited(kind, id),
             });
         }
     }
@@ -166,15 +156,18 @@ pub(crate) fn collection_error(broken: &Broken) -> Finding {
 }
 
 /// The `edited-assertion` findings: a victim of a pair that the base had and the patch edited
-/// (a new test is not an edited assertion: only a test the base had can be "fixed").
+/// (a new test is not an edited assertion: only a test the base had can be "fixed"), unless the
+/// edit replay showed that its edit hid nothing (`kept`).
 pub(crate) fn edited_assertions<'a>(
     pairs: &'a [Pair],
     edited: &'a BTreeSet<String>,
     base_ids: &'a BTreeSet<String>,
+    kept: &'a BTreeSet<String>,
 ) -> impl Iterator<Item = (&'a Pair, Finding)> + 'a {
     pairs
         .iter()
         .filter(|p| edited.contains(&p.victim) && base_ids.contains(&p.victim))
+        .filter(|p| !kept.contains(&p.victim))
         .map(|p| {
             (
                 p,

@@ -124,6 +124,8 @@ pub(crate) struct Judgment {
     pub(crate) patch: Patch,
     pub(crate) fixtures: FixtureReplay,
     pub(crate) spec: SpecReplay,
+    /// The edited tests whose known order-dependence was replayed with their base version.
+    pub(crate) edit_replay: Vec<crate::audit::edit_replay::EditReplay>,
     pub(crate) outside: OutsideWrites,
     /// The findings the verdict weighed, in the order of its dispositions.
     pub(crate) findings: Vec<Finding>,

@@ -48,8 +48,12 @@
 //!   `sys.path` or `sys.modules`, a thread) gets the signal `leaks-state` naming what, and, unless
 //!   it is the culprit of a found pair, a finding of its own that does not block: a polluter
 //!   without a victim (yet).
-//! - A lease violation, or being the polluter of a found pair, makes it a *polluter*. Being the
-//!   state-setter of a pair is only a signal: the defect is the brittle test that needs it.
+//! - A lease violation, or being the polluter of a found pair, puts it in the *polluter* bucket.
+//!   Only the culprit of a found pair gets the `polluter` signal and finding (which names its
+//!   victims); a lease violation without a victim is its `lease-violation` finding alone, with
+//!   that finding's own status (a violation the base has too is known debt, whatever the
+//!   bucket). Being the state-setter of a pair is only a signal: the defect is the brittle test
+//!   that needs it.
 //!
 //! # Precedence of the primary bucket
 //!
@@ -502,7 +506,7 @@ pub(crate) fn triage(e: &Evidence) -> Triage {
     flag(order_dependent, Signal::OrderDependent);
     flag(victim, Signal::Victim);
     flag(brittle, Signal::Brittle);
-    flag(polluter, Signal::Polluter);
+    flag(e.polluter_in_pair, Signal::Polluter);
     flag(e.state_setter_in_pair, Signal::StateSetter);
     for group in groups {
         flag(true, Signal::LeaseViolation(group.clone()));
@@ -861,11 +865,14 @@ mod tests {
             dirty_groups: vec!["db".into(), "golden".into(), "db".into()],
             ..ev(&[Passed; 4])
         };
+        // A lease violation without a victim: the bucket, not the polluter's signal or finding
+        // (which would name victims it does not have).
         check(
             &e,
             Bucket::Polluter,
-            &["polluter", "lease-violation:db", "lease-violation:golden"],
+            &["lease-violation:db", "lease-violation:golden"],
         );
+        assert_eq!(triage(&e).finding_kinds(), [FindingKind::LeaseViolation]);
         let e = Evidence {
             polluter_in_pair: true,
             ..ev(&[Passed; 4])
@@ -888,6 +895,7 @@ mod tests {
     fn precedence_order_dependent_over_polluter() {
         let e = Evidence {
             dirty_groups: vec!["db".into()],
+            polluter_in_pair: true,
             ..confirmed(&[Passed, Failed, Passed, Passed], Failed, Passed)
         };
         check(
@@ -991,6 +999,7 @@ mod tests {
     fn signals_serialize_as_strings() {
         let t = triage(&Evidence {
             dirty_groups: vec!["db".into()],
+            polluter_in_pair: true,
             ..ev(&[Passed; 4])
         });
         assert_eq!(

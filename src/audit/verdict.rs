@@ -126,7 +126,7 @@ pub(crate) fn disposition(finding: &Finding, strict: bool) -> Disposition {
         FindingKind::Flaky if finding.introduced || finding.edited_by_patch => Disposition::Rejects,
         FindingKind::Flaky => Disposition::Ledger,
         FindingKind::Cosmetic => Disposition::Justify,
-        FindingKind::Additive => Disposition::Review,
+        FindingKind::Additive | FindingKind::NewChainStep => Disposition::Review,
         _ => Disposition::Report,
     }
 }

@@ -39,8 +39,8 @@ use crate::engine::sides::{revision, Sides};
 use crate::engine::step::Engine;
 use crate::engine::step::Role;
 use crate::engine::{
-    base_check, base_suite, budget, carry, check, confirm, coupling, edited, gates, itemize,
-    matrix, nio, pairs, replay, shard, triage, verdict,
+    base_check, base_suite, budget, carry, check, confirm, coupling, edit_replay, edited, gates,
+    itemize, matrix, nio, pairs, replay, shard, triage, verdict,
 };
 use crate::error::{Error, Result};
 use crate::remote_exec::client as remote_exec;
@@ -409,19 +409,24 @@ fn judge(
     let writers = outside.writers();
     let checks = base_check::Checks::new(&triaged, &pairs, &matrix, &writers, triage_node);
     let pre_existing = base_check::pre_existing(engine, &checks, on_base)?;
+    // The edited tests whose order-dependence the base has too: their base version in the
+    // orders where the head's failed says whether the edit hid anything.
+    let edit_replay =
+        edit_replay::run(engine, &matrix, &triaged, &pre_existing, &j, &[triage_node])?;
 
     // Findings, the budget and the verdict.
     let patch = edited::patch(engine, &j, &confirmed.evidence, matrix.file_run())?;
     let gates = &j.gated.gates;
-    let facts = Facts::new(
-        &triaged,
-        &pre_existing,
-        &patch,
-        &outside,
-        &fixtures,
-        &spec,
+    let facts = Facts {
+        triaged: &triaged,
+        pre_existing: &pre_existing,
+        patch: &patch,
+        outside: &outside,
+        fixtures: &fixtures,
+        spec: &spec,
         gates,
-    );
+        kept: crate::audit::edit_replay::kept_as_debt(&edit_replay),
+    };
     let findings = findings::findings(&facts);
     let limits = Limits::merge(&opts.budget, &sides.base_config.budget);
     let usage = budget::usage(asked.started, &j, &patch.new_skips, &confirmed.evidence);
@@ -453,6 +458,7 @@ fn judge(
         patch,
         fixtures,
         spec,
+        edit_replay,
         outside,
         findings,
         budget,

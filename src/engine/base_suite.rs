@@ -272,6 +272,45 @@ fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequ
     req
 }
 
+/// The tests the patch added (the base has no such id) that run before `id` in its file in the
+/// head's file order `head_order`; `base_files` maps each base test to its file.
+fn new_before(
+    head_order: &[String],
+    id: &str,
+    base_files: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let file = testsrc::split_nodeid(id).0;
+    head_order
+        .iter()
+        .take_while(|h| h.as_str() != id)
+        .filter(|h| testsrc::split_nodeid(h).0 == file && !base_files.contains_key(h.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The head's file order over the files of the tests in `may_depend`, less the tests the patch
+/// added (those the base does not have): a run of the head's own files, on the head's code,
+/// without what the new tests leave behind.
+fn without_new_request(
+    head_order: &[String],
+    may_depend: &BTreeMap<String, Vec<String>>,
+    base_files: &BTreeMap<String, String>,
+) -> RunRequest {
+    let files: HashSet<&str> = may_depend
+        .keys()
+        .map(|id| testsrc::split_nodeid(id).0)
+        .collect();
+    let order: Vec<String> = head_order
+        .iter()
+        .filter(|h| {
+            files.contains(testsrc::split_nodeid(h).0) && base_files.contains_key(h.as_str())
+        })
+        .cloned()
+        .collect();
+    let label = NodeKind::BaseSuiteRun.of("without the new tests");
+    RunRequest::new(label, NodeKind::BaseSuiteRun, Role::Head, order)
+}
+
 fn control_request(order: Vec<String>, repeat: u32) -> RunRequest {
     let label = crate::engine::kind::repeat(NodeKind::BaseSuiteControl.label(), repeat);
     RunRequest::new(label, NodeKind::BaseSuiteControl, Role::Base, order).repeat(repeat)
@@ -385,6 +424,8 @@ fn read(
         .collect();
 
     let mut readings: Vec<(String, AtHead, Outcome, Option<Outcome>, Reading)> = Vec::new();
+    // The tests that may owe their green to the patch's new tests, with those tests.
+    let mut may_depend: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for id in &order {
         let replayed = replay_outcome(id);
         let file = plan.files.get(id).map(String::as_str).unwrap_or_default();
@@ -448,6 +489,12 @@ fn read(
                 .and_then(rule::missing)
                 .is_some_and(|m| sources.removed(&m, &plan.sources));
         let reading = Reading::of(&at_head, around, replayed, control, code_removed);
+        if reading.may_depend_on_new(&at_head, around) {
+            let new = new_before(&cx.head_run.order, id, &plan.files);
+            if !new.is_empty() {
+                may_depend.insert(id.clone(), new);
+            }
+        }
         readings.push((id.clone(), at_head, replayed, control, reading));
     }
 
@@ -458,17 +505,31 @@ fn read(
         .filter(|r| matches!(r.4, Reading::Hidden(_)) && !not_collected.contains_key(&r.0))
         .map(|r| &r.0)
         .collect();
+    // Beside them, the head's own file order over the files of the tests that may depend on
+    // the patch's new tests, with the new tests taken out.
     let mut unconfirmed: HashSet<String> = HashSet::new();
+    let mut without_new: Option<RunResult> = None;
     if !suspects.is_empty() {
         let runnable: Vec<String> = order
             .iter()
             .filter(|id| !not_collected.contains_key(*id))
             .cloned()
             .collect();
-        let again = engine.run_batch(&[
+        let mut batch = vec![
             replay_request(runnable, &run_overlay, 1),
             control_request(order.clone(), 1),
-        ])?;
+        ];
+        if !may_depend.is_empty() {
+            batch.push(without_new_request(
+                &cx.head_run.order,
+                &may_depend,
+                &plan.files,
+            ));
+        }
+        let mut again = engine.run_batch(&batch)?;
+        if batch.len() == 3 {
+            without_new = again.pop().and_then(|r| r.ok());
+        }
         let (r2, c2) = (&again[0], &again[1]);
         for id in suspects {
             let red = r2
@@ -487,6 +548,10 @@ fn read(
         }
     }
 
+    let serial: HashSet<&str> = (cx.head_collection.items.iter())
+        .filter(|i| i.has_marker("serial"))
+        .map(|i| i.nodeid.as_str())
+        .collect();
     let head_ini = PytestIni::find(|f| text(cx.head, f));
     // What a repro checks out from the base besides the test's own file.
     let repro_files: Vec<String> = plan
@@ -506,7 +571,18 @@ fn read(
     for (id, at_head, replayed, control, reading) in readings {
         let reading = match unconfirmed.contains(&id) {
             true => Reading::Unconfirmed,
+            false if may_depend.contains_key(&id) => {
+                let serial_chain = std::iter::once(&id)
+                    .chain(&may_depend[&id])
+                    .all(|t| serial.contains(t.as_str()));
+                let without = without_new.as_ref().and_then(|r| r.outcome_of(&id));
+                reading.after_without_new(without, serial_chain)
+            }
             false => reading,
+        };
+        let depends_on = match reading {
+            Reading::DependsOnNew { .. } => may_depend.remove(&id).unwrap_or_default(),
+            _ => Vec::new(),
         };
         if reading == Reading::Holds && matches!(at_head, AtHead::Present(_)) {
             continue;
@@ -535,6 +611,7 @@ fn read(
             failure,
             missed_rule,
             repro_files: files,
+            depends_on,
         });
     }
 

@@ -53,6 +53,9 @@ pub(crate) enum NodeKind {
     BaseSuiteRun,
     /// The base-suite replay's order on the base: its control.
     BaseSuiteControl,
+    /// The base's version of an edited, known order-dependent test, on the head's code in an
+    /// order where the head's version failed (`crate::audit::edit_replay`).
+    EditReplayRun,
     /// A test twice in a row by itself on the head.
     NioRun,
     /// A head finding checked on the base.
@@ -111,6 +114,7 @@ impl NodeKind {
             NodeKind::ReplayRun => "replay-run",
             NodeKind::BaseSuiteRun => "base-suite-run",
             NodeKind::BaseSuiteControl => "base-suite-control",
+            NodeKind::EditReplayRun => "edit-replay-run",
             NodeKind::NioRun => "nio-run",
             NodeKind::BaseCheck => "base-check",
             NodeKind::EditedTests => "edited-tests",

@@ -224,6 +224,7 @@ fn add_judgment(
                 base: t.control,
                 reading: t.reading,
                 message: t.failure.clone(),
+                depends_on: t.depends_on.clone(),
             })
             .collect(),
     });
@@ -241,6 +242,7 @@ fn add_judgment(
             head_lines: r.head_lines.clone(),
         })
         .collect();
+    report.edit_replay = j.edit_replay.clone();
     // What `--check` found first, then the verdict's findings, then the edited assertions.
     for n in &j.tests.nondeterministic {
         report.findings.push(report::Finding {
@@ -260,7 +262,8 @@ fn add_judgment(
             .findings
             .push(finding(f, *d, j, repro::finding(f, j)));
     }
-    for (p, f) in findings::edited_assertions(&j.pairs, &j.patch.edited, &j.patch.base_ids) {
+    let kept = crate::audit::edit_replay::kept_as_debt(&j.edit_replay);
+    for (p, f) in findings::edited_assertions(&j.pairs, &j.patch.edited, &j.patch.base_ids, &kept) {
         // The headline counts it: the reasons of a reject list it too.
         if report.verdict == Verdict::Reject {
             report

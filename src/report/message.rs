@@ -44,6 +44,27 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
                 a.reported.as_str()
             )
         }
+        FindingKind::DependsOnNewTest | FindingKind::NewChainStep if replayed.is_some() => {
+            let t = replayed.expect("matched");
+            let what = match f.kind {
+                FindingKind::NewChainStep => {
+                    "a serial chain, and the patch added a step to it: the new step is reviewed \
+                     as new code"
+                }
+                _ => {
+                    "a test of the base that now needs a new test to run first (mark the chain \
+                     serial if it is one, or make the test set up what it needs)"
+                }
+            };
+            format!(
+                "{id} passes at head only after the tests the patch added before it run ({}): \
+                 with the base's file, and in the head's file without them, it fails on the \
+                 head's code ({}). Its code is the base's, so this is no changed expectation \
+                 but {what}",
+                t.depends_on.join(", "),
+                t.failure.as_deref().unwrap_or("no message")
+            )
+        }
         kind if replayed.is_some() && kind.is_hidden() => {
             let spec = j.spec.base_suite.as_ref().map(|b| b.reasons.as_slice());
             hidden(
@@ -68,15 +89,23 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
             ),
             None => format!("{id}'s outcome follows the order"),
         },
-        FindingKind::Polluter => format!(
-            "{id} leaves state behind that changes another test's outcome: {}",
-            pairs
-                .iter()
+        FindingKind::Polluter => {
+            let victims: Vec<&str> = (pairs.iter())
                 .filter(|p| p.culprits.contains(id))
                 .map(|p| p.victim.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+                .collect();
+            match victims.is_empty() {
+                false => format!(
+                    "{id} leaves state behind that changes another test's outcome: {}",
+                    victims.join(", ")
+                ),
+                // Triage gives the finding only to a pair's culprit; a report without the
+                // pair says so rather than end in an empty list.
+                true => format!(
+                    "{id} leaves state behind that changes another test's outcome (its pair is not in this report)"
+                ),
+            }
+        }
         FindingKind::LeaseViolation => format!(
             "{id} changed fixture groups it does not hold a lease on: {}",
             triaged
@@ -194,10 +223,18 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
         }
         k => format!("{id}: {}", k.as_str()),
     };
-    if f.introduced {
-        base
-    } else {
-        format!("{base} (pre-existing: the base has it too)")
+    let kept = f.kind == FindingKind::OrderDependent
+        && (j.edit_replay.iter()).any(|r| {
+            &r.nodeid == id && r.reading == crate::audit::edit_replay::Reading::HidNothing
+        });
+    match (f.introduced, kept) {
+        (true, _) => base,
+        (false, true) => format!(
+            "{base} (pre-existing: the base has it too; the patch edited the test, and its base \
+             version fails on the head's code in the orders where the head's failed, so the edit \
+             hid nothing)"
+        ),
+        (false, false) => format!("{base} (pre-existing: the base has it too)"),
     }
 }
 

@@ -28,7 +28,13 @@ pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
                 shell_quote(&f.subject)
             ))
         }
-        kind if kind.is_hidden() && replayed.is_some() => {
+        kind if (kind.is_hidden()
+            || matches!(
+                kind,
+                FindingKind::DependsOnNewTest | FindingKind::NewChainStep
+            ))
+            && replayed.is_some() =>
+        {
             let (b, t) = replayed.expect("matched");
             Some(base_suite(b, t))
         }
