@@ -219,6 +219,13 @@ pub(crate) struct Fixtures {
     pub(crate) replay: Vec<ReplayReport>,
 }
 
+/// How many replays decided and how many could not.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct ReplayCounts {
+    pub(crate) decided: u64,
+    pub(crate) undecided: u64,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Budget {
     pub(crate) limits: BTreeMap<String, u64>,
@@ -403,6 +410,9 @@ pub(crate) struct AuditReport {
     pub(crate) source_replay: Vec<SourceReplay>,
     /// The base-suite replay, when the patch touched the tests (`null` when it ran nothing).
     pub(crate) base_suite: Option<BaseSuiteReport>,
+    /// How many replays of edited and coupled tests decided, and how many edited tests' replays
+    /// could not (each of those makes the verdict `unverified`).
+    pub(crate) replays: ReplayCounts,
     /// The edited tests whose order-dependence the base has too, each run in its base version
     /// where the head's failed (`crate::audit::edit_replay`).
     pub(crate) edit_replay: Vec<crate::audit::edit_replay::EditReplay>,

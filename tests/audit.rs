@@ -1272,7 +1272,10 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     assert_eq!(v["pairs"][0]["introduced"], false);
     assert_eq!(finding(&v, "order-dependent", victim)["blocking"], true);
 
-    // A patch that edits the victim makes the pre-existing finding its own, without --strict.
+    // A patch that edits the victim, where its base version fails on the head's code in the
+    // orders the head's fails in (a message added to the assertion), hid nothing: the debt stays
+    // the base's, named as edited (issue 50; tests/tamper.rs has an edit that decides the
+    // outcome, which makes it the patch's).
     repo.write(
         "tests/test_registry.py",
         REGISTRY_TESTS.replace(
@@ -1282,18 +1285,27 @@ fn an_order_dependent_pair_the_base_already_has_is_known_debt_unless_strict() {
     );
     let edits_victim = repo.commit("touch the victim's assertion");
     let (run, v) = repo.audit(&base, &edits_victim).seeds(0).report_both_ways();
-    assert_verdict(&run, &v, exit::REJECT, "reject");
+    assert_verdict(&run, &v, exit::PASS, "pass");
     assert_eq!(test(&v, victim)["edited_by_patch"], true);
     let f = finding(&v, "order-dependent", victim);
-    assert_eq!(f["blocking"], true, "{f}");
+    assert_eq!(f["blocking"], false, "{f}");
     assert!(
-        strs(&v["reasons"])
-            .iter()
-            .any(|r| r.contains(victim) && r.contains("edited")),
-        "{}",
-        v["reasons"]
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("the edit hid nothing"),
+        "{f}"
     );
-    finding(&v, "edited-assertion", victim);
+    assert_eq!(
+        v["edit_replay"][0]["reading"], "edit-hid-nothing",
+        "{}",
+        v["edit_replay"]
+    );
+    assert!(
+        findings(&v, "edited-assertion").is_empty(),
+        "{}",
+        v["findings"]
+    );
 }
 
 #[test]

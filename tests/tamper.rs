@@ -102,6 +102,7 @@ fn mdutils() -> TestRepo {
 // ---------------------------------------------------------------------------------------------
 
 /// One change of a patch.
+#[derive(Clone)]
 enum Edit<'a> {
     /// Replace the first `old` with `new` in a file.
     Replace(&'a str, &'a str, &'a str),
@@ -1487,4 +1488,118 @@ fn an_edit_that_decides_a_known_order_dependent_tests_outcome_is_the_patchs() {
         "{:#}",
         v["reasons"]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 50: replays of edited tests that decide, and those that cannot
+// ---------------------------------------------------------------------------------------------
+
+const TITLES: &str = "tests/test_parse.py::test_titles";
+
+#[test]
+fn a_weakened_parametrized_assertion_with_one_broken_case_is_rejected() {
+    // Titles are cut at their first space (the "b c" case breaks), and the assertion no longer
+    // compares: every case passes at head; the base's version of the broken case fails.
+    let (message, v) = blocked(
+        frontmatter(),
+        &[
+            Replace(
+                "fm/core.py",
+                "meta = dict(l.split(\": \", 1) for l in lines[1:end])",
+                "meta = dict((k, v.split()[0]) for k, v in (l.split(\": \", 1) for l in lines[1:end]))",
+            ),
+            Replace(
+                "tests/test_parse.py",
+                "    assert parse(text)[0][\"title\"] == title\n",
+                "    assert parse(text)[0][\"title\"]\n",
+            ),
+        ],
+        "redefined-test",
+        &format!("{TITLES}[---\\ntitle: b c\\n---\\n-b c]"),
+    );
+    assert!(
+        message.contains("assert parse(text)[0][\"title\"] == title"),
+        "{message}"
+    );
+    // Every case of the parametrized test was replayed, and the one unbroken case reads as a
+    // refactor: the replay decided each.
+    let replays: Vec<&Value> = (v["source_replay"].as_array().unwrap().iter())
+        .filter(|r| r["nodeid"].as_str().unwrap().starts_with(TITLES))
+        .collect();
+    assert_eq!(replays.len(), 2, "{:#}", v["source_replay"]);
+    assert_eq!(v["replays"]["undecided"], 0, "{:#}", v["replays"]);
+}
+
+const RENAME_SLUG: [Edit; 2] = [
+    Replace("fm/core.py", "def slug(title):", "def slugify(title):"),
+    Replace(
+        "tests/test_post.py",
+        "from fm.core import slug\n",
+        "from fm.core import slugify\n",
+    ),
+];
+
+#[test]
+fn renaming_the_function_under_test_with_its_tests_following_passes() {
+    // The base's test file no longer imports on the head's code, so its base version cannot
+    // run; the head's test is the base's calling the new name, nothing else changed.
+    let v = passes(
+        frontmatter(),
+        &[
+            RENAME_SLUG[0].clone(),
+            RENAME_SLUG[1].clone(),
+            Replace(
+                "tests/test_post.py",
+                "    assert slug(\"Hello World\")",
+                "    assert slugify(\"Hello World\")",
+            ),
+        ],
+    );
+    let f = finding(&v, "test-refactor", "tests/test_post.py::test_slug");
+    assert_eq!(f["blocking"], false, "{f:#}");
+    assert!(
+        !kinds(&v).iter().any(|(k, _)| k == "redefined-test"),
+        "{:#}",
+        v["findings"]
+    );
+}
+
+#[test]
+fn an_edit_beside_a_rename_that_no_replay_can_read_is_unverified_with_the_reason() {
+    // The rename, a broken slugify, and test_slug weakened: its base version fails on the old
+    // name, and the head's test is more than the base's calling the new name. Nothing reads
+    // the base's demand: unverified, not a pass.
+    let (run, v) = audit_patch(
+        frontmatter(),
+        &[
+            Replace("fm/core.py", "def slug(title):", "def slugify(title):"),
+            Replace(
+                "fm/core.py",
+                "    return \"-\".join(title.lower().split())",
+                "    return title",
+            ),
+            RENAME_SLUG[1].clone(),
+            Replace(
+                "tests/test_post.py",
+                "    assert slug(\"Hello World\") == \"hello-world\"",
+                "    assert slugify(\"Hello World\")",
+            ),
+        ],
+    );
+    assert_eq!(
+        (run.code, &v["verdict"]),
+        (fixgate::exit::UNVERIFIED, &Value::from("unverified")),
+        "{run:?}"
+    );
+    let reasons = v["reasons"].as_array().unwrap();
+    assert!(
+        reasons.iter().any(|r| {
+            let r = r.as_str().unwrap();
+            r.contains("replay undecided")
+                && r.contains("tests/test_post.py::test_slug")
+                && r.contains("fails on slug")
+        }),
+        "{reasons:#?}"
+    );
+    assert_eq!(v["replays"]["undecided"], 1, "{:#}", v["replays"]);
 }

@@ -18,6 +18,7 @@ use crate::audit::replay::FixtureReplay;
 use crate::audit::scope::Impact;
 use crate::audit::source_tamper::{Move, Suspect};
 use crate::audit::triage::Triage;
+use crate::audit::verdict::UndecidedReplay;
 
 /// The findings the base shows too (checked on the base snapshot with the same evidence).
 pub(crate) type PreExisting = BTreeSet<(FindingKind, String)>;
@@ -123,6 +124,24 @@ pub(crate) fn findings(f: &Facts) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// The edited tests whose replay could not decide, unless another replay of the same test (the
+/// fixture replay's) decided: each makes the verdict `unverified` with its reason.
+pub(crate) fn undecided(spec: &SpecReplay, fixtures: &FixtureReplay) -> Vec<UndecidedReplay> {
+    let decided: BTreeSet<&str> = (fixtures.replay.iter())
+        .filter(|r| r.reading.finding().is_some())
+        .map(|r| r.nodeid.as_str())
+        .collect();
+    (spec.source_replay.iter())
+        .filter(|r| !decided.contains(r.nodeid.as_str()))
+        .filter_map(|r| {
+            Some(UndecidedReplay {
+                nodeid: r.nodeid.clone(),
+                why: r.undecided.clone()?,
+            })
+        })
+        .collect()
 }
 
 /// The source-side warnings: one finding per module and kind, about the module.

@@ -52,6 +52,37 @@ pub(crate) fn likeness(base: &str, head: &str) -> Option<Likeness> {
     close.then_some(Likeness::AssertLiterals)
 }
 
+/// Whether a test's head source is its base source with the name `old` replaced by one other
+/// name wherever it occurs, and nothing else changed (its own name set aside): the head's test
+/// makes the base's demand of what the head calls the function now. Sources that do not parse
+/// do not follow.
+pub(crate) fn follows_rename(base: &str, head: &str, old: &str) -> bool {
+    let (b, h) = (Module::parse(base), Module::parse(head));
+    let (Some(b), Some(h)) = (b.tokens(), h.tokens()) else {
+        return false;
+    };
+    let (b, h) = (normalised(b), normalised(h));
+    if b.len() != h.len() {
+        return false;
+    }
+    let mut new: Option<&str> = None;
+    for (x, y) in b.iter().zip(&h) {
+        if x.kind != y.kind {
+            return false;
+        }
+        if x.kind == Kind::Name && x.text == old {
+            match new {
+                None if y.text != old => new = Some(y.text),
+                Some(n) if n == y.text => {}
+                _ => return false,
+            }
+        } else if x.text != y.text {
+            return false;
+        }
+    }
+    new.is_some()
+}
+
 /// Pairs new head tests with gone base tests of one file by the rule of the module
 /// documentation. `gone` and `new` are (function name, source); returns (new name, gone name).
 pub(crate) fn pair<'a>(
@@ -187,6 +218,26 @@ mod tests {
         assert_eq!(likeness(base, head), Some(Likeness::Same));
         let decorated = format!("@pytest.mark.slow\n{head}");
         assert_eq!(likeness(base, &decorated), None);
+    }
+
+    #[test]
+    fn a_test_that_follows_a_renamed_function_is_the_same_but_renamed() {
+        let base = "def test_titles(text, expected):\n    assert parse_title(text) == expected\n";
+        let head = "def test_titles(text, expected):\n    assert title_of( text ) == expected\n";
+        assert!(follows_rename(base, head, "parse_title"));
+        // Weakened beside the rename, another name renamed, two new names, nothing renamed, or
+        // a source that does not parse: no.
+        let weak = "def test_titles(text, expected):\n    assert title_of(text)\n";
+        assert!(!follows_rename(base, weak, "parse_title"));
+        assert!(!follows_rename(base, head, "expected"));
+        let two = "def test_t():\n    assert a(1) == a(2)\n";
+        assert!(!follows_rename(
+            two,
+            "def test_t():\n    assert b(1) == c(2)\n",
+            "a"
+        ));
+        assert!(!follows_rename(base, base, "parse_title"));
+        assert!(!follows_rename(base, "def test_titles(:\n", "parse_title"));
     }
 
     #[test]

@@ -19,6 +19,37 @@ pub(crate) struct SourceRead {
     /// The lines of the test (or around it) only the base has, and only the head has.
     pub(crate) base_lines: Vec<String>,
     pub(crate) head_lines: Vec<String>,
+    /// Why the replay could not decide, for an inconclusive reading of a test green at head.
+    pub(crate) undecided: Option<Undecided>,
+}
+
+/// Why the replay of an edited test that passes at head could not decide whether the edit moved
+/// its expectation. Unless another replay of the test decides, the verdict is `unverified`:
+/// an inconclusive replay of an edited test is a hole, not a pass.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Undecided {
+    /// The base's file did not run its base version (not collected with the base's file).
+    NotRun,
+    /// Its base version failed once, and not again on a second run or on the base too in the
+    /// same order: flaky, or failing on the base as well.
+    Unconfirmed,
+    /// Its base version fails on a name the head removed or renamed, and its head version
+    /// changed besides calling another name.
+    NameGone { name: String },
+}
+
+impl Undecided {
+    /// Why an edited test green at head reads inconclusive: its base version's outcome
+    /// (`None`: not run), and the name the head removed or renamed it failed on, if any.
+    pub(crate) fn of(base_test_code: Option<Outcome>, gone_name: Option<&str>) -> Undecided {
+        match (base_test_code, gone_name) {
+            (None, _) => Undecided::NotRun,
+            (Some(o), Some(name)) if !o.is_green() => Undecided::NameGone {
+                name: name.to_string(),
+            },
+            _ => Undecided::Unconfirmed,
+        }
+    }
 }
 
 /// How an edited test's replay reads.

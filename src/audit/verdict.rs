@@ -139,7 +139,16 @@ pub(crate) struct Weighed {
     pub(crate) drift: Vec<Drifted>,
     /// Freeze entries past their date (checked before any test runs).
     pub(crate) expired: Vec<Expired>,
+    /// Edited tests whose replay could not decide whether the edit moved their expectation.
+    pub(crate) undecided: Vec<UndecidedReplay>,
     pub(crate) strict: bool,
+}
+
+/// An edited test whose replay could not decide, and why (`audit::source_replay`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UndecidedReplay {
+    pub(crate) nodeid: String,
+    pub(crate) why: crate::audit::source_replay::Undecided,
 }
 
 impl Weighed {
@@ -170,6 +179,8 @@ pub(crate) enum Reason {
     },
     /// The audit went over a limit of its budget.
     OverBudget(Breach),
+    /// The replay of an edited test could not decide whether the edit moved its expectation.
+    Undecided(UndecidedReplay),
 }
 
 /// Why a finding rejects the patch.
@@ -241,7 +252,9 @@ pub(crate) fn decide(weighed: &Weighed, breaches: &[Breach]) -> Decision {
         (Verdict::Reject, rejects),
         (
             Verdict::Unverified,
-            breaches.iter().cloned().map(Reason::OverBudget).collect(),
+            (breaches.iter().cloned().map(Reason::OverBudget))
+                .chain(weighed.undecided.iter().cloned().map(Reason::Undecided))
+                .collect(),
         ),
     ]
     .into_iter()
@@ -529,6 +542,27 @@ mod tests {
     }
 
     #[test]
+    fn an_undecided_replay_is_unverified_and_a_reject_outranks_it() {
+        let undecided = UndecidedReplay {
+            nodeid: "t.py::a".into(),
+            why: crate::audit::source_replay::Undecided::NotRun,
+        };
+        let w = Weighed {
+            undecided: vec![undecided.clone()],
+            ..Weighed::default()
+        };
+        let d = decide(&w, &[]);
+        assert_eq!(d.verdict, Verdict::Unverified);
+        assert_eq!(d.reasons, [Reason::Undecided(undecided.clone())]);
+        let w = Weighed {
+            findings: vec![finding(FindingKind::Failing, true, false)],
+            undecided: vec![undecided],
+            ..Weighed::default()
+        };
+        assert_eq!(decide(&w, &[]).verdict, Verdict::Reject);
+    }
+
+    #[test]
     fn a_budget_breach_is_unverified() {
         let d = decide(&Weighed::default(), &[new_skip()]);
         assert_eq!(d.verdict, Verdict::Unverified);
@@ -555,6 +589,7 @@ mod tests {
             ],
             drift: vec![drift.clone()],
             expired: vec![expired.clone()],
+            undecided: Vec::new(),
             strict: false,
         };
         let mut breaches = vec![new_skip()];

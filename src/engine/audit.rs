@@ -432,7 +432,10 @@ fn judge(
     let usage = budget::usage(asked.started, &j, &patch.new_skips, &confirmed.evidence);
     let proof_runs = budget::proof_runs(confirmation, &pairs, nio_read.as_ref());
     let (budget_node, budget) = budget::judge(engine, limits, usage, proof_runs, &[triage_node])?;
-    let weighed = Weighed::findings(findings.clone(), opts.strict);
+    let weighed = Weighed {
+        undecided: findings::undecided(&spec, &fixtures),
+        ..Weighed::findings(findings.clone(), opts.strict)
+    };
     let decision = verdict::decide(engine, weighed, Some(budget_node), &[triage_node])?;
 
     let mut orders = labels;

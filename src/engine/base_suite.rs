@@ -272,6 +272,36 @@ fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequ
     req
 }
 
+/// What the head did with a name a base test's failure says is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Gone {
+    Kept,
+    /// Removed with the feature (`name`: a name, not a module).
+    Removed {
+        name: Option<String>,
+    },
+    /// The same function under another name.
+    Renamed {
+        old: String,
+        new: String,
+    },
+}
+
+impl Gone {
+    /// Whether a test whose base version fails on the missing name cannot be read on the head's
+    /// code: a deleted test only when the feature went with it (a test deleted beside a rename
+    /// is a deleted test, else renaming a function would excuse deleting its test), a test the
+    /// head kept when the name is gone either way (its head version calls the new name).
+    fn unreadable(&self, at_head: &AtHead) -> bool {
+        match (self, at_head) {
+            (Gone::Kept, _) => false,
+            (Gone::Removed { .. }, _) => true,
+            (Gone::Renamed { .. }, AtHead::Deleted) => false,
+            (Gone::Renamed { .. }, _) => true,
+        }
+    }
+}
+
 /// The tests the patch added (the base has no such id) that run before `id` in its file in the
 /// head's file order `head_order`; `base_files` maps each base test to its file.
 fn new_before(
@@ -426,6 +456,8 @@ fn read(
     let mut readings: Vec<(String, AtHead, Outcome, Option<Outcome>, Reading)> = Vec::new();
     // The tests that may owe their green to the patch's new tests, with those tests.
     let mut may_depend: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // The tests whose base version fails on a name the head removed or renamed.
+    let mut gone_names: BTreeMap<String, String> = BTreeMap::new();
     for id in &order {
         let replayed = replay_outcome(id);
         let file = plan.files.get(id).map(String::as_str).unwrap_or_default();
@@ -483,11 +515,15 @@ fn read(
                 .and_then(|r| r.test(id))
                 .and_then(|t| t.message.clone())
         });
-        let code_removed = !replayed.is_green()
-            && failure
-                .as_deref()
-                .and_then(rule::missing)
-                .is_some_and(|m| sources.removed(&m, &plan.sources));
+        let gone = match replayed.is_green() {
+            true => Gone::Kept,
+            false => (failure.as_deref().and_then(rule::missing))
+                .map_or(Gone::Kept, |m| sources.gone(&m, &plan.sources)),
+        };
+        let code_removed = gone.unreadable(&at_head);
+        if let Gone::Renamed { old: name, .. } | Gone::Removed { name: Some(name) } = gone {
+            gone_names.insert(id.clone(), name);
+        }
         let reading = Reading::of(&at_head, around, replayed, control, code_removed);
         if reading.may_depend_on_new(&at_head, around) {
             let new = new_before(&cx.head_run.order, id, &plan.files);
@@ -625,15 +661,31 @@ fn read(
         let confirmed_red = on_base.is_some_and(|o| !o.is_green())
             && control_outcome(&c.base_nodeid).is_some_and(Outcome::is_green)
             && !unconfirmed.contains(&c.base_nodeid);
-        let reading = source_replay::Reading::of(head_outcome, on_base, confirmed_red);
-        sources.push(crate::engine::source_replay::report_of(
+        let mut reading = source_replay::Reading::of(head_outcome, on_base, confirmed_red);
+        // Its base version fails on a name the head removed or renamed: the head's test makes
+        // the base's demand if it is the base's test calling another name and nothing else
+        // changed; if not, nothing reads the demand.
+        let gone_name = gone_names.get(&c.base_nodeid);
+        if let (false, Some(old)) = (on_base.is_some_and(Outcome::is_green), gone_name) {
+            let follows = crate::engine::source_replay::follows_rename(cx.base, cx.head, c, old);
+            reading = match (follows, head_outcome.is_green()) {
+                (true, true) => source_replay::Reading::Refactor,
+                _ => source_replay::Reading::Inconclusive,
+            };
+        }
+        let undecided = (reading == source_replay::Reading::Inconclusive
+            && head_outcome.is_green())
+        .then(|| source_replay::Undecided::of(on_base, gone_name.map(String::as_str)));
+        let mut read = crate::engine::source_replay::report_of(
             c,
             head_outcome,
             on_base,
             reading,
             cx.base,
             cx.head,
-        ));
+        );
+        read.undecided = undecided;
+        sources.push(read);
     }
     Ok((out, sources))
 }
@@ -847,10 +899,11 @@ impl<'a> ParsedSources<'a> {
         None
     }
 
-    /// Whether the head removed what `missing` names: a module the base has and the head does
-    /// not, or a name a changed base module binds that no head module among `changed` binds,
-    /// nor holds under another name.
-    fn removed(&mut self, missing: &Missing, changed: &[String]) -> bool {
+    /// What the head did with what `missing` names: removed it (a module the base has and the
+    /// head does not, or a name a changed base module binds that no head module among `changed`
+    /// binds, nor holds under another name), renamed it (a head module holds the same function
+    /// under another name), or kept it.
+    fn gone(&mut self, missing: &Missing, changed: &[String]) -> Gone {
         match missing {
             Missing::Module(m) => {
                 let tail = m.replace('.', "/");
@@ -868,7 +921,10 @@ impl<'a> ParsedSources<'a> {
                     .entries
                     .iter()
                     .any(|e| is_module(&e.path.to_string()));
-                had && !has
+                match had && !has {
+                    true => Gone::Removed { name: None },
+                    false => Gone::Kept,
+                }
             }
             Missing::Name(n) => {
                 let mut base_source = None;
@@ -881,25 +937,34 @@ impl<'a> ParsedSources<'a> {
                     }
                 }
                 let Some(base_source) = base_source else {
-                    return false;
+                    return Gone::Kept;
                 };
                 for p in changed {
                     let Some((t, f)) = self.get(true, p) else {
                         continue;
                     };
                     if f.binds(n) {
-                        return false;
+                        return Gone::Kept;
                     }
-                    let moved = !base_source.is_empty()
-                        && f.functions().iter().any(|g| {
-                            testsrc::function_source(t, g)
-                                .is_some_and(|s| likeness(&base_source, &s) == Some(Likeness::Same))
-                        });
-                    if moved {
-                        return false;
+                    let moved = (!base_source.is_empty())
+                        .then(|| {
+                            f.functions().into_iter().find(|g| {
+                                testsrc::function_source(t, g).is_some_and(|s| {
+                                    likeness(&base_source, &s) == Some(Likeness::Same)
+                                })
+                            })
+                        })
+                        .flatten();
+                    if let Some(new_name) = moved {
+                        return Gone::Renamed {
+                            old: n.clone(),
+                            new: new_name,
+                        };
                     }
                 }
-                true
+                Gone::Removed {
+                    name: Some(n.clone()),
+                }
             }
         }
     }

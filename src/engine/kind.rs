@@ -84,9 +84,12 @@ impl NodeKind {
     ///   (`audit::budget::Breach`, `audit::verdict::Reason`), no longer the report's lines; the
     ///   verdict's key writes each finding's kind by its ordinal, where its name was ambiguous
     ///   (`deleted-test` is a kind that rejects and one that does not).
+    /// - verdict 3: an edited test whose replay could not decide makes the verdict
+    ///   `unverified` (`Reason::Undecided`).
     pub(crate) const fn version(self) -> u32 {
         match self {
-            NodeKind::Budget | NodeKind::Verdict => 2,
+            NodeKind::Budget => 2,
+            NodeKind::Verdict => 3,
             _ => 1,
         }
     }

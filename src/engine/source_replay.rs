@@ -156,6 +156,21 @@ fn edited_lines(
     crate::testsrc::changed_lines(&base_source, &source(head, func))
 }
 
+/// Whether the head's version of candidate `c` is its base version with the name `old` (which
+/// the head removed or renamed) replaced by another and nothing else changed
+/// ([`crate::audit::renamed::follows_rename`]).
+pub(crate) fn follows_rename(base: &Snapshot, head: &Snapshot, c: &Candidate, old: &str) -> bool {
+    let source = |s: &Snapshot, id: &str| {
+        let (file, func) = crate::testsrc::split_nodeid(id);
+        let text = s.read_path(file).ok().flatten()?;
+        crate::testsrc::function_source(&String::from_utf8_lossy(&text), func)
+    };
+    match (source(base, &c.base_nodeid), source(head, &c.nodeid)) {
+        (Some(b), Some(h)) => crate::audit::renamed::follows_rename(&b, &h, old),
+        _ => false,
+    }
+}
+
 /// The report of one edited test: its outcomes, its reading and the lines the patch changed.
 pub(crate) fn report_of(
     c: &Candidate,
@@ -190,5 +205,6 @@ pub(crate) fn report_of(
         reading,
         base_lines,
         head_lines,
+        undecided: None,
     }
 }

@@ -7,7 +7,8 @@ use fixgate_graph::{NodeError, NodeId};
 use crate::audit::finding::Finding;
 use crate::audit::gates::Expired;
 use crate::audit::lock::Drifted;
-use crate::audit::verdict::{self, Decision, Weighed};
+use crate::audit::source_replay::Undecided;
+use crate::audit::verdict::{self, Decision, UndecidedReplay, Weighed};
 use crate::engine::budget::BudgetOf;
 use crate::engine::kind::NodeKind;
 use crate::engine::step::{Computed, Engine, Key, Step};
@@ -45,6 +46,7 @@ impl Step for VerdictOf {
             findings,
             drift,
             expired,
+            undecided,
             strict,
         } = weighed;
         let mut w = KeyWriter::new("verdict");
@@ -72,6 +74,15 @@ impl Step for VerdictOf {
                 expires,
             } = e;
             w.str(nodeid).str(owner).str(expires);
+        });
+        w.list(undecided, |w, u| {
+            let UndecidedReplay { nodeid, why } = u;
+            w.str(nodeid);
+            match why {
+                Undecided::NotRun => w.str("not-run"),
+                Undecided::Unconfirmed => w.str("unconfirmed"),
+                Undecided::NameGone { name } => w.str("name-gone").str(name),
+            };
         });
         w.u64(u64::from(*strict));
         key.param("weighed", w.finish().to_string());

@@ -243,6 +243,16 @@ fn add_judgment(
         })
         .collect();
     report.edit_replay = j.edit_replay.clone();
+    let decided = (j.spec.source_replay.iter())
+        .filter(|r| r.reading.finding().is_some())
+        .count()
+        + (j.fixtures.replay.iter())
+            .filter(|r| r.reading.finding().is_some())
+            .count();
+    report.replays = report::ReplayCounts {
+        decided: decided as u64,
+        undecided: findings::undecided(&j.spec, &j.fixtures).len() as u64,
+    };
     // What `--check` found first, then the verdict's findings, then the edited assertions.
     for n in &j.tests.nondeterministic {
         report.findings.push(report::Finding {

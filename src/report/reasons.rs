@@ -43,6 +43,21 @@ impl fmt::Display for Reason {
                 write!(f, "{kind} {subject}: {why}")
             }
             Reason::OverBudget(breach) => write!(f, "over budget: {breach}"),
+            Reason::Undecided(u) => {
+                use crate::audit::source_replay::Undecided;
+                let why = match &u.why {
+                    Undecided::NotRun => "its base version did not run with the base's file".to_string(),
+                    Undecided::Unconfirmed => "its base version failed once, and passed on a second run or failed on the base too".to_string(),
+                    Undecided::NameGone { name } => format!(
+                        "its base version fails on {name}, which the head removed or renamed, and the test changed besides calling another name"
+                    ),
+                };
+                write!(
+                    f,
+                    "replay undecided: the patch edited {}, and nothing could tell whether the edit moved what it expects ({why})",
+                    u.nodeid
+                )
+            }
         }
     }
 }
