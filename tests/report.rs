@@ -239,7 +239,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "verdict",
-        "b3:7a0fc008da2614e9f4cc339bdf8d71ccfe7f5c4a0d57822408dbb466d79bbae3",
+        "b3:488e3b3c22aae3525f670751a544225c93c3b273dbadfa37c3b4440da9bc6770",
     ),
 ];
 
