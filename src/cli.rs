@@ -381,6 +381,11 @@ pub(crate) struct AuditOptionArgs {
     /// Reject pre-existing findings too (findings the base already has)
     #[arg(help_heading = WHAT, long)]
     pub(crate) strict: bool,
+    /// Make the source-side findings (special-cased-input, eq-ignores-argument,
+    /// swallowed-error) unverify the audit instead of warning [default: `[tool.fixgate]
+    /// source-checks` of the base, else warn]
+    #[arg(help_heading = WHAT, long)]
+    pub(crate) strict_source: bool,
     /// Add the nio order: every test run twice in a row in the same process. A test that
     /// passes and then fails, and does so again on 3 reruns of it twice by itself, is a
     /// `non-idempotent` finding (it pollutes its own state); one that does not every time is

@@ -173,3 +173,28 @@ fn slugs_follow_github() {
         "the-json-report-schema-1"
     );
 }
+
+/// The README's findings table names every finding kind the report can hold (the schema's list).
+#[test]
+fn the_readme_lists_every_finding_kind() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("docs/json-report.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let kinds = schema["$defs"]["findingKind"]["enum"]
+        .as_array()
+        .expect("the schema lists the finding kinds");
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table: String = (readme.lines())
+        .skip_while(|l| !l.starts_with("| finding | what it means |"))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').nth(1).unwrap_or_default().to_string())
+        .collect();
+    let missing: Vec<&str> = (kinds.iter().filter_map(|k| k.as_str()))
+        .filter(|k| !table.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README's findings table misses {missing:?}"
+    );
+}

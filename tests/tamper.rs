@@ -984,6 +984,105 @@ fn an_eq_that_always_returns_true_is_an_eq_ignores_argument_warning() {
     );
 }
 
+/// The swallowed error: `slug` breaks on a title that is not a string, and the patch wraps it
+/// in a handler that turns every failure into a made-up slug.
+const SWALLOW: Edit = Replace(
+    "fm/core.py",
+    "def slug(title):\n    return \"-\".join(title.lower().split())",
+    "def slug(title):\n    try:\n        return \"-\".join(title.lower().split())\n    \
+     except Exception:\n        return \"hello-world\"",
+);
+
+#[test]
+fn a_try_that_swallows_every_error_for_a_made_up_value_is_a_swallowed_error_warning() {
+    let message = warned(frontmatter(), &[SWALLOW], "swallowed-error", "fm/core.py");
+    assert!(
+        message.contains("`except Exception:`") && message.contains("made-up value"),
+        "{message}"
+    );
+}
+
+#[test]
+fn under_strict_source_a_source_side_finding_makes_the_audit_unverified() {
+    let repo = frontmatter();
+    let base = repo.commit("base");
+    apply(&repo, &[SWALLOW]);
+    let head = repo.commit("the patch");
+    let (run, v) = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--strict-source"])
+        .report();
+    assert_eq!(
+        (run.code, &v["verdict"]),
+        (fixgate::exit::UNVERIFIED, &Value::from("unverified")),
+        "{run:?}"
+    );
+    assert_eq!(
+        finding(&v, "swallowed-error", "fm/core.py")["blocking"],
+        true
+    );
+    assert!(
+        (v["reasons"].as_array().unwrap().iter()).any(|r| r
+            .as_str()
+            .unwrap()
+            .starts_with("swallowed-error fm/core.py")),
+        "{:#}",
+        v["reasons"]
+    );
+    // The base's configuration asks for the same.
+    repo.write(
+        "pyproject.toml",
+        "[tool.fixgate]\nsource-checks = \"block\"\n",
+    );
+    let base = repo.commit("source checks block");
+    let text = String::from_utf8(repo.read("fm/core.py")).unwrap();
+    repo.write(
+        "fm/core.py",
+        text.replace("return \"hello-world\"", "return \"\""),
+    );
+    let head = repo.commit("another made-up value");
+    let (run, v) = repo.audit(&base, &head).seeds(0).report();
+    assert_eq!(
+        run.code,
+        fixgate::exit::UNVERIFIED,
+        "{run:?} {:#}",
+        v["findings"]
+    );
+}
+
+#[test]
+fn honest_shapes_of_the_source_side_tricks_pass_without_a_warning() {
+    // A literal compared in a config parser (a key the tests also use), an __eq__ that compares
+    // fields, a handler for a named error: the code's own business.
+    let v = passes(
+        frontmatter(),
+        &[
+            Replace(
+                "fm/core.py",
+                "        meta = dict(l.split(\": \", 1) for l in lines[1:end])",
+                "        meta = {}\n        for l in lines[1:end]:\n            key, value = l.split(\": \", 1)\n            \
+                 if key == \"title\":\n                value = value.strip()\n            meta[key] = value",
+            ),
+            Append(
+                "fm/core.py",
+                "\n\nclass Meta:\n    def __init__(self, title):\n        self.title = title\n\n    \
+                 def __eq__(self, other):\n        return isinstance(other, Meta) and self.title == other.title\n\n    \
+                 __hash__ = None\n\n\ndef title_of(meta):\n    try:\n        return meta[\"title\"]\n    \
+                 except KeyError:\n        return \"\"\n",
+            ),
+        ],
+    );
+    assert!(
+        !kinds(&v).iter().any(|(k, _)| matches!(
+            k.as_str(),
+            "special-cased-input" | "eq-ignores-argument" | "swallowed-error"
+        )),
+        "{:#}",
+        v["findings"]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Honest patches: none blocked
 // ---------------------------------------------------------------------------------------------

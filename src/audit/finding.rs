@@ -96,11 +96,14 @@ pub(crate) enum FindingKind {
     /// places in every order): the patch added a step to the chain. Reported, the new step
     /// reviewed as new code.
     NewChainStep,
+    /// A `try` the patch added whose handler catches every error and returns or assigns a
+    /// constant (`audit::source_tamper`): a failure turned into a made-up answer. A warning.
+    SwallowedError,
 }
 
 impl FindingKind {
     /// Every kind, in declaration order.
-    pub(crate) const ALL: [FindingKind; 34] = [
+    pub(crate) const ALL: [FindingKind; 35] = [
         FindingKind::OrderDependent,
         FindingKind::Polluter,
         FindingKind::LeaseViolation,
@@ -135,6 +138,7 @@ impl FindingKind {
         FindingKind::LeaksState,
         FindingKind::DependsOnNewTest,
         FindingKind::NewChainStep,
+        FindingKind::SwallowedError,
     ];
 
     /// Its place among the kinds (declaration order, [`FindingKind::ALL`]'s): one number per
@@ -178,6 +182,7 @@ impl FindingKind {
             FindingKind::LeaksState => "leaks-state",
             FindingKind::DependsOnNewTest => "depends-on-new-test",
             FindingKind::NewChainStep => "new-chain-step",
+            FindingKind::SwallowedError => "swallowed-error",
         }
     }
 
@@ -209,6 +214,7 @@ impl FindingKind {
             FindingKind::NewChainStep => {
                 ("new step of a serial chain", "new steps of serial chains")
             }
+            FindingKind::SwallowedError => ("swallowed error", "swallowed errors"),
             FindingKind::OutsideWrite => ("outside-write finding", "outside-write findings"),
             FindingKind::CollectionError => {
                 ("collection-error finding", "collection-error findings")
@@ -247,6 +253,17 @@ impl FindingKind {
                 | FindingKind::XfailedTest
                 | FindingKind::RedefinedTest
                 | FindingKind::HookAlteredOutcome
+        )
+    }
+
+    /// A finding read from the patch's source rather than from a run (`audit::source_tamper`):
+    /// a warning, or unverified under `--strict-source`.
+    pub(crate) fn is_source_check(self) -> bool {
+        matches!(
+            self,
+            FindingKind::SpecialCasedInput
+                | FindingKind::EqIgnoresArgument
+                | FindingKind::SwallowedError
         )
     }
 
@@ -313,7 +330,7 @@ mod tests {
             assert_eq!(kind.ordinal() as usize, i, "{kind:?}");
         }
         assert_eq!(
-            FindingKind::NewChainStep.ordinal() as usize,
+            FindingKind::SwallowedError.ordinal() as usize,
             FindingKind::ALL.len() - 1,
             "the last kind declared is the last listed"
         );

@@ -157,6 +157,7 @@ pub(crate) fn source_tamper_kind(how: &Move) -> FindingKind {
     match how {
         Move::SpecialCase { .. } => FindingKind::SpecialCasedInput,
         Move::EqIgnoresArgument => FindingKind::EqIgnoresArgument,
+        Move::SwallowedError => FindingKind::SwallowedError,
     }
 }
 

@@ -9,8 +9,15 @@
 //!   expression's test) holding a literal of some weight (a string of three characters or more,
 //!   a number other than 0, 1 and 2) that the module did not hold before and that a test file
 //!   of the suite holds too, whichever quotes it is written with.
-//! - **An `__eq__` that ignores its argument.** A method `__eq__` (or `__ne__`) the head adds or
-//!   changes whose body never reads its second parameter (`def __eq__(self, other): return True`).
+//! - **An `__eq__` that ignores its argument.** A method `__eq__`, `__ne__` or `__contains__` the
+//!   head adds or changes whose body never reads its second parameter (`def __eq__(self, other):
+//!   return True`), or an `__eq__`, `__ne__`, `__hash__`, `__contains__` or `__bool__` the base
+//!   computed and the head makes return a constant.
+//! - **An error swallowed for a made-up value.** A `try` the head adds to a module of the code
+//!   with a handler that catches everything (a bare `except`, `Exception`, `BaseException`),
+//!   never reads the exception, raises nothing, and only returns or assigns constants (`except
+//!   Exception: return 0`). A handler for a named error (`except KeyError: return None`) is the
+//!   code's own business and no suspect.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,8 +37,11 @@ pub(crate) struct Suspect {
 pub(crate) enum Move {
     /// A condition on `literal` (as the source writes it), which `test_file` holds too.
     SpecialCase { literal: String, test_file: String },
-    /// An `__eq__` or `__ne__` whose body never reads its second parameter.
+    /// An `__eq__`, `__ne__` or `__contains__` whose body never reads its second parameter, or
+    /// a comparison, hash or truth method the head made constant.
     EqIgnoresArgument,
+    /// A `try` whose handler catches everything and returns or assigns a constant instead.
+    SwallowedError,
 }
 
 /// The suspects of a patch: `modules` are the code's Python modules the head added or changed
@@ -66,6 +76,13 @@ pub(crate) fn suspects(
                 path: path.clone(),
                 line,
                 how: Move::EqIgnoresArgument,
+            });
+        }
+        for line in swallowed_errors(base.as_deref(), head) {
+            out.push(Suspect {
+                path: path.clone(),
+                line,
+                how: Move::SwallowedError,
             });
         }
     }
@@ -187,15 +204,19 @@ fn line_text(line: &[Tok]) -> String {
     line.iter().map(|t| t.text).collect::<Vec<_>>().join(" ")
 }
 
-/// The `__eq__` and `__ne__` methods of `head` whose body never reads their second parameter,
-/// and that `base` does not have as they are (the same tokens): their `def` line, trimmed.
+/// The `__eq__`, `__ne__` and `__contains__` methods of `head` whose body never reads their
+/// second parameter, and that `base` does not have as they are (the same tokens); and the
+/// comparison, hash and truth methods that return a constant at head where the base's of the
+/// same name did not: their `def` line, trimmed.
 pub(crate) fn eq_ignoring_argument(base: Option<&str>, head: &str) -> Vec<String> {
-    let methods = |m: &Module| -> Vec<(String, String, bool)> {
+    const COMPARES: [&str; 3] = ["__eq__", "__ne__", "__contains__"];
+    const CONSTANT: [&str; 5] = ["__eq__", "__ne__", "__hash__", "__contains__", "__bool__"];
+    let methods = |m: &Module| -> Vec<Method> {
         let body = m.body().unwrap_or_default();
         let defs = python::nested(body)
             .into_iter()
             .filter_map(|s| s.as_function_def_stmt());
-        defs.filter(|f| matches!(f.name.as_str(), "__eq__" | "__ne__"))
+        defs.filter(|f| CONSTANT.contains(&f.name.as_str()))
             .map(|f| {
                 let tokens = m.tokens_in(f.range);
                 let key = line_text(&tokens);
@@ -206,23 +227,123 @@ pub(crate) fn eq_ignoring_argument(base: Option<&str>, head: &str) -> Vec<String
                 let line = m.lines(m.line(def), m.line(def)).collect::<String>();
                 let params = f.parameters.posonlyargs.iter().chain(&f.parameters.args);
                 let other = params.map(|p| p.name().as_str()).nth(1);
-                let reads = other.is_none_or(|o| {
-                    let body = tokens
-                        .iter()
-                        .skip_while(|t| t.range.start() < f.body[0].start());
-                    body.into_iter().any(|t| t.is_name() && t.text == o)
-                });
-                (key, line.trim().to_owned(), reads)
+                let reads = !COMPARES.contains(&f.name.as_str())
+                    || other.is_none_or(|o| {
+                        let body = tokens
+                            .iter()
+                            .skip_while(|t| t.range.start() < f.body[0].start());
+                        body.into_iter().any(|t| t.is_name() && t.text == o)
+                    });
+                // Its name and whether it returns a constant (what its class says).
+                let constant = match f.body.as_slice() {
+                    [python::Stmt::Return(r)] => r.value.as_deref().is_none_or(constant),
+                    _ => false,
+                };
+                let owner = (f.name.to_string(), constant);
+                (key, line.trim().to_owned(), reads, Some(owner))
             })
             .collect()
     };
-    let before: BTreeSet<String> = (base.map(Module::parse).iter().flat_map(methods))
-        .map(|(key, ..)| key)
+    let base_methods = base
+        .map(Module::parse)
+        .iter()
+        .flat_map(methods)
+        .collect::<Vec<_>>();
+    let before: BTreeSet<String> = base_methods.iter().map(|(key, ..)| key.clone()).collect();
+    // The names the base computes (some method of the name that returns no constant).
+    let computed: BTreeSet<String> = (base_methods.iter())
+        .filter_map(|(.., owner)| owner.as_ref().filter(|(_, c)| !c).map(|(n, _)| n.clone()))
         .collect();
     (methods(&Module::parse(head)).into_iter())
-        .filter(|(key, _, reads)| !reads && !before.contains(key))
-        .map(|(_, line, _)| line)
+        .filter(|(key, ..)| !before.contains(key))
+        .filter(|(_, _, reads, owner)| {
+            let made_constant = owner
+                .as_ref()
+                .is_some_and(|(name, c)| *c && computed.contains(name));
+            !reads || made_constant
+        })
+        .map(|(_, line, ..)| line)
         .collect()
+}
+
+/// A comparison, hash or truth method: its tokens (the key of its text), its `def` line, whether
+/// it reads its second parameter (or has none to read), and its name with whether it returns a
+/// constant.
+type Method = (String, String, bool, Option<(String, bool)>);
+
+/// Whether an expression is a constant: a literal, `None`, `True`, `False`, `...`, a negated
+/// number, or an empty or constant tuple, list, set or dict.
+fn constant(e: &python::ast::Expr) -> bool {
+    use python::ast::Expr;
+    match e {
+        Expr::StringLiteral(_)
+        | Expr::BytesLiteral(_)
+        | Expr::NumberLiteral(_)
+        | Expr::BooleanLiteral(_)
+        | Expr::NoneLiteral(_)
+        | Expr::EllipsisLiteral(_) => true,
+        Expr::UnaryOp(u) => matches!(*u.operand, Expr::NumberLiteral(_)),
+        Expr::Tuple(t) => t.elts.iter().all(constant),
+        Expr::List(l) => l.elts.iter().all(constant),
+        Expr::Set(s) => s.elts.iter().all(constant),
+        Expr::Dict(d) => d.is_empty(),
+        _ => false,
+    }
+}
+
+/// The `try` statements `head` adds (no `try` of `base` has the same tokens) with a handler that
+/// catches everything, never reads the exception, raises nothing and only returns or assigns
+/// constants (or passes): that handler's `except` line, trimmed.
+pub(crate) fn swallowed_errors(base: Option<&str>, head: &str) -> Vec<String> {
+    use python::ast::{ExceptHandler, Expr};
+    let tries = |m: &Module| -> Vec<String> {
+        let body = m.body().unwrap_or_default();
+        (python::nested(body).into_iter())
+            .filter_map(|s| s.as_try_stmt())
+            .map(|t| line_text(&m.tokens_in(t.range)))
+            .collect()
+    };
+    let before: BTreeSet<String> = base.map(Module::parse).iter().flat_map(tries).collect();
+    let head = Module::parse(head);
+    let body = head.body().unwrap_or_default();
+    let mut out = Vec::new();
+    for t in python::nested(body)
+        .into_iter()
+        .filter_map(|s| s.as_try_stmt())
+    {
+        if before.contains(&line_text(&head.tokens_in(t.range))) {
+            continue;
+        }
+        for ExceptHandler::ExceptHandler(h) in &t.handlers {
+            let everything = match h.type_.as_deref() {
+                None => true,
+                Some(Expr::Name(n)) => matches!(n.id.as_str(), "Exception" | "BaseException"),
+                Some(_) => false,
+            };
+            let reads_it = h.name.as_ref().is_some_and(|name| {
+                let start = h.body.first().map_or(h.range.end(), |s| s.start());
+                (head.tokens_in(h.range).iter())
+                    .skip_while(|tok| tok.range.start() < start)
+                    .any(|tok| tok.is_name() && tok.text == name.as_str())
+            });
+            let made_up = h.body.iter().all(|s| match s {
+                python::Stmt::Pass(_) => true,
+                python::Stmt::Return(r) => r.value.as_deref().is_none_or(constant),
+                python::Stmt::Assign(a) => constant(&a.value),
+                _ => false,
+            }) && h.body.iter().any(|s| !matches!(s, python::Stmt::Pass(_)));
+            if everything && !reads_it && made_up {
+                let (first, _) = head.span(h);
+                out.push(
+                    head.lines(first, first)
+                        .collect::<String>()
+                        .trim()
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -316,5 +437,61 @@ mod tests {
         );
         let typed = "class P:\n    def __eq__(self, o: object) -> bool:\n        return isinstance(self, P)\n";
         assert_eq!(eq_ignoring_argument(None, typed).len(), 1);
+        // __contains__ compares too; a hash or truth the base computed, made constant.
+        let contains = "class S:\n    def __contains__(self, item):\n        return True\n";
+        assert_eq!(eq_ignoring_argument(None, contains).len(), 1);
+        let hashed = "class P:\n    def __hash__(self):\n        return hash(self.x)\n\n    def __bool__(self):\n        return bool(self.x)\n";
+        let constant = "class P:\n    def __hash__(self):\n        return 0\n\n    def __bool__(self):\n        return True\n";
+        assert_eq!(
+            eq_ignoring_argument(Some(hashed), constant),
+            ["def __hash__(self):", "def __bool__(self):"]
+        );
+        // A new class whose truth is constant, or an __eq__ that compares fields: the code's own.
+        assert!(eq_ignoring_argument(None, constant).is_empty());
+        let fields = "class P:\n    def __eq__(self, other):\n        return (self.x, self.y) == (other.x, other.y)\n";
+        assert!(eq_ignoring_argument(Some(base), fields).is_empty());
+    }
+
+    #[test]
+    fn a_try_that_swallows_every_error_for_a_constant_is_found() {
+        let base = "def total(xs):\n    return sum(xs) / len(xs)\n";
+        let head = "def total(xs):\n    try:\n        return sum(xs) / len(xs)\n    except Exception:\n        return 0\n";
+        assert_eq!(swallowed_errors(Some(base), head), ["except Exception:"]);
+        assert!(
+            swallowed_errors(Some(head), head).is_empty(),
+            "the base has it"
+        );
+        for (handler, found) in [
+            ("except:\n        return 0.0", true),
+            (
+                "except BaseException as e:\n        result = None\n        return result",
+                false,
+            ),
+            (
+                "except BaseException:\n        x = -1\n        return -1",
+                true,
+            ),
+            // A named error is the code's business; reading, raising or logging it is no swallow.
+            ("except ZeroDivisionError:\n        return 0", false),
+            ("except Exception as e:\n        return str(e)", false),
+            (
+                "except Exception as e:\n        raise ValueError('bad') from e",
+                false,
+            ),
+            (
+                "except Exception:\n        log.warning('no total')\n        return 0",
+                false,
+            ),
+            ("except Exception:\n        pass", false),
+        ] {
+            let head = format!(
+                "def total(xs):\n    try:\n        return sum(xs) / len(xs)\n    {handler}\n"
+            );
+            assert_eq!(
+                !swallowed_errors(Some(base), &head).is_empty(),
+                found,
+                "{handler}"
+            );
+        }
     }
 }

@@ -107,6 +107,8 @@ pub(crate) enum Disposition {
     Review,
     /// Reported only (new skips go through the budget; ledger and lock edits have no effect).
     Report,
+    /// A source-side finding under `--strict-source`: the verdict is unverified.
+    Unverifies,
 }
 
 /// Decides one finding. A defect rejects when the patch introduced it, when the patch edited a
@@ -142,6 +144,8 @@ pub(crate) struct Weighed {
     /// Edited tests whose replay could not decide whether the edit moved their expectation.
     pub(crate) undecided: Vec<UndecidedReplay>,
     pub(crate) strict: bool,
+    /// The source-side findings make the verdict unverified (`--strict-source`).
+    pub(crate) strict_source: bool,
 }
 
 /// An edited test whose replay could not decide, and why (`audit::source_replay`).
@@ -181,6 +185,12 @@ pub(crate) enum Reason {
     OverBudget(Breach),
     /// The replay of an edited test could not decide whether the edit moved its expectation.
     Undecided(UndecidedReplay),
+    /// A source-side finding, under `--strict-source`.
+    SourceCheck {
+        #[serde(with = "kind_index")]
+        kind: FindingKind,
+        subject: String,
+    },
 }
 
 /// Why a finding rejects the patch.
@@ -217,10 +227,20 @@ impl Decision {
 /// Applies the precedence drift > expired-freeze > reject > unverified > pass (an error is
 /// what an audit that judged nothing reports, never decided here).
 pub(crate) fn decide(weighed: &Weighed, breaches: &[Breach]) -> Decision {
-    let dispositions: Vec<Disposition> = weighed
-        .findings
-        .iter()
-        .map(|f| disposition(f, weighed.strict))
+    let dispositions: Vec<Disposition> = (weighed.findings.iter())
+        .map(
+            |f| match weighed.strict_source && f.kind.is_source_check() {
+                true => Disposition::Unverifies,
+                false => disposition(f, weighed.strict),
+            },
+        )
+        .collect();
+    let source: Vec<Reason> = (weighed.findings.iter().zip(&dispositions))
+        .filter(|(_, d)| **d == Disposition::Unverifies)
+        .map(|(f, _)| Reason::SourceCheck {
+            kind: f.kind,
+            subject: f.subject.clone(),
+        })
         .collect();
     let rejects: Vec<Reason> = weighed
         .findings
@@ -254,6 +274,7 @@ pub(crate) fn decide(weighed: &Weighed, breaches: &[Breach]) -> Decision {
             Verdict::Unverified,
             (breaches.iter().cloned().map(Reason::OverBudget))
                 .chain(weighed.undecided.iter().cloned().map(Reason::Undecided))
+                .chain(source)
                 .collect(),
         ),
     ]
@@ -591,6 +612,7 @@ mod tests {
             expired: vec![expired.clone()],
             undecided: Vec::new(),
             strict: false,
+            strict_source: false,
         };
         let mut breaches = vec![new_skip()];
         let mut seen = Vec::new();

@@ -242,6 +242,7 @@ pub(crate) fn options(
             .clone()
             .unwrap_or_else(|| (1..=args.seeds).collect()),
         strict: args.strict,
+        strict_source: args.strict_source,
         nio: args.nio,
         cache: !args.no_cache,
         check: args.check,

@@ -93,6 +93,7 @@ pub(crate) fn run(ctx: &Ctx, args: &DemoArgs) -> Result<i32> {
         seeds: 4,
         seed_list: None,
         strict: false,
+        strict_source: false,
         nio: false,
         full: false,
         scoped: false,

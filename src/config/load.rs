@@ -41,6 +41,9 @@ pub(crate) struct Config {
     /// `[tool.fixgate] scoped = true`: audits are impact-scoped (the file-order and reversed
     /// runs record, the shuffled orders run what the patch can affect), as `--scoped` asks.
     pub(crate) scoped: bool,
+    /// `[tool.fixgate] source-checks = "block"`: the source-side findings make the verdict
+    /// unverified, as `--strict-source` does.
+    pub(crate) source_checks_block: bool,
     /// `[tool.fixgate] remote-executor`, `remote-instance` and `remote-platform`: where an
     /// audit's runs execute (read from the base, which is trusted: a patch cannot send its
     /// code to a service of its choosing).
@@ -105,6 +108,7 @@ pub(crate) fn load(inputs: &ConfigInputs) -> Result<Config, ConfigError> {
         lock: py.lock,
         nio: py.nio,
         scoped: py.scoped,
+        source_checks_block: py.source_checks_block,
         remote_exec: py.remote_exec,
         warnings,
     })
@@ -543,6 +547,22 @@ mod tests {
     }
 
     #[test]
+    fn source_checks_is_warn_or_block() {
+        assert!(!pyproject("[tool.fixgate]\nsource-checks = \"warn\"\n").source_checks_block);
+        assert!(pyproject("[tool.fixgate]\nsource-checks = \"block\"\n").source_checks_block);
+        assert!(!pyproject("[tool.fixgate]\n").source_checks_block);
+        let err = match load_with(
+            None,
+            Some("[tool.fixgate]\nsource-checks = \"loud\"\n"),
+            &[],
+        ) {
+            Ok(_) => panic!("an unknown value is an error"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("expected \"warn\" or \"block\""), "{err}");
+    }
+
+    #[test]
     fn pyproject_unknown_keys_warn() {
         let config = pyproject(
             "[tool.fixgate]\n\
@@ -558,7 +578,7 @@ mod tests {
             vec![
                 "pyproject.toml line 3: unknown key \"tool.fixgate.colour\" is ignored; known \
                  keys are \"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \"read-paths\"",
+                 \"nio\", \"scoped\", \"source-checks\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \"read-paths\"",
                 "pyproject.toml line 6: unknown key \"tool.fixgate.budget.max_minutes\" is \
                  ignored; known keys are \"max_seconds\", \"max_tests\", \"max_frozen\" and \
                  \"max_new_skips\"",

@@ -31,6 +31,8 @@ pub(super) struct Pyproject {
     pub(super) nio: bool,
     /// `scoped = true`: impact-scoped audits (docs/impact.md).
     pub(super) scoped: bool,
+    /// `source-checks = "block"`: the source-side findings make the verdict unverified.
+    pub(super) source_checks_block: bool,
     /// `remote-executor`, `remote-instance`, `remote-platform`.
     pub(super) remote_exec: RemoteExecConfig,
     /// Each with its line, for sorting.
@@ -180,6 +182,25 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                     "write scoped = true to run the shuffled orders over what the patch can affect",
                 )?
             }
+            "source-checks" => {
+                out.source_checks_block = match parse_string(&doc, (key, value), "block")?.as_str()
+                {
+                    "warn" => false,
+                    "block" => true,
+                    other => {
+                        return Err(doc.err(
+                            key.span(),
+                            "tool.fixgate.source-checks",
+                            format!(
+                                "expected \"warn\" or \"block\", found \"{other}\"; write \
+                                 source-checks = \"block\" to make the source-side findings \
+                                 (special-cased-input, eq-ignores-argument, swallowed-error) \
+                                 unverify the audit"
+                            ),
+                        ))
+                    }
+                }
+            }
             "remote-executor" => {
                 out.remote_exec.executor =
                     Some(parse_string(&doc, (key, value), "grpc://host:8980")?)
@@ -193,7 +214,7 @@ pub(super) fn parse_pyproject(bytes: &[u8]) -> Result<Pyproject, ConfigError> {
                 key.span(),
                 &format!("tool.fixgate.{}", toml_key(other)),
                 "\"groups\", \"deps\", \"budget\", \"limits\", \"lock\", \"remote-cache\", \"fork\", \
-                 \"nio\", \"scoped\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \
+                 \"nio\", \"scoped\", \"source-checks\", \"remote-executor\", \"remote-instance\", \"remote-platform\" and \
                  \"read-paths\"",
             )),
         }

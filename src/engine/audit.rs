@@ -55,6 +55,9 @@ pub(crate) struct Options {
     /// The shuffled orders, after file order and reversed order.
     pub(crate) seeds: Vec<u64>,
     pub(crate) strict: bool,
+    /// `--strict-source`: the source-side findings make the verdict unverified
+    /// (`[tool.fixgate] source-checks = "block"` of the base asks for it too).
+    pub(crate) strict_source: bool,
     /// `--nio`: add the nio order (each test twice in a row); `[tool.fixgate] nio` of the base
     /// turns it on too.
     pub(crate) nio: bool,
@@ -434,6 +437,7 @@ fn judge(
     let (budget_node, budget) = budget::judge(engine, limits, usage, proof_runs, &[triage_node])?;
     let weighed = Weighed {
         undecided: findings::undecided(&spec, &fixtures),
+        strict_source: opts.strict_source || sides.base_config.source_checks_block,
         ..Weighed::findings(findings.clone(), opts.strict)
     };
     let decision = verdict::decide(engine, weighed, Some(budget_node), &[triage_node])?;
@@ -493,6 +497,7 @@ mod tests {
             head: None,
             seeds: Vec::new(),
             strict: false,
+            strict_source: false,
             nio: false,
             cache: true,
             check: false,

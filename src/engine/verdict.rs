@@ -48,6 +48,7 @@ impl Step for VerdictOf {
             expired,
             undecided,
             strict,
+            strict_source,
         } = weighed;
         let mut w = KeyWriter::new("verdict");
         w.list(findings, |w, f| {
@@ -84,7 +85,7 @@ impl Step for VerdictOf {
                 Undecided::NameGone { name } => w.str("name-gone").str(name),
             };
         });
-        w.u64(u64::from(*strict));
+        w.u64(u64::from(*strict)).u64(u64::from(*strict_source));
         key.param("weighed", w.finish().to_string());
     }
 

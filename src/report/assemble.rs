@@ -350,7 +350,7 @@ fn finding(f: &Finding, d: Disposition, j: &Judgment, repro: Option<String>) -> 
         message: message::finding_message(f, j),
         repro,
         introduced: f.introduced,
-        blocking: d == Disposition::Rejects,
+        blocking: matches!(d, Disposition::Rejects | Disposition::Unverifies),
         id: String::new(),
         file: None,
         line: None,

@@ -182,9 +182,9 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
             "the patch adds or extends the freeze entry of {id}; the ledger is read from the base"
         ),
         FindingKind::LockChanged => format!("the patch changes the pin of {id} in fixtures.lock"),
-        FindingKind::SpecialCasedInput | FindingKind::EqIgnoresArgument => {
-            source_tamper(f.kind, id, &j.patch.source_tamper)
-        }
+        FindingKind::SpecialCasedInput
+        | FindingKind::EqIgnoresArgument
+        | FindingKind::SwallowedError => source_tamper(f.kind, id, &j.patch.source_tamper),
         FindingKind::RedefinedTest | FindingKind::TestRefactor => {
             let r = source_replay.iter().find(|r| &r.nodeid == id);
             let lines = |l: Option<&Vec<String>>| {
@@ -309,7 +309,7 @@ fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String 
             Move::SpecialCase { literal, test_file } => {
                 format!("`{}` ({literal} is in {test_file})", s.line)
             }
-            Move::EqIgnoresArgument => format!("`{}`", s.line),
+            Move::EqIgnoresArgument | Move::SwallowedError => format!("`{}`", s.line),
         })
         .collect();
     let lines = lines.join(", ");
@@ -318,10 +318,15 @@ fn source_tamper(kind: FindingKind, path: &str, suspects: &[Suspect]) -> String 
             "the patch added conditions to {path} on literals the tests hold: {lines}; the code \
              may special-case the tests' input, which the base's tests cannot see: review it"
         ),
+        FindingKind::SwallowedError => format!(
+            "the patch added to {path} handlers that catch every error and return or assign a \
+             made-up value: {lines}; a failure on that path turns into a plausible answer, which \
+             the base's tests cannot see: review it"
+        ),
         _ => format!(
-            "the patch added to {path} an equality that never reads what it compares with: \
-             {lines}; every equality assertion on it passes, which the base's tests cannot see: \
-             review it"
+            "the patch added to {path} an equality, hash or truth method that never reads what \
+             it compares with or returns a constant: {lines}; every assertion on it passes, \
+             which the base's tests cannot see: review it"
         ),
     }
 }

@@ -43,6 +43,10 @@ impl fmt::Display for Reason {
                 write!(f, "{kind} {subject}: {why}")
             }
             Reason::OverBudget(breach) => write!(f, "over budget: {breach}"),
+            Reason::SourceCheck { kind, subject } => write!(
+                f,
+                "{kind} {subject}: the patch's source, read under --strict-source (or source-checks = \"block\")"
+            ),
             Reason::Undecided(u) => {
                 use crate::audit::source_replay::Undecided;
                 let why = match &u.why {
