@@ -278,6 +278,45 @@ impl SourceFile {
         Some(walk.finish())
     }
 
+    /// The fixtures the file defines with a scope wider than one test
+    /// (`@pytest.fixture(scope="module")`, `"class"`, `"package"`, `"session"`).
+    pub(crate) fn wide_fixtures(&self) -> BTreeSet<String> {
+        let wide = |d: &ast::Decorator| {
+            let Some(call) = d.expression.as_call_expr() else {
+                return false;
+            };
+            let fixture = match &*call.func {
+                ast::Expr::Name(n) => n.id.as_str() == "fixture",
+                ast::Expr::Attribute(a) => a.attr.as_str() == "fixture",
+                _ => false,
+            };
+            fixture
+                && call.arguments.keywords.iter().any(|k| {
+                    k.arg.as_ref().is_some_and(|a| a.as_str() == "scope")
+                        && matches!(&k.value, ast::Expr::StringLiteral(s) if s.value.to_str() != "function")
+                })
+        };
+        (crate::python::nested(self.stmts()).into_iter())
+            .filter_map(|s| s.as_function_def_stmt())
+            .filter(|f| f.decorator_list.iter().any(wide))
+            .map(|f| f.name.to_string())
+            .collect()
+    }
+
+    /// The parameter names of the functions named `func` (at module level or in a class).
+    pub(crate) fn parameters(&self, func: &str) -> BTreeSet<String> {
+        (crate::python::nested(self.stmts()).into_iter())
+            .filter_map(|s| s.as_function_def_stmt())
+            .filter(|f| f.name.as_str() == func)
+            .flat_map(|f| {
+                let p = &f.parameters;
+                (p.posonlyargs.iter().chain(&p.args).chain(&p.kwonlyargs))
+                    .map(|a| a.name().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The names of every function the file defines, at module level and in its classes.
     pub(crate) fn functions(&self) -> Vec<String> {
         fn walk(m: &Module, stmts: &[Stmt], out: &mut Vec<String>) {
@@ -613,6 +652,20 @@ pub(crate) fn changed_lines(base: &str, head: &str) -> (Vec<String>, Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wide_fixtures_and_the_parameters_that_request_them() {
+        let text = "import pytest\n\n\n@pytest.fixture(scope=\"module\")\ndef store():\n    return []\n\n\n\
+                    @pytest.fixture\ndef item():\n    return 1\n\n\n@fixture(scope='function')\ndef plain():\n    return 2\n\n\n\
+                    class TestChain:\n    def test_add(self, store, item):\n        store.append(item)\n";
+        let f = SourceFile::parse(text);
+        assert_eq!(f.wide_fixtures(), ["store".to_string()].into());
+        assert_eq!(
+            f.parameters("test_add"),
+            ["item", "self", "store"].map(String::from).into()
+        );
+        assert!(f.parameters("test_gone").is_empty());
+    }
 
     /// Whether the test `nodeid` is the same test in both versions of its file.
     fn same(base: &str, head: &str, nodeid: &str) -> bool {

@@ -239,7 +239,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "verdict",
-        "b3:488e3b3c22aae3525f670751a544225c93c3b273dbadfa37c3b4440da9bc6770",
+        "b3:b1e255bd5df9c5670932e720ce07f839b9b20f857f763ab8da268a054c572f56",
     ),
 ];
 

@@ -136,10 +136,11 @@ pub(crate) enum Reading {
     /// green with the head's, and red again in the head's file with the tests the patch added
     /// taken out: its green at head is what the new tests before it leave behind (a serial
     /// chain's new step), not a moved expectation. See [`Reading::may_depend_on_new`].
-    /// `serial_chain`: the test and every new test it depends on are marked `serial`, kept in
-    /// their places in every order: a chain by design, the new test a new step of it (reported,
-    /// reviewed as new code). Otherwise the dependence is the patch's defect: a test of the
-    /// base now needs a new test to run first.
+    /// `serial_chain`: a chain by design, the new test a new step of it (reported, reviewed as
+    /// new code): the test and every new test it depends on are marked `serial` (kept in their
+    /// places in every order), or all request one fixture wider than a test (a module-scoped
+    /// store they build on). Otherwise the dependence is the patch's defect: a test of the base
+    /// now needs a new test to run first.
     DependsOnNew { serial_chain: bool },
 }
 

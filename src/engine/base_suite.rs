@@ -272,6 +272,46 @@ fn replay_request(order: Vec<String>, overlay: &Overlay, repeat: u32) -> RunRequ
     req
 }
 
+/// Whether the tests of `chain` (of one file, at head) all request one fixture wider than a test
+/// (module, class, package or session scope) that their file or a conftest above it defines:
+/// a chain built on shared state by design.
+fn shares_wide_fixture(head: &Snapshot, chain: &[&String]) -> bool {
+    let Some(first) = chain.first() else {
+        return false;
+    };
+    let file = testsrc::split_nodeid(first).0;
+    let parse = |p: &str| text(head, p).map(|t| SourceFile::parse(&t));
+    let mut wide: BTreeSet<String> = BTreeSet::new();
+    let mut dir = file.rsplit_once('/').map(|(d, _)| d.to_string());
+    let mut files = vec![file.to_string()];
+    while let Some(d) = dir {
+        files.push(format!("{d}/conftest.py"));
+        dir = d.rsplit_once('/').map(|(p, _)| p.to_string());
+    }
+    files.push("conftest.py".to_string());
+    for f in &files {
+        if let Some(source) = parse(f) {
+            wide.extend(source.wide_fixtures());
+        }
+    }
+    let Some(source) = parse(file) else {
+        return false;
+    };
+    let requests = |id: &str| -> BTreeSet<String> {
+        let func = testsrc::split_nodeid(id).1;
+        source
+            .parameters(func)
+            .intersection(&wide)
+            .cloned()
+            .collect()
+    };
+    let mut common = requests(first);
+    for t in &chain[1..] {
+        common = common.intersection(&requests(t)).cloned().collect();
+    }
+    !common.is_empty()
+}
+
 /// What the head did with a name a base test's failure says is missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Gone {
@@ -608,9 +648,9 @@ fn read(
         let reading = match unconfirmed.contains(&id) {
             true => Reading::Unconfirmed,
             false if may_depend.contains_key(&id) => {
-                let serial_chain = std::iter::once(&id)
-                    .chain(&may_depend[&id])
-                    .all(|t| serial.contains(t.as_str()));
+                let chain: Vec<&String> = std::iter::once(&id).chain(&may_depend[&id]).collect();
+                let serial_chain = chain.iter().all(|t| serial.contains(t.as_str()))
+                    || shares_wide_fixture(cx.head, &chain);
                 let without = without_new.as_ref().and_then(|r| r.outcome_of(&id));
                 reading.after_without_new(without, serial_chain)
             }

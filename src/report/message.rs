@@ -48,8 +48,8 @@ pub(crate) fn finding_message(f: &Finding, j: &Judgment) -> String {
             let t = replayed.expect("matched");
             let what = match f.kind {
                 FindingKind::NewChainStep => {
-                    "a serial chain, and the patch added a step to it: the new step is reviewed \
-                     as new code"
+                    "a chain by design (marked serial, or built on a fixture wider than a \
+                     test), and the patch added a step to it: the new step is reviewed as new code"
                 }
                 _ => {
                     "a test of the base that now needs a new test to run first (mark the chain \

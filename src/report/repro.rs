@@ -7,9 +7,11 @@ use crate::audit::outcome::Judgment;
 use crate::audit::pair::Pair;
 
 /// The command that reproduces a finding, when there is one: a non-idempotent test's run twice
-/// in a row; a hidden failure's base test file on the head's code; a test a hook made look green
-/// run alone; else the first pair the finding's test is in (a test leaking state without a
-/// victim has no pair to show it).
+/// in a row; a hidden failure's (or an edited test's) base test file on the head's code; a test
+/// a hook made look green run alone; else the first pair the finding's test is in; else, for a
+/// test red everywhere or one that changed what it should not, the test alone, and for an
+/// order-dependent test without a pair, the seed order it failed in. A test leaking state
+/// without a victim has nothing to show it; the source-side findings are about a module.
 pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
     let replayed = j.spec.base_suite.as_ref().and_then(|b| {
         Some((
@@ -38,7 +40,67 @@ pub(crate) fn finding(f: &Finding, j: &Judgment) -> Option<String> {
             let (b, t) = replayed.expect("matched");
             Some(base_suite(b, t))
         }
-        _ => j.pairs.iter().find(|p| p.involves(&f.subject)).map(pair),
+        // An edited test read by the test-source replay: its base version, from the same runs.
+        FindingKind::RedefinedTest => j.spec.base_suite.as_ref().and_then(|b| {
+            let r = j
+                .spec
+                .source_replay
+                .iter()
+                .find(|r| r.nodeid == f.subject)?;
+            let base_id = r.renamed_from.as_deref().unwrap_or(&r.nodeid);
+            let t = b.tests.iter().find(|t| t.nodeid == base_id)?;
+            Some(base_suite(b, t))
+        }),
+        _ => (j.pairs.iter().find(|p| p.involves(&f.subject)).map(pair)).or_else(|| fallback(f, j)),
+    }
+}
+
+/// A reproduction for a finding about one test that no pair shows.
+fn fallback(f: &Finding, j: &Judgment) -> Option<String> {
+    let alone = format!(
+        "python -m pytest -p no:randomly -p no:cacheprovider {}",
+        shell_quote(&f.subject)
+    );
+    match f.kind {
+        FindingKind::Failing
+        | FindingKind::ErrorBucket
+        | FindingKind::Crashed
+        | FindingKind::Timeout
+        | FindingKind::ResourceLimit => Some(format!("{alone}  # red in every order, alone too")),
+        FindingKind::LeaseViolation => Some(format!(
+            "{alone} && git status --short  # it changes files of a fixture group it holds no \
+             lease on"
+        )),
+        FindingKind::OutsideWrite => Some(format!(
+            "{alone}  # it writes outside its sandbox: run it in a throwaway copy"
+        )),
+        // A coupled test on the base's bytes of the fixtures it read.
+        FindingKind::Redefined => {
+            let r = j.fixtures.replay.iter().find(|r| r.nodeid == f.subject)?;
+            let base = (j.spec.base_suite.as_ref())
+                .and_then(|b| b.base_commit.as_deref())
+                .unwrap_or("BASE");
+            let files: Vec<String> = r.files.iter().map(|p| shell_quote(p)).collect();
+            let head = (j.spec.base_suite.as_ref())
+                .and_then(|b| b.head_commit.as_deref())
+                .unwrap_or("HEAD");
+            Some(format!(
+                "git worktree add --detach /tmp/fixgate-fixtures {head} && cd \
+                 /tmp/fixgate-fixtures && git checkout {base} -- {} && {alone}  # fails on the \
+                 base's fixtures",
+                files.join(" ")
+            ))
+        }
+        FindingKind::OrderDependent => {
+            let evidence = j.tests.evidence.get(&f.subject)?;
+            evidence.outcomes.iter().find_map(|(label, o)| match label {
+                crate::audit::order::OrderLabel::Seed(n) if !o.is_green() => Some(format!(
+                    "fixgate run --seed {n}  # the order it failed in (no culprit set was found)"
+                )),
+                _ => None,
+            })
+        }
+        _ => None,
     }
 }
 

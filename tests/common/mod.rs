@@ -55,6 +55,19 @@ pub fn report_matches_schema(report: &str) {
     }
     let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json-report.schema.json");
     assert_matches_schema(report, &schema);
+    // Every blocking finding about a test has a way to reproduce it (the source-side findings
+    // are about a module's text, which the message quotes).
+    let v: serde_json::Value = serde_json::from_str(report).expect("a JSON report");
+    for f in v["findings"].as_array().into_iter().flatten() {
+        let about_source = matches!(
+            f["kind"].as_str(),
+            Some("special-cased-input" | "eq-ignores-argument" | "swallowed-error")
+        );
+        assert!(
+            f["blocking"] != true || about_source || f["repro"].is_string(),
+            "a blocking finding without a repro: {f:#}"
+        );
+    }
     CHECKED
         .lock()
         .unwrap()
