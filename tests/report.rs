@@ -239,7 +239,7 @@ const PINNED_KEYS: [(&str, &str); 9] = [
     ),
     (
         "verdict",
-        "b3:b1e255bd5df9c5670932e720ce07f839b9b20f857f763ab8da268a054c572f56",
+        "b3:a25cf6aa2c81fef88e4f04c802e9b17327a91b5fe25b90310dd1e73e7cb2be35",
     ),
 ];
 

@@ -1702,3 +1702,25 @@ fn an_edit_beside_a_rename_that_no_replay_can_read_is_unverified_with_the_reason
     );
     assert_eq!(v["replays"]["undecided"], 1, "{:#}", v["replays"]);
 }
+
+#[test]
+fn fixing_a_test_that_failed_on_the_base_passes() {
+    // The base's test expects the wrong slug and fails on the base; the maintainer fixes the
+    // expectation. Its base version fails on the base too: no demand the base met is lost, and
+    // the replay decided that much (not `unverified`).
+    let repo = frontmatter();
+    let text = String::from_utf8(repo.read("tests/test_post.py")).unwrap();
+    repo.write(
+        "tests/test_post.py",
+        text.replace("== \"hello-world\"", "== \"hello_world\""),
+    );
+    let v = passes(
+        repo,
+        &[Replace(
+            "tests/test_post.py",
+            "== \"hello_world\"",
+            "== \"hello-world\"",
+        )],
+    );
+    assert_eq!(v["replays"]["undecided"], 0, "{:#}", v["replays"]);
+}

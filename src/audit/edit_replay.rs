@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | red in every one | `edit-hid-nothing` | known debt, named as edited |
 //! | green in one | `edit-changed-the-outcome` | the patch's: its edit decides the outcome there |
-//! | not run (renamed, not collected with the base's file) | `unread` | the patch's, as before |
+//! | not run, or an error (renamed, its base file not importing on the head's code) | `unread` | the patch's, as before |
 //!
 //! Only a run that shows the base's version failing where the head's fails lets the debt stay
 //! the base's; anything less keeps today's rule (the patch edited it, so it is the patch's).
@@ -66,9 +66,13 @@ pub(crate) enum Reading {
 }
 
 impl Reading {
-    /// Reads the base version's outcomes in the head's failing orders.
+    /// Reads the base version's outcomes in the head's failing orders. An error says nothing
+    /// (its base file may not even import on the head's code, after a rename): only a run that
+    /// failed or passed counts.
     pub(crate) fn of(runs: &[InOrder]) -> Reading {
-        let ran: Vec<Outcome> = runs.iter().filter_map(|r| r.base_version).collect();
+        let ran: Vec<Outcome> = (runs.iter().filter_map(|r| r.base_version))
+            .filter(|o| *o != Outcome::Error)
+            .collect();
         if ran.is_empty() {
             Reading::Unread
         } else if ran.iter().all(|o| !o.is_green()) {
@@ -135,6 +139,7 @@ mod tests {
                 Reading::HidNothing,
             ),
             (vec![Some(Failed), None], Reading::HidNothing),
+            (vec![Some(Outcome::Error)], Reading::Unread),
             (vec![Some(Failed), Some(Passed)], Reading::ChangedTheOutcome),
             (vec![Some(Passed)], Reading::ChangedTheOutcome),
             (vec![None], Reading::Unread),

@@ -30,8 +30,8 @@ pub(crate) struct SourceRead {
 pub(crate) enum Undecided {
     /// The base's file did not run its base version (not collected with the base's file).
     NotRun,
-    /// Its base version failed once, and not again on a second run or on the base too in the
-    /// same order: flaky, or failing on the base as well.
+    /// Its base version failed once, and passed on a second run: flaky. (One that fails on the
+    /// base too, in the same order, met no demand there and is decided.)
     Unconfirmed,
     /// Its base version fails on a name the head removed or renamed, and its head version
     /// changed besides calling another name.

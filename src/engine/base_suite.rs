@@ -713,9 +713,16 @@ fn read(
                 _ => source_replay::Reading::Inconclusive,
             };
         }
+        // A base version red on the base too, in the same order, met no demand there: as the
+        // base-suite replay reads it (`fails-on-base`), nothing the base met is lost, and the
+        // replay has decided that much.
+        let fails_on_base = gone_name.is_none()
+            && on_base.is_some_and(|o| !o.is_green())
+            && control_outcome(&c.base_nodeid).is_some_and(|o| !o.is_green());
         let undecided = (reading == source_replay::Reading::Inconclusive
-            && head_outcome.is_green())
-        .then(|| source_replay::Undecided::of(on_base, gone_name.map(String::as_str)));
+            && head_outcome.is_green()
+            && !fails_on_base)
+            .then(|| source_replay::Undecided::of(on_base, gone_name.map(String::as_str)));
         let mut read = crate::engine::source_replay::report_of(
             c,
             head_outcome,

@@ -243,8 +243,10 @@ fn add_judgment(
         })
         .collect();
     report.edit_replay = j.edit_replay.clone();
+    // A replay decided whatever it could tell: a reading, a base version red on the base too,
+    // or a test red at head (other findings cover it).
     let decided = (j.spec.source_replay.iter())
-        .filter(|r| r.reading.finding().is_some())
+        .filter(|r| r.undecided.is_none())
         .count()
         + (j.fixtures.replay.iter())
             .filter(|r| r.reading.finding().is_some())

@@ -51,7 +51,7 @@ impl fmt::Display for Reason {
                 use crate::audit::source_replay::Undecided;
                 let why = match &u.why {
                     Undecided::NotRun => "its base version did not run with the base's file".to_string(),
-                    Undecided::Unconfirmed => "its base version failed once, and passed on a second run or failed on the base too".to_string(),
+                    Undecided::Unconfirmed => "its base version failed once, and passed on a second run".to_string(),
                     Undecided::NameGone { name } => format!(
                         "its base version fails on {name}, which the head removed or renamed, and the test changed besides calling another name"
                     ),
