@@ -906,6 +906,39 @@ fn the_timeout_stops_the_audit_at_its_deadline_and_keeps_what_finished() {
     );
 }
 
+/// A run the deadline cancels while a later step waits on it (the reversed order hangs only
+/// there: the state the first test leaves is missing) is the deadline's doing, not an error: the
+/// audit is unverified with the reason, never exit 2 ("seed run rev failed: cancelled", seen on
+/// freezegun's history, whose asyncio test hangs in reversed order).
+#[test]
+fn a_run_cancelled_by_the_timeout_while_waited_on_is_unverified_not_an_error() {
+    let marker = unique("fixgate-deadline-rev");
+    let (repo, base, head) = base_plus(&format!(
+        "import subprocess\n\nSTATE = []\n\n\ndef test_first():\n    STATE.append(1)\n\n\n\
+         def test_sleeps_without_it():\n    if not STATE:\n        \
+         subprocess.run(['/bin/sh', '-c', 'sleep 600', '{marker}'])\n"
+    ));
+    let run = repo
+        .audit(&base, &head)
+        .seeds(0)
+        .args(&["--timeout", "15s", "--test-timeout", "900"])
+        .run_within(std::time::Duration::from_secs(300), || {
+            format!("processes: {:?}", processes_with(&marker))
+        });
+    for pid in processes_with(&marker) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert_eq!(run.code, exit::UNVERIFIED, "{run:?}");
+    let v = run.json();
+    assert!(
+        v["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("the --timeout of 15s passed before its audit finished"),
+        "{v}"
+    );
+}
+
 #[test]
 fn a_timeout_is_a_duration_and_a_wrong_one_says_how_to_write_it() {
     let (repo, base, head) = base_plus("def test_new():\n    pass\n");

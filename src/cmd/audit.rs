@@ -29,8 +29,10 @@ pub(crate) fn run(ctx: &Ctx, args: &AuditArgs) -> Result<i32> {
         let head = heads.into_iter().next();
         let label = head.clone().unwrap_or_else(|| "worktree".into());
         let opts = options(&args.base, &args.options, head, args.shard, &ctx.env)?;
+        // Past the deadline, whatever the audit ended with is the deadline's doing: a run it
+        // cancelled reads as "failed: cancelled" to the step that waited on it.
         let report = match audit::audit(ctx, &opts) {
-            Err(Error::Interrupted) if deadline.as_ref().is_some_and(Deadline::passed) => {
+            Err(_) if deadline.as_ref().is_some_and(Deadline::passed) => {
                 report::assemble::timed_out(&args.base, &label, deadline.unwrap().after, true)
             }
             r => r?,
@@ -159,11 +161,11 @@ fn many(ctx: &Ctx, args: &AuditArgs, heads: &[String], deadline: Option<&Deadlin
             Some(d) => report::assemble::timed_out(&args.base, head, d.after, false),
             None => match audit::audit(ctx, &opts) {
                 Ok(r) => r,
-                Err(Error::Interrupted) => match passed() {
-                    Some(d) => report::assemble::timed_out(&args.base, head, d.after, true),
-                    None => return Err(Error::Interrupted),
+                Err(e) => match (passed(), e) {
+                    (Some(d), _) => report::assemble::timed_out(&args.base, head, d.after, true),
+                    (None, Error::Interrupted) => return Err(Error::Interrupted),
+                    (None, e) => report::assemble::error(head, &e),
                 },
-                Err(e) => report::assemble::error(head, &e),
             },
         };
         worst = worst.max(report.verdict);
