@@ -320,10 +320,9 @@ enum Gone {
     Removed {
         name: Option<String>,
     },
-    /// The same function under another name.
+    /// The same function under another name (`old`: the name the base test fails on).
     Renamed {
         old: String,
-        new: String,
     },
 }
 
@@ -1002,11 +1001,8 @@ impl<'a> ParsedSources<'a> {
                             })
                         })
                         .flatten();
-                    if let Some(new_name) = moved {
-                        return Gone::Renamed {
-                            old: n.clone(),
-                            new: new_name,
-                        };
+                    if moved.is_some() {
+                        return Gone::Renamed { old: n.clone() };
                     }
                 }
                 Gone::Removed {
